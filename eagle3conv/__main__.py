@@ -1,0 +1,3 @@
+from eagle3conv.cli import main
+
+main()

@@ -1,0 +1,89 @@
+"""One exception hierarchy for the whole package.
+
+Every error carries the exit code the CLI returns for it and an optional
+``hint``: the command or flag to try next. The CLI catches
+:class:`Eagle3ConvError` once, prints ``error: <message>`` (and ``hint:``),
+and exits with ``exit_code``. Nothing else in the package prints.
+
+Exit codes (documented in the README):
+
+====  =================================================================
+0     success
+1     error: unreadable input, I/O failure, a refused operation
+2     usage: bad flags or arguments (Click uses 2 as well)
+3     checked and found invalid: the checkpoint or config breaks a rule
+      (unmapped keys, wrong shapes, bad vocab maps, wrong aux wiring)
+4     verify ran and the drafter failed its threshold
+====  =================================================================
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INVALID = 3
+EXIT_VERIFY_FAILED = 4
+
+
+class Eagle3ConvError(Exception):
+    """Base class. ``message`` names the file or key and says why."""
+
+    exit_code = EXIT_ERROR
+
+    def __init__(self, message: str, *, hint: str | None = None, details: list[str] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.details = list(details or [])
+
+    def to_dict(self) -> dict:
+        return {
+            "error": type(self).__name__,
+            "message": self.message,
+            "hint": self.hint,
+            "details": self.details,
+            "exit_code": self.exit_code,
+        }
+
+
+class UsageError(Eagle3ConvError):
+    """The user asked for something that does not make sense."""
+
+    exit_code = EXIT_USAGE
+
+
+class CheckpointReadError(Eagle3ConvError):
+    """A checkpoint file is missing, truncated, malformed or unreadable."""
+
+
+class UnsafePickleError(CheckpointReadError):
+    """A pickle asks to run code or build objects outside the weights-only allowlist."""
+
+
+class WriteError(Eagle3ConvError):
+    """Writing the output failed; the user's files were left as they were."""
+
+
+class InvalidCheckpointError(Eagle3ConvError):
+    """The checkpoint was read and breaks a rule (keys, shapes, vocab maps, config)."""
+
+    exit_code = EXIT_INVALID
+
+
+class MappingFileError(Eagle3ConvError):
+    """A mapping or target data file is malformed (a bug in eagle3conv's data)."""
+
+
+class WiringError(InvalidCheckpointError):
+    """The aux-layer configuration disagrees with the training record or the target."""
+
+
+class VerifyFailedError(Eagle3ConvError):
+    """verify ran and the drafter fell below its threshold."""
+
+    exit_code = EXIT_VERIFY_FAILED
+
+
+class PushError(Eagle3ConvError):
+    """Publishing to the Hub failed; nothing half-made was left on the server."""
