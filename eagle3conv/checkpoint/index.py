@@ -1,0 +1,493 @@
+"""A lazy index over a checkpoint: names, dtypes, shapes and byte ranges.
+
+Building the index reads safetensors *headers* only; tensor bytes are read
+when something asks for them (`read_array`, `iter_chunks`). Pickled files
+(`.bin`, `.pt`, `.pth`, SpecForge `training_state.pt`) are loaded with
+``torch.load(weights_only=True, mmap=True)`` so a malicious pickle is refused
+before it runs and the storages stay on disk until copied.
+
+What is accepted (see README "Reading checkpoints"):
+- a folder with `model.safetensors`, a sharded set with
+  `model.safetensors.index.json`, or several `.safetensors` files;
+- `pytorch_model.bin` (and `pytorch_model.bin.index.json`), `.pt`, `.pth`;
+- SpecForge `training_state.pt` (weights under `draft_state_dict`);
+- `state_dict` / `module` / `model` wrappers;
+- a Hugging Face cache repo folder (`models--org--name`) or one of its
+  snapshots (symlinked blobs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterator
+
+import numpy as np
+
+from eagle3conv.checkpoint import dtypes
+from eagle3conv.errors import CheckpointReadError, UnsafePickleError, UsageError
+
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+BIN_INDEX = "pytorch_model.bin.index.json"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
+MAX_HEADER = 100 * 1024 * 1024
+# wrappers trainers put around a state dict, outermost first
+WRAPPER_KEYS = ("draft_state_dict", "state_dict", "model_state_dict", "module", "model")
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor of the source: where its bytes are, never the bytes."""
+
+    name: str
+    dtype: str  # safetensors spelling: BF16, F32, I64, BOOL...
+    shape: tuple[int, ...]
+    file: Path  # the file as the user sees it (may be a symlink into a cache)
+    start: int | None = None  # absolute byte offsets for safetensors files
+    end: int | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * dtypes.itemsize(self.dtype)
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclass
+class CheckpointIndex:
+    root: Path  # the folder that holds the checkpoint
+    layout: str  # safetensors | safetensors-sharded | pickle | pickle-sharded | training-state
+    weight_files: list[Path]
+    tensors: dict[str, TensorInfo]
+    config: dict | None
+    config_path: Path | None
+    other_files: list[Path]  # non-weight files beside the weights (tokenizer, card...)
+    wrapper: str | None = None  # e.g. "draft_state_dict", "module"
+    extras: dict[str, Any] = field(default_factory=dict)  # training args, provenance...
+    skipped: list[str] = field(default_factory=list)  # non-tensor entries in pickles
+    source_metadata: dict[str, dict] = field(default_factory=dict)  # safetensors __metadata__ per file
+    _pickles: dict[Path, dict] = field(default_factory=dict, repr=False)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+    # --- reading tensor bytes -------------------------------------------------
+    def _torch_tensor(self, info: TensorInfo):
+        return self._pickles[info.file][info.name]
+
+    def read_array(self, name: str) -> np.ndarray:
+        """Read a (small) tensor as a numpy array: vocab maps, norms."""
+        info = self.tensors[name]
+        if info.start is None:
+            t = self._torch_tensor(info)
+            if info.dtype == "BF16":
+                t = t.float()
+            return t.detach().cpu().numpy().copy()
+        np_dtype = dtypes.numpy_dtype(info.dtype)
+        with open(info.file, "rb") as f:
+            f.seek(info.start)
+            data = f.read(info.end - info.start)
+        if len(data) != info.end - info.start:
+            raise CheckpointReadError(f"{info.file}: truncated while reading {name}")
+        return np.frombuffer(data, dtype=np_dtype).reshape(info.shape).copy()
+
+    def read_torch(self, name: str):
+        """Read one tensor as a torch tensor (used by verify and casts)."""
+        import torch
+
+        info = self.tensors[name]
+        if info.start is None:
+            return self._torch_tensor(info)
+        with open(info.file, "rb") as f:
+            f.seek(info.start)
+            buf = bytearray(info.end - info.start)
+            if f.readinto(buf) != len(buf):
+                raise CheckpointReadError(f"{info.file}: truncated while reading {name}")
+        if not buf:
+            return torch.empty(info.shape, dtype=dtypes.torch_dtype(info.dtype))
+        return torch.frombuffer(buf, dtype=dtypes.torch_dtype(info.dtype)).reshape(info.shape)
+
+    def raw_bytes_of_pickled(self, name: str) -> memoryview:
+        """The raw little-endian bytes of a pickled tensor (no copy when contiguous)."""
+        import torch
+
+        t = self._torch_tensor(self.tensors[name]).detach().contiguous()
+        if t.numel() == 0:
+            return memoryview(b"")
+        return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+
+
+# --- headers -------------------------------------------------------------------
+
+def read_safetensors_header(path: Path) -> tuple[dict[str, TensorInfo], dict]:
+    """Parse and validate one safetensors header. Reads len(header)+8 bytes."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise CheckpointReadError(f"{path}: not a safetensors file (only {size} bytes)")
+            (n,) = struct.unpack("<Q", head)
+            if n > MAX_HEADER or n + 8 > size:
+                raise CheckpointReadError(
+                    f"{path}: not a safetensors file or truncated (header length {n}, file {size} bytes)"
+                )
+            raw = f.read(n)
+    except OSError as e:
+        raise CheckpointReadError(f"{path}: cannot read: {e.strerror}") from e
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointReadError(f"{path}: safetensors header is not valid JSON ({e})") from e
+    if not isinstance(header, dict):
+        raise CheckpointReadError(f"{path}: safetensors header is not a JSON object")
+    metadata = header.pop("__metadata__", None) or {}
+    base = 8 + n
+    tensors: dict[str, TensorInfo] = {}
+    spans = []
+    for name, entry in header.items():
+        try:
+            dtype = entry["dtype"]
+            shape = tuple(int(d) for d in entry["shape"])
+            s, e = (int(x) for x in entry["data_offsets"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointReadError(f"{path}: malformed header entry for {name!r}") from exc
+        if dtype not in dtypes.DTYPES:
+            raise CheckpointReadError(f"{path}: tensor {name!r} has unknown dtype {dtype!r}")
+        if any(d < 0 for d in shape):
+            raise CheckpointReadError(f"{path}: tensor {name!r} has a negative dimension {shape}")
+        info = TensorInfo(name, dtype, shape, path, base + s, base + e)
+        if e < s or e - s != info.nbytes:
+            raise CheckpointReadError(
+                f"{path}: tensor {name!r} spans {e - s} bytes but {dtype}{list(shape)} needs {info.nbytes}"
+            )
+        tensors[name] = info
+        spans.append((s, e, name))
+    spans.sort()
+    pos = 0
+    for s, e, name in spans:
+        if s != pos:
+            raise CheckpointReadError(f"{path}: tensor {name!r} overlaps or leaves a hole (offset {s}, expected {pos})")
+        pos = e
+    if base + pos != size:
+        raise CheckpointReadError(
+            f"{path}: truncated or padded: header describes {base + pos} bytes, the file has {size}",
+            hint="the file was probably cut off during download or copy; fetch it again",
+        )
+    return tensors, metadata
+
+
+# --- pickles -------------------------------------------------------------------
+
+def load_pickle(path: Path) -> Any:
+    """torch.load, weights only. A pickle asking for anything else is refused unrun."""
+    import pickle
+
+    import torch
+
+    # argparse.Namespace is how SpecForge and DeepSpeed store training args;
+    # building one runs no code beyond setting attributes.
+    safe = [argparse.Namespace]
+    try:
+        with torch.serialization.safe_globals(safe):
+            try:
+                return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as e:
+                if "mmap" not in str(e) and "zip" not in str(e):
+                    raise
+                # legacy (non-zip) serialization cannot be memory-mapped
+                return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()
+        reason = next((line for line in first if "Unsupported" in line or "global" in line.lower()), first[0] if first else "")
+        raise UnsafePickleError(
+            f"{path}: refused to unpickle: it asks for more than tensors ({reason.strip()[:200]}). "
+            "eagle3conv loads pickles weights-only, so nothing in it was run.",
+            hint="if you trust this file, re-save its state dict as safetensors where it was made "
+            "(safetensors.torch.save_file), then run eagle3conv on that",
+        ) from None
+    except (EOFError, OSError, ValueError, RuntimeError) as e:
+        raise CheckpointReadError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: {e})") from None
+
+
+def _unwrap(obj: Any, path: Path) -> tuple[dict, str | None, dict]:
+    """Find the state dict inside a pickled object. Returns (state, wrapper, extras)."""
+    import torch
+
+    extras: dict[str, Any] = {}
+    wrapper = None
+    if not isinstance(obj, dict):
+        raise CheckpointReadError(f"{path}: holds a {type(obj).__name__}, not a state dict")
+    for key in WRAPPER_KEYS:
+        inner = obj.get(key)
+        if isinstance(inner, dict) and inner and any(isinstance(v, torch.Tensor) for v in inner.values()):
+            wrapper = key
+            for k, v in obj.items():
+                if k != key and not isinstance(v, torch.Tensor) and k not in ("optimizer", "optimizer_state_dict", "scheduler"):
+                    extras[k] = v
+            obj = inner
+            break
+    return obj, wrapper, extras
+
+
+def _index_pickle(path: Path, index_names: set[str] | None = None):
+    import torch
+
+    obj = load_pickle(path)
+    state, wrapper, extras = _unwrap(obj, path)
+    tensors: dict[str, TensorInfo] = {}
+    keep: dict[str, Any] = {}
+    skipped = []
+    for name, value in state.items():
+        if not isinstance(name, str):
+            skipped.append(repr(name))
+            continue
+        if isinstance(value, torch.Tensor):
+            try:
+                dt = dtypes.from_torch(value.dtype)
+            except TypeError:
+                raise CheckpointReadError(f"{path}: tensor {name!r} has unsupported dtype {value.dtype}") from None
+            tensors[name] = TensorInfo(name, dt, tuple(value.shape), path)
+            keep[name] = value
+        else:
+            skipped.append(name)
+    if not tensors:
+        raise CheckpointReadError(f"{path}: no tensors found (top-level keys: {sorted(map(str, obj))[:10]})")
+    return tensors, keep, wrapper, extras, skipped
+
+
+# --- locating the checkpoint -----------------------------------------------------
+
+def _resolve_hf_cache(path: Path) -> Path:
+    """`models--org--name` → its snapshot for refs/main (or the only snapshot)."""
+    snaps = path / "snapshots"
+    if not (path.name.startswith(("models--", "datasets--")) and snaps.is_dir()):
+        return path
+    ref = path / "refs" / "main"
+    if ref.is_file():
+        cand = snaps / ref.read_text().strip()
+        if cand.is_dir():
+            return cand
+    choices = sorted(p for p in snaps.iterdir() if p.is_dir())
+    if len(choices) == 1:
+        return choices[0]
+    raise UsageError(
+        f"{path}: a Hugging Face cache folder with {len(choices)} snapshots and no refs/main",
+        hint="pass one of: " + ", ".join(str(c) for c in choices[:5]),
+    )
+
+
+def _safe_member(root: Path, name: str, index_file: Path) -> Path:
+    p = PurePosixPath(name)
+    if p.is_absolute() or ".." in p.parts or not name or "\\" in name:
+        raise CheckpointReadError(
+            f"{index_file}: refuses shard name {name!r}: it points outside the checkpoint folder"
+        )
+    return root / p
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise CheckpointReadError(f"{path}: cannot read: {e.strerror}") from e
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointReadError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(data, dict):
+        raise CheckpointReadError(f"{path}: expected a JSON object")
+    return data
+
+
+WEIGHT_SUFFIXES = (".safetensors",) + PICKLE_SUFFIXES + (".ckpt", ".distcp")
+NEVER_COPY = {"config.json", SAFETENSORS_INDEX, BIN_INDEX, "training_state.pt", "latest", "zero_to_fp32.py"}
+
+
+def _find_weights(root: Path) -> tuple[str, list[Path], Path | None]:
+    """Decide which files hold the weights. Returns (layout, files, index_json)."""
+    if (root / SAFETENSORS_INDEX).is_file():
+        return "safetensors-sharded", [], root / SAFETENSORS_INDEX
+    st = sorted(p for p in root.glob("*.safetensors") if p.is_file())
+    if st:
+        return ("safetensors" if len(st) == 1 else "safetensors-multi"), st, None
+    if (root / BIN_INDEX).is_file():
+        return "pickle-sharded", [], root / BIN_INDEX
+    for name in ("pytorch_model.bin", "model.pt", "model.pth"):
+        if (root / name).is_file():
+            return "pickle", [root / name], None
+    pickles = sorted(p for p in root.iterdir() if p.is_file() and p.suffix in PICKLE_SUFFIXES and p.name != "training_state.pt")
+    if len(pickles) == 1:
+        return "pickle", pickles, None
+    if (root / "training_state.pt").is_file():
+        return "training-state", [root / "training_state.pt"], None
+    if pickles:
+        raise UsageError(
+            f"{root}: holds several pickled files and no index: {', '.join(p.name for p in pickles)}",
+            hint="pass the one that holds the drafter's weights",
+        )
+    states = sorted(p.name for p in root.iterdir() if p.is_dir() and (p / "pytorch_model.bin").is_file())
+    if states:
+        raise UsageError(
+            f"{root}: holds {len(states)} training checkpoints ({', '.join(states[:6])}) and no weights of its own",
+            hint=f"pass one of them, e.g. {root / states[-1]}",
+        )
+    if any(p.suffix == ".distcp" for p in root.iterdir()):
+        raise CheckpointReadError(
+            f"{root}: a torch.distributed (DCP/FSDP) checkpoint; its .metadata is an unrestricted pickle that eagle3conv will not load",
+            hint="consolidate it first (torch.distributed.checkpoint.format_utils.dcp_to_torch_save) where you trust it",
+        )
+    raise CheckpointReadError(
+        f"{root}: no weights found (looked for *.safetensors, {SAFETENSORS_INDEX}, pytorch_model.bin, *.pt, *.pth, training_state.pt)"
+    )
+
+
+def open_checkpoint(path: str | os.PathLike) -> CheckpointIndex:
+    """Index a checkpoint folder or file. Reads headers and configs only."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointReadError(f"{path}: no such file or folder")
+    single: Path | None = None
+    if path.is_file():
+        if path.name in (SAFETENSORS_INDEX, BIN_INDEX):
+            root = path.parent
+        else:
+            root, single = path.parent, path
+    else:
+        root = _resolve_hf_cache(path)
+
+    index_json = None
+    if single is not None:
+        if single.suffix == ".safetensors":
+            layout, files = "safetensors", [single]
+        elif single.suffix in PICKLE_SUFFIXES:
+            layout, files = ("training-state" if single.name == "training_state.pt" else "pickle"), [single]
+        else:
+            raise UsageError(f"{single}: not a checkpoint file (expected .safetensors, .bin, .pt or .pth)")
+    else:
+        layout, files, index_json = _find_weights(root)
+
+    tensors: dict[str, TensorInfo] = {}
+    pickles: dict[Path, dict] = {}
+    wrapper = None
+    extras: dict[str, Any] = {}
+    skipped: list[str] = []
+    source_metadata: dict[str, dict] = {}
+
+    def add(found: dict[str, TensorInfo], where: Path):
+        dup = sorted(set(found) & set(tensors))
+        if dup:
+            raise CheckpointReadError(
+                f"{where}: tensors also present in another file: {', '.join(dup[:10])}"
+                + (f" (+{len(dup) - 10} more)" if len(dup) > 10 else "")
+            )
+        tensors.update(found)
+
+    if index_json is not None:
+        data = _read_json(index_json)
+        weight_map = data.get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise CheckpointReadError(f"{index_json}: has no weight_map")
+        by_file: dict[str, set[str]] = {}
+        for name, fname in weight_map.items():
+            if not isinstance(fname, str):
+                raise CheckpointReadError(f"{index_json}: weight_map[{name!r}] is not a file name")
+            _safe_member(root, fname, index_json)
+            by_file.setdefault(fname, set()).add(name)
+        for fname in sorted(by_file):
+            fpath = _safe_member(root, fname, index_json)
+            if not fpath.is_file():
+                raise CheckpointReadError(f"{index_json}: lists shard {fname}, which does not exist in {root}")
+            files.append(fpath)
+            if layout == "safetensors-sharded":
+                found, meta = read_safetensors_header(fpath)
+                source_metadata[fname] = meta
+            else:
+                found, keep, w, ex, sk = _index_pickle(fpath)
+                pickles[fpath] = keep
+                wrapper = wrapper or w
+                extras.update(ex)
+                skipped += sk
+            missing = sorted(by_file[fname] - set(found))
+            extra = sorted(set(found) - by_file[fname])
+            if missing or extra:
+                details = [f"listed for {fname} but not in it: {n}" for n in missing[:20]]
+                details += [f"in {fname} but the index does not list it there: {n}" for n in extra[:20]]
+                raise CheckpointReadError(
+                    f"{index_json}: weight_map disagrees with what {fname} holds "
+                    f"({len(missing)} listed but absent, {len(extra)} present but unlisted)",
+                    details=details,
+                    hint="the index and the shards come from different saves; re-download or re-export",
+                )
+            add(found, fpath)
+        layout = "safetensors-sharded" if layout == "safetensors-sharded" else "pickle-sharded"
+    else:
+        for fpath in files:
+            if fpath.suffix == ".safetensors":
+                found, meta = read_safetensors_header(fpath)
+                source_metadata[fpath.name] = meta
+            else:
+                found, keep, w, ex, sk = _index_pickle(fpath)
+                pickles[fpath] = keep
+                wrapper = wrapper or w
+                extras.update(ex)
+                skipped += sk
+            add(found, fpath)
+    if layout == "training-state" and wrapper != "draft_state_dict":
+        # a training_state.pt without draft weights is optimizer state only
+        if not tensors:
+            raise CheckpointReadError(f"{files[0]}: a training state with no draft_state_dict")
+
+    config_path = root / "config.json"
+    config = _read_json(config_path) if config_path.is_file() else None
+    if config is None:
+        config_path = None
+
+    weight_names = {f.name for f in files}
+    other = []
+    if root.is_dir():
+        for p in sorted(root.iterdir()):
+            if p.name.startswith(".") or not p.is_file() or p.name in weight_names or p.name in NEVER_COPY:
+                continue
+            if p.suffix in WEIGHT_SUFFIXES or p.name.endswith(".index.json"):
+                continue
+            other.append(p)
+
+    return CheckpointIndex(
+        root=root,
+        layout=layout,
+        weight_files=files,
+        tensors=tensors,
+        config=config,
+        config_path=config_path,
+        other_files=other,
+        wrapper=wrapper,
+        extras=extras,
+        skipped=skipped,
+        source_metadata=source_metadata,
+        _pickles=pickles,
+    )
+
+
+def iter_chunks(index: CheckpointIndex, name: str, chunk: int = 64 << 20) -> Iterator[memoryview]:
+    """The raw bytes of one tensor, in bounded chunks."""
+    info = index.tensors[name]
+    if info.start is None:
+        mv = index.raw_bytes_of_pickled(name)
+        for s in range(0, len(mv), chunk):
+            yield mv[s : s + chunk]
+        return
+    buf = bytearray(min(chunk, max(info.nbytes, 1)))
+    with open(info.file, "rb", buffering=0) as f:
+        pos = info.start
+        while pos < info.end:
+            n = os.preadv(f.fileno(), [memoryview(buf)[: min(len(buf), info.end - pos)]], pos)
+            if n <= 0:
+                raise CheckpointReadError(f"{info.file}: truncated while reading {name}")
+            yield memoryview(buf)[:n]
+            pos += n

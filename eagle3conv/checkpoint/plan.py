@@ -1,0 +1,405 @@
+"""The plan: every source key's fate, the tensors to write, the config to write.
+
+Built from a :class:`CheckpointIndex` and the mapping data. It reads no tensor
+bytes except the small vocab maps (`d2t`, `t2d`). ``inspect`` and
+``fix-keys --dry-run`` stop here; ``fix-keys`` hands the plan to the writer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from eagle3conv.checkpoint import dtypes
+from eagle3conv.checkpoint.canonical import Architecture, architecture_for, eval_dim, symbols_from_config
+from eagle3conv.checkpoint.formats import DetectContext, FormatMatch, detect, get_format, load_formats
+from eagle3conv.checkpoint.index import CheckpointIndex
+from eagle3conv.checkpoint.vocab import check_vocab
+from eagle3conv.errors import CheckpointReadError, InvalidCheckpointError, UsageError
+from eagle3conv.wiring import config as cfgmod
+
+EMBED = "embed_tokens.weight"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What happens to one source key."""
+
+    source: str
+    action: str  # kept | renamed | split | dropped | unmapped | refused
+    targets: tuple[str, ...]
+    why: str
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "action": self.action, "targets": list(self.targets), "why": self.why}
+
+
+@dataclass(frozen=True)
+class Output:
+    """One tensor of the output checkpoint and where its bytes come from."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    source: str | None  # source key; None for rebuilt tensors
+    source_dtype: str | None = None
+    row_start: int = 0  # for splits: rows [row_start, row_end) of the source
+    row_end: int | None = None
+    data: np.ndarray | None = None  # repaired or rebuilt tensors (d2t, t2d): the bytes to write
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * dtypes.itemsize(self.dtype)
+
+    def to_dict(self) -> dict:
+        d = {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "source": self.source}
+        if self.row_end is not None:
+            d["rows"] = [self.row_start, self.row_end]
+        if self.source_dtype and self.source_dtype != self.dtype:
+            d["cast_from"] = self.source_dtype
+        if self.data is not None:
+            d["rewritten"] = True
+        return d
+
+
+@dataclass
+class Plan:
+    index: CheckpointIndex
+    format: FormatMatch
+    candidates: list[FormatMatch]
+    architecture: Architecture
+    decisions: list[Decision]
+    outputs: list[Output]
+    config_before: dict | None
+    config: dict
+    config_edits: list[cfgmod.ConfigEdit]
+    symbols: dict
+    errors: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    aux_ids: dict = field(default_factory=dict)
+    out_dtype: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def output_bytes(self) -> int:
+        return sum(o.nbytes for o in self.outputs)
+
+    def raise_for_errors(self) -> None:
+        if self.errors:
+            raise InvalidCheckpointError(
+                f"{self.index.root}: cannot produce a correct SGLang checkpoint ({len(self.errors)} problem"
+                f"{'s' if len(self.errors) != 1 else ''}); nothing was written",
+                details=self.errors,
+                hint=_hint(self),
+            )
+
+    def is_identity(self) -> bool:
+        """True when the source already is exactly what we would write."""
+        if self.config_edits or self.index.layout not in ("safetensors", "safetensors-sharded"):
+            return False
+        if self.config_before is None or self.config_before != self.config:
+            return False
+        if any(m.get("format") != "pt" for m in self.index.source_metadata.values()):
+            return False
+        by_src = {o.source: o for o in self.outputs}
+        if len(by_src) != len(self.outputs) or set(by_src) != set(self.index.tensors):
+            return False
+        return all(
+            o.name == o.source and o.data is None and o.row_end is None and o.dtype == o.source_dtype
+            for o in self.outputs
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "checkpoint": str(self.index.root),
+            "layout": self.index.layout,
+            "format": self.format.format.name,
+            "format_title": self.format.format.title,
+            "format_reasons": list(self.format.reasons),
+            "format_forced": self.format.forced,
+            "other_matching_formats": [m.format.name for m in self.candidates if m.format is not self.format.format],
+            "architecture": self.architecture.architecture,
+            "ok": self.ok,
+            "errors": self.errors,
+            "notices": self.notices,
+            "decisions": [d.to_dict() for d in self.decisions],
+            "outputs": [o.to_dict() for o in self.outputs],
+            "output_bytes": self.output_bytes,
+            "config_edits": [e.to_dict() for e in self.config_edits],
+            "aux_layer_ids": self.aux_ids,
+            "symbols": self.symbols,
+            "identity": self.ok and self.is_identity(),
+        }
+
+
+def _hint(plan: Plan) -> str:
+    if any(d.action == "unmapped" for d in plan.decisions):
+        return (
+            "run `eagle3conv inspect` to see every key's fate; if the format was guessed wrong, "
+            f"pass --from (one of: {', '.join(sorted(load_formats()[0]))})"
+        )
+    return "run `eagle3conv inspect` on the checkpoint for the full picture"
+
+
+def choose_format(index: CheckpointIndex, forced: str | None) -> tuple[FormatMatch, list[FormatMatch]]:
+    ctx = DetectContext(frozenset(index.tensors), index.config, index.layout, index.wrapper, index.root)
+    found = detect(ctx)
+    if forced:
+        fmt = get_format(forced)
+        return FormatMatch(fmt, ("chosen with --from",), forced=True), found
+    if not found:
+        sample = ", ".join(sorted(index.tensors)[:6])
+        raise InvalidCheckpointError(
+            f"{index.root}: cannot tell which trainer wrote this checkpoint (keys like {sample})",
+            hint=f"pass --from with one of: {', '.join(sorted(load_formats()[0]))}",
+        )
+    return found[0], found
+
+
+def _map_key(name: str, rules) -> tuple[str, str | None, str]:
+    """(action, new name, why) for one source key."""
+    for rule in rules:
+        m = rule.match(name)
+        if m is None:
+            continue
+        kind, new = m
+        if kind == "rename":
+            return ("renamed" if new != name else "kept"), new, rule.why
+        if kind == "drop":
+            return "dropped", None, rule.why
+        return "refused", None, rule.why
+    return "kept", name, "already SGLang's name"
+
+
+def build_plan(
+    index: CheckpointIndex,
+    *,
+    source_format: str | None = None,
+    config_override: dict | None = None,
+    keep_embed: bool = False,
+    dtype: str | None = None,
+) -> Plan:
+    match, candidates = choose_format(index, source_format)
+    fmt = match.format
+    _, common = load_formats()
+    rules = fmt.rules + common.rules
+    notices: list[str] = []
+    errors: list[str] = []
+
+    src_config = config_override if config_override is not None else index.config
+    if config_override is not None and index.config is not None:
+        notices.append("config.json in the checkpoint replaced by --config")
+    drafter_cfg, cfg_notices = cfgmod.source_drafter_config(
+        fmt.name, None if config_override is not None else fmt.config_from, src_config, fmt.config_required
+    )
+    notices += cfg_notices
+
+    # 1. every key's fate
+    decisions: list[Decision] = []
+    mapped: dict[str, str] = {}  # canonical-or-fused name -> source
+    collisions: dict[str, list[str]] = {}
+    for name in sorted(index.tensors):
+        action, new, why = _map_key(name, rules)
+        if action in ("dropped", "refused"):
+            decisions.append(Decision(name, action, (), why))
+            continue
+        if new in mapped:
+            collisions.setdefault(new, [mapped[new]]).append(name)
+        mapped[new] = name
+        decisions.append(Decision(name, action, (new,), why))
+
+    arch = architecture_for(drafter_cfg, mapped)
+    sym = symbols_from_config(drafter_cfg, arch)
+    fused = {f.name: f for f in arch.fused}
+
+    # infer what the config leaves out, from the weights themselves
+    fc = index.tensors.get(mapped.get("fc.weight", ""))
+    if fc is not None and len(fc.shape) == 2:
+        fc_in = fc.shape[1]
+        explicit_t = drafter_cfg.get("target_hidden_size")
+        if explicit_t:
+            if fc_in % explicit_t == 0:
+                sym["k"] = sym["k"] or fc_in // explicit_t
+        elif sym["k"]:
+            if fc_in % sym["k"] == 0:
+                sym["T"] = fc_in // sym["k"]
+        elif sym["H"] and fc_in % sym["H"] == 0:
+            sym["k"], sym["T"] = fc_in // sym["H"], sym["H"]
+        elif fc_in % 3 == 0:
+            sym["k"], sym["T"] = 3, fc_in // 3
+    head = index.tensors.get(mapped.get("lm_head.weight", ""))
+    if head is not None and len(head.shape) == 2 and not drafter_cfg.get("draft_vocab_size"):
+        sym["Vd"] = head.shape[0]
+    canon = arch.expand(sym)
+
+    # 2. classify mapped names
+    final_decisions: list[Decision] = []
+    for d in decisions:
+        if d.action in ("dropped", "refused"):
+            final_decisions.append(d)
+            if d.action == "refused":
+                errors.append(f"{d.source}: {d.why}")
+            continue
+        new = d.targets[0]
+        if new in fused:
+            final_decisions.append(Decision(d.source, "split", fused[new].into, fused[new].why))
+        elif new in canon:
+            final_decisions.append(d)
+        else:
+            shown = f" (maps to {new})" if new != d.source else ""
+            final_decisions.append(Decision(d.source, "unmapped", (), f"no engine loads this name{shown}"))
+            errors.append(f"{d.source}: unmapped{shown}: SGLang would skip it silently")
+    for target, sources in sorted(collisions.items()):
+        errors.append(f"{target}: {len(sources)} source keys map to it: {', '.join(sources)}")
+
+    # 3. outputs, with splits expanded
+    out_dtype = None
+    if dtype:
+        if dtype.lower() not in dtypes.USER_DTYPES:
+            raise UsageError(f"--dtype {dtype}: expected one of {', '.join(sorted(dtypes.USER_DTYPES))}")
+        out_dtype = dtypes.USER_DTYPES[dtype.lower()]
+    wanted: dict[str, Output] = {}
+    for d in final_decisions:
+        if d.action == "split":
+            src = index.tensors[d.source]
+            f = fused[mapped_name(d, mapped)]
+            rows = [eval_dim(r, sym) for r in f.rows]
+            if any(r is None for r in rows) or len(src.shape) != 2 or sum(rows) != src.shape[0]:
+                errors.append(
+                    f"{d.source}: cannot split {list(src.shape)} into {', '.join(f.into)} "
+                    f"(rows {f.rows} = {rows} from the config)"
+                )
+                continue
+            start = 0
+            for part, r in zip(f.into, rows):
+                if part in wanted:
+                    errors.append(f"{part}: both a fused and an unfused source provide it")
+                wanted[part] = Output(part, src.dtype, (r, src.shape[1]), d.source, src.dtype, start, start + r)
+                start += r
+        elif d.action in ("kept", "renamed"):
+            src = index.tensors[d.source]
+            new = d.targets[0]
+            if new in wanted:
+                errors.append(f"{new}: both a fused and an unfused source provide it")
+            wanted[new] = Output(new, src.dtype, src.shape, d.source, src.dtype)
+
+    if EMBED in wanted and not keep_embed:
+        src = wanted.pop(EMBED).source
+        final_decisions = [
+            Decision(d.source, "dropped", (), "embed_tokens dropped: SGLang replaces it with the target's, and vLLM would use a stale copy; --keep-embed keeps it")
+            if d.source == src else d for d in final_decisions
+        ]
+        notices.append(
+            f"{src} dropped: SGLang overwrites the drafter's embedding with the target's, vLLM would serve this copy "
+            "if it differs from the target's; pass --keep-embed to keep it"
+        )
+
+    # 4. shapes against the config
+    for name, ct in canon.items():
+        if ct.required and name not in wanted:
+            errors.append(f"{name}: required but missing ({ct.why})")
+    for name, o in wanted.items():
+        ct = canon[name]
+        expect = [eval_dim(d, sym) for d in ct.shape]
+        if len(expect) != len(o.shape) or any(e is not None and e != s for e, s in zip(expect, o.shape)):
+            shown = "[" + ", ".join(f"{d}={e}" for d, e in zip(ct.shape, expect)) + "]"
+            errors.append(f"{name}: shape {list(o.shape)} but the config implies {shown}")
+        if name not in ("d2t", "t2d") and o.dtype not in dtypes.FLOAT_DTYPES:
+            errors.append(f"{name}: dtype {o.dtype}, expected a floating-point weight")
+
+    # 5. vocab maps
+    vocab = drafter_cfg.get("vocab_size")
+    if "lm_head.weight" in wanted:
+        vd = wanted["lm_head.weight"].shape[0]
+        d2t = index.read_array(wanted["d2t"].source) if "d2t" in wanted else None
+        t2d = index.read_array(wanted["t2d"].source) if "t2d" in wanted else None
+        vr = check_vocab(d2t, t2d, vocab, vd)
+        errors += vr.errors
+        notices += vr.notices
+        if vr.d2t is not None and vr.d2t_changed:
+            src = wanted["d2t"].source
+            wanted["d2t"] = Output("d2t", "I64", vr.d2t.shape, src, wanted["d2t"].source_dtype, data=vr.d2t)
+        if vr.t2d is not None and (vr.t2d_changed or "t2d" not in wanted):
+            src = wanted["t2d"].source if "t2d" in wanted else None
+            wanted["t2d"] = Output("t2d", "BOOL", vr.t2d.shape, src, wanted["t2d"].source_dtype if src else None, data=vr.t2d)
+    if vocab is None:
+        errors.append("config.json has no vocab_size (the target's vocab)")
+
+    # 6. dtype
+    outputs = []
+    for name in sorted(wanted):
+        o = wanted[name]
+        if out_dtype and o.dtype in dtypes.FLOAT_DTYPES and o.dtype != out_dtype and o.data is None:
+            o = Output(o.name, out_dtype, o.shape, o.source, o.source_dtype, o.row_start, o.row_end)
+        outputs.append(o)
+
+    # 7. config
+    target_hidden = sym["T"] or sym["H"]
+    edits = cfgmod.loadable_edits(
+        drafter_cfg,
+        architecture=arch.architecture,
+        draft_vocab=wanted["lm_head.weight"].shape[0] if "lm_head.weight" in wanted else (sym["Vd"] or 0),
+        vocab=vocab,
+        target_hidden=target_hidden,
+        has_lm_head="lm_head.weight" in wanted,
+        out_dtype=out_dtype,
+    )
+    new_config = cfgmod.apply_edits(drafter_cfg, edits)
+    aux = cfgmod.aux_ids_in(new_config)
+    if aux:
+        where = "; ".join(f"{k} = {v}" for k, v in aux.items())
+        notices.append(
+            f"aux-layer ids carried over unchanged ({where}); their numbering convention is not converted by this version"
+        )
+    else:
+        notices.append(
+            "no aux-layer ids in the config: every engine will use its own default capture layers; "
+            "record the layers the drafter was trained on"
+        )
+    if fmt.extracts:
+        notices.append(f"drafter extracted from a whole-model checkpoint; {sum(1 for d in final_decisions if d.action == 'dropped')} tensors dropped unread")
+
+    return Plan(
+        index=index,
+        format=match,
+        candidates=candidates,
+        architecture=arch,
+        decisions=final_decisions,
+        outputs=outputs,
+        config_before=index.config,
+        config=new_config,
+        config_edits=edits,
+        symbols=sym,
+        errors=errors,
+        notices=notices,
+        aux_ids=aux,
+        out_dtype=out_dtype,
+    )
+
+
+def mapped_name(d: Decision, mapped: dict[str, str]) -> str:
+    for k, v in mapped.items():
+        if v == d.source:
+            return k
+    raise AssertionError(d.source)
+
+
+def load_config_file(path: str | Path) -> dict:
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        data = json.loads(p.read_text())
+    except OSError as e:
+        raise CheckpointReadError(f"{p}: cannot read: {e.strerror}") from e
+    except json.JSONDecodeError as e:
+        raise CheckpointReadError(f"{p}: not valid JSON ({e})") from e
+    if not isinstance(data, dict):
+        raise CheckpointReadError(f"{p}: expected a JSON object")
+    return data

@@ -1,0 +1,501 @@
+"""Streaming safetensors writer, proof by re-reading, and crash-safe commits.
+
+Bytes move file-to-file with ``copy_file_range`` (in the kernel, like ``cp``)
+whenever a tensor is copied unchanged, including row slices of fused tensors;
+only casts and repaired vocab maps pass through Python, in bounded chunks. A
+second thread re-reads each tensor as soon as it is written and compares it
+with its source, so the proof overlaps the copy. Memory stays bounded by a
+few chunk buffers, whatever the checkpoint's size.
+
+Commits
+-------
+``--out DIR``: everything is written to a hidden sibling folder, proven, synced,
+then renamed to DIR in one step.
+
+In place: new files go to ``CKPT/.eagle3conv-staging``; once proven and synced,
+a journal (``CKPT/.eagle3conv-journal.json``, written by atomic rename) records
+what replaces what: that is the commit point. Old files then move to
+``.eagle3conv-backup``, new ones move in, and the backup, staging and journal are
+removed. :func:`recover` runs before any later command touches the folder: with
+a journal it rolls forward (every step is idempotent), without one it removes
+an unfinished staging folder. Killed at any instant, the folder therefore holds
+the old checkpoint, the new one, or a state the next run completes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import struct
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from eagle3conv.checkpoint import dtypes
+from eagle3conv.checkpoint.index import BIN_INDEX, SAFETENSORS_INDEX, CheckpointIndex
+from eagle3conv.checkpoint.plan import Output, Plan
+from eagle3conv.errors import UsageError, WriteError
+
+JOURNAL = ".eagle3conv-journal.json"
+STAGING = ".eagle3conv-staging"
+BACKUP = ".eagle3conv-backup"
+CHUNK = int(os.environ.get("EAGLE3CONV_CHUNK_BYTES", 32 << 20))
+
+Progress = Callable[[int], None]
+
+
+# --- a test hook: die by SIGKILL at the N-th filesystem step ----------------------------
+class _Steps:
+    def __init__(self):
+        self.count = 0
+        raw = os.environ.get("EAGLE3CONV_KILL_AT_STEP")
+        self.kill_at = int(raw) if raw else None
+
+    def __call__(self) -> None:
+        self.count += 1
+        if self.kill_at is not None and self.count >= self.kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+_step = _Steps()
+
+
+def steps_taken() -> int:
+    return _step.count
+
+
+# --- shards -------------------------------------------------------------------------
+
+def parse_size(text: str) -> int:
+    units = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+    t = text.strip().upper().replace(" ", "")
+    num = t.rstrip("KMGIB")
+    unit = t[len(num):]
+    try:
+        value = float(num)
+    except ValueError:
+        raise UsageError(f"--max-shard-size {text!r}: expected a size like 5GB or 500MiB") from None
+    if unit not in units or value <= 0:
+        raise UsageError(f"--max-shard-size {text!r}: expected a size like 5GB or 500MiB")
+    return int(value * units[unit])
+
+
+def plan_shards(plan: Plan, max_shard_size: int | None = None) -> list[tuple[str, list[Output]]]:
+    """Group outputs into files: like the source by default, or packed to a size."""
+    outs = plan.outputs
+    groups: list[list[Output]] = []
+    if max_shard_size:
+        cur: list[Output] = []
+        size = 0
+        for o in outs:
+            if cur and size + o.nbytes > max_shard_size:
+                groups.append(cur)
+                cur, size = [], 0
+            cur.append(o)
+            size += o.nbytes
+        if cur:
+            groups.append(cur)
+    else:
+        order = {f: i for i, f in enumerate(plan.index.weight_files)}
+        by_file: dict[int, list[Output]] = {}
+        homeless = []  # rebuilt tensors (t2d) join the shard of the vocab map they came from
+        for o in outs:
+            src = plan.index.tensors.get(o.source) if o.source else None
+            if src is None:
+                homeless.append(o)
+            else:
+                by_file.setdefault(order.get(src.file, 0), []).append(o)
+        d2t = plan.index.tensors.get(next((o.source for o in outs if o.name == "d2t"), None) or "")
+        home = order.get(d2t.file, 0) if d2t else min(by_file, default=0)
+        by_file.setdefault(home, []).extend(homeless)
+        groups = [by_file[k] for k in sorted(by_file)]
+    if len(groups) <= 1:
+        return [("model.safetensors", groups[0] if groups else [])]
+    n = len(groups)
+    return [(f"model-{i + 1:05d}-of-{n:05d}.safetensors", g) for i, g in enumerate(groups)]
+
+
+def _layout(outputs: list[Output]) -> tuple[bytes, list[tuple[Output, int]]]:
+    """Header bytes and each tensor's data offset. Largest items first keeps every tensor aligned."""
+    ordered = sorted(outputs, key=lambda o: (-dtypes.itemsize(o.dtype), o.name))
+    header: dict = {"__metadata__": {"format": "pt"}}
+    pos = 0
+    placed = []
+    for o in ordered:
+        header[o.name] = {"dtype": o.dtype, "shape": list(o.shape), "data_offsets": [pos, pos + o.nbytes]}
+        placed.append((o, pos))
+        pos += o.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw, placed
+
+
+# --- byte movers ------------------------------------------------------------------------
+
+def _pwrite_all(fd: int, data, offset: int) -> None:
+    mv = memoryview(data).cast("B")
+    while mv:
+        n = os.pwrite(fd, mv[:CHUNK], offset)
+        if n <= 0:
+            raise OSError("short write")
+        mv, offset = mv[n:], offset + n
+        _step()
+
+
+def _copy_range(src_fd: int, dst_fd: int, src_off: int, dst_off: int, count: int, progress: Progress | None) -> None:
+    use_cfr = hasattr(os, "copy_file_range")
+    buf = None
+    while count > 0:
+        n = min(count, CHUNK)
+        done = 0
+        if use_cfr:
+            try:
+                done = os.copy_file_range(src_fd, dst_fd, n, src_off, dst_off)
+            except OSError:
+                use_cfr = False
+        if not use_cfr or done == 0:
+            if buf is None:
+                buf = bytearray(CHUNK)
+            done = os.preadv(src_fd, [memoryview(buf)[:n]], src_off)
+            if done <= 0:
+                raise OSError("source ended early")
+            _pwrite_all(dst_fd, memoryview(buf)[:done], dst_off)
+        else:
+            _step()
+        src_off += done
+        dst_off += done
+        count -= done
+        if progress:
+            progress(done)
+
+
+def _expected_chunks(index: CheckpointIndex, o: Output):
+    """The bytes an output must hold, in bounded chunks (for writing and for proving)."""
+    if o.data is not None:
+        arr = np.ascontiguousarray(o.data.astype(dtypes.numpy_dtype(o.dtype), copy=False))
+        mv = memoryview(arr.reshape(-1).view(np.uint8))
+        for s in range(0, len(mv), CHUNK):
+            yield mv[s:s + CHUNK]
+        return
+    src = index.tensors[o.source]
+    row_bytes_src = (src.nbytes // src.shape[0]) if src.shape and src.shape[0] else src.nbytes
+    start_row = o.row_start
+    end_row = o.row_end if o.row_end is not None else (src.shape[0] if src.shape else 1)
+    cast = o.dtype != src.dtype
+    if not src.shape:  # scalar
+        start_row, end_row, row_bytes_src = 0, 1, src.nbytes
+    rows_per_chunk = max(1, CHUNK // max(row_bytes_src, 1))
+    if src.start is None:
+        flat = index.raw_bytes_of_pickled(src.name)
+    for r in range(start_row, end_row, rows_per_chunk):
+        r2 = min(end_row, r + rows_per_chunk)
+        if src.start is None:
+            raw = flat[r * row_bytes_src: r2 * row_bytes_src]
+        else:
+            with open(src.file, "rb", buffering=0) as f:
+                raw = bytearray((r2 - r) * row_bytes_src)
+                got = os.preadv(f.fileno(), [raw], src.start + r * row_bytes_src)
+                if got != len(raw):
+                    raise WriteError(f"{src.file}: source ended early while reading {src.name}")
+        if cast:
+            import torch
+
+            t = torch.frombuffer(bytearray(raw), dtype=dtypes.torch_dtype(src.dtype)).to(dtypes.torch_dtype(o.dtype))
+            yield memoryview(t.view(torch.uint8).numpy())
+        else:
+            yield memoryview(raw)
+
+
+# --- verification thread ----------------------------------------------------------------------
+
+class _Verifier:
+    """Re-reads each written tensor and compares it with what it must hold."""
+
+    def __init__(self, index: CheckpointIndex):
+        self.index = index
+        self.q: queue.Queue = queue.Queue(maxsize=64)
+        self.errors: list[str] = []
+        self.checked = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def submit(self, path: Path, o: Output, offset: int) -> None:
+        self.q.put((path, o, offset))
+
+    def close(self) -> None:
+        self.q.put(None)
+        self.thread.join()
+
+    def _run(self) -> None:
+        fds: dict[Path, int] = {}
+        buf = bytearray(CHUNK)
+        try:
+            while (item := self.q.get()) is not None:
+                path, o, offset = item
+                try:
+                    if path not in fds:
+                        fds[path] = os.open(path, os.O_RDONLY)
+                    self._check(fds[path], o, offset, buf)
+                except Exception as e:  # noqa: BLE001 - reported as a verification failure
+                    self.errors.append(f"{path.name}: {o.name}: could not re-read: {e}")
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+
+    def _check(self, fd: int, o: Output, offset: int, buf: bytearray) -> None:
+        src = self.index.tensors.get(o.source) if o.source else None
+        pos = offset
+        if o.data is None and src is not None and src.start is not None and o.dtype == src.dtype:
+            # plain copy: compare with the source file's bytes directly
+            rows = src.shape[0] if src.shape else 1
+            row_bytes = src.nbytes // rows if rows else 0
+            s = src.start + o.row_start * row_bytes
+            remaining = o.nbytes
+            other = bytearray(CHUNK)
+            with open(src.file, "rb", buffering=0) as f:
+                while remaining:
+                    n = min(remaining, CHUNK)
+                    a = os.preadv(fd, [memoryview(buf)[:n]], pos)
+                    b = os.preadv(f.fileno(), [memoryview(other)[:n]], s)
+                    if a != n or b != n or not _equal(memoryview(buf)[:n], memoryview(other)[:n]):
+                        self.errors.append(f"{o.name}: bytes differ from the source at output offset {pos}")
+                        return
+                    pos, s, remaining = pos + n, s + n, remaining - n
+        else:
+            for chunk in _expected_chunks(self.index, o):
+                n = len(chunk)
+                a = os.preadv(fd, [memoryview(buf)[:n]], pos)
+                if a != n or not _equal(memoryview(buf)[:n], chunk):
+                    self.errors.append(f"{o.name}: bytes differ from what was meant at output offset {pos}")
+                    return
+                pos += n
+        self.checked += 1
+
+
+def _equal(a: memoryview, b: memoryview) -> bool:
+    n = len(a)
+    if n != len(b):
+        return False
+    if n % 8 == 0:
+        return np.array_equal(np.frombuffer(a, np.uint64), np.frombuffer(b, np.uint64))
+    return np.array_equal(np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8))
+
+
+# --- writing one folder --------------------------------------------------------------------------
+
+@dataclass
+class WriteResult:
+    files: list[str]
+    tensors: int
+    bytes_written: int
+    verified: int
+    shards: list[tuple[str, list[str]]] = field(default_factory=list)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    raw = (json.dumps(data, indent=2, sort_keys=False) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _pwrite_all(fd, raw, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _step()
+
+
+def write_checkpoint(plan: Plan, folder: Path, *, max_shard_size: int | None = None,
+                     progress: Progress | None = None, copy_other: bool = True) -> WriteResult:
+    """Write the plan's tensors, index and config into ``folder`` (which must exist) and prove them."""
+    index = plan.index
+    shards = plan_shards(plan, max_shard_size)
+    verifier = _Verifier(index)
+    written: list[str] = []
+    total = 0
+    src_fds: dict[Path, int] = {}
+    try:
+        for fname, outs in shards:
+            header, placed = _layout(outs)
+            path = folder / fname
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                _pwrite_all(fd, header, 0)
+                base = len(header)
+                for o, off in placed:
+                    src = index.tensors.get(o.source) if o.source else None
+                    if o.data is None and src is not None and src.start is not None and o.dtype == src.dtype:
+                        if src.file not in src_fds:
+                            src_fds[src.file] = os.open(src.file, os.O_RDONLY)
+                        rows = src.shape[0] if src.shape else 1
+                        row_bytes = src.nbytes // rows if rows else 0
+                        _copy_range(src_fds[src.file], fd, src.start + o.row_start * row_bytes, base + off, o.nbytes, progress)
+                    else:
+                        pos = base + off
+                        for chunk in _expected_chunks(index, o):
+                            _pwrite_all(fd, chunk, pos)
+                            pos += len(chunk)
+                            if progress:
+                                progress(len(chunk))
+                    verifier.submit(path, o, base + off)
+                    total += o.nbytes
+                os.fsync(fd)
+                _step()
+            finally:
+                os.close(fd)
+            written.append(fname)
+        if len(shards) > 1:
+            weight_map = {o.name: fname for fname, outs in shards for o in outs}
+            _write_json(folder / SAFETENSORS_INDEX, {
+                "metadata": {"total_size": total},
+                "weight_map": dict(sorted(weight_map.items())),
+            })
+            written.append(SAFETENSORS_INDEX)
+        _write_json(folder / "config.json", plan.config)
+        written.append("config.json")
+        if copy_other:
+            for p in index.other_files:
+                shutil.copyfile(p, folder / p.name)
+                _step()
+                written.append(p.name)
+    finally:
+        verifier.close()
+        for fd in src_fds.values():
+            os.close(fd)
+    if verifier.errors:
+        raise WriteError("the written checkpoint does not match its source; nothing was committed", details=verifier.errors)
+    _prove_headers(folder, shards)
+    if verifier.checked != len(plan.outputs):
+        raise WriteError(f"only {verifier.checked} of {len(plan.outputs)} tensors were proven; nothing was committed")
+    _fsync_dir(folder)
+    return WriteResult(written, len(plan.outputs), total, verifier.checked,
+                       [(f, [o.name for o in outs]) for f, outs in shards])
+
+
+def _prove_headers(folder: Path, shards) -> None:
+    """Re-open the output: every file parses, and its keys, shapes and dtypes are the plan's."""
+    from eagle3conv.checkpoint.index import read_safetensors_header
+
+    for fname, outs in shards:
+        found, meta = read_safetensors_header(folder / fname)
+        want = {o.name: (o.dtype, o.shape) for o in outs}
+        got = {k: (v.dtype, v.shape) for k, v in found.items()}
+        if want != got or meta.get("format") != "pt":
+            diff = sorted(set(want.items()) ^ set(got.items()))
+            raise WriteError(f"{fname}: written header differs from the plan: {diff[:5]}")
+
+
+# --- commits ------------------------------------------------------------------------------------
+
+def write_out(plan: Plan, out: Path, **kw) -> WriteResult:
+    """Write to a new folder ``out`` atomically."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"{out}: already exists and is not an empty folder", hint="choose a new --out folder, or remove it")
+    if out.resolve() == plan.index.root.resolve():
+        raise UsageError(f"{out}: is the source folder; leave out --out to fix in place")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in out.parent.glob(f".{out.name}.eagle3conv-tmp-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    staging = out.parent / f".{out.name}.eagle3conv-tmp-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        result = write_checkpoint(plan, staging, **kw)
+        os.replace(staging, out)
+        _step()
+        _fsync_dir(out.parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return result
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover(root: Path) -> str | None:
+    """Finish or roll back an interrupted in-place write. Returns what it did, if anything."""
+    root = Path(root)
+    journal = root / JOURNAL
+    staging = root / STAGING
+    backup = root / BACKUP
+    (root / (JOURNAL + ".tmp")).unlink(missing_ok=True)
+    if journal.is_file():
+        data = json.loads(journal.read_text())
+        _roll_forward(root, data)
+        return "completed an interrupted fix-keys (the new checkpoint is in place)"
+    if staging.exists():
+        shutil.rmtree(staging)
+        return "removed an unfinished fix-keys staging folder (the old checkpoint was never touched)"
+    return None
+
+
+def _roll_forward(root: Path, data: dict) -> None:
+    staging, backup = root / STAGING, root / BACKUP
+    install, replace = data["install"], data["replace"]
+    backup.mkdir(exist_ok=True)
+    for name in replace:
+        cur = root / name
+        if not (cur.exists() or cur.is_symlink()):
+            continue
+        if name in install and not (staging / name).exists():
+            continue  # already the new file
+        os.replace(cur, backup / name)
+        _step()
+    for name in install:
+        if (staging / name).exists():
+            os.replace(staging / name, root / name)
+            _step()
+    _fsync_dir(root)
+    shutil.rmtree(backup)
+    _step()
+    shutil.rmtree(staging, ignore_errors=True)
+    _step()
+    (root / JOURNAL).unlink()
+    _step()
+    _fsync_dir(root)
+
+
+def write_in_place(plan: Plan, **kw) -> WriteResult:
+    root = plan.index.root
+    staging = root / STAGING
+    recover(root)
+    staging.mkdir()
+    try:
+        result = write_checkpoint(plan, staging, copy_other=False, **kw)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    replace = sorted(
+        {p.name for p in plan.index.weight_files if p.name != "training_state.pt"}
+        | {n for n in (SAFETENSORS_INDEX, BIN_INDEX, "config.json") if (root / n).exists()}
+    )
+    tmp = root / (JOURNAL + ".tmp")
+    _write_json(tmp, {"version": 1, "install": result.files, "replace": replace})
+    os.replace(tmp, root / JOURNAL)  # the commit point
+    _fsync_dir(root)
+    _step()
+    _roll_forward(root, {"install": result.files, "replace": replace})
+    return result

@@ -1,0 +1,204 @@
+"""The command line: parse, call one library function, format the result.
+
+Exit codes: 0 ok, 1 error, 2 usage, 3 checked and found invalid, 4 verify
+failed (see eagle3conv/errors.py). ``--json`` prints exactly one JSON document
+on stdout; progress and logs go to stderr. Tracebacks only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+
+import click
+
+from eagle3conv import __version__
+from eagle3conv.errors import EXIT_ERROR, Eagle3ConvError
+
+FORMAT_HELP = "Source format, overriding detection (see `eagle3conv formats`)."
+
+
+def _emit(as_json: bool, data: dict, text: str) -> None:
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        click.echo(text)
+
+
+class _Group(click.Group):
+    """One catch for the whole tool: our errors become a message and an exit code."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except Eagle3ConvError as e:
+            debug = ctx.meta.get("eagle3conv.debug", False)
+            as_json = ctx.meta.get("eagle3conv.json", False)
+            if debug:
+                traceback.print_exc()
+            if as_json:
+                click.echo(json.dumps(e.to_dict(), indent=2))
+            click.echo(f"error: {e.message}", err=True)
+            for line in e.details[:50]:
+                click.echo(f"  - {line}", err=True)
+            if len(e.details) > 50:
+                click.echo(f"  … {len(e.details) - 50} more (use --json for all)", err=True)
+            if e.hint:
+                click.echo(f"hint: {e.hint}", err=True)
+            ctx.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted; your files are as they were (an in-place write finishes or rolls back on the next run)", err=True)
+            ctx.exit(130)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as e:  # noqa: BLE001 - an eagle3conv bug: say so, show the trace with --debug
+            if ctx.meta.get("eagle3conv.debug", False):
+                traceback.print_exc()
+            click.echo(f"error: internal error ({type(e).__name__}: {e}); rerun with --debug and report it", err=True)
+            ctx.exit(EXIT_ERROR)
+
+
+def _common(f):
+    f = click.option("--json", "json_", is_flag=True, help="Print one JSON document on stdout.")(f)
+    f = click.option("--debug", is_flag=True, help="Show tracebacks.")(f)
+    return f
+
+
+def _setup(json_: bool, debug: bool) -> None:
+    ctx = click.get_current_context()
+    ctx.meta["eagle3conv.json"] = json_
+    ctx.meta["eagle3conv.debug"] = debug
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="eagle3conv")
+def main() -> None:
+    """Make EAGLE-3 drafters load, wire and serve correctly in SGLang, vLLM and TensorRT-LLM.
+
+    \b
+    Example:
+      eagle3conv inspect ckpt/
+      eagle3conv fix-keys ckpt/
+    """
+
+
+@main.command("inspect")
+@click.argument("checkpoint", type=click.Path(path_type=str))
+@click.option("--from", "source_format", metavar="FORMAT", help=FORMAT_HELP)
+@click.option("--config", "config", type=click.Path(exists=True, dir_okay=True), help="Use this config.json (for checkpoints that ship none).")
+@click.option("--keep-embed", is_flag=True, help="Plan as if embed_tokens were kept.")
+@_common
+def inspect_cmd(checkpoint, source_format, config, keep_embed, json_, debug):
+    """Show a checkpoint: its format and why, tensors, config, aux layers, and what fix-keys would change or refuse.
+
+    Writes nothing (except finishing an interrupted in-place fix-keys).
+    Exits 3 when fix-keys would refuse the checkpoint.
+
+    \b
+    Example:
+      eagle3conv inspect ./epoch_9_step_30000
+    """
+    _setup(json_, debug)
+    from eagle3conv.api import inspect
+    from eagle3conv.report import inspect_text
+
+    res = inspect(checkpoint, source_format=source_format, config=config, keep_embed=keep_embed)
+    d = res.to_dict()
+    _emit(json_, d, inspect_text(d))
+    if res.plan is not None and not res.plan.ok:
+        click.get_current_context().exit(3)
+    if res.plan_error is not None:
+        click.get_current_context().exit(getattr(res.plan_error, "exit_code", 1))
+
+
+@main.command("fix-keys")
+@click.argument("checkpoint", type=click.Path(path_type=str))
+@click.option("--out", type=click.Path(path_type=str), help="Write to this new folder instead of in place.")
+@click.option("--from", "source_format", metavar="FORMAT", help=FORMAT_HELP)
+@click.option("--config", "config", type=click.Path(exists=True, dir_okay=True), help="Use this config.json (for checkpoints that ship none, e.g. the original EAGLE code).")
+@click.option("--keep-embed", is_flag=True, help="Keep embed_tokens (dropped by default: SGLang replaces it, vLLM would serve a stale copy).")
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), help="Cast floating-point weights (default: keep the source dtype).")
+@click.option("--max-shard-size", metavar="SIZE", help="Shard the output, e.g. 5GB (default: shard like the source).")
+@click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@_common
+def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_shard_size, dry_run, json_, debug):
+    """Rename a drafter's weights to exactly what SGLang loads, strictly, and prove the result.
+
+    Every source key is renamed, kept, split or dropped by a named rule; any
+    other key, a missing tensor, a wrong shape or a broken vocab map stops the
+    command before anything is written (exit 3). In place by default, crash-safe;
+    the output is re-read and compared byte for byte with the source.
+
+    \b
+    Example:
+      eagle3conv fix-keys ./kimi-drafter --out ./kimi-drafter-sglang
+    """
+    _setup(json_, debug)
+    from eagle3conv.api import fix_keys
+    from eagle3conv.report import fix_text
+
+    bar = None
+    progress = None
+    if not dry_run:
+        from tqdm import tqdm
+
+        bar = tqdm(total=None, unit="B", unit_scale=True, unit_divisor=1024, desc="fix-keys", file=sys.stderr,
+                   disable=None, leave=False)
+        progress = bar.update
+    try:
+        res = fix_keys(checkpoint, out=out, source_format=source_format, config=config, keep_embed=keep_embed,
+                       dtype=dtype, max_shard_size=max_shard_size, dry_run=dry_run, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    d = res.to_dict()
+    _emit(json_, d, fix_text(d))
+
+
+@main.command("formats")
+@_common
+def formats_cmd(json_, debug):
+    """List the source formats fix-keys understands, with their rules.
+
+    \b
+    Example:
+      eagle3conv formats --json
+    """
+    _setup(json_, debug)
+    from eagle3conv.checkpoint.formats import load_formats
+
+    formats, common = load_formats()
+    data = [
+        {
+            "name": f.name,
+            "title": f.title,
+            "priority": f.priority,
+            "rules": [{"rule": r.describe(), "why": r.why} for r in f.rules + common.rules],
+        }
+        for f in sorted(formats.values(), key=lambda f: -f.priority)
+    ]
+    text = "\n".join(f"{f['name']:<22} {f['title']}" for f in data)
+    _emit(json_, {"formats": data}, text)
+
+
+@main.command("example")
+@click.argument("dest", type=click.Path(path_type=str), default="example-drafter")
+@click.option("--format", "fmt", default="modelopt-export", show_default=True, help="Trainer naming to write it in.")
+@_common
+def example_cmd(dest, fmt, json_, debug):
+    """Write a small, deterministic example drafter checkpoint in a trainer's naming.
+
+    It is the embedded default the README's first command runs on: a real
+    safetensors checkpoint (hidden 64, SmolLM2's 49152-token vocab pruned to
+    2048) that SGLang would silently skip until fix-keys renames it.
+
+    \b
+    Example:
+      eagle3conv example ./example-drafter && eagle3conv fix-keys ./example-drafter
+    """
+    _setup(json_, debug)
+    from eagle3conv.example import write_example
+
+    path = write_example(dest, fmt)
+    _emit(json_, {"path": str(path), "format": fmt}, f"wrote an example {fmt} drafter to {path}")
