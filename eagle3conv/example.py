@@ -87,9 +87,10 @@ def canonical_tensors(d: Dims) -> dict:
         "norm.weight": norm(H),
         "lm_head.weight": w(d.draft_vocab, H),
     }
-    # the draft vocab: the first 256 ids plus a seeded sorted sample of the rest
-    rest = torch.randperm(d.vocab - 256, generator=g)[: d.draft_vocab - 256] + 256
-    tids = torch.cat([torch.arange(256), rest.sort().values])
+    # the draft vocab: the first ids (bytes, specials) plus a seeded sorted sample of the rest
+    head = min(256, d.draft_vocab // 2)
+    rest = torch.randperm(d.vocab - head, generator=g)[: d.draft_vocab - head] + head
+    tids = torch.cat([torch.arange(head), rest.sort().values])
     t["d2t"] = (tids - torch.arange(d.draft_vocab)).to(torch.int64)
     t2d = torch.zeros(d.vocab, dtype=torch.bool)
     t2d[tids] = True
