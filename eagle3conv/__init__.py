@@ -1,3 +1,19 @@
-"""eagle3conv: make EAGLE-3 drafters load, wire and serve correctly."""
+"""eagle3conv: make EAGLE-3 drafters load, wire and serve correctly.
+
+Public API::
+
+    from eagle3conv import inspect, fix_keys
+"""
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):  # lazy: `import eagle3conv` stays cheap for the CLI
+    if name in ("inspect", "fix_keys", "InspectResult", "FixResult"):
+        from eagle3conv import api
+
+        return getattr(api, name)
+    raise AttributeError(name)
+
+
+__all__ = ["inspect", "fix_keys", "InspectResult", "FixResult", "__version__"]
