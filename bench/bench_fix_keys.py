@@ -97,14 +97,18 @@ def write_drafter(path: Path, scale: float = 1.0) -> int:
 
 
 def timed(cmd: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (bytes) of one child process."""
-    t = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, ru = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{cmd} failed: {p.stderr.read().decode()[-2000:]}")
-    return wall, ru.ru_maxrss * 1024
+    """Wall seconds and peak RSS (bytes) of one command.
+
+    RSS comes from GNU time (a small process that forks and execs the command):
+    a child forked from this Python process would inherit its max RSS.
+    """
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
+        t = time.perf_counter()
+        r = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name, *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wall = time.perf_counter() - t
+        if r.returncode != 0:
+            raise SystemExit(f"{cmd} failed: {r.stderr.decode()[-2000:]}")
+        return wall, int(rss.read().strip().splitlines()[-1]) * 1024
 
 
 BASELINE = """

@@ -3,4 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# the drafter-forward oracle (tests/test_drafter.py): see requirements-oracle.txt
+.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-oracle.txt
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps speculators==0.9.0
 exec .venv/bin/python -m pytest -q "$@"

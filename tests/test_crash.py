@@ -148,20 +148,21 @@ def test_in_place_random_time_kills(tmp_path):
         assert snapshot(work) == new
 
 
-def test_corrupted_copy_is_caught_and_nothing_committed(tmp_path, monkeypatch):
+def test_corrupted_write_is_caught_and_nothing_committed(tmp_path, monkeypatch):
     """The proof re-reads the output: a write that went wrong is refused before the commit."""
     src = write_example(tmp_path / "src", "modelopt-export", DIMS)
     old = snapshot(src)
-    real = writer._copy_range
+    real = writer._pwrite_all
+    calls = {"n": 0}
 
-    def flipping(src_fd, dst_fd, src_off, dst_off, count, progress):
-        real(src_fd, dst_fd, src_off, dst_off, count, progress)
-        b = os.pread(dst_fd if False else os.open(f"/proc/self/fd/{dst_fd}", os.O_RDONLY), 1, dst_off)
-        fd = os.open(f"/proc/self/fd/{dst_fd}", os.O_WRONLY)
-        os.pwrite(fd, bytes([b[0] ^ 0xFF]), dst_off)
-        os.close(fd)
+    def corrupting(fd, data, offset):
+        calls["n"] += 1
+        mv = bytearray(memoryview(data).cast("B"))
+        if calls["n"] == 3 and mv:  # a tensor chunk (1: header, 2..: tensors)
+            mv[len(mv) // 2] ^= 0xFF
+        real(fd, mv, offset)
 
-    monkeypatch.setattr(writer, "_copy_range", flipping)
+    monkeypatch.setattr(writer, "_pwrite_all", corrupting)
     from eagle3conv.api import fix_keys
 
     with pytest.raises(WriteError) as e:
@@ -169,6 +170,7 @@ def test_corrupted_copy_is_caught_and_nothing_committed(tmp_path, monkeypatch):
     assert "differ" in " ".join(e.value.details)
     assert not (tmp_path / "out").exists()
     assert not list(tmp_path.glob(".out.eagle3conv-tmp-*"))
+    calls["n"] = 0
     with pytest.raises(WriteError):
         fix_keys(src)
     assert snapshot(src) == old

@@ -1,11 +1,10 @@
 """Streaming safetensors writer, proof by re-reading, and crash-safe commits.
 
-Bytes move file-to-file with ``copy_file_range`` (in the kernel, like ``cp``)
-whenever a tensor is copied unchanged, including row slices of fused tensors;
-only casts and repaired vocab maps pass through Python, in bounded chunks. A
-second thread re-reads each tensor as soon as it is written and compares it
-with its source, so the proof overlaps the copy. Memory stays bounded by a
-few chunk buffers, whatever the checkpoint's size.
+Bytes move in cache-sized chunks by byte range (no tensor is decoded unless
+it is cast), including row slices of fused tensors. Each chunk is read back
+from the output right after it is written and compared with what it must hold
+(see :class:`_Mover`), so the proof costs little more than the copy. Memory
+stays bounded by two chunk buffers, whatever the checkpoint's size.
 
 Commits
 -------
@@ -24,13 +23,13 @@ the old checkpoint, the new one, or a state the next run completes.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import os
-import queue
 import shutil
 import signal
 import struct
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -45,9 +44,14 @@ from eagle3conv.errors import UsageError, WriteError
 JOURNAL = ".eagle3conv-journal.json"
 STAGING = ".eagle3conv-staging"
 BACKUP = ".eagle3conv-backup"
-CHUNK = int(os.environ.get("EAGLE3CONV_CHUNK_BYTES", 32 << 20))
+CHUNK = int(os.environ.get("EAGLE3CONV_CHUNK_BYTES", 2 << 20))  # cache-sized: the proof re-reads it while hot
 
 Progress = Callable[[int], None]
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
+_memcmp = _libc.memcmp
+_memcmp.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+_memcmp.restype = ctypes.c_int
 
 
 # --- a test hook: die by SIGKILL at the N-th filesystem step ----------------------------
@@ -148,35 +152,74 @@ def _pwrite_all(fd: int, data, offset: int) -> None:
         _step()
 
 
-def _copy_range(src_fd: int, dst_fd: int, src_off: int, dst_off: int, count: int, progress: Progress | None) -> None:
-    use_cfr = hasattr(os, "copy_file_range")
-    buf = None
-    while count > 0:
-        n = min(count, CHUNK)
-        done = 0
-        if use_cfr:
-            try:
-                done = os.copy_file_range(src_fd, dst_fd, n, src_off, dst_off)
-            except OSError:
-                use_cfr = False
-        if not use_cfr or done == 0:
-            if buf is None:
-                buf = bytearray(CHUNK)
-            done = os.preadv(src_fd, [memoryview(buf)[:n]], src_off)
-            if done <= 0:
-                raise OSError("source ended early")
-            _pwrite_all(dst_fd, memoryview(buf)[:done], dst_off)
+class _Mover:
+    """Moves bytes source → output in chunks and proves each chunk right away.
+
+    Each chunk is read from the source into a buffer, written to the output,
+    then read back from the output through a separate descriptor (opened by
+    path) and compared with memcmp while both are still in the CPU cache. The
+    proof thus costs little more than the copy: memory traffic stays close to
+    ``cp``'s, and memory use is two chunk buffers whatever the checkpoint's size.
+    """
+
+    def __init__(self, progress: Progress | None):
+        self.buf = bytearray(CHUNK)
+        self.back = bytearray(CHUNK)
+        self._pa = ctypes.addressof((ctypes.c_char * CHUNK).from_buffer(self.buf))
+        self._pb = ctypes.addressof((ctypes.c_char * CHUNK).from_buffer(self.back))
+        self.progress = progress
+        self.errors: list[str] = []
+        self.kernel_copy = hasattr(os, "copy_file_range")
+
+    def _prove(self, chk_fd: int, data: memoryview, at: int, name: str) -> bool:
+        n = len(data)
+        got = os.preadv(chk_fd, [memoryview(self.back)[:n]], at)
+        if data.obj is self.buf:
+            same = got == n and _memcmp(self._pa, self._pb, n) == 0
         else:
-            _step()
-        src_off += done
-        dst_off += done
-        count -= done
-        if progress:
-            progress(done)
+            same = got == n and memoryview(self.back)[:n] == data
+        if not same:
+            self.errors.append(f"{name}: bytes read back at output offset {at} differ from the source")
+        return same
+
+    def copy(self, src_fd: int, src_off: int, dst_fd: int, chk_fd: int, dst_off: int, count: int, name: str) -> None:
+        """Kernel copy (copy_file_range, as cp does), then both sides re-read while cache-hot."""
+        mv = memoryview(self.buf)
+        while count > 0:
+            n = min(count, CHUNK)
+            done = 0
+            if self.kernel_copy:
+                try:
+                    done = os.copy_file_range(src_fd, dst_fd, n, src_off, dst_off)
+                    _step()
+                except OSError:
+                    self.kernel_copy = False
+            if done <= 0:
+                done = os.preadv(src_fd, [mv[:n]], src_off)
+                if done <= 0:
+                    raise WriteError(f"source ended early while copying {name}")
+                _pwrite_all(dst_fd, mv[:done], dst_off)
+            elif os.preadv(src_fd, [mv[:done]], src_off) != done:
+                raise WriteError(f"source ended early while copying {name}")
+            if not self._prove(chk_fd, mv[:done], dst_off, name):
+                return
+            src_off, dst_off, count = src_off + done, dst_off + done, count - done
+            if self.progress:
+                self.progress(done)
+
+    def write(self, chunks, dst_fd: int, chk_fd: int, dst_off: int, name: str) -> None:
+        for chunk in chunks:
+            chunk = memoryview(chunk).cast("B")
+            _pwrite_all(dst_fd, chunk, dst_off)
+            if not self._prove(chk_fd, chunk, dst_off, name):
+                return
+            dst_off += len(chunk)
+            if self.progress:
+                self.progress(len(chunk))
 
 
 def _expected_chunks(index: CheckpointIndex, o: Output):
-    """The bytes an output must hold, in bounded chunks (for writing and for proving)."""
+    """The bytes a rewritten, cast or pickled output must hold, in bounded chunks."""
     if o.data is not None:
         arr = np.ascontiguousarray(o.data.astype(dtypes.numpy_dtype(o.dtype), copy=False))
         mv = memoryview(arr.reshape(-1).view(np.uint8))
@@ -184,107 +227,28 @@ def _expected_chunks(index: CheckpointIndex, o: Output):
             yield mv[s:s + CHUNK]
         return
     src = index.tensors[o.source]
-    row_bytes_src = (src.nbytes // src.shape[0]) if src.shape and src.shape[0] else src.nbytes
+    rows = src.shape[0] if src.shape else 1
+    row_bytes = src.nbytes // rows if rows else 0
     start_row = o.row_start
-    end_row = o.row_end if o.row_end is not None else (src.shape[0] if src.shape else 1)
-    cast = o.dtype != src.dtype
-    if not src.shape:  # scalar
-        start_row, end_row, row_bytes_src = 0, 1, src.nbytes
-    rows_per_chunk = max(1, CHUNK // max(row_bytes_src, 1))
-    if src.start is None:
-        flat = index.raw_bytes_of_pickled(src.name)
+    end_row = o.row_end if o.row_end is not None else rows
+    rows_per_chunk = max(1, CHUNK // max(row_bytes, 1))
+    flat = index.raw_bytes_of_pickled(src.name) if src.start is None else None
     for r in range(start_row, end_row, rows_per_chunk):
         r2 = min(end_row, r + rows_per_chunk)
-        if src.start is None:
-            raw = flat[r * row_bytes_src: r2 * row_bytes_src]
+        if flat is not None:
+            raw = flat[r * row_bytes: r2 * row_bytes]
         else:
+            raw = bytearray((r2 - r) * row_bytes)
             with open(src.file, "rb", buffering=0) as f:
-                raw = bytearray((r2 - r) * row_bytes_src)
-                got = os.preadv(f.fileno(), [raw], src.start + r * row_bytes_src)
-                if got != len(raw):
+                if os.preadv(f.fileno(), [raw], src.start + r * row_bytes) != len(raw):
                     raise WriteError(f"{src.file}: source ended early while reading {src.name}")
-        if cast:
+        if o.dtype != src.dtype:
             import torch
 
             t = torch.frombuffer(bytearray(raw), dtype=dtypes.torch_dtype(src.dtype)).to(dtypes.torch_dtype(o.dtype))
             yield memoryview(t.view(torch.uint8).numpy())
         else:
             yield memoryview(raw)
-
-
-# --- verification thread ----------------------------------------------------------------------
-
-class _Verifier:
-    """Re-reads each written tensor and compares it with what it must hold."""
-
-    def __init__(self, index: CheckpointIndex):
-        self.index = index
-        self.q: queue.Queue = queue.Queue(maxsize=64)
-        self.errors: list[str] = []
-        self.checked = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def submit(self, path: Path, o: Output, offset: int) -> None:
-        self.q.put((path, o, offset))
-
-    def close(self) -> None:
-        self.q.put(None)
-        self.thread.join()
-
-    def _run(self) -> None:
-        fds: dict[Path, int] = {}
-        buf = bytearray(CHUNK)
-        try:
-            while (item := self.q.get()) is not None:
-                path, o, offset = item
-                try:
-                    if path not in fds:
-                        fds[path] = os.open(path, os.O_RDONLY)
-                    self._check(fds[path], o, offset, buf)
-                except Exception as e:  # noqa: BLE001 - reported as a verification failure
-                    self.errors.append(f"{path.name}: {o.name}: could not re-read: {e}")
-        finally:
-            for fd in fds.values():
-                os.close(fd)
-
-    def _check(self, fd: int, o: Output, offset: int, buf: bytearray) -> None:
-        src = self.index.tensors.get(o.source) if o.source else None
-        pos = offset
-        if o.data is None and src is not None and src.start is not None and o.dtype == src.dtype:
-            # plain copy: compare with the source file's bytes directly
-            rows = src.shape[0] if src.shape else 1
-            row_bytes = src.nbytes // rows if rows else 0
-            s = src.start + o.row_start * row_bytes
-            remaining = o.nbytes
-            other = bytearray(CHUNK)
-            with open(src.file, "rb", buffering=0) as f:
-                while remaining:
-                    n = min(remaining, CHUNK)
-                    a = os.preadv(fd, [memoryview(buf)[:n]], pos)
-                    b = os.preadv(f.fileno(), [memoryview(other)[:n]], s)
-                    if a != n or b != n or not _equal(memoryview(buf)[:n], memoryview(other)[:n]):
-                        self.errors.append(f"{o.name}: bytes differ from the source at output offset {pos}")
-                        return
-                    pos, s, remaining = pos + n, s + n, remaining - n
-        else:
-            for chunk in _expected_chunks(self.index, o):
-                n = len(chunk)
-                a = os.preadv(fd, [memoryview(buf)[:n]], pos)
-                if a != n or not _equal(memoryview(buf)[:n], chunk):
-                    self.errors.append(f"{o.name}: bytes differ from what was meant at output offset {pos}")
-                    return
-                pos += n
-        self.checked += 1
-
-
-def _equal(a: memoryview, b: memoryview) -> bool:
-    n = len(a)
-    if n != len(b):
-        return False
-    if n % 8 == 0:
-        return np.array_equal(np.frombuffer(a, np.uint64), np.frombuffer(b, np.uint64))
-    return np.array_equal(np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8))
 
 
 # --- writing one folder --------------------------------------------------------------------------
@@ -306,23 +270,29 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_json(path: Path, data: dict) -> None:
+def _write_json(path: Path, data: dict, durable: bool = True) -> None:
     raw = (json.dumps(data, indent=2, sort_keys=False) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         _pwrite_all(fd, raw, 0)
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     _step()
 
 
 def write_checkpoint(plan: Plan, folder: Path, *, max_shard_size: int | None = None,
-                     progress: Progress | None = None, copy_other: bool = True) -> WriteResult:
-    """Write the plan's tensors, index and config into ``folder`` (which must exist) and prove them."""
+                     progress: Progress | None = None, copy_other: bool = True, durable: bool = True) -> WriteResult:
+    """Write the plan's tensors, index and config into ``folder`` (which must exist) and prove them.
+
+    ``durable`` fsyncs every file before returning: needed in place, where old
+    files are removed after the commit; ``--out`` leaves the source untouched,
+    so it skips the flush to disk (as ``cp`` does) and survives SIGKILL all the same.
+    """
     index = plan.index
     shards = plan_shards(plan, max_shard_size)
-    verifier = _Verifier(index)
+    mover = _Mover(progress)
     written: list[str] = []
     total = 0
     src_fds: dict[Path, int] = {}
@@ -331,6 +301,7 @@ def write_checkpoint(plan: Plan, folder: Path, *, max_shard_size: int | None = N
             header, placed = _layout(outs)
             path = folder / fname
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            chk = os.open(path, os.O_RDONLY)  # the proof reads through its own descriptor
             try:
                 _pwrite_all(fd, header, 0)
                 base = len(header)
@@ -341,19 +312,18 @@ def write_checkpoint(plan: Plan, folder: Path, *, max_shard_size: int | None = N
                             src_fds[src.file] = os.open(src.file, os.O_RDONLY)
                         rows = src.shape[0] if src.shape else 1
                         row_bytes = src.nbytes // rows if rows else 0
-                        _copy_range(src_fds[src.file], fd, src.start + o.row_start * row_bytes, base + off, o.nbytes, progress)
+                        mover.copy(src_fds[src.file], src.start + o.row_start * row_bytes, fd, chk, base + off, o.nbytes, o.name)
                     else:
-                        pos = base + off
-                        for chunk in _expected_chunks(index, o):
-                            _pwrite_all(fd, chunk, pos)
-                            pos += len(chunk)
-                            if progress:
-                                progress(len(chunk))
-                    verifier.submit(path, o, base + off)
+                        mover.write(_expected_chunks(index, o), fd, chk, base + off, o.name)
+                    if mover.errors:
+                        raise WriteError("the written checkpoint does not match its source; nothing was committed",
+                                         details=mover.errors)
                     total += o.nbytes
-                os.fsync(fd)
+                if durable:
+                    os.fsync(fd)
                 _step()
             finally:
+                os.close(chk)
                 os.close(fd)
             written.append(fname)
         if len(shards) > 1:
@@ -361,9 +331,9 @@ def write_checkpoint(plan: Plan, folder: Path, *, max_shard_size: int | None = N
             _write_json(folder / SAFETENSORS_INDEX, {
                 "metadata": {"total_size": total},
                 "weight_map": dict(sorted(weight_map.items())),
-            })
+            }, durable)
             written.append(SAFETENSORS_INDEX)
-        _write_json(folder / "config.json", plan.config)
+        _write_json(folder / "config.json", plan.config, durable)
         written.append("config.json")
         if copy_other:
             for p in index.other_files:
@@ -371,16 +341,12 @@ def write_checkpoint(plan: Plan, folder: Path, *, max_shard_size: int | None = N
                 _step()
                 written.append(p.name)
     finally:
-        verifier.close()
-        for fd in src_fds.values():
-            os.close(fd)
-    if verifier.errors:
-        raise WriteError("the written checkpoint does not match its source; nothing was committed", details=verifier.errors)
+        for sfd in src_fds.values():
+            os.close(sfd)
     _prove_headers(folder, shards)
-    if verifier.checked != len(plan.outputs):
-        raise WriteError(f"only {verifier.checked} of {len(plan.outputs)} tensors were proven; nothing was committed")
-    _fsync_dir(folder)
-    return WriteResult(written, len(plan.outputs), total, verifier.checked,
+    if durable:
+        _fsync_dir(folder)
+    return WriteResult(written, len(plan.outputs), total, len(plan.outputs),
                        [(f, [o.name for o in outs]) for f, outs in shards])
 
 
@@ -415,10 +381,9 @@ def write_out(plan: Plan, out: Path, **kw) -> WriteResult:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     try:
-        result = write_checkpoint(plan, staging, **kw)
+        result = write_checkpoint(plan, staging, durable=False, **kw)
         os.replace(staging, out)
         _step()
-        _fsync_dir(out.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -1,0 +1,857 @@
+"""The EAGLE-3 drafter forward, as SGLang's ``LlamaForCausalLMEagle3`` runs it.
+
+This module receives tensors and a config dict (the drafter's ``config.json``
+as a dict) and knows nothing about files. Weights use eagle3conv's canonical
+spelling (SGLang's, unprefixed, unfused): ``fc.weight``, ``midlayer.*``,
+``norm.weight``, ``lm_head.weight``, ``d2t``, ... (see :func:`expected_shapes`).
+
+One draft step (upstream: sglang ``python/sglang/srt/models/llama_eagle3.py``)::
+
+    g    = fc(cat(fc_norm_i(aux_i)))        if last dim == k*T  (step 1)
+         = h                                if last dim == H    (steps 2+, fc skipped)
+    res  = g                                (hidden_norm(g) if norm_before_residual)
+    x    = cat(input_layernorm(embed(tok)), hidden_norm(g))      # embeds first
+    h    = res + o_proj(causal_gqa_attention(rope(q(x)), rope(k(x)), v(x)))
+    h    = h + mlp(post_attention_layernorm(h))                  # SwiGLU
+    logits = lm_head(norm(h))               # draft vocab, width Vd
+    target_id = argmax + d2t[argmax]
+    next step's state = h (pre-norm), or norm(h) if norm_output
+
+Two entry points:
+
+* :meth:`Eagle3Drafter.forward` runs one step over whole sequences with plain
+  causal attention (SGLang's draft-extend layout).
+* :meth:`Eagle3Drafter.draft_chain` runs K steps teacher-forced over whole
+  sequences with EAGLE-3's training-time-test attention and returns per-step
+  predictions aligned with the tokens they guess (see its docstring).
+
+:func:`smoke_test` is a structural check on random inputs;
+:func:`check_mla_shapes` checks the tensor shapes of MLA drafters
+(``Eagle3DeepseekV2ForCausalLM``), whose forward is not implemented here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from eagle3conv.errors import InvalidCheckpointError, UsageError
+
+__all__ = [
+    "DraftChain",
+    "DrafterConfig",
+    "Eagle3Drafter",
+    "SmokeTestResult",
+    "StepOutput",
+    "check_mla_shapes",
+    "expected_mla_shapes",
+    "expected_shapes",
+    "smoke_test",
+]
+
+_SUPPORTED_ROPE = ("default", "linear", "llama3", "yarn")
+_MAX_LISTED = 20  # offending keys named in an error message before "... and N more"
+
+
+# --------------------------------------------------------------------------- config
+
+
+def _flag(config: Mapping[str, Any], name: str) -> bool:
+    """A boolean drafter option: top level first (vLLM, speculators), then ``eagle_config``."""
+    if config.get(name) is not None:
+        return bool(config[name])
+    eagle = config.get("eagle_config") or {}
+    return bool(eagle.get(name, False))
+
+
+def _aux_layer_ids(config: Mapping[str, Any]) -> list[int] | None:
+    """Aux ids as SGLang reads them (nested ``eagle_config``), else vLLM's top-level key."""
+    eagle = config.get("eagle_config") or {}
+    ids = eagle.get("eagle_aux_hidden_state_layer_ids")
+    if ids is None:
+        ids = config.get("eagle_aux_hidden_state_layer_ids")
+    return None if ids is None else list(ids)
+
+
+def _require(config: Mapping[str, Any], name: str) -> int:
+    value = config.get(name)
+    if value is None:
+        raise InvalidCheckpointError(f"config.json: required field {name!r} is missing")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class DrafterConfig:
+    """The numbers and switches of a Llama-style EAGLE-3 drafter, read from config.json.
+
+    ``num_aux`` is the length of the declared aux-layer ids, else 3 (SGLang's
+    ``LlamaForCausalLMEagle3`` hard-codes ``fc`` as ``3 * target_hidden_size`` wide).
+    """
+
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    draft_vocab_size: int
+    target_hidden_size: int
+    num_aux: int
+    rms_norm_eps: float
+    hidden_act: str
+    fc_bias: bool
+    fc_norm: bool
+    norm_output: bool
+    norm_before_residual: bool
+    draft_vocab_declared: bool
+
+    @property
+    def fc_in_features(self) -> int:
+        return self.num_aux * self.target_hidden_size
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> DrafterConfig:
+        """Parse and sanity-check a drafter config; raise InvalidCheckpointError if unusable."""
+        hidden = _require(config, "hidden_size")
+        heads = _require(config, "num_attention_heads")
+        layers = config.get("num_hidden_layers", 1)
+        if layers != 1:
+            raise InvalidCheckpointError(
+                f"config.json: num_hidden_layers is {layers}; EAGLE-3 drafters have exactly 1 "
+                "(SGLang raises 'EAGLE3 currently only supports 1 layer')"
+            )
+        if config.get("tie_word_embeddings"):
+            raise InvalidCheckpointError(
+                "config.json: tie_word_embeddings is true, so SGLang would use the embedding as "
+                "lm_head and ignore the drafter's pruned head",
+                hint="set tie_word_embeddings to false in the drafter's config.json",
+            )
+        if _flag(config, "norm_before_fc"):
+            raise InvalidCheckpointError(
+                "config.json: norm_before_fc (one RMSNorm over the concatenated aux states) is "
+                "not part of SGLang's LlamaForCausalLMEagle3 and is not supported here"
+            )
+        ids = _aux_layer_ids(config)
+        vocab = _require(config, "vocab_size")
+        draft_vocab = config.get("draft_vocab_size")
+        target_hidden = config.get("target_hidden_size") or hidden
+        return cls(
+            hidden_size=hidden,
+            num_heads=heads,
+            num_kv_heads=int(config.get("num_key_value_heads") or heads),
+            head_dim=int(config.get("head_dim") or hidden // heads),
+            intermediate_size=_require(config, "intermediate_size"),
+            vocab_size=vocab,
+            draft_vocab_size=int(draft_vocab) if draft_vocab is not None else vocab,
+            target_hidden_size=int(target_hidden),
+            num_aux=len(ids) if ids else 3,
+            rms_norm_eps=float(config.get("rms_norm_eps") or 1e-6),
+            hidden_act=str(config.get("hidden_act") or "silu"),
+            fc_bias=bool(config.get("bias", False)),
+            fc_norm=_flag(config, "fc_norm") or _flag(config, "use_aux_norm"),
+            norm_output=_flag(config, "norm_output"),
+            norm_before_residual=_flag(config, "norm_before_residual"),
+            draft_vocab_declared=draft_vocab is not None,
+        )
+
+
+def expected_shapes(config: Mapping[str, Any] | DrafterConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor a Llama-style drafter with this config needs, canonical name -> shape.
+
+    Optional tensors (``t2d``, ``embed_tokens.weight``, and ``d2t`` when the draft
+    vocab is the full vocab) are included; :class:`Eagle3Drafter` tells them apart.
+    """
+    c = config if isinstance(config, DrafterConfig) else DrafterConfig.from_config(config)
+    h, q, kv = c.hidden_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    shapes: dict[str, tuple[int, ...]] = {"fc.weight": (h, c.fc_in_features)}
+    if c.fc_bias:
+        shapes["fc.bias"] = (h,)
+    if c.fc_norm:
+        shapes.update({f"fc_norm.{i}.weight": (c.target_hidden_size,) for i in range(c.num_aux)})
+    shapes.update(
+        {
+            "midlayer.self_attn.q_proj.weight": (q, 2 * h),
+            "midlayer.self_attn.k_proj.weight": (kv, 2 * h),
+            "midlayer.self_attn.v_proj.weight": (kv, 2 * h),
+            "midlayer.self_attn.o_proj.weight": (h, q),
+            "midlayer.mlp.gate_proj.weight": (c.intermediate_size, h),
+            "midlayer.mlp.up_proj.weight": (c.intermediate_size, h),
+            "midlayer.mlp.down_proj.weight": (h, c.intermediate_size),
+            "midlayer.input_layernorm.weight": (h,),
+            "midlayer.hidden_norm.weight": (h,),
+            "midlayer.post_attention_layernorm.weight": (h,),
+            "norm.weight": (h,),
+            "lm_head.weight": (c.draft_vocab_size, h),
+            "d2t": (c.draft_vocab_size,),
+            "t2d": (c.vocab_size,),
+            "embed_tokens.weight": (c.vocab_size, h),
+        }
+    )
+    return shapes
+
+
+def _optional_keys(c: DrafterConfig) -> set[str]:
+    optional = {"t2d", "embed_tokens.weight"}
+    if c.draft_vocab_size == c.vocab_size:
+        optional.add("d2t")  # identity map; TensorRT-LLM and SGLang MLA accept its absence
+    return optional
+
+
+def _check_tensors(
+    state_dict: Mapping[str, Tensor],
+    shapes: Mapping[str, tuple[int, ...]],
+    optional: set[str],
+    what: str,
+) -> None:
+    """Raise one InvalidCheckpointError naming every missing, unexpected or misshapen key."""
+    missing = sorted(k for k in shapes if k not in state_dict and k not in optional)
+    unexpected = sorted(k for k in state_dict if k not in shapes)
+    wrong = [
+        f"{k}: expected {list(shape)}, got {list(state_dict[k].shape)}"
+        for k, shape in shapes.items()
+        if k in state_dict and tuple(state_dict[k].shape) != shape
+    ]
+    details = (
+        [f"missing: {k}" for k in missing]
+        + [f"unexpected: {k}" for k in unexpected]
+        + [f"wrong shape: {w}" for w in wrong]
+    )
+    if not details:
+        return
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected")
+    if wrong:
+        parts.append(f"{len(wrong)} misshapen")
+    listed = details[:_MAX_LISTED]
+    if len(details) > _MAX_LISTED:
+        listed.append(f"... and {len(details) - _MAX_LISTED} more")
+    raise InvalidCheckpointError(
+        f"{what} does not match its config ({', '.join(parts)} tensors): " + "; ".join(listed),
+        hint="rename keys to eagle3conv's canonical (SGLang) spelling and check config.json "
+        "(hidden_size, heads, head_dim, intermediate_size, draft_vocab_size, "
+        "target_hidden_size, eagle_aux_hidden_state_layer_ids, fc_norm, bias)",
+        details=details,
+    )
+
+
+def _check_vocab_maps(vocab_size: int, state_dict: Mapping[str, Tensor]) -> None:
+    """d2t must be integral and map every draft id into the target vocab; t2d is a mask."""
+    problems: list[str] = []
+    d2t = state_dict.get("d2t")
+    if d2t is not None:
+        if d2t.dtype.is_floating_point or d2t.dtype == torch.bool:
+            problems.append(f"d2t has dtype {d2t.dtype}; expected an integer dtype")
+        else:
+            targets = torch.arange(d2t.numel(), device=d2t.device) + d2t.long()
+            bad = torch.nonzero((targets < 0) | (targets >= vocab_size)).flatten()
+            if bad.numel():
+                shown = ", ".join(str(i) for i in bad[:10].tolist())
+                problems.append(
+                    f"d2t maps {bad.numel()} draft ids outside the target vocab "
+                    f"[0, {vocab_size}) (draft ids {shown})"
+                )
+    t2d = state_dict.get("t2d")
+    if t2d is not None and t2d.dtype.is_floating_point:
+        problems.append(f"t2d has dtype {t2d.dtype}; expected bool")
+    if problems:
+        raise InvalidCheckpointError("bad vocab map: " + "; ".join(problems), details=problems)
+
+
+# --------------------------------------------------------------------------- rope
+
+
+def _rope_inv_freq(config: Mapping[str, Any], c: DrafterConfig) -> tuple[Tensor, float]:
+    """Inverse frequencies and cos/sin scale, via transformers' ROPE_INIT_FUNCTIONS.
+
+    Accepts old (``rope_theta`` + ``rope_scaling``) and new (``rope_parameters``)
+    spellings; transformers' LlamaConfig standardizes them. Qwen2.5-VL style
+    ``mrope_section`` falls back to default RoPE, as SGLang does.
+    """
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    rope_keys = ("rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings")
+    kwargs = {k: config[k] for k in rope_keys if config.get(k) is not None}
+    scaling = kwargs.get("rope_scaling") or kwargs.get("rope_parameters") or {}
+    if "mrope_section" in scaling:
+        theta = scaling.get("rope_theta", kwargs.get("rope_theta", 10000.0))
+        kwargs = {"rope_theta": theta}
+    try:
+        cfg = LlamaConfig(
+            hidden_size=c.hidden_size,
+            num_attention_heads=c.num_heads,
+            num_key_value_heads=c.num_kv_heads,
+            head_dim=c.head_dim,
+            **kwargs,
+        )
+        params: dict[str, Any] = dict(cfg.rope_parameters or {})
+        rope_type = params.get("rope_type", "default")
+        if rope_type not in _SUPPORTED_ROPE:
+            raise InvalidCheckpointError(
+                f"config.json: rope type {rope_type!r} is not supported "
+                f"(supported: {', '.join(_SUPPORTED_ROPE)})"
+            )
+        if rope_type == "default":
+            exponent = torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim
+            return 1.0 / (float(params["rope_theta"]) ** exponent), 1.0
+        inv_freq, scale = ROPE_INIT_FUNCTIONS[rope_type](cfg, device=torch.device("cpu"))
+        return inv_freq.float(), float(scale)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidCheckpointError(f"config.json: cannot build RoPE: {exc}") from exc
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def _apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x: [B, heads, S, hd]; cos/sin: [S, hd] in x's dtype."""
+    return x * cos + _rotate_half(x) * sin
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """One draft step over ``[B, S]`` positions.
+
+    ``hidden`` is what the next step receives: the pre-norm state, or the
+    post-norm state when the config sets ``norm_output``.
+    """
+
+    logits: Tensor  # [B, S, Vd]
+    draft_ids: Tensor  # [B, S] argmax in the draft vocab
+    target_ids: Tensor  # [B, S] draft_ids + d2t[draft_ids]
+    hidden: Tensor  # [B, S, H]
+
+
+@dataclass(frozen=True)
+class DraftChain:
+    """K draft steps over whole sequences, aligned with the tokens they guess.
+
+    For ``input_ids`` ``x`` of shape ``[B, S]``: ``target_ids[k-1, b, t]`` is the
+    drafter's step-k guess for ``x[b, t+k+1]`` and ``labels[k-1, b, t]`` is that
+    token, or -1 where ``t+k+1 >= S``. ``logits`` is ``[K, B, S, Vd]`` when asked for.
+    """
+
+    target_ids: Tensor  # [K, B, S] int64
+    labels: Tensor  # [K, B, S] int64, -1 where there is no reference token
+    logits: Tensor | None = None
+
+    @property
+    def num_steps(self) -> int:
+        return self.target_ids.shape[0]
+
+    @property
+    def valid(self) -> Tensor:
+        """[K, B, S] bool: a reference token exists."""
+        return self.labels >= 0
+
+    @property
+    def matches(self) -> Tensor:
+        """[K, B, S] bool: the step-k guess equals the reference token."""
+        return (self.target_ids == self.labels) & self.valid
+
+    def accept_lengths(self) -> Tensor:
+        """[B, S] int64: leading steps accepted by greedy verification of a chain started at t.
+
+        A position whose later steps have no reference token counts them as rejected;
+        restrict to ``t <= S - K - 2`` for chains that could accept all K steps.
+        """
+        return self.matches.long().cumprod(dim=0).sum(dim=0)
+
+
+# --------------------------------------------------------------------------- drafter
+
+
+def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """LlamaRMSNorm: normalize in fp32, cast back, then scale by the weight."""
+    dtype = x.dtype
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(dtype)
+
+
+class Eagle3Drafter:
+    """A Llama-style EAGLE-3 drafter (``LlamaForCausalLMEagle3``) with strict weight loading.
+
+    Args:
+        config: the drafter's config.json as a dict.
+        state_dict: tensors under canonical names (see :func:`expected_shapes`). Every
+            tensor must be used and none may be missing; offending keys are listed in
+            an :class:`~eagle3conv.errors.InvalidCheckpointError`.
+        embed_tokens: ``[V, H]`` token embedding, normally the target's (SGLang replaces
+            the drafter's own). Defaults to the checkpoint's ``embed_tokens.weight``.
+        device, dtype: where and in which float dtype to run. ``d2t`` stays int64.
+        norm_before_residual: override the config's value; pass ``False`` to run
+            a drafter as SGLang does (SGLang has no such option).
+
+    Raises:
+        InvalidCheckpointError: the config or tensors break a rule.
+        UsageError: no embedding is available.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        state_dict: Mapping[str, Tensor],
+        *,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.bfloat16,
+        embed_tokens: Tensor | None = None,
+        norm_before_residual: bool | None = None,
+    ) -> None:
+        c = DrafterConfig.from_config(config)
+        if not c.draft_vocab_declared and "lm_head.weight" in state_dict:
+            rows = state_dict["lm_head.weight"].shape[0]
+            if rows != c.vocab_size:
+                raise InvalidCheckpointError(
+                    f"config.json has no draft_vocab_size but lm_head.weight has {rows} rows "
+                    f"(vocab_size {c.vocab_size}): SGLang and TensorRT-LLM would replace the "
+                    "drafter's head with the target's",
+                    hint=f"set draft_vocab_size: {rows} in config.json",
+                )
+        _check_tensors(state_dict, expected_shapes(c), _optional_keys(c), "drafter checkpoint")
+        _check_vocab_maps(c.vocab_size, state_dict)
+        if norm_before_residual is not None:
+            c = replace(c, norm_before_residual=norm_before_residual)
+        self.config = c
+        self.device = torch.device(device)
+        self.dtype = dtype
+
+        def w(key: str) -> Tensor:
+            return state_dict[key].to(device=self.device, dtype=dtype)
+
+        self.fc_weight = w("fc.weight")
+        self.fc_bias = w("fc.bias") if c.fc_bias else None
+        self.fc_norm = [w(f"fc_norm.{i}.weight") for i in range(c.num_aux)] if c.fc_norm else []
+        p = "midlayer."
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
+            w(f"{p}self_attn.{n}_proj.weight") for n in "qkvo"
+        )
+        self.gate_proj, self.up_proj, self.down_proj = (
+            w(f"{p}mlp.{n}_proj.weight") for n in ("gate", "up", "down")
+        )
+        self.input_layernorm = w(f"{p}input_layernorm.weight")
+        self.hidden_norm = w(f"{p}hidden_norm.weight")
+        self.post_attention_layernorm = w(f"{p}post_attention_layernorm.weight")
+        self.norm = w("norm.weight")
+        self.lm_head = w("lm_head.weight")
+        d2t = state_dict.get("d2t")
+        self.d2t = (
+            d2t.to(device=self.device, dtype=torch.long)
+            if d2t is not None
+            else torch.zeros(c.draft_vocab_size, dtype=torch.long, device=self.device)
+        )
+
+        if embed_tokens is not None:
+            if tuple(embed_tokens.shape) != (c.vocab_size, c.hidden_size):
+                raise UsageError(
+                    f"embed_tokens has shape {list(embed_tokens.shape)}; the drafter needs "
+                    f"[{c.vocab_size}, {c.hidden_size}] (vocab_size, hidden_size)"
+                )
+            self.embed_tokens = embed_tokens.to(device=self.device, dtype=dtype)
+            self.embedding_source = "caller"
+        elif "embed_tokens.weight" in state_dict:
+            self.embed_tokens = w("embed_tokens.weight")
+            self.embedding_source = "checkpoint"
+        else:
+            raise UsageError(
+                "no token embedding: the checkpoint has no embed_tokens.weight and none was given",
+                hint="pass the target model's embedding matrix as embed_tokens",
+            )
+
+        from transformers.activations import ACT2FN
+
+        if c.hidden_act not in ACT2FN:
+            raise InvalidCheckpointError(f"config.json: unknown hidden_act {c.hidden_act!r}")
+        self._act = ACT2FN[c.hidden_act]
+        inv_freq, self._rope_scale = _rope_inv_freq(config, c)
+        self._inv_freq = inv_freq.to(self.device)
+
+    # ------------------------------------------------------------------ pieces
+
+    def _rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos/sin ``[S, hd]`` for integer positions, computed in fp32 like transformers."""
+        freqs = positions.float()[:, None] * self._inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos = (emb.cos() * self._rope_scale).to(self.dtype)
+        sin = (emb.sin() * self._rope_scale).to(self.dtype)
+        return cos, sin
+
+    def _project_aux(self, hidden: Tensor) -> Tensor:
+        """Step 1: per-chunk fc_norm (EAGLE-3.1) then fc; k*T -> H."""
+        if self.fc_norm:
+            chunks = hidden.chunk(self.config.num_aux, dim=-1)
+            hidden = torch.cat(
+                [
+                    _rms_norm(x, wt, self.config.rms_norm_eps)
+                    for x, wt in zip(chunks, self.fc_norm, strict=True)
+                ],
+                dim=-1,
+            )
+        return F.linear(hidden, self.fc_weight, self.fc_bias)
+
+    def _input_state(self, hidden: Tensor) -> Tensor:
+        """Dispatch on width as SGLang does: H wide -> own state, else fc over aux states."""
+        c = self.config
+        hidden = hidden.to(device=self.device, dtype=self.dtype)
+        width = hidden.shape[-1]
+        if width == c.hidden_size:
+            return hidden
+        if width == c.fc_in_features:
+            return self._project_aux(hidden)
+        raise UsageError(
+            f"hidden input has width {width}; expected {c.fc_in_features} "
+            f"({c.num_aux} aux states x target_hidden_size {c.target_hidden_size}) at step 1 "
+            f"or {c.hidden_size} (the drafter's own state) at later steps"
+        )
+
+    def _qkv(
+        self, g: Tensor, input_ids: Tensor, position_offset: int
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Residual, then RoPE'd q [B,nh,S,hd] and k, v [B,nkv,S,hd] from cat(embeds, hidden)."""
+        c = self.config
+        eps = c.rms_norm_eps
+        normed_g = _rms_norm(g, self.hidden_norm, eps)
+        residual = normed_g if c.norm_before_residual else g
+        embeds = F.embedding(input_ids.to(self.device), self.embed_tokens)
+        x = torch.cat((_rms_norm(embeds, self.input_layernorm, eps), normed_g), dim=-1)
+        b, s, _ = x.shape
+        q = F.linear(x, self.q_proj).view(b, s, c.num_heads, c.head_dim).transpose(1, 2)
+        k = F.linear(x, self.k_proj).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        v = F.linear(x, self.v_proj).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        positions = torch.arange(position_offset, position_offset + s, device=self.device)
+        cos, sin = self._rope(positions)
+        return residual, _apply_rope(q, cos, sin), _apply_rope(k, cos, sin), v
+
+    def _finish(self, residual: Tensor, attn: Tensor) -> StepOutput:
+        """o_proj + residual, SwiGLU MLP + residual, head, d2t."""
+        c = self.config
+        b, _, s, _ = attn.shape
+        attn = attn.transpose(1, 2).reshape(b, s, c.num_heads * c.head_dim)
+        h = residual + F.linear(attn, self.o_proj)
+        x = _rms_norm(h, self.post_attention_layernorm, c.rms_norm_eps)
+        mlp = F.linear(
+            self._act(F.linear(x, self.gate_proj)) * F.linear(x, self.up_proj), self.down_proj
+        )
+        h = h + mlp
+        normed = _rms_norm(h, self.norm, c.rms_norm_eps)
+        logits = F.linear(normed, self.lm_head)
+        draft_ids = logits.argmax(dim=-1)
+        return StepOutput(
+            logits=logits,
+            draft_ids=draft_ids,
+            target_ids=draft_ids + self.d2t[draft_ids],
+            hidden=normed if c.norm_output else h,
+        )
+
+    @property
+    def _gqa(self) -> bool:
+        return self.config.num_kv_heads != self.config.num_heads
+
+    # ------------------------------------------------------------------ public
+
+    @torch.inference_mode()
+    def forward(self, hidden: Tensor, input_ids: Tensor, *, position_offset: int = 0) -> StepOutput:
+        """One draft step over whole sequences with plain causal attention.
+
+        Args:
+            hidden: ``[B, S, k*T]`` concatenated target aux states (step 1; ``fc`` is
+                applied) or ``[B, S, H]`` the drafter's own previous state (steps 2+;
+                ``fc`` is skipped). The width decides, as in SGLang.
+            input_ids: ``[B, S]`` target-vocab token ids; ``input_ids[:, t]`` is the token
+                that follows the state ``hidden[:, t]`` (SGLang's draft-extend layout:
+                tokens shifted left by one against the states).
+            position_offset: RoPE position of index 0.
+
+        ``logits[:, t]`` guesses the token after ``input_ids[:, t]``. Right-padded
+        batches are fine: attention is causal, so padding only affects its own rows.
+        """
+        g = self._input_state(hidden)
+        residual, q, k, v = self._qkv(g, input_ids, position_offset)
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self._gqa)
+        return self._finish(residual, attn)
+
+    __call__ = forward
+
+    @torch.inference_mode()
+    def draft_chain(
+        self,
+        aux: Tensor,
+        input_ids: Tensor,
+        num_steps: int,
+        *,
+        teacher_forcing: bool = True,
+        return_logits: bool = False,
+        chunk_size: int = 512,
+    ) -> DraftChain:
+        """Run ``num_steps`` draft steps over whole sequences, as EAGLE-3's training-time test.
+
+        Layout: ``input_ids[:, t]`` is token ``x_t`` and ``aux[:, t]`` the target's aux
+        states at position ``t`` (captured in the same forward, so the target's own
+        next-token guess from it is ``x_{t+1}``). Steps are 1-based, chains start at t:
+
+        * step 1 at t reads ``(aux[t], x_{t+1})`` at RoPE position ``t`` and guesses
+          ``x_{t+2}``;
+        * step k at t reads ``(h_{k-1}[t], x_{t+k})`` at position ``t+k-1``, where
+          ``h_{k-1}[t]`` is step k-1's state at the *same* index, and guesses ``x_{t+k+1}``.
+
+        So ``result.target_ids[k-1, :, t]`` is compared with ``input_ids[:, t+k+1]``
+        (``result.labels``). This is SGLang's draft chain: after the target emits
+        ``x_{t+1}`` from position t, the drafter proposes ``x_{t+2}, x_{t+3}, ...``, and
+        greedy verification accepts draft k iff drafts 1..k-1 were accepted and
+        draft k equals the target's token. With ``teacher_forcing`` (default, as
+        SpecForge and speculators train), step k reads the reference token
+        ``x_{t+k}`` instead of its own step k-1 guess; when ``input_ids`` is the
+        target's greedy output the two agree on every accepted prefix, so
+        :meth:`DraftChain.accept_lengths` is exact either way. Positions past the
+        end read token 0 and have label -1.
+
+        Attention, as SpecForge's ``LlamaAttention`` with ``cache_hidden`` and
+        speculators' TTT mask: step 1 is causal over the sequence; at step k the
+        query at t attends to step 1's keys at positions ``0..t`` plus steps
+        2..k's keys at index t only (the chain's own earlier drafts), exactly as
+        SGLang's KV cache holds them during one draft chain. It is exact, computed
+        with SDPA in query chunks of ``chunk_size`` to bound memory.
+        """
+        c = self.config
+        if num_steps < 1:
+            raise UsageError(f"num_steps must be >= 1, got {num_steps}")
+        if aux.shape[-1] != c.fc_in_features:
+            raise UsageError(
+                f"aux has width {aux.shape[-1]}; expected {c.fc_in_features} "
+                f"({c.num_aux} x target_hidden_size {c.target_hidden_size})"
+            )
+        if aux.shape[:2] != input_ids.shape:
+            raise UsageError(
+                f"aux is {list(aux.shape[:2])} positions, input_ids {list(input_ids.shape)}"
+            )
+        ids = input_ids.to(self.device).long()
+        seq = ids.shape[1]
+
+        def shifted(n: int) -> Tensor:  # x_{t+n} at index t, 0 past the end
+            out = torch.zeros_like(ids)
+            if n < seq:
+                out[:, : seq - n] = ids[:, n:]
+            return out
+
+        def labels(n: int) -> Tensor:  # x_{t+n} at index t, -1 past the end
+            out = torch.full_like(ids, -1)
+            if n < seq:
+                out[:, : seq - n] = ids[:, n:]
+            return out
+
+        tokens = shifted(1)
+        state = self._input_state(aux)
+        keys: list[Tensor] = []
+        values: list[Tensor] = []
+        target_ids, all_logits = [], []
+        for step in range(num_steps):
+            residual, q, k, v = self._qkv(state, tokens, position_offset=step)
+            keys.append(k)
+            values.append(v)
+            if step == 0:
+                attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self._gqa)
+            else:
+                attn = self._ttt_attention(q, keys, values, chunk_size)
+            out = self._finish(residual, attn)
+            target_ids.append(out.target_ids)
+            if return_logits:
+                all_logits.append(out.logits)
+            state = out.hidden
+            tokens = shifted(step + 2) if teacher_forcing else out.target_ids
+        return DraftChain(
+            target_ids=torch.stack(target_ids),
+            labels=torch.stack([labels(k + 2) for k in range(num_steps)]),
+            logits=torch.stack(all_logits) if return_logits else None,
+        )
+
+    def _ttt_attention(
+        self, q: Tensor, keys: list[Tensor], values: list[Tensor], chunk_size: int
+    ) -> Tensor:
+        """Query t attends keys[0][:t+1] (causal) and keys[j][t] for j >= 1 (diagonal).
+
+        Per query chunk [a, b): keys = cat(keys[0][:b], keys[1][a:b], ..., keys[n][a:b])
+        with mask [all a | causal C x C | eye C ... eye C]. Cost ~ causal attention
+        plus n*C extra columns per query.
+        """
+        seq = q.shape[2]
+        n_extra = len(keys) - 1
+        out = torch.empty_like(q)
+        device = q.device
+        for a in range(0, seq, chunk_size):
+            b = min(a + chunk_size, seq)
+            size = b - a
+            k = torch.cat([keys[0][:, :, :b]] + [kj[:, :, a:b] for kj in keys[1:]], dim=2)
+            v = torch.cat([values[0][:, :, :b]] + [vj[:, :, a:b] for vj in values[1:]], dim=2)
+            eye = torch.eye(size, dtype=torch.bool, device=device)
+            mask = torch.cat(
+                [
+                    torch.ones(size, a, dtype=torch.bool, device=device),
+                    torch.ones(size, size, dtype=torch.bool, device=device).tril(),
+                    eye.repeat(1, n_extra),
+                ],
+                dim=1,
+            )
+            out[:, :, a:b] = F.scaled_dot_product_attention(
+                q[:, :, a:b], k, v, attn_mask=mask, enable_gqa=self._gqa
+            )
+        return out
+
+
+# --------------------------------------------------------------------------- smoke test
+
+
+@dataclass(frozen=True)
+class SmokeTestResult:
+    """What :func:`smoke_test` saw. ``ok`` is true when ``problems`` is empty."""
+
+    ok: bool
+    problems: tuple[str, ...]
+    step1_input_width: int  # k*T
+    step2_input_width: int  # H
+    logits_width: int  # Vd
+    vocab_size: int  # V
+    embedding_source: str  # "caller", "checkpoint" or "random"
+
+
+@torch.inference_mode()
+def smoke_test(
+    config: Mapping[str, Any],
+    state_dict: Mapping[str, Tensor],
+    device: torch.device | str = "cpu",
+    *,
+    dtype: torch.dtype = torch.float32,
+    embed_tokens: Tensor | None = None,
+    batch: int = 2,
+    seq_len: int = 8,
+    seed: int = 0,
+) -> SmokeTestResult:
+    """Load strictly, then run random inputs at step 1 (k*T wide) and step 2 (H wide).
+
+    Checks: outputs finite, logits ``Vd`` wide, d2t-mapped targets inside ``[0, V)``,
+    and the step-2 state ``H`` wide. Without any embedding, a random one is used
+    (the check is structural). Loading errors are raised, not reported.
+    """
+    c = DrafterConfig.from_config(config)
+    gen = torch.Generator().manual_seed(seed)
+    source = None
+    if embed_tokens is None and "embed_tokens.weight" not in state_dict:
+        embed_tokens = torch.randn(c.vocab_size, c.hidden_size, generator=gen) * 0.02
+        source = "random"
+    drafter = Eagle3Drafter(
+        config, state_dict, device=device, dtype=dtype, embed_tokens=embed_tokens
+    )
+    aux = torch.randn(batch, seq_len, c.fc_in_features, generator=gen)
+    ids = torch.randint(0, c.vocab_size, (batch, seq_len), generator=gen)
+    problems: list[str] = []
+    out1 = drafter.forward(aux, ids)
+    out2 = drafter.forward(out1.hidden, ids, position_offset=1)
+    for name, out in (("step 1", out1), ("step 2", out2)):
+        if out.logits.shape != (batch, seq_len, c.draft_vocab_size):
+            problems.append(f"{name}: logits shape {list(out.logits.shape)}")
+        if not torch.isfinite(out.logits).all():
+            problems.append(f"{name}: non-finite logits")
+        if not torch.isfinite(out.hidden).all():
+            problems.append(f"{name}: non-finite hidden state")
+        if out.hidden.shape[-1] != c.hidden_size:
+            problems.append(f"{name}: state width {out.hidden.shape[-1]} != {c.hidden_size}")
+        if ((out.target_ids < 0) | (out.target_ids >= c.vocab_size)).any():
+            problems.append(f"{name}: d2t maps a prediction outside [0, {c.vocab_size})")
+    return SmokeTestResult(
+        ok=not problems,
+        problems=tuple(problems),
+        step1_input_width=c.fc_in_features,
+        step2_input_width=c.hidden_size,
+        logits_width=c.draft_vocab_size,
+        vocab_size=c.vocab_size,
+        embedding_source=source or drafter.embedding_source,
+    )
+
+
+# --------------------------------------------------------------------------- MLA
+
+
+def expected_mla_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Tensor shapes of an MLA drafter (``Eagle3DeepseekV2ForCausalLM``), canonical names.
+
+    Follows SGLang's ``kimi_k25_eagle3.py``: DeepSeek-V2 MLA with ``q_lora_rank``,
+    whose first projections (``q_a_proj``, ``kv_a_proj_with_mqa``) read the ``2H``
+    wide ``cat(input_layernorm(embed), hidden_norm(h))``; a dense SwiGLU MLP of
+    ``intermediate_size``; ``fc`` over ``k`` aux states (k from the aux ids, else 3);
+    per-chunk ``fc_norm`` when ``fc_norm`` (or legacy ``use_aux_norm``) is set.
+    """
+    h = _require(config, "hidden_size")
+    heads = _require(config, "num_attention_heads")
+    q_rank = config.get("q_lora_rank")
+    if q_rank is None:
+        raise InvalidCheckpointError(
+            "config.json: q_lora_rank is missing; SGLang's Eagle3 MLA layer requires it"
+        )
+    kv_rank = _require(config, "kv_lora_rank")
+    nope = _require(config, "qk_nope_head_dim")
+    rope = _require(config, "qk_rope_head_dim")
+    v_dim = _require(config, "v_head_dim")
+    inter = _require(config, "intermediate_size")
+    vocab = _require(config, "vocab_size")
+    draft_vocab = int(config.get("draft_vocab_size") or vocab)
+    target = int(config.get("target_hidden_size") or h)
+    ids = _aux_layer_ids(config)
+    k = len(ids) if ids else 3
+    a = "midlayer.self_attn."
+    shapes: dict[str, tuple[int, ...]] = {"fc.weight": (h, k * target)}
+    if config.get("bias"):
+        shapes["fc.bias"] = (h,)
+    if _flag(config, "fc_norm") or _flag(config, "use_aux_norm"):
+        shapes.update({f"fc_norm.{i}.weight": (target,) for i in range(k)})
+    shapes.update(
+        {
+            f"{a}q_a_proj.weight": (int(q_rank), 2 * h),
+            f"{a}q_a_layernorm.weight": (int(q_rank),),
+            f"{a}q_b_proj.weight": (heads * (nope + rope), int(q_rank)),
+            f"{a}kv_a_proj_with_mqa.weight": (kv_rank + rope, 2 * h),
+            f"{a}kv_a_layernorm.weight": (kv_rank,),
+            f"{a}kv_b_proj.weight": (heads * (nope + v_dim), kv_rank),
+            f"{a}o_proj.weight": (h, heads * v_dim),
+            "midlayer.mlp.gate_proj.weight": (inter, h),
+            "midlayer.mlp.up_proj.weight": (inter, h),
+            "midlayer.mlp.down_proj.weight": (h, inter),
+            "midlayer.input_layernorm.weight": (h,),
+            "midlayer.hidden_norm.weight": (h,),
+            "midlayer.post_attention_layernorm.weight": (h,),
+            "norm.weight": (h,),
+            "lm_head.weight": (draft_vocab, h),
+            "d2t": (draft_vocab,),
+            "t2d": (vocab,),
+            "embed_tokens.weight": (vocab, h),
+        }
+    )
+    return shapes
+
+
+def check_mla_shapes(config: Mapping[str, Any], state_dict: Mapping[str, Tensor]) -> None:
+    """Structural check of an MLA drafter: every key present, expected and correctly shaped.
+
+    Only shapes (and the vocab maps' ranges) are checked; there is no MLA forward.
+    ``t2d`` and ``embed_tokens.weight`` are optional; ``d2t`` is optional when the
+    draft vocab is the full vocab (SGLang's MLA loader accepts its absence).
+    Raises InvalidCheckpointError naming the offending keys.
+    """
+    shapes = expected_mla_shapes(config)
+    vocab = int(config["vocab_size"])
+    optional = {"t2d", "embed_tokens.weight"}
+    if shapes["d2t"] == (vocab,):
+        optional.add("d2t")
+    _check_tensors(state_dict, shapes, optional, "MLA drafter checkpoint")
+    _check_vocab_maps(vocab, state_dict)
