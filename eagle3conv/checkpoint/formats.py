@@ -134,6 +134,8 @@ def load_format_file(path: Path) -> Format:
         raw = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         _fail(path, f"unreadable: {e}")
+    if not isinstance(raw, dict):
+        _fail(path, "must be a JSON object")
     if raw.get("schema") != SCHEMA:
         _fail(path, f"schema must be {SCHEMA}")
     known = {"schema", "name", "title", "priority", "detect", "rules", "extracts", "config_from", "config_required", "description"}

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -213,7 +214,7 @@ def load_pickle(path: Path) -> Any:
             hint="if you trust this file, re-save its state dict as safetensors where it was made "
             "(safetensors.torch.save_file), then run eagle3conv on that",
         ) from None
-    except (EOFError, OSError, ValueError, RuntimeError) as e:
+    except (EOFError, OSError, ValueError, RuntimeError, KeyError, IndexError, TypeError, AttributeError) as e:
         raise CheckpointReadError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: {e})") from None
 
 
@@ -306,6 +307,10 @@ def _read_json(path: Path) -> dict:
 
 
 WEIGHT_SUFFIXES = (".safetensors",) + PICKLE_SUFFIXES + (".ckpt", ".distcp")
+COMPANION = re.compile(
+    r"^(tokenizer.*|special_tokens_map\.json|generation_config\.json|chat_template.*|vocab\..*|merges\.txt"
+    r"|added_tokens\.json|README\.md|training_metadata\.json|eagle3conv_.*\.json)$"
+)
 NEVER_COPY = {"config.json", SAFETENSORS_INDEX, BIN_INDEX, "training_state.pt", "latest", "zero_to_fp32.py"}
 
 
@@ -331,7 +336,8 @@ def _find_weights(root: Path) -> tuple[str, list[Path], Path | None]:
             f"{root}: holds several pickled files and no index: {', '.join(p.name for p in pickles)}",
             hint="pass the one that holds the drafter's weights",
         )
-    states = sorted(p.name for p in root.iterdir() if p.is_dir() and (p / "pytorch_model.bin").is_file())
+    states = sorted(p.name for p in root.iterdir() if p.is_dir() and any(
+        (p / n).is_file() for n in ("pytorch_model.bin", "model.safetensors", SAFETENSORS_INDEX, "training_state.pt")))
     if states:
         raise UsageError(
             f"{root}: holds {len(states)} training checkpoints ({', '.join(states[:6])}) and no weights of its own",
@@ -456,6 +462,8 @@ def open_checkpoint(path: str | os.PathLike) -> CheckpointIndex:
                 continue
             if p.suffix in WEIGHT_SUFFIXES or p.name.endswith(".index.json"):
                 continue
+            if single is not None and not COMPANION.match(p.name):
+                continue  # a file was named: take only its known companions, not the whole folder
             other.append(p)
 
     return CheckpointIndex(

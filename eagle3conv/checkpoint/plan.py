@@ -162,14 +162,22 @@ def choose_format(index: CheckpointIndex, forced: str | None) -> tuple[FormatMat
     return found[0], found
 
 
-def _map_key(name: str, rules) -> tuple[str, str | None, str]:
-    """(action, new name, why) for one source key."""
+def _map_key(name: str, rules, common) -> tuple[str, str | None, str]:
+    """(action, new name, why) for one source key.
+
+    The first matching rule decides; a renamed key then meets the common drop
+    and refuse rules once more (a rotary buffer under a renamed prefix is
+    still a rotary buffer).
+    """
     for rule in rules:
         m = rule.match(name)
         if m is None:
             continue
         kind, new = m
         if kind == "rename":
+            for c in common:
+                if c.kind in ("drop", "refuse") and c.match(new):
+                    return ("dropped" if c.kind == "drop" else "refused"), None, c.why
             return ("renamed" if new != name else "kept"), new, rule.why
         if kind == "drop":
             return "dropped", None, rule.why
@@ -205,7 +213,7 @@ def build_plan(
     mapped: dict[str, str] = {}  # canonical-or-fused name -> source
     collisions: dict[str, list[str]] = {}
     for name in sorted(index.tensors):
-        action, new, why = _map_key(name, rules)
+        action, new, why = _map_key(name, rules, common.rules)
         if action in ("dropped", "refused"):
             decisions.append(Decision(name, action, (), why))
             continue
@@ -229,10 +237,10 @@ def build_plan(
         elif sym["k"]:
             if fc_in % sym["k"] == 0:
                 sym["T"] = fc_in // sym["k"]
+        elif fc_in % 3 == 0:  # EAGLE-3 reads three aux layers almost always; SGLang builds fc as 3*T
+            sym["k"], sym["T"] = 3, fc_in // 3
         elif sym["H"] and fc_in % sym["H"] == 0:
             sym["k"], sym["T"] = fc_in // sym["H"], sym["H"]
-        elif fc_in % 3 == 0:
-            sym["k"], sym["T"] = 3, fc_in // 3
     head = index.tensors.get(mapped.get("lm_head.weight", ""))
     if head is not None and len(head.shape) == 2 and not drafter_cfg.get("draft_vocab_size"):
         sym["Vd"] = head.shape[0]
@@ -317,9 +325,14 @@ def build_plan(
     vocab = drafter_cfg.get("vocab_size")
     if "lm_head.weight" in wanted:
         vd = wanted["lm_head.weight"].shape[0]
+        bad = [(n, wanted[n].dtype) for n in ("d2t", "t2d") if n in wanted
+               and wanted[n].dtype not in dtypes.INT_DTYPES | ({"BOOL"} if n == "t2d" else set())]
+        for n, dt in bad:
+            errors.append(f"{n} has dtype {dt}; it must hold integer {'offsets' if n == 'd2t' else 'flags'}")
+            wanted.pop(n)
         d2t = index.read_array(wanted["d2t"].source) if "d2t" in wanted else None
         t2d = index.read_array(wanted["t2d"].source) if "t2d" in wanted else None
-        vr = check_vocab(d2t, t2d, vocab, vd)
+        vr = check_vocab(d2t, t2d, vocab, vd) if not bad else check_vocab(None, None, None, vd)
         errors += vr.errors
         notices += vr.notices
         if vr.d2t is not None and vr.d2t_changed:

@@ -208,14 +208,16 @@ class _Mover:
                 self.progress(done)
 
     def write(self, chunks, dst_fd: int, chk_fd: int, dst_off: int, name: str) -> None:
-        for chunk in chunks:
-            chunk = memoryview(chunk).cast("B")
-            _pwrite_all(dst_fd, chunk, dst_off)
-            if not self._prove(chk_fd, chunk, dst_off, name):
-                return
-            dst_off += len(chunk)
-            if self.progress:
-                self.progress(len(chunk))
+        for whole in chunks:
+            whole = memoryview(whole).cast("B")
+            for s in range(0, len(whole), CHUNK):  # a cast may widen a chunk past CHUNK
+                chunk = whole[s:s + CHUNK]
+                _pwrite_all(dst_fd, chunk, dst_off)
+                if not self._prove(chk_fd, chunk, dst_off, name):
+                    return
+                dst_off += len(chunk)
+                if self.progress:
+                    self.progress(len(chunk))
 
 
 def _expected_chunks(index: CheckpointIndex, o: Output):
