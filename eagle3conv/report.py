@@ -24,6 +24,7 @@ def _plan_lines(plan: dict, *, verbose: bool = True) -> list[str]:
         counts[d["action"]] = counts.get(d["action"], 0) + 1
     lines.append("keys:     " + ", ".join(f"{n} {a}" for a, n in sorted(counts.items())))
     shown_drops = 0
+    seen_why: set[str] = set()
     for d in plan["decisions"]:
         a = d["action"]
         if a == "kept" and not verbose:
@@ -34,15 +35,18 @@ def _plan_lines(plan: dict, *, verbose: bool = True) -> list[str]:
                 continue
         arrow = {
             "kept": "=",
-            "renamed": "->",
-            "split": "=>",
+            "renamed": "~",
+            "split": "/",
             "dropped": "x",
             "unmapped": "!!",
             "refused": "!!",
         }[a]
         target = ", ".join(d["targets"])
-        lines.append(f"  {arrow:2} {d['source']}" + (f"  {target}" if target and target != d["source"] else "")
-                     + (f"   ({d['why']})" if a not in ("kept",) else ""))
+        why = ""
+        if a != "kept":
+            why = f"   ({d['why']})" if d["why"] not in seen_why else "   (same rule)"
+            seen_why.add(d["why"])
+        lines.append(f"  {arrow:2} {d['source']}" + (f"  -> {target}" if target and target != d["source"] else "") + why)
     if shown_drops > 8:
         lines.append(f"  x  … and {shown_drops - 8} more dropped by the same rules")
     rewritten = [o for o in plan["outputs"] if o.get("rewritten") or o.get("cast_from")]

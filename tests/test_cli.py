@@ -120,7 +120,7 @@ def test_inspect_text(make_ckpt):
     assert "layout:     safetensors (1 weight file(s))" in out
     assert "layers.0.self_attn.q_proj.weight" in out
     assert "format:   modelopt-export" in out and "because keys start with layers.0." in out
-    assert "-> layers.0.self_attn.q_proj.weight  midlayer.self_attn.q_proj.weight" in out
+    assert "~  layers.0.self_attn.q_proj.weight  -> midlayer.self_attn.q_proj.weight" in out
     assert "t2d: rewritten" in out
     assert "note:     t2d was missing" in out
     assert "eagle_config=" in out and "other files: tokenizer_config.json" in out
@@ -182,7 +182,7 @@ def test_fix_keys_dry_run_writes_nothing(make_ckpt, tmp_path):
     listing = sorted(p.name for p in tmp_path.iterdir())
     res = run("fix-keys", ck, "--dry-run")
     assert res.stdout.startswith("dry run: nothing written")
-    assert "-> layers.0.mlp.up_proj.weight  midlayer.mlp.up_proj.weight" in res.stdout
+    assert "~  layers.0.mlp.up_proj.weight  -> midlayer.mlp.up_proj.weight" in res.stdout
     run("fix-keys", ck, "--dry-run", "--out", tmp_path / "out", "--dtype", "fp32", "--max-shard-size", "10KB")
     d = one_json(run("fix-keys", ck, "--dry-run", "--json"))
     assert d["mode"] == "dry-run" and d["files"] == [] and d["bytes_written"] == 0
