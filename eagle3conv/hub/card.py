@@ -1,0 +1,496 @@
+"""The model card ``push`` publishes: README.md that records how the drafter is wired.
+
+The card is built with huggingface_hub's :class:`~huggingface_hub.ModelCard` /
+``ModelCardData``. Its metadata carries ``base_model`` (the target, when known),
+``tags`` (:data:`TAGS`, merged with the user's) and ``library_name``. Its body is
+one generated block between :data:`BEGIN` and :data:`END`:
+
+- what the drafter is (architecture, sizes, target);
+- the aux-layer set in explicit terms ("outputs of layers 1, 14, 26") and each
+  engine's ids for it (SGLang ``eagle_config`` ids, vLLM input-of-layer ids,
+  TensorRT-LLM ``eagle3_layers_to_capture``), with what config.json holds;
+- the training record (``training_metadata.json`` or trainer metadata);
+- the latest ``eagle3conv-verify.json`` results, or "not verified";
+- the pre-push checks (and, with ``--force``, which ones failed);
+- launch lines for SGLang, vLLM and TensorRT-LLM.
+
+Text the user wrote is kept: a README that already has the markers gets only
+the block between them replaced; one without them gets the block appended.
+User front-matter keys are kept; ours (``base_model`` when known, ``tags``
+merged, ``library_name`` when the user set none) are updated. The card is
+rendered deterministically (no dates, no commit ids), so pushing an unchanged
+folder renders the same bytes and creates no commit.
+
+``push`` uploads the rendered card from memory; the local README.md is never
+rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BEGIN = "<!-- eagle3conv:begin -->"
+END = "<!-- eagle3conv:end -->"
+TAGS = ("eagle3", "speculative-decoding", "sglang", "vllm", "tensorrt-llm", "eagle3conv")
+LIBRARY_NAME = "sglang"  # the weights use SGLang's names; transformers cannot load this class
+VERIFY_REPORT = "eagle3conv-verify.json"
+NUM_STEPS = 3  # the speculative settings the launch lines use
+
+
+# --------------------------------------------------------------------------- verify reports
+
+
+@dataclass(frozen=True)
+class VerifySummary:
+    """What the card shows of ``eagle3conv-verify.json``. Every field is optional."""
+
+    acceptance: tuple[float, ...] | None = None  # per draft position, 0..1
+    accept_length: float | None = None  # expected accepted tokens per step, incl. the bonus token
+    passed: bool | None = None
+    engine: str | None = None
+    target: str | None = None
+    dataset: str | None = None
+    samples: int | None = None
+    problem: str | None = None  # why the file could not be read fully
+
+
+_ACCEPT_KEYS = ("acceptance_per_position", "acceptance_rates", "acceptance_rate_per_position",
+                "per_position_acceptance", "position_acceptance", "acceptance", "accept_rates",
+                "acceptance_rate")
+_LENGTH_KEYS = ("expected_accept_length", "accept_length", "mean_accept_length",
+                "average_accept_length", "avg_accept_length", "acceptance_length", "tau")
+_NESTS = ("results", "summary", "metrics", "result", "verify")
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v) if math.isfinite(v) else None
+
+
+def _rates(v: Any) -> tuple[float, ...] | None:
+    if isinstance(v, Mapping):  # {"0": 0.8, "1": 0.6} or {"position_1": ...}
+        try:
+            v = [v[k] for k in sorted(v, key=lambda k: int("".join(c for c in str(k) if c.isdigit()) or 0))]
+        except (TypeError, ValueError):
+            return None
+    if isinstance(v, Sequence) and not isinstance(v, (str, bytes)):
+        out = []
+        for item in v:
+            if isinstance(item, Mapping):
+                item = next((item[k] for k in ("acceptance", "rate", "accept_rate", "value") if k in item), None)
+            n = _number(item)
+            if n is None:
+                return None
+            out.append(n / 100.0 if n > 1.0 else n)  # tolerate percentages
+        return tuple(out) or None
+    return None
+
+
+def _find(obj: Mapping, keys: Sequence[str]) -> Any:
+    for k in keys:
+        if k in obj:
+            return obj[k]
+    for nest in _NESTS:
+        inner = obj.get(nest)
+        if isinstance(inner, Mapping):
+            found = _find(inner, keys)
+            if found is not None:
+                return found
+    return None
+
+
+def read_verify_report(folder: str | Path) -> VerifySummary | None:
+    """Read ``eagle3conv-verify.json`` tolerantly; None when the folder has none.
+
+    Accepts per-position acceptance under any of a few names (a list of rates,
+    percentages, or ``{"position": rate}`` items) and the accept length likewise,
+    at the top level or under ``results``/``summary``/``metrics``. When
+    ``acceptance`` is known and the accept length is not, it is computed as
+    ``1 + sum of cumulative products`` (the expected accepted tokens per
+    verification step, counting the target's own token). A file that cannot be
+    parsed gives a summary with ``problem`` set instead of raising.
+    """
+    p = Path(folder) / VERIFY_REPORT
+    if not p.is_file():
+        return None
+    try:
+        obj = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return VerifySummary(problem=f"{VERIFY_REPORT} could not be read: {e}")
+    if not isinstance(obj, Mapping):
+        return VerifySummary(problem=f"{VERIFY_REPORT} is not a JSON object")
+    acceptance = _rates(_find(obj, _ACCEPT_KEYS))
+    length = _number(_find(obj, _LENGTH_KEYS))
+    if length is None and acceptance:
+        run, total = 1.0, 1.0
+        for a in acceptance:
+            run *= a
+            total += run
+        length = total
+    passed = _find(obj, ("passed", "ok", "pass"))
+
+    def text(keys):
+        v = _find(obj, keys)
+        return v if isinstance(v, str) and v else None
+
+    samples = _find(obj, ("samples", "num_samples", "prompts", "num_prompts", "sequences"))
+    problem = None
+    if acceptance is None and length is None:
+        problem = f"{VERIFY_REPORT} holds no acceptance figures eagle3conv recognises"
+    return VerifySummary(
+        acceptance=acceptance,
+        accept_length=length,
+        passed=passed if isinstance(passed, bool) else None,
+        engine=text(("engine", "backend")),
+        target=text(("target", "target_model")),
+        dataset=text(("dataset", "data", "prompts_file")),
+        samples=samples if isinstance(samples, int) and not isinstance(samples, bool) else None,
+        problem=problem,
+    )
+
+
+# --------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class Check:
+    """One pre-push check and its outcome."""
+
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass
+class CardFacts:
+    """Everything the card states, gathered from the checkpoint folder."""
+
+    repo_id: str
+    config: dict = field(default_factory=dict)
+    target: str | None = None
+    target_layers: int | None = None
+    layers: tuple | None = None  # LayerRefs in slot order
+    layers_source: str | None = None
+    layers_trained: bool = False  # True: from a training record; False: as SGLang reads config.json
+    raw_config_ids: dict = field(default_factory=dict)
+    records: list = field(default_factory=list)  # TrainingRecords
+    verify: VerifySummary | None = None
+    checks: list = field(default_factory=list)  # Checks
+    checks_run: bool = True
+    forced: bool = False
+
+
+def _target_layers(target: str | None, config: Mapping) -> int | None:
+    if target:
+        try:
+            from eagle3conv.wiring.targets import load_target
+
+            return load_target(target).num_hidden_layers
+        except Exception:  # noqa: BLE001 - an unknown target just means no layer count
+            pass
+    spec = config.get("speculators_config") or {}
+    verifier = spec.get("verifier") if isinstance(spec, Mapping) else None
+    if isinstance(verifier, Mapping) and isinstance(verifier.get("num_hidden_layers"), int):
+        return verifier["num_hidden_layers"]
+    return None
+
+
+def _config_target(config: Mapping) -> str | None:
+    spec = config.get("speculators_config") or {}
+    verifier = spec.get("verifier") if isinstance(spec, Mapping) else None
+    if isinstance(verifier, Mapping) and isinstance(verifier.get("name_or_path"), str):
+        return verifier["name_or_path"]
+    for key in ("target_model", "base_model", "target_model_name_or_path"):
+        if isinstance(config.get(key), str):
+            return config[key]
+    return None
+
+
+def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = None,
+                 checks: Sequence[Check] = (), checks_run: bool = True, forced: bool = False) -> CardFacts:
+    """Read config.json, the training records and the verify report of ``folder``."""
+    from eagle3conv.errors import Eagle3ConvError
+    from eagle3conv.wiring.config import aux_ids_in
+    from eagle3conv.wiring.layers import to_refs
+    from eagle3conv.wiring.metadata import find_training_record
+
+    root = Path(folder)
+    config: dict = {}
+    cfg_path = root / "config.json"
+    if cfg_path.is_file():
+        try:
+            loaded = json.loads(cfg_path.read_text(encoding="utf-8"))
+            config = loaded if isinstance(loaded, dict) else {}
+        except (OSError, ValueError):
+            config = {}
+    try:
+        records = find_training_record(root, None, config or None)
+    except Eagle3ConvError:
+        records = []
+    target = base_model or next((r.target for r in records if r.target), None) or _config_target(config)
+    n = _target_layers(target, config)
+    facts = CardFacts(repo_id=repo_id, config=config, target=target, target_layers=n, records=list(records),
+                      verify=read_verify_report(root), checks=list(checks), checks_run=checks_run, forced=forced)
+    facts.raw_config_ids = aux_ids_in(config) if config else {}
+    trained = next((r for r in records if r.layers), None)
+    if trained is not None:
+        facts.layers, facts.layers_source, facts.layers_trained = trained.layers, trained.source, True
+    else:
+        nested = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+        if isinstance(nested, list) and nested:
+            for conv in ("sglang-old", "sglang-new"):
+                try:
+                    refs = to_refs(nested, conv, n)
+                    if facts.layers is None:
+                        facts.layers = refs
+                    elif facts.layers != refs:
+                        facts.layers = None  # old and new SGLang disagree: no single reading
+                        break
+                except Eagle3ConvError:
+                    continue
+            if facts.layers is not None:
+                facts.layers_source = "config.json eagle_config ids, as SGLang reads them"
+    return facts
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _ids(ids) -> str:
+    return "[" + ", ".join(str(i) for i in ids) + "]"
+
+
+def _engine_rows(facts: CardFacts) -> list[tuple[str, str, str]]:
+    from eagle3conv.errors import Eagle3ConvError
+    from eagle3conv.wiring.layers import sglang_ids_for, to_ids
+
+    n, refs = facts.target_layers, facts.layers
+    rows = []
+    try:
+        s = sglang_ids_for(refs, n)
+        note = "old and new SGLang read them alike" if s.portable else s.note
+        rows.append(("SGLang", "`eagle_config.eagle_aux_hidden_state_layer_ids` in config.json", f"`{_ids(s.ids)}` ({note})"))
+    except Eagle3ConvError as e:
+        rows.append(("SGLang", "`eagle_config.eagle_aux_hidden_state_layer_ids`", f"cannot be expressed: {e.message}"))
+    for engine, where, conv in (
+        ("vLLM", "top-level `eagle_aux_hidden_state_layer_ids` in config.json (input-of-layer numbering)", "input"),
+        ("TensorRT-LLM", "`eagle3_layers_to_capture` launch option (output-of-layer numbering)", "output"),
+    ):
+        try:
+            rows.append((engine, where, f"`{_ids(to_ids(refs, conv, n))}`"))
+        except Eagle3ConvError as e:
+            rows.append((engine, where, f"cannot be expressed: {e.message}"))
+    return rows
+
+
+def _wiring_section(facts: CardFacts) -> list[str]:
+    from eagle3conv.wiring.layers import describe
+
+    out = ["### Target layers it reads", ""]
+    n = facts.target_layers
+    of_target = f" of its {n}-layer target" if n else " of its target"
+    if facts.layers:
+        slot = "in that slot order (the order of `fc`'s input chunks)"
+        if facts.layers_trained:
+            out.append(f"This drafter was trained on the hidden states **{describe(facts.layers)}**{of_target} "
+                       f"(0-based), {slot}. Source: {facts.layers_source}.")
+        else:
+            out.append(f"No training record names the layers this drafter was trained on. As SGLang reads its "
+                       f"config.json, it is fed the hidden states **{describe(facts.layers)}**{of_target} "
+                       f"(0-based), {slot}. Check that this matches the training run.")
+        out += ["", "The same tensors in each engine's numbering:", "",
+                "| engine | where | ids |", "|---|---|---|"]
+        out += [f"| {e} | {w} | {i} |" for e, w, i in _engine_rows(facts)]
+    else:
+        out.append("The aux-layer set is not recorded explicitly"
+                   + (f" (config.json ids: {facts.raw_config_ids})" if facts.raw_config_ids else "")
+                   + "; the engines fall back to their defaults, which may not match training.")
+    if facts.raw_config_ids:
+        held = "; ".join(f"`{k}` = `{v}`" for k, v in sorted(facts.raw_config_ids.items()))
+        out += ["", f"config.json holds: {held}."]
+    return out
+
+
+def _training_section(facts: CardFacts) -> list[str]:
+    out = ["### Training", ""]
+    records = facts.records
+    if any(r.layers for r in records):  # an explicit record makes "ids in an unknown numbering" noise
+        records = [r for r in records if r.layers or r.target or r.tokens]
+    if not records:
+        return out + ["No training record was found (no `training_metadata.json`, no trainer metadata)."]
+    for r in records:
+        line = f"- {r.describe()}"
+        extra = []
+        if r.target:
+            extra.append(f"target `{r.target}`")
+        if r.draft_vocab_size:
+            extra.append(f"draft vocab {r.draft_vocab_size}")
+        if r.tokens:
+            extra.append(f"{r.tokens:,} tokens")
+        if extra:
+            line += "; " + ", ".join(extra)
+        out.append(line)
+        if r.norms and isinstance(r.norms.get("slots"), list):
+            medians = [s.get("median") for s in r.norms["slots"] if isinstance(s, Mapping)]
+            if all(_number(m) is not None for m in medians):
+                out.append(f"  - hidden-state norms per slot (median, {r.norms.get('statistic', 'per token')}): "
+                           + ", ".join(f"{m:.3g}" for m in medians))
+    return out
+
+
+def _verify_section(facts: CardFacts) -> list[str]:
+    out = ["### Verification", ""]
+    v = facts.verify
+    if v is None:
+        return out + ["Not verified: the checkpoint had no `eagle3conv-verify.json` when it was pushed."]
+    if v.problem and v.acceptance is None and v.accept_length is None:
+        return out + [f"Not verified: {v.problem}."]
+    about = [x for x in (f"engine {v.engine}" if v.engine else None, f"target `{v.target}`" if v.target else None,
+                         f"data {v.dataset}" if v.dataset else None,
+                         f"{v.samples} samples" if v.samples is not None else None) if x]
+    out.append("From `eagle3conv-verify.json`" + (f" ({', '.join(about)})" if about else "") + ":")
+    out.append("")
+    if v.acceptance:
+        out += ["| draft position | " + " | ".join(str(i + 1) for i in range(len(v.acceptance))) + " |",
+                "|---|" + "---|" * len(v.acceptance),
+                "| acceptance | " + " | ".join(f"{a:.1%}" for a in v.acceptance) + " |", ""]
+    if v.accept_length is not None:
+        out.append(f"Expected accept length: **{v.accept_length:.2f}** tokens per verification step.")
+    if v.passed is not None:
+        out.append(f"Verify verdict: {'passed' if v.passed else 'FAILED'}.")
+    return out
+
+
+def _checks_section(facts: CardFacts) -> list[str]:
+    out = ["### Checks before publishing", ""]
+    if not facts.checks_run:
+        return out + ["No pre-push checks were run."]
+    failed = [c for c in facts.checks if not c.ok]
+    if facts.forced and failed:
+        out += ["> **Warning: pushed with `--force`.** These checks failed and were overridden:", ">"]
+        out += [f"> - {c.name}: {c.detail}" for c in failed]
+        out.append("")
+    for c in facts.checks:
+        out.append(f"- {'passed' if c.ok else 'FAILED'}: {c.name}" + (f" ({c.detail})" if c.detail else ""))
+    if not facts.checks:
+        out.append("No checks were configured.")
+    return out
+
+
+def _launch_section(facts: CardFacts) -> list[str]:
+    from eagle3conv.errors import Eagle3ConvError
+    from eagle3conv.wiring.layers import to_ids
+
+    target = facts.target or "TARGET_MODEL"
+    repo = facts.repo_id
+    capture = None
+    if facts.layers:
+        try:
+            capture = list(to_ids(facts.layers, "output", facts.target_layers))
+        except Eagle3ConvError:
+            capture = None
+    spec = json.dumps({"method": "eagle3", "model": repo, "num_speculative_tokens": NUM_STEPS})
+    out = ["### Launch", ""]
+    if not facts.target:
+        out += ["Replace `TARGET_MODEL` with the target model this drafter was trained for.", ""]
+    out += [
+        "SGLang:", "", "```bash",
+        f"python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 "
+        f"--speculative-draft-model-path {repo} --speculative-num-steps {NUM_STEPS} "
+        f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {NUM_STEPS + 1}",
+        "```", "",
+        "vLLM:", "", "```bash", f"vllm serve {target} --speculative-config '{spec}'", "```", "",
+        "TensorRT-LLM (`trtllm-serve`, with the drafter downloaded first: "
+        f"`hf download {repo} --local-dir ./drafter`):", "", "```bash",
+        f"trtllm-serve {target} --extra_llm_api_options eagle3.yaml", "```", "", "```yaml",
+        "# eagle3.yaml", "speculative_config:", "  decoding_type: Eagle3", f"  max_draft_len: {NUM_STEPS}",
+        "  speculative_model_dir: ./drafter",
+    ]
+    if capture is not None:
+        out.append(f"  eagle3_layers_to_capture: {_ids(capture)}")
+    else:
+        out.append("  # eagle3_layers_to_capture: unknown (no explicit aux-layer set)")
+    out.append("```")
+    return out
+
+
+def _about(facts: CardFacts) -> list[str]:
+    c = facts.config
+    arch = ", ".join(c.get("architectures") or []) or "unknown architecture"
+    target = f"[`{facts.target}`](https://huggingface.co/{facts.target})" if facts.target else "its target model"
+    sizes = []
+    if isinstance(c.get("hidden_size"), int):
+        sizes.append(f"hidden size {c['hidden_size']}")
+    if isinstance(c.get("draft_vocab_size"), int) and isinstance(c.get("vocab_size"), int):
+        sizes.append(f"draft vocabulary {c['draft_vocab_size']:,} of {c['vocab_size']:,} tokens")
+    dtype = c.get("torch_dtype") or c.get("dtype")
+    if isinstance(dtype, str):
+        sizes.append(dtype)
+    return [
+        "## EAGLE-3 drafter", "",
+        f"An EAGLE-3 speculative-decoding drafter for {target} (`{arch}`"
+        + (", " + ", ".join(sizes) if sizes else "") + "). Its weights use the names SGLang loads "
+        "(`midlayer.*`, `fc`, `norm`, `lm_head`, `d2t`), which vLLM and TensorRT-LLM accept as well.",
+    ]
+
+
+def render_block(facts: CardFacts) -> str:
+    """The generated part of the card, markers included."""
+    lines = [BEGIN, "<!-- Written by `eagle3conv push`; this block is replaced on every push. "
+                    "Text outside it is yours and is kept. -->", ""]
+    for section in (_about(facts), _wiring_section(facts), _training_section(facts), _verify_section(facts),
+                    _checks_section(facts), _launch_section(facts)):
+        lines += section + [""]
+    lines.append(END)
+    return "\n".join(lines) + "\n"
+
+
+def _split_front_matter(text: str) -> tuple[str, str]:
+    """(front matter YAML including delimiters or "", body)."""
+    from huggingface_hub.repocard import REGEX_YAML_BLOCK
+
+    m = REGEX_YAML_BLOCK.search(text)
+    return (text[: m.end()], text[m.end():]) if m else ("", text)
+
+
+def merge_body(existing: str, block: str, title: str) -> str:
+    """Replace the generated block in ``existing`` (a README body), or append it."""
+    start, end = existing.find(BEGIN), existing.find(END)
+    if start != -1 and end > start:
+        return existing[:start] + block.rstrip("\n") + existing[end + len(END):]
+    if not existing.strip():
+        return f"\n# {title}\n\n{block}"
+    return existing.rstrip("\n") + "\n\n" + block
+
+
+def render_card(facts: CardFacts, existing: str | None = None) -> str:
+    """The full README.md: ``existing`` (the user's README, or None) with our metadata and block."""
+    from huggingface_hub import ModelCard
+
+    existing = (existing or "").replace("\r\n", "\n")
+    front, body = _split_front_matter(existing)
+    card = ModelCard(front + body if front else "---\n{}\n---\n" + body)
+    data = card.data
+    if facts.target:
+        data.base_model = facts.target
+    user_tags = data.get("tags") or []
+    if isinstance(user_tags, str):
+        user_tags = [user_tags]
+    data.tags = list(user_tags) + [t for t in TAGS if t not in user_tags]
+    if not data.get("library_name"):
+        data.library_name = LIBRARY_NAME
+    card.text = merge_body(card.text, render_block(facts), facts.repo_id.split("/")[-1])
+    text = str(card)
+    return text if text.endswith("\n") else text + "\n"
+
+
+__all__ = [
+    "BEGIN", "END", "LIBRARY_NAME", "TAGS", "VERIFY_REPORT", "CardFacts", "Check", "VerifySummary",
+    "gather_facts", "merge_body", "read_verify_report", "render_block", "render_card",
+]

@@ -1,0 +1,643 @@
+"""``push``: publish a checked drafter checkpoint to the Hugging Face Hub.
+
+Steps, in order (nothing is sent before step 4)::
+
+    1. pick the repo id          argument > eagle3conv-push.json > training_metadata.json "hub_repo_id"
+    2. run the gate              default_gate: already canonical (fix-keys is a no-op) + smoke test
+    3. select files, render card what a server needs; README.md rendered in memory (hub/card.py)
+    4. create_repo(exist_ok)     then the branch for --revision when it does not exist yet
+    5. upload LFS/xet content    preupload_lfs_files: streamed from disk, nothing committed yet
+    6. one commit                create_commit: all files land together, or none do
+    7. write eagle3conv-push.json (atomically), the only local file a push writes
+
+The local folder is never modified otherwise: the card is uploaded from bytes.
+A second push of an unchanged folder creates no commit: huggingface_hub drops
+files whose remote oid equals the local one (sha256 for LFS files, git sha1 for
+regular ones) and, when nothing is left, skips the commit and returns the head
+(logging "No files have been modified since last commit"). ``push`` compares
+that with the head it read before and reports ``unchanged=True``.
+
+The token comes from the argument, else ``HF_TOKEN``, else the stored login
+(``huggingface_hub.get_token``). It is never printed, logged or put in an error:
+errors from huggingface_hub are re-raised as :class:`PushError` with the token
+scrubbed from their text, and without the original exception attached.
+
+The push record ``eagle3conv-push.json`` (never uploaded)::
+
+    {
+      "format": "eagle3conv-push", "version": 1,
+      "repo_id": "org/name", "repo_type": "model",
+      "endpoint": "https://huggingface.co",
+      "revision": "main",              # the branch committed to, or "refs/pr/N" for --create-pr
+      "commit": "<40 hex>", "commit_url": "...", "pr_url": null,
+      "unchanged": false, "forced": false,
+      "files": {"model.safetensors": 123, ...},   # sizes in bytes
+      "eagle3conv_version": "0.1.0"
+    }
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle3conv.errors import (
+    Eagle3ConvError,
+    InvalidCheckpointError,
+    PushError,
+    UsageError,
+    WriteError,
+)
+from eagle3conv.hub.card import Check, gather_facts, render_card
+
+logger = logging.getLogger(__name__)
+
+PUSH_RECORD = "eagle3conv-push.json"
+PUSH_RECORD_FORMAT = "eagle3conv-push"
+PUSH_RECORD_VERSION = 1
+
+# What a server needs, at the top of the checkpoint folder.
+DEFAULT_FILES = (
+    "*.safetensors",
+    "model.safetensors.index.json",
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "chat_template.jinja",
+    "README.md",
+    "training_metadata.json",
+    "eagle3conv-*.json",
+)
+# Never sent, whatever --include says: pickles (they can run code when loaded), trainer state,
+# hidden files (eagle3conv's staging/journal/backup), and the push record itself.
+NEVER_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+
+Gate = Callable[[Path], Iterable[Check]]
+Progress = Callable[[str], None]
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class PushFile:
+    path: str  # in the repo
+    size: int
+    source: str  # "local" or "generated" (the README card)
+
+
+@dataclass
+class PushResult:
+    repo_id: str
+    endpoint: str
+    revision: str | None  # the branch asked for (None: main)
+    create_pr: bool
+    dry_run: bool
+    files: list[PushFile]
+    skipped: list[tuple[str, str]]  # (path, why it is not sent)
+    card: str | None
+    checks: list[Check]
+    forced: bool
+    unchanged: bool = False
+    commit: str | None = None
+    commit_url: str | None = None
+    pr_url: str | None = None
+    pr_revision: str | None = None
+    repo_url: str | None = None
+    record: Path | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def to_dict(self) -> dict:
+        return {
+            "repo_id": self.repo_id,
+            "endpoint": self.endpoint,
+            "revision": self.revision,
+            "create_pr": self.create_pr,
+            "dry_run": self.dry_run,
+            "files": [{"path": f.path, "size": f.size, "source": f.source} for f in self.files],
+            "total_bytes": self.total_bytes,
+            "skipped": [{"path": p, "why": w} for p, w in self.skipped],
+            "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in self.checks],
+            "forced": self.forced,
+            "unchanged": self.unchanged,
+            "commit": self.commit,
+            "commit_url": self.commit_url,
+            "pr_url": self.pr_url,
+            "pr_revision": self.pr_revision,
+            "repo_url": self.repo_url,
+            "record": str(self.record) if self.record else None,
+            "card": self.card,
+        }
+
+
+# --------------------------------------------------------------------------- the gate
+
+
+def default_gate(path: Path) -> list[Check]:
+    """The checks ``push`` runs unless given another gate.
+
+    - ``canonical``: ``inspect`` plans no change (``fix-keys`` would be a no-op): the
+      names, dtypes and config are exactly what SGLang loads;
+    - ``smoke-test``: the drafter forward (``eagle3conv.model.drafter.smoke_test``) runs on
+      random inputs at step 1 and step 2 with finite outputs of the right widths (MLA
+      drafters: their tensor shapes are checked instead).
+    """
+    from eagle3conv.api import inspect
+
+    checks: list[Check] = []
+    try:
+        result = inspect(path)
+    except Eagle3ConvError as e:
+        return [Check("canonical", False, e.message)]
+    plan = result.plan
+    if plan is None:
+        why = getattr(result.plan_error, "message", str(result.plan_error))
+        return [Check("canonical", False, f"no conversion plan: {why}")]
+    if plan.errors:
+        checks.append(Check("canonical", False, "; ".join(plan.errors[:5])))
+    elif not plan.is_identity():
+        checks.append(Check("canonical", False,
+                            f"the names or config are not what SGLang loads; run `eagle3conv fix-keys {path}`"))
+    else:
+        checks.append(Check("canonical", True, "fix-keys has nothing to change"))
+    checks.append(_smoke(result.index))
+    return checks
+
+
+def _smoke(index) -> Check:
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a forward over 16 tokens: thread start-up costs more than it saves
+    try:
+        return _smoke_checked(index)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _smoke_checked(index) -> Check:
+    from eagle3conv.model import drafter
+
+    cfg = index.config or {}
+    try:
+        state = {name: index.read_torch(name) for name in index.tensors}
+        if any("Deepseek" in a for a in cfg.get("architectures") or []):
+            drafter.check_mla_shapes(cfg, state)
+            return Check("smoke-test", True, "MLA drafter: tensor shapes match the config")
+        r = drafter.smoke_test(cfg, state)
+    except Eagle3ConvError as e:
+        return Check("smoke-test", False, e.message)
+    except Exception as e:  # noqa: BLE001 - a forward that crashes is a failed check
+        return Check("smoke-test", False, f"{type(e).__name__}: {e}")
+    if not r.ok:
+        return Check("smoke-test", False, "; ".join(r.problems))
+    return Check("smoke-test", True, f"step 1 reads {r.step1_input_width} wide, step 2 {r.step2_input_width}, "
+                                     f"{r.logits_width} draft logits")
+
+
+def _run_gate(gate: Gate, path: Path) -> list[Check]:
+    try:
+        return list(gate(path))
+    except Eagle3ConvError as e:
+        return [Check(getattr(gate, "__name__", "gate"), False, e.message)]
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _hidden(rel: str) -> bool:
+    return any(part.startswith(".") for part in rel.split("/"))
+
+
+def _never(rel: str) -> str | None:
+    name = rel.rsplit("/", 1)[-1]
+    if _hidden(rel):
+        return "hidden file"
+    if name == PUSH_RECORD:
+        return "the local push record"
+    if name == "training_state.pt" or name.endswith(NEVER_SUFFIXES):
+        return "a pickle (can run code when loaded); push safetensors"
+    return None
+
+
+def select_files(root: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> tuple[list[str], list[tuple[str, str]]]:
+    """(files to send, (file, why not) for every other file). Paths are relative, POSIX.
+
+    The default set is :data:`DEFAULT_FILES` at the top of the folder; ``include``
+    globs (matched against the relative path, subfolders allowed) add to it and
+    ``exclude`` globs remove from it. Pickles, hidden files and the push record
+    are never sent.
+    """
+    chosen, skipped = [], []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            full = Path(dirpath) / name
+            rel = full.relative_to(root).as_posix()
+            if not full.is_file():
+                continue
+            top = "/" not in rel
+            wanted = top and any(fnmatch.fnmatch(name, p) for p in DEFAULT_FILES)
+            if any(fnmatch.fnmatch(rel, p) for p in include):
+                wanted = True
+            if any(fnmatch.fnmatch(rel, p) for p in exclude):
+                skipped.append((rel, "excluded by --exclude"))
+                continue
+            never = _never(rel)
+            if never is not None:
+                skipped.append((rel, never))
+            elif wanted:
+                chosen.append(rel)
+            else:
+                skipped.append((rel, "not needed by a server (add it with --include)"))
+    # hidden top-level entries (staging folders, journals) are reported, not walked
+    for entry in sorted(root.iterdir()):
+        if entry.name.startswith(".") and entry.is_dir():
+            skipped.append((entry.name + "/", "hidden folder"))
+    return sorted(chosen), skipped
+
+
+# --------------------------------------------------------------------------- repo id, record
+
+
+def read_record(root: Path) -> dict | None:
+    """The push record of ``root``, or None (also for a malformed one)."""
+    p = root / PUSH_RECORD
+    try:
+        obj = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(obj, dict) or obj.get("format") != PUSH_RECORD_FORMAT:
+        return None
+    return obj
+
+
+def _write_record(root: Path, record: dict) -> Path:
+    p = root / PUSH_RECORD
+    text = json.dumps(record, indent=2, sort_keys=False) + "\n"
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{PUSH_RECORD}.", dir=root)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, p)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as e:
+        raise WriteError(f"{p}: pushed, but the push record could not be written: {e.strerror or e}") from e
+    return p
+
+
+def resolve_repo_id(root: Path, repo_id: str | None) -> tuple[str, str]:
+    """(repo id, where it came from). Raises :class:`UsageError` when none is known."""
+    if repo_id:
+        source = "--repo-id"
+    else:
+        rec = read_record(root)
+        if rec and isinstance(rec.get("repo_id"), str):
+            repo_id, source = rec["repo_id"], PUSH_RECORD
+        else:
+            meta = root / "training_metadata.json"
+            try:
+                value = json.loads(meta.read_text(encoding="utf-8")).get("hub_repo_id")
+            except (OSError, ValueError, AttributeError):
+                value = None
+            if isinstance(value, str) and value:
+                repo_id, source = value, "training_metadata.json hub_repo_id"
+    if not repo_id:
+        raise UsageError(
+            f"{root}: no repo id: this folder has no earlier push ({PUSH_RECORD}) and its metadata names none",
+            hint=f"eagle3conv push {root} --repo-id ORG/NAME",
+        )
+    parts = repo_id.split("/")
+    if len(parts) != 2 or not all(parts):
+        raise UsageError(f"repo id '{repo_id}' (from {source}) must be ORG/NAME", hint="--repo-id ORG/NAME")
+    try:
+        from huggingface_hub.utils import validate_repo_id
+
+        validate_repo_id(repo_id)
+    except Exception as e:  # noqa: BLE001 - HFValidationError
+        raise UsageError(f"repo id '{repo_id}' (from {source}) is not valid: {e}", hint="--repo-id ORG/NAME") from None
+    return repo_id, source
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _scrub(text: str, token: str | None) -> str:
+    if token and len(token) >= 4:
+        text = text.replace(token, "***")
+    return text
+
+
+def _walk(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _to_push_error(exc: BaseException, *, stage: str, repo_id: str, revision: str | None,
+                   endpoint: str, token: str | None) -> Eagle3ConvError:
+    """Map a huggingface_hub / transport error to an eagle3conv error with the token scrubbed."""
+    import httpx2
+    from huggingface_hub.errors import HfHubHTTPError, RevisionNotFoundError
+
+    org = repo_id.split("/")[0]
+    http = next((e for e in _walk(exc) if isinstance(e, HfHubHTTPError) and getattr(e, "response", None) is not None), None)
+    transport = next((e for e in _walk(exc) if isinstance(e, httpx2.TransportError)), None)
+    # An error answer means the commit was refused as a whole; only a commit request that got
+    # no answer at all leaves it unknown whether it landed.
+    safe_retry = not (stage == "commit" and http is None)
+    nothing = "nothing was committed" if safe_retry else "the commit request got no answer, so it may or may not have landed"
+    retry = ("retrying is safe: files already uploaded are not sent again" if safe_retry
+             else f"check the repo's history on {endpoint}/{repo_id} before retrying")
+    original = _scrub(f"{type(exc).__name__}: {exc}".strip(), token).splitlines()
+    details = [line for line in original if line.strip()][:8]
+    where = f"{stage} step"
+    if http is not None:
+        status = http.response.status_code
+        if status == 401:
+            return PushError(
+                f"the Hub at {endpoint} did not accept the credentials for {repo_id} (401 Unauthorized, {where}); "
+                f"{nothing}",
+                hint="set HF_TOKEN to a token with write access, or run `hf auth login`", details=details)
+        if status == 403:
+            return PushError(
+                f"no write access to {org} on {endpoint} (403 Forbidden, {where}); {nothing}",
+                hint=f"use a token that can write to {org}, or push to your own namespace with --repo-id USER/NAME",
+                details=details)
+        if status == 404:
+            if isinstance(http, RevisionNotFoundError) or "RevisionNotFound" in str(http.response.headers.get("X-Error-Code")):
+                return PushError(
+                    f"revision '{revision or 'main'}' not found in {repo_id} ({where}); {nothing}",
+                    hint="--create-pr opens a pull request against an existing branch; push to a new branch with "
+                         "--revision NAME (without --create-pr)", details=details)
+            return PushError(
+                f"repo {repo_id} not found on {endpoint} (404, {where}); {nothing}",
+                hint="check --repo-id, and that the token can see the repo", details=details)
+        if status in (409, 412):
+            return PushError(
+                f"{repo_id}@{revision or 'main'} changed while pushing ({status}, {where}); {nothing}",
+                hint="push again", details=details)
+        if status >= 500 or status == 429:
+            return PushError(
+                f"the Hub answered {status} during the {where} for {repo_id}; {nothing}; {retry}",
+                hint="try again later", details=details)
+        return PushError(f"the Hub refused the {where} for {repo_id} ({status}); {nothing}", details=details)
+    if transport is not None:
+        return PushError(
+            f"the connection to {endpoint} failed during the {where} for {repo_id} ({type(transport).__name__}); "
+            f"{nothing}; {retry}", hint="check the network and push again", details=details)
+    return PushError(f"push to {repo_id} failed during the {where}: {details[0] if details else type(exc).__name__}; "
+                     f"{nothing}", details=details)
+
+
+# --------------------------------------------------------------------------- push
+
+
+@contextmanager
+def _scrubbed_logs(token: str | None):
+    """While pushing, no log record anywhere in the process carries the token.
+
+    huggingface_hub hides the Authorization header itself; this also covers text a
+    server sends back (an error header or body that echoes the request), which
+    httpx's and httpcore's debug logs would otherwise repeat verbatim.
+    """
+    if not token or len(token) < 4:
+        yield
+        return
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args, **kwargs):
+        record = previous(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - leave a record that cannot be formatted alone
+            return record
+        if token in message:
+            record.msg, record.args = message.replace(token, "***"), ()
+        return record
+
+    logging.setLogRecordFactory(factory)
+    try:
+        yield
+    finally:
+        if logging.getLogRecordFactory() is factory:
+            logging.setLogRecordFactory(previous)
+
+
+def _resolve_token(token: str | None) -> str | None:
+    if token:
+        return token
+    env = os.environ.get("HF_TOKEN")
+    if env:
+        return env
+    try:
+        from huggingface_hub import get_token
+
+        return get_token()
+    except Exception:  # noqa: BLE001 - no stored login
+        return None
+
+
+def _remote_readme(api, repo_id: str, revision: str) -> str | None:
+    """The README.md on the Hub at ``revision`` (text the user may have written there), or None.
+
+    Fetched from ``api.endpoint`` directly: huggingface_hub's download helpers build their
+    URL from the endpoint read at import time.
+    """
+    from urllib.parse import quote
+
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    url = f"{api.endpoint}/{repo_id}/resolve/{quote(revision, safe='')}/README.md"
+    response = get_session().get(url, headers=build_hf_headers(token=api.token), follow_redirects=True)
+    if response.status_code == 404:
+        return None
+    hf_raise_for_status(response)
+    return response.content.decode("utf-8", errors="replace")
+
+
+def push(
+    path: str | os.PathLike = ".",
+    repo_id: str | None = None,
+    *,
+    private: bool = False,
+    revision: str | None = None,
+    create_pr: bool = False,
+    commit_message: str | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    dry_run: bool = False,
+    force: bool = False,
+    token: str | None = None,
+    endpoint: str | None = None,
+    base_model: str | None = None,
+    progress: Progress | None = None,
+    gate: Gate | None = default_gate,
+) -> PushResult:
+    """Publish the checkpoint folder ``path`` to the Hub repo ``repo_id`` in one commit.
+
+    Raises :class:`UsageError` (exit 2) for a missing or malformed repo id or path,
+    :class:`InvalidCheckpointError` (exit 3) when the gate fails and ``force`` is
+    false, and :class:`PushError` (exit 1) when the Hub or the connection fails —
+    in which case nothing was committed. ``dry_run`` sends nothing at all.
+    ``gate=None`` runs no checks (the card says so).
+    """
+    say = progress or (lambda message: None)
+    root = Path(path).expanduser()
+    if root.is_file():
+        root = root.parent
+    if not root.is_dir():
+        raise UsageError(f"{path}: not a checkpoint folder")
+    root = root.resolve()
+    repo_id, _ = resolve_repo_id(root, repo_id)
+    if revision is not None and (not revision.strip() or revision.startswith("refs/")):
+        raise UsageError(f"--revision '{revision}': give a branch name such as 'v2' or 'main'")
+
+    # the gate
+    checks: list[Check] = []
+    if gate is not None:
+        say("checking the checkpoint")
+        checks = _run_gate(gate, root)
+        failed = [c for c in checks if not c.ok]
+        if failed and not force:
+            raise InvalidCheckpointError(
+                f"{root}: refusing to push: {len(failed)} check{'s' if len(failed) != 1 else ''} failed; "
+                "nothing was sent",
+                details=[f"{c.name}: {c.detail}" for c in failed],
+                hint="fix the checkpoint (eagle3conv fix-keys, the config check, verify) or pass --force "
+                     "to push anyway (the card will say so)",
+            )
+
+    # files and card
+    names, skipped = select_files(root, include, exclude)
+    weights = [n for n in names if n.endswith(".safetensors")]
+    if not weights and not force:
+        raise InvalidCheckpointError(f"{root}: no .safetensors weights to push", details=[s for s, _ in skipped][:10],
+                                     hint=f"convert first: eagle3conv fix-keys {root} --out DIR")
+    with_card = "README.md" in names or not any(fnmatch.fnmatch("README.md", p) for p in exclude)
+    local_files = [n for n in names if n != "README.md"]
+    local_readme = (root / "README.md").read_text(encoding="utf-8", errors="replace") if "README.md" in names else None
+
+    def card_for(existing: str | None) -> str:
+        facts = gather_facts(root, repo_id, base_model=base_model, checks=checks, checks_run=gate is not None,
+                             forced=force and any(not c.ok for c in checks))
+        return render_card(facts, existing)
+
+    files = [PushFile(n, (root / n).stat().st_size, "local") for n in local_files]
+    forced = force and any(not c.ok for c in checks)
+    ep = (endpoint or _default_endpoint()).rstrip("/")
+    message = commit_message or f"Upload EAGLE-3 drafter with eagle3conv{' (forced past failed checks)' if forced else ''}"
+
+    if dry_run:
+        card = card_for(local_readme) if with_card else None
+        if card is not None:
+            files.append(PushFile("README.md", len(card.encode()), "generated"))
+        return PushResult(repo_id, ep, revision, create_pr, True, files, skipped, card, checks, forced)
+
+    secret = _resolve_token(token)
+    from huggingface_hub import CommitOperationAdd, HfApi
+    from huggingface_hub.errors import RevisionNotFoundError
+
+    api = HfApi(endpoint=ep, token=secret if secret else False)
+    stage = "create"
+    branch = revision or "main"
+    failure: Eagle3ConvError | None = None
+    try:
+        with _scrubbed_logs(secret):
+            say(f"creating {repo_id} on {ep} (if needed)")
+            repo_url = api.create_repo(repo_id, private=private, exist_ok=True)
+            stage = "revision"
+            try:
+                head = api.repo_info(repo_id, revision=branch).sha
+            except RevisionNotFoundError:
+                if create_pr:
+                    raise
+                say(f"creating branch {branch}")
+                api.create_branch(repo_id, branch=branch, exist_ok=True)
+                head = api.repo_info(repo_id, revision=branch).sha
+            card = None
+            if with_card:
+                stage = "card"
+                base = local_readme if local_readme is not None else _remote_readme(api, repo_id, branch)
+                card = card_for(base)
+                files.append(PushFile("README.md", len(card.encode()), "generated"))
+            ops = [CommitOperationAdd(path_in_repo=n, path_or_fileobj=str(root / n)) for n in local_files]
+            if card is not None:
+                ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode("utf-8")))
+            stage = "upload"
+            total = sum(f.size for f in files)
+            say(f"uploading {len(ops)} files ({total:,} bytes) to {repo_id}")
+            api.preupload_lfs_files(repo_id, additions=ops, revision=branch, create_pr=create_pr, free_memory=False)
+            stage = "commit"
+            say("committing")
+            info = api.create_commit(repo_id, ops, commit_message=message, revision=branch, create_pr=create_pr,
+                                     parent_commit=head if not create_pr else None)
+    except Eagle3ConvError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every client failure becomes a PushError
+        failure = _to_push_error(exc, stage=stage, repo_id=repo_id, revision=revision, endpoint=ep, token=secret)
+    if failure is not None:
+        # raised outside the handler: the client's exception (whose text may hold what a
+        # server echoed back) is neither the cause nor the context of what the user sees
+        raise failure
+
+    unchanged = info.oid == head and not info.pr_url
+    result = PushResult(repo_id, ep, revision, create_pr, False, files, skipped, card, checks, forced,
+                        unchanged=unchanged, commit=info.oid, commit_url=info.commit_url, pr_url=info.pr_url,
+                        pr_revision=info.pr_revision, repo_url=str(repo_url))
+    say("unchanged: the repo already holds these files; no commit was made" if unchanged
+        else f"committed {info.oid[:12]}" + (f", pull request {info.pr_url}" if info.pr_url else ""))
+    from eagle3conv import __version__
+
+    result.record = _write_record(root, {
+        "format": PUSH_RECORD_FORMAT,
+        "version": PUSH_RECORD_VERSION,
+        "repo_id": repo_id,
+        "repo_type": "model",
+        "endpoint": ep,
+        "revision": info.pr_revision or branch,
+        "commit": info.oid,
+        "commit_url": info.commit_url,
+        "pr_url": info.pr_url,
+        "unchanged": unchanged,
+        "forced": forced,
+        "files": {f.path: f.size for f in files},
+        "eagle3conv_version": __version__,
+    })
+    return result
+
+
+def _default_endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+__all__ = [
+    "DEFAULT_FILES", "PUSH_RECORD", "Gate", "PushFile", "PushResult", "default_gate", "push", "read_record",
+    "resolve_repo_id", "select_files",
+]

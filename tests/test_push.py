@@ -1,0 +1,443 @@
+"""``push`` against a real Hub-compatible HTTP server on 127.0.0.1 (tests/hub_server.py).
+
+The real huggingface_hub client talks to it over a real socket, with xet off (the
+server speaks the LFS transfer, single-part and multipart). Nothing is mocked but the
+client's retry *waits* (``time.sleep`` inside its backoff), so the fault tests, where
+the client retries five times, stay fast.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from conftest import PICO
+from hub_server import HubServer
+from eagle3conv.errors import EXIT_ERROR, EXIT_INVALID, EXIT_USAGE, InvalidCheckpointError, PushError, UsageError
+from eagle3conv.example import write_example
+from eagle3conv.hub.card import BEGIN, END, TAGS, VERIFY_REPORT, read_verify_report
+from eagle3conv.hub.push import PUSH_RECORD, push, read_record, select_files
+
+TARGET = "org/pico-target"  # no built-in profile: the pico drafter is 32 wide
+SECRET = "hf_SECRETtok3n_do_not_show_9f8e7d6c"
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def hub_env():
+    """One server for the module; the client pointed at it, xet off, no retry waits."""
+    import huggingface_hub.constants as constants
+    from huggingface_hub.utils import _http
+
+    server = HubServer(multipart_chunk=16 * 1024).start()
+    mp = pytest.MonkeyPatch()
+    # read at import by huggingface_hub: set both the environment (for subprocesses)
+    # and the already-imported constants (for this process)
+    mp.setenv("HF_ENDPOINT", server.url)
+    mp.setenv("HF_HUB_DISABLE_XET", "1")
+    mp.delenv("HF_TOKEN", raising=False)
+    mp.setattr(constants, "ENDPOINT", server.url)
+    mp.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", server.url + "/{repo_id}/resolve/{revision}/{filename}")
+    mp.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    mp.setattr(_http, "time", types.SimpleNamespace(sleep=lambda s: None, time=time.time, monotonic=time.monotonic))
+    yield server
+    mp.undo()
+    server.stop()
+
+
+@pytest.fixture
+def hub(hub_env):
+    hub_env.clear_faults()
+    hub_env.multipart_chunk = 16 * 1024
+    hub_env.log.clear()
+    return hub_env
+
+
+@pytest.fixture(scope="module")
+def canonical_src(tmp_path_factory):
+    """The example drafter made canonical by fix-keys, plus what a training run leaves beside it."""
+    from eagle3conv.api import fix_keys
+    from eagle3conv.wiring.metadata import from_user, write_metadata_file
+
+    root = tmp_path_factory.mktemp("src") / "drafter"
+    import dataclasses
+
+    write_example(root, "modelopt-export", PICO)
+    rec = dataclasses.replace(from_user("2,15,27", "input"), target=TARGET, draft_vocab_size=PICO.draft_vocab)
+    write_metadata_file(root, rec)
+    fix_keys(root)
+    (root / VERIFY_REPORT).write_text(json.dumps({"acceptance_per_position": [0.8, 0.6, 0.45], "engine": "sglang"}))
+    import torch
+
+    torch.save({"epoch": 1, "global_step": 100}, root / "training_state.pt")  # trainer state: never sent
+    (root / "notes.txt").write_text("scratch")  # not needed by a server
+    (root / ".cache").mkdir()  # hidden: never sent
+    (root / ".cache" / "x.safetensors").write_bytes(b"half")
+    return root
+
+
+@pytest.fixture
+def ckpt(canonical_src, tmp_path):
+    dest = tmp_path / "drafter"
+    shutil.copytree(canonical_src, dest)
+    return dest
+
+
+_counter = iter(range(10_000))
+
+
+@pytest.fixture
+def repo():
+    return f"org/drafter-{next(_counter)}"
+
+
+def tree_hash(folder: Path, *, skip=(PUSH_RECORD,)) -> dict:
+    out = {}
+    for dirpath, _, files in os.walk(folder):
+        for f in files:
+            p = Path(dirpath) / f
+            rel = p.relative_to(folder).as_posix()
+            if rel not in skip:
+                out[rel] = (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+    return out
+
+
+def do_push(hub, path, repo_id, **kw):
+    kw.setdefault("endpoint", hub.url)
+    return push(path, repo_id, **kw)
+
+
+SENT = {"model.safetensors", "config.json", "tokenizer_config.json", "training_metadata.json", VERIFY_REPORT, "README.md"}
+
+
+# --------------------------------------------------------------------------- round trip
+
+
+def test_round_trip_bytes_card_and_record(hub, ckpt, repo, tmp_path):
+    from huggingface_hub import ModelCard, snapshot_download
+
+    before = tree_hash(ckpt)
+    result = do_push(hub, ckpt, repo)
+
+    assert {f.path for f in result.files} == SENT
+    skipped = dict(result.skipped)
+    assert "training_state.pt" in skipped and "pickle" in skipped["training_state.pt"]
+    assert ".cache/" in skipped and "notes.txt" in skipped
+    assert not result.unchanged and len(result.commit) == 40
+    assert hub.refs(repo)["main"] == result.commit
+    assert hub.paths(repo) == SENT | {".gitattributes"}
+    assert "lfs-part" in hub.routes() and "lfs-complete" in hub.routes()  # multipart transfer used
+
+    out = Path(snapshot_download(repo, local_dir=tmp_path / "dl", endpoint=hub.url, token=False))
+    for name in SENT - {"README.md"}:
+        assert (out / name).read_bytes() == (ckpt / name).read_bytes(), name
+    readme = (out / "README.md").read_text()
+    assert readme == result.card
+
+    # the local folder is byte-identical; only the push record was added
+    assert tree_hash(ckpt) == before
+    record = read_record(ckpt)
+    assert record["repo_id"] == repo and record["commit"] == result.commit and record["revision"] == "main"
+    assert PUSH_RECORD not in hub.paths(repo)
+
+    card = ModelCard(readme)
+    assert card.data.base_model == TARGET
+    assert set(TAGS) <= set(card.data.tags)
+    assert card.data.library_name
+    text = card.text
+    assert text.count(BEGIN) == 1 and text.count(END) == 1
+    assert "outputs of layers 1, 14, 26" in text
+    assert "| SGLang |" in text and "`[1, 14, 26]` (old and new SGLang read them alike)" in text
+    assert "| vLLM |" in text and "`[2, 15, 27]`" in text
+    assert "eagle3_layers_to_capture: [1, 14, 26]" in text
+    assert (f"python -m sglang.launch_server --model-path {TARGET} --speculative-algorithm EAGLE3 "
+            f"--speculative-draft-model-path {repo} --speculative-num-steps 3 --speculative-eagle-topk 1 "
+            "--speculative-num-draft-tokens 4") in text
+    assert f"""vllm serve {TARGET} --speculative-config '{{"method": "eagle3", "model": "{repo}", "num_speculative_tokens": 3}}'""" in text
+    assert "80.0% | 60.0% | 45.0%" in text and "Expected accept length: **2.50**" in text
+    assert "passed: canonical" in text and "passed: smoke-test" in text
+
+
+def test_second_push_of_unchanged_folder_makes_no_commit(hub, ckpt, repo):
+    first = do_push(hub, ckpt, repo)
+    commits = hub.commit_ids(repo)
+    hub.log.clear()
+    second = do_push(hub, ckpt, repo)
+    assert second.unchanged and second.commit == first.commit
+    assert hub.commit_ids(repo) == commits
+    assert "commit" not in hub.routes()
+    assert read_record(ckpt)["unchanged"] is True
+    # the record names the repo: a push without --repo-id goes to the same place
+    third = push(ckpt, endpoint=hub.url)
+    assert third.repo_id == repo and third.unchanged
+
+
+def test_default_endpoint_comes_from_hf_endpoint(hub, ckpt, repo):
+    result = push(ckpt, repo)  # no endpoint=: huggingface_hub's HF_ENDPOINT
+    assert result.endpoint == hub.url and hub.refs(repo)["main"] == result.commit
+
+
+def test_create_pr_lands_on_refs_pr_and_main_is_unchanged(hub, ckpt, repo):
+    first = do_push(hub, ckpt, repo)
+    (ckpt / VERIFY_REPORT).write_text(json.dumps({"acceptance_per_position": [0.9, 0.7, 0.5]}))
+    pr = do_push(hub, ckpt, repo, create_pr=True, commit_message="better acceptance")
+    assert pr.pr_url.endswith(f"/{repo}/discussions/1") and pr.pr_revision == "refs/pr/1"
+    refs = hub.refs(repo)
+    assert refs["main"] == first.commit and refs["refs/pr/1"] == pr.commit != first.commit
+    assert json.loads(hub.read(repo, VERIFY_REPORT, "refs/pr/1"))["acceptance_per_position"][0] == 0.9
+    assert json.loads(hub.read(repo, VERIFY_REPORT, "main"))["acceptance_per_position"][0] == 0.8
+    assert "90.0%" in hub.read(repo, "README.md", "refs/pr/1").decode()
+    assert hub.repo(repo).commits[pr.commit].title == "better acceptance"
+    assert read_record(ckpt)["revision"] == "refs/pr/1"
+
+
+def test_revision_creates_and_reuses_a_branch(hub, ckpt, repo):
+    r = do_push(hub, ckpt, repo, revision="v2")
+    refs = hub.refs(repo)
+    assert refs["v2"] == r.commit and refs["main"] != r.commit
+    assert hub.paths(repo, "main") == {".gitattributes"}
+    assert hub.paths(repo, "v2") == SENT | {".gitattributes"}
+    again = do_push(hub, ckpt, repo, revision="v2")
+    assert again.unchanged and hub.refs(repo)["v2"] == r.commit
+
+
+def test_existing_repo_is_fine(hub, ckpt, repo):
+    from huggingface_hub import HfApi
+
+    HfApi(endpoint=hub.url, token=False).create_repo(repo)
+    result = do_push(hub, ckpt, repo)
+    assert hub.refs(repo)["main"] == result.commit
+    assert [e.status for e in hub.log if e.route == "create"][-1] == 409
+
+
+# --------------------------------------------------------------------------- faults
+
+
+def _fault_case(hub, ckpt, repo, *, pre_create=True, **push_kw):
+    from huggingface_hub import HfApi
+
+    if pre_create:
+        HfApi(endpoint=hub.url, token=False).create_repo(repo)
+    commits, refs = hub.commit_ids(repo), hub.refs(repo)
+    before = tree_hash(ckpt, skip=())
+    with pytest.raises(PushError) as info:
+        do_push(hub, ckpt, repo, **push_kw)
+    err = info.value
+    assert err.exit_code == EXIT_ERROR
+    assert hub.commit_ids(repo) == commits and hub.refs(repo) == refs  # no half-made commit
+    assert tree_hash(ckpt, skip=()) == before  # nothing changed locally, no push record
+    assert not (ckpt / PUSH_RECORD).exists()
+    return err
+
+
+@pytest.mark.parametrize("route", ["lfs-part", "lfs-upload"])
+def test_connection_dropped_mid_upload(hub, ckpt, repo, route):
+    if route == "lfs-upload":
+        hub.multipart_chunk = None
+    hub.fault(route, drop_after=2000)
+    err = _fault_case(hub, ckpt, repo)
+    assert "connection" in err.message and "nothing was committed" in err.message
+    assert "retrying is safe" in err.message
+    assert not [e for e in hub.log if e.route == "commit"]
+    # the same push succeeds once the network is back: retry is safe
+    hub.clear_faults()
+    ok = do_push(hub, ckpt, repo)
+    assert hub.refs(repo)["main"] == ok.commit
+
+
+def test_401_bad_token(hub, ckpt, repo):
+    hub.require_token = "hf_the_right_one"
+    err = _fault_case(hub, ckpt, repo, pre_create=False, token=SECRET)
+    assert "401" in err.message and "nothing was committed" in err.message
+    assert "HF_TOKEN" in err.hint and "hf auth login" in err.hint
+    assert not hub.has_repo(repo)
+
+
+def test_403_no_write_access(hub, ckpt, repo):
+    hub.forbid = True
+    err = _fault_case(hub, ckpt, repo, pre_create=False)
+    assert "no write access to org" in err.message and "403" in err.message
+    # an existing repo the token cannot write to: create_repo passes (exist_ok), the upload is refused
+    hub.forbid = False
+    from huggingface_hub import HfApi
+
+    HfApi(endpoint=hub.url, token=False).create_repo(repo)
+    hub.forbid = True
+    err = _fault_case(hub, ckpt, repo, pre_create=False)
+    assert "no write access to org" in err.message
+
+
+def test_404_revision_for_pr_not_found(hub, ckpt, repo):
+    err = _fault_case(hub, ckpt, repo, create_pr=True, revision="no-such-branch")
+    assert "revision 'no-such-branch' not found" in err.message
+
+
+def test_404_repo_not_found(hub, ckpt, repo):
+    hub.fault("preupload", status=404, headers={"X-Error-Code": "RepoNotFound"})
+    err = _fault_case(hub, ckpt, repo)
+    assert f"repo {repo} not found" in err.message
+
+
+@pytest.mark.parametrize("route", ["commit", "preupload", "lfs-batch"])
+def test_500_nothing_committed(hub, ckpt, repo, route):
+    hub.fault(route, status=500)
+    err = _fault_case(hub, ckpt, repo)
+    assert "500" in err.message and "nothing was committed" in err.message and "retrying is safe" in err.message
+
+
+def test_token_never_shown(hub, ckpt, repo, caplog, capsys, monkeypatch):
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_DEBUG", True)  # the client logs curl commands
+    caplog.set_level(logging.DEBUG)
+    hub.require_token = SECRET
+    ok = do_push(hub, ckpt, repo, token=SECRET, progress=print)
+    # every Hub call carried the token (LFS storage URLs are pre-signed and take none)
+    assert all(e.authorized for e in hub.log if e.route != "unknown" and e.route not in (
+        "lfs-upload", "lfs-part", "lfs-complete", "lfs-verify"))
+    # a careless server that echoes the Authorization header into its error
+    (ckpt / "config.json").write_text((ckpt / "config.json").read_text() + "\n")
+    hub.fault("commit", status=500, echo_auth=True)
+    with pytest.raises(PushError) as info:
+        do_push(hub, ckpt, repo, token=SECRET, progress=print, gate=None)
+    err = info.value
+    assert "***" in json.dumps(err.to_dict())  # the echoed header was there, scrubbed
+    out = capsys.readouterr()
+    assert "bad header Bearer ***" in caplog.text  # httpcore's debug log saw the echo, scrubbed
+    for text in (str(err), json.dumps(err.to_dict()), caplog.text, out.out, out.err,
+                 (ckpt / PUSH_RECORD).read_text()):
+        assert SECRET not in text
+    assert err.__cause__ is None and err.__context__ is None  # the client's exception is not attached
+    assert ok.commit
+
+
+# --------------------------------------------------------------------------- gate, card, dry run
+
+
+def test_gate_refuses_a_non_canonical_checkpoint_and_force_overrides(hub, tmp_path, repo):
+    raw = write_example(tmp_path / "raw", "modelopt-export", PICO)  # layers.0.* names: SGLang would skip them
+    before = tree_hash(raw)
+    with pytest.raises(InvalidCheckpointError) as info:
+        do_push(hub, raw, repo)
+    err = info.value
+    assert err.exit_code == EXIT_INVALID and "refusing to push" in err.message
+    assert any("fix-keys" in d for d in err.details) and "--force" in err.hint
+    assert hub.log == [] and tree_hash(raw) == before
+
+    forced = do_push(hub, raw, repo, force=True)
+    assert forced.forced
+    card = hub.read(repo, "README.md").decode()
+    assert "pushed with `--force`" in card and "FAILED: canonical" in card
+    assert "forced" in hub.repo(repo).commits[forced.commit].title
+
+
+def test_custom_gate_and_failure_reasons(hub, ckpt, repo):
+    from eagle3conv.hub.card import Check
+
+    def gate(path):
+        return [Check("config-check", False, "aux ids disagree with training_metadata.json")]
+
+    with pytest.raises(InvalidCheckpointError) as info:
+        do_push(hub, ckpt, repo, gate=gate)
+    assert info.value.details == ["config-check: aux ids disagree with training_metadata.json"]
+    assert hub.log == []
+
+
+def test_readme_user_text_and_front_matter_are_kept(hub, ckpt, repo):
+    from huggingface_hub import HfApi, ModelCard
+
+    user = "---\nlicense: mit\ntags:\n- mine\n---\n\n# My drafter\n\nTrained on my data. Keep this.\n"
+    (ckpt / "README.md").write_text(user)
+    first = do_push(hub, ckpt, repo)
+    card = ModelCard(hub.read(repo, "README.md").decode())
+    assert card.data.license == "mit" and card.data.tags[0] == "mine" and set(TAGS) <= set(card.data.tags)
+    assert "# My drafter\n\nTrained on my data. Keep this." in card.text and card.text.count(BEGIN) == 1
+    assert (ckpt / "README.md").read_text() == user  # the local README is never rewritten
+
+    # the user edits their text; the generated block is replaced, not duplicated
+    (ckpt / "README.md").write_text(user.replace("Keep this.", "Keep this, v2."))
+    second = do_push(hub, ckpt, repo)
+    text = hub.read(repo, "README.md").decode()
+    assert second.commit != first.commit and "Keep this, v2." in text and text.count(BEGIN) == 1
+
+    # text written on the Hub is kept too when the folder has no README.md
+    (ckpt / "README.md").unlink()
+    edited = text.replace("# My drafter", "# My drafter\n\nEdited on the Hub.")
+    from huggingface_hub import CommitOperationAdd
+
+    HfApi(endpoint=hub.url, token=False).create_commit(
+        repo, [CommitOperationAdd("README.md", edited.encode())], commit_message="edit card")
+    (ckpt / VERIFY_REPORT).write_text(json.dumps({"accept_length": 2.5}))
+    do_push(hub, ckpt, repo)
+    text = hub.read(repo, "README.md").decode()
+    assert "Edited on the Hub." in text and "**2.50**" in text and text.count(END) == 1
+
+
+def test_dry_run_sends_nothing(hub, ckpt, repo):
+    before = tree_hash(ckpt, skip=())
+    result = do_push(hub, ckpt, repo, dry_run=True)
+    assert hub.log == [] and not hub.has_repo(repo)
+    assert tree_hash(ckpt, skip=()) == before and not (ckpt / PUSH_RECORD).exists()
+    sizes = {f.path: f.size for f in result.files}
+    assert set(sizes) == SENT and sizes["model.safetensors"] == (ckpt / "model.safetensors").stat().st_size
+    assert result.card and BEGIN in result.card and result.dry_run and result.commit is None
+    assert sizes["README.md"] == len(result.card.encode())
+
+
+def test_repo_id_required(hub, ckpt):
+    with pytest.raises(UsageError) as info:
+        push(ckpt, endpoint=hub.url)
+    assert info.value.exit_code == EXIT_USAGE and "--repo-id" in info.value.hint
+    with pytest.raises(UsageError):
+        push(ckpt, "no-namespace", endpoint=hub.url)
+    (ckpt / "training_metadata.json").write_text(
+        json.dumps({**json.loads((ckpt / "training_metadata.json").read_text()), "hub_repo_id": "org/from-meta"}))
+    assert push(ckpt, dry_run=True, endpoint=hub.url).repo_id == "org/from-meta"
+    assert hub.log == []
+
+
+# --------------------------------------------------------------------------- units
+
+
+def test_select_files_rules(tmp_path):
+    root = tmp_path / "c"
+    (root / "sub").mkdir(parents=True)
+    for name in ("model.safetensors", "config.json", "pytorch_model.bin", "training_state.pt", "README.md",
+                 "eagle3conv-verify.json", PUSH_RECORD, ".hidden.json", "merges.txt", "notes.md", "sub/x.json"):
+        (root / name).write_text("x")
+    chosen, skipped = select_files(root)
+    assert chosen == ["README.md", "config.json", "eagle3conv-verify.json", "merges.txt", "model.safetensors"]
+    why = dict(skipped)
+    assert "pickle" in why["pytorch_model.bin"] and "pickle" in why["training_state.pt"]
+    assert why[PUSH_RECORD] == "the local push record" and why[".hidden.json"] == "hidden file"
+    chosen, skipped = select_files(root, include=["sub/*.json", "*.bin", "notes.md"], exclude=["merges.txt"])
+    assert "sub/x.json" in chosen and "notes.md" in chosen and "pytorch_model.bin" not in chosen
+    assert "merges.txt" not in chosen
+
+
+@pytest.mark.parametrize("report, acceptance, length", [
+    ({"acceptance_per_position": [0.5, 0.25]}, (0.5, 0.25), 1.625),
+    ({"results": {"acceptance": [50, 25], "accept_length": 1.7}}, (0.5, 0.25), 1.7),
+    ({"summary": {"per_position_acceptance": {"1": 0.9, "2": 0.8}}}, (0.9, 0.8), 1 + 0.9 + 0.72),
+    ({"something": "else"}, None, None),
+])
+def test_verify_report_reader_is_tolerant(tmp_path, report, acceptance, length):
+    (tmp_path / VERIFY_REPORT).write_text(json.dumps(report))
+    v = read_verify_report(tmp_path)
+    assert v.acceptance == (pytest.approx(acceptance) if acceptance else None)
+    assert (v.accept_length == pytest.approx(length)) if length else v.accept_length is None
+    assert (v.problem is None) == (acceptance is not None)
+    (tmp_path / VERIFY_REPORT).write_text("{broken")
+    assert read_verify_report(tmp_path).problem
+    (tmp_path / VERIFY_REPORT).unlink()
+    assert read_verify_report(tmp_path) is None
