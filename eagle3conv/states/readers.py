@@ -1,0 +1,482 @@
+"""Captured target states from other tools, as the same :class:`CapturedStates` view.
+
+:func:`open_states` takes any of three inputs and tells them apart:
+
+eagle3conv ``states.safetensors``
+    :class:`~eagle3conv.states.format.StatesFile` (a file, or a folder holding
+    ``states.safetensors``). Everything ``verify`` needs, every layer named.
+
+SGLang-style aux dumps (a folder), :class:`DumpStates`
+    What a patched SGLang server writes, one tensor file per aux slot, plus
+    the files that give ``verify`` tokens to score. All positions of all
+    requests are concatenated along the token axis::
+
+        aux_0.pt, aux_1.pt, ...   [tokens, T] float   required: aux slot k
+        manifest.json                                  optional, see below
+        input_ids.pt              [tokens] int        token x_t at position t
+        target_next.pt            [tokens] int        the target's greedy next token
+                                                      after x_t (argmax of its logits
+                                                      at t, prefill included)
+        loss_mask.pt              [tokens] 0/1        optional: 1 = score this token
+        embeddings.pt             [tokens, T] float   optional: the embedding output
+
+    ``manifest.json``::
+
+        {"captured_at_input_of": [3, 31, 59],   # slot k was captured at the INPUT
+                                                # of that layer = output of layer L-1
+         "target": "moonshotai/Kimi-K2.5",      # optional
+         "num_layers": 61,                      # optional: the target's N
+         "vocab_size": 163840,                  # optional
+         "sequence_lengths": [812, 1204, ...]}  # optional: how the tokens split into
+                                                # requests (must sum to tokens);
+                                                # absent = one sequence
+
+    The layer record is read by
+    :func:`eagle3conv.wiring.metadata.from_dump_manifest`. Dumps hold only the
+    aux slots (and the embedding output when ``embeddings.pt`` is there), so a
+    wiring search can only choose among those. Without a manifest the layers
+    are unknown: ``aux(None)`` gives the slots as stored, ``aux(refs)`` refuses.
+    Files are loaded weights-only and memory-mapped; sequences are cut out of
+    the flat tensors only when a row range is read.
+
+SpecForge offline features (a ``.ckpt`` / ``.ckpt.gz`` file or a folder of them, searched recursively), :class:`SpecForgeStates`
+    One torch-saved dict per sequence::
+
+        input_ids         [S] (or [1, S]) int
+        loss_mask         [S] (or [1, S]) 0/1: 1 = assistant tokens
+        hidden_state      [1, S, T] (or [S, T])  the final hidden state, after the
+                                                 target's final norm (lm_head input)
+        aux_hidden_state  [1, S, k*T] (or [S, k*T])  the aux slots, concatenated
+
+    Other keys (``rid``, ``metadata``, ...) are ignored. The records do **not**
+    say which layers the aux slots are: pass ``layers=`` (slot order) when you
+    know, otherwise only ``aux(None)`` works. They hold no next-token ids either:
+    SpecForge trains teacher-forced on the data tokens, so the label at t is
+    ``input_ids[t+1]``, the data's token, not necessarily the target's own guess.
+    ``verify`` can still score a drafter against the data tokens (a lower bound
+    on acceptance when the data is not the target's own output), or compute the
+    target's next tokens as ``argmax(lm_head(hidden_state))`` given the target's
+    ``lm_head`` weights: ``final_hidden(rows)`` returns ``hidden_state`` for that.
+    Opening reads every record once (ids and masks kept, states dropped);
+    reading a row range loads those records again (``.ckpt`` files are
+    memory-mapped; ``.ckpt.gz`` are decompressed each time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import os
+import re
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eagle3conv.checkpoint.index import load_pickle
+from eagle3conv.errors import CheckpointReadError, UnsafePickleError, UsageError, WiringError
+from eagle3conv.states.format import STATES_FILE, CapturedStates, StatesFile, _refs
+from eagle3conv.wiring.layers import EMBEDDING, LayerRef, LayerSet, describe, validate_refs
+from eagle3conv.wiring.metadata import MANIFEST_FILE, from_dump_manifest
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+_AUX_FILE = re.compile(r"^aux_(\d+)\.pt$")
+_CKPT_SUFFIXES = (".ckpt", ".ckpt.gz")
+
+
+def _pad_rows(pieces: list[Tensor], seq_len: int, fill: Any = 0) -> Tensor:
+    """Right-pad 1-D or 2-D per-sequence pieces into ``[b, seq_len, ...]``."""
+    import torch
+
+    first = pieces[0]
+    out = torch.full((len(pieces), seq_len, *first.shape[1:]), fill, dtype=first.dtype)
+    for i, p in enumerate(pieces):
+        out[i, : p.shape[0]] = p
+    return out
+
+
+def _lengths_mask(lengths: Sequence[int]) -> Tensor:
+    import torch
+
+    n = torch.tensor(list(lengths))
+    return torch.arange(int(n.max())).unsqueeze(0) < n.unsqueeze(1)
+
+
+# --------------------------------------------------------------------------- SGLang-style dumps
+
+
+class DumpStates(CapturedStates):
+    """SGLang-style per-slot aux dumps (see the module docstring for the files)."""
+
+    source = "sglang-dump"
+
+    def __init__(self, folder: str | os.PathLike, *, layers: Sequence[LayerRef | int] | None = None):
+        import torch
+
+        self.path = root = Path(folder)
+        record = from_dump_manifest(root)
+        if record is None:
+            raise CheckpointReadError(f"{root}: no aux_<slot>.pt files and no {MANIFEST_FILE}: not an aux dump")
+        slots = sorted((int(m.group(1)), p) for p in root.iterdir()
+                       if (m := _AUX_FILE.match(p.name)) and p.is_file())
+        if not slots:
+            raise CheckpointReadError(f"{root}: {MANIFEST_FILE} but no aux_0.pt ... files")
+        manifest: dict = {}
+        if (root / MANIFEST_FILE).is_file():
+            manifest = json.loads((root / MANIFEST_FILE).read_text(encoding="utf-8"))
+        self._aux = [self._tensor(p, 2, "aux") for _, p in slots]
+        tokens, width = self._aux[0].shape
+        for (slot, p), t in zip(slots, self._aux):
+            if tuple(t.shape) != (tokens, width):
+                raise CheckpointReadError(
+                    f"{p}: shape {list(t.shape)}, but aux_0.pt is {[tokens, width]}: "
+                    "every slot must hold the same tokens and hidden size")
+            if not t.is_floating_point():
+                raise CheckpointReadError(f"{p}: hidden states must be floating point, got {t.dtype}")
+        if tokens < 1:
+            raise CheckpointReadError(f"{slots[0][1]}: holds no tokens")
+        self.hidden_size = int(width)
+        self.target = record.target
+        self.num_layers = self._opt_int(manifest, "num_layers")
+        self.vocab_size = self._opt_int(manifest, "vocab_size")
+
+        aux_layers: LayerSet | None = record.layers
+        if layers is not None:
+            declared = validate_refs(_refs(layers), self.num_layers)
+            if aux_layers is not None and declared != aux_layers:
+                raise WiringError(
+                    f"{root}: layers given ({describe(declared)}) disagree with {MANIFEST_FILE} "
+                    f"({describe(aux_layers)})")
+            if len(declared) != len(slots):
+                raise WiringError(f"{root}: {len(declared)} layers given for {len(slots)} aux slots")
+            aux_layers = declared
+        self._aux_layers = aux_layers
+
+        def optional(name: str, ndim: int) -> Tensor | None:
+            p = root / name
+            if not p.is_file():
+                return None
+            t = self._tensor(p, ndim, name)
+            want = [tokens] if ndim == 1 else [tokens, width]
+            if list(t.shape) != want:
+                raise CheckpointReadError(f"{p}: shape {list(t.shape)}, expected {want} like the aux slots")
+            return t
+
+        ids = optional("input_ids.pt", 1)
+        nxt = optional("target_next.pt", 1)
+        lm = optional("loss_mask.pt", 1)
+        self._emb = optional("embeddings.pt", 2)
+        for name, t in (("input_ids.pt", ids), ("target_next.pt", nxt)):
+            if t is None:
+                continue
+            if t.is_floating_point() or t.dtype == torch.bool:
+                raise CheckpointReadError(f"{root / name}: token ids must be integers, got {t.dtype}")
+            if int(t.min()) < 0 or (self.vocab_size is not None and int(t.max()) >= self.vocab_size):
+                raise CheckpointReadError(f"{root / name}: token ids outside 0..vocab_size-1")
+        if lm is not None and not bool(((lm == 0) | (lm == 1)).all()):
+            raise CheckpointReadError(f"{root / 'loss_mask.pt'}: must hold only 0 and 1")
+        if self._emb is not None and not self._emb.is_floating_point():
+            raise CheckpointReadError(f"{root / 'embeddings.pt'}: must be floating point, got {self._emb.dtype}")
+
+        lengths = manifest.get("sequence_lengths")
+        if lengths is None:
+            lengths = [int(tokens)]
+        elif (not isinstance(lengths, list) or not lengths
+              or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in lengths)):
+            raise CheckpointReadError(
+                f"{root / MANIFEST_FILE}: field 'sequence_lengths' must be a list of positive integers")
+        elif sum(lengths) != tokens:
+            raise CheckpointReadError(
+                f"{root / MANIFEST_FILE}: field 'sequence_lengths' sums to {sum(lengths)} "
+                f"but the dumps hold {tokens} tokens")
+        self._offsets = [0]
+        for n in lengths:
+            self._offsets.append(self._offsets[-1] + n)
+        self.attention_mask = _lengths_mask(lengths)
+        self.input_ids = None if ids is None else self._gather(ids.long(), 0, len(lengths))
+        self.target_next = None if nxt is None else self._gather(nxt.long(), 0, len(lengths))
+        self._loss_mask = None if lm is None else self._gather(lm.bool(), 0, len(lengths))
+        if aux_layers is None:
+            self.layers = None
+        else:
+            self.layers = aux_layers + ((EMBEDDING,) if self._emb is not None and EMBEDDING not in aux_layers else ())
+        notes = []
+        if aux_layers is None:
+            notes.append(f"no {MANIFEST_FILE}: the layers of the aux slots are not recorded")
+        if ids is None:
+            notes.append("no input_ids.pt: no tokens to score, only norm statistics")
+        if nxt is None:
+            notes.append("no target_next.pt: the target's own next tokens are not recorded")
+        self.notes = tuple(notes)
+
+    @staticmethod
+    def _opt_int(manifest: dict, key: str) -> int | None:
+        v = manifest.get(key)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise CheckpointReadError(f"{MANIFEST_FILE}: field '{key}' must be a positive integer, got {v!r}")
+        return v
+
+    @staticmethod
+    def _tensor(path: Path, ndim: int, what: str) -> Tensor:
+        import torch
+
+        obj = load_pickle(path)
+        if not isinstance(obj, torch.Tensor):
+            raise CheckpointReadError(f"{path}: expected one tensor, got {type(obj).__name__}")
+        if obj.ndim == ndim + 1 and obj.shape[0] == 1:
+            obj = obj[0]
+        if obj.ndim != ndim:
+            shape = "[tokens]" if ndim == 1 else "[tokens, T]"
+            raise CheckpointReadError(f"{path}: {what} must be {shape}, got shape {list(obj.shape)}")
+        return obj
+
+    def _gather(self, flat: Tensor, start: int, stop: int, fill: Any = 0) -> Tensor:
+        pieces = [flat[self._offsets[i]: self._offsets[i + 1]] for i in range(start, stop)]
+        return _pad_rows(pieces, self.seq_len, fill)
+
+    def _no_layers_hint(self) -> str:
+        return (f"add {MANIFEST_FILE} with {{\"captured_at_input_of\": [...]}} to the dump folder, "
+                "or pass the layers you know it holds")
+
+    def _aux_rows(self, refs: LayerSet, start: int, stop: int) -> Tensor:
+        import torch
+
+        parts = []
+        for r in refs:
+            if self._aux_layers is not None and r in self._aux_layers:
+                flat = self._aux[self._aux_layers.index(r)]
+            else:
+                flat = self._emb
+            parts.append(self._gather(flat, start, stop))
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+    def _stored_aux_rows(self, start: int, stop: int) -> Tensor:
+        import torch
+
+        return torch.cat([self._gather(a, start, stop) for a in self._aux], dim=-1)
+
+    def _embed_rows(self, start: int, stop: int) -> Tensor:
+        return self._gather(self._emb, start, stop)
+
+
+# --------------------------------------------------------------------------- SpecForge records
+
+
+def _load_gz(path: Path) -> Any:
+    """A gzipped torch file, loaded weights-only from memory (as load_pickle, which
+    needs a path to memory-map)."""
+    import pickle
+
+    import torch
+
+    try:
+        with gzip.open(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError, zlib.error) as e:
+        raise CheckpointReadError(f"{path}: not a readable gzip file ({type(e).__name__}: {e})") from None
+    try:
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()
+        raise UnsafePickleError(
+            f"{path}: refused to unpickle: it asks for more than tensors ({(first[0] if first else '')[:200]}). "
+            "eagle3conv loads pickles weights-only, so nothing in it was run.") from None
+    except (EOFError, OSError, ValueError, RuntimeError, KeyError, IndexError, TypeError, AttributeError) as e:
+        raise CheckpointReadError(f"{path}: not a readable torch file ({type(e).__name__}: {e})") from None
+
+
+def _is_ckpt(p: Path) -> bool:
+    return p.name.endswith(_CKPT_SUFFIXES)
+
+
+def _natural_key(p: Path) -> list:
+    return [int(s) if s.isdigit() else s for s in re.split(r"(\d+)", str(p))]
+
+
+class SpecForgeStates(CapturedStates):
+    """SpecForge offline feature records (see the module docstring)."""
+
+    source = "specforge"
+
+    def __init__(self, path: str | os.PathLike, *, layers: Sequence[LayerRef | int] | None = None,
+                 num_layers: int | None = None, vocab_size: int | None = None, target: str | None = None):
+        self.path = root = Path(path)
+        if root.is_dir():
+            files = sorted((p for p in root.rglob("*") if p.is_file() and _is_ckpt(p)), key=_natural_key)
+            if not files:
+                raise CheckpointReadError(f"{root}: no .ckpt or .ckpt.gz SpecForge records in this folder")
+        elif root.is_file():
+            if not _is_ckpt(root):
+                raise CheckpointReadError(f"{root}: a SpecForge record ends in .ckpt or .ckpt.gz")
+            files = [root]
+        else:
+            raise CheckpointReadError(f"{root}: no such file or folder")
+        self._files = files
+        self.num_layers = num_layers
+        self.vocab_size = vocab_size
+        self.target = target
+        ids, masks, lengths = [], [], []
+        self.hidden_size = self._aux_width = None
+        self._dtype = None
+        for p in files:
+            rec = self._load(p)
+            ids.append(rec["input_ids"])
+            masks.append(rec["loss_mask"])
+            lengths.append(int(rec["input_ids"].shape[0]))
+        self._k = self._aux_width // self.hidden_size
+        declared = None
+        if layers is not None:
+            declared = validate_refs(_refs(layers), num_layers)
+            if len(declared) != self._k:
+                raise WiringError(
+                    f"{root}: the records hold {self._k} aux slots ({self._aux_width} = {self._k} x "
+                    f"{self.hidden_size}) but {len(declared)} layers were given ({describe(declared)})")
+        self.layers = declared
+        self.attention_mask = _lengths_mask(lengths)
+        self.input_ids = _pad_rows(ids, self.seq_len)
+        self._loss_mask = _pad_rows(masks, self.seq_len, False)
+        self.target_next = None
+        self.notes = (
+            "SpecForge records hold no next-token ids: SpecForge trains on the data tokens "
+            "(label at t = input_ids[t+1]); the target's own next tokens need its lm_head "
+            "over hidden_state (final_hidden)",
+        ) + (() if declared is not None else
+             ("SpecForge records do not say which layers the aux slots are; pass layers to name them",))
+
+    def _load(self, p: Path) -> dict:
+        import torch
+
+        obj = _load_gz(p) if p.name.endswith(".gz") else load_pickle(p)
+        if not isinstance(obj, dict):
+            raise CheckpointReadError(f"{p}: a SpecForge record is a dict, got {type(obj).__name__}")
+        missing = [k for k in ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state")
+                   if not isinstance(obj.get(k), torch.Tensor)]
+        if missing:
+            raise CheckpointReadError(
+                f"{p}: not a SpecForge record: missing tensor{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(missing)}")
+        out = {}
+        for key, ndim in (("input_ids", 1), ("loss_mask", 1), ("hidden_state", 2), ("aux_hidden_state", 2)):
+            t = obj[key]
+            while t.ndim > ndim and t.shape[0] == 1:
+                t = t[0]
+            if t.ndim != ndim:
+                want = "[S]" if ndim == 1 else "[1, S, width]"
+                raise CheckpointReadError(f"{p}: field '{key}' must be {want}, got shape {list(obj[key].shape)}")
+            out[key] = t
+        s = out["input_ids"].shape[0]
+        if s < 1:
+            raise CheckpointReadError(f"{p}: field 'input_ids' holds no tokens")
+        ids = out["input_ids"]
+        if ids.is_floating_point() or ids.dtype == torch.bool or int(ids.min()) < 0:
+            raise CheckpointReadError(f"{p}: field 'input_ids' must hold token ids (integers >= 0)")
+        if self.vocab_size is not None and int(ids.max()) >= self.vocab_size:
+            raise CheckpointReadError(f"{p}: field 'input_ids' holds ids >= vocab_size {self.vocab_size}")
+        out["input_ids"] = ids.long()
+        lm = out["loss_mask"]
+        if lm.shape[0] != s:
+            raise CheckpointReadError(f"{p}: field 'loss_mask' has {lm.shape[0]} positions, input_ids {s}")
+        if not bool(((lm == 0) | (lm == 1)).all()):
+            raise CheckpointReadError(f"{p}: field 'loss_mask' must hold only 0 and 1")
+        out["loss_mask"] = lm.bool()
+        h, a = out["hidden_state"], out["aux_hidden_state"]
+        for key, t in (("hidden_state", h), ("aux_hidden_state", a)):
+            if t.shape[0] != s:
+                raise CheckpointReadError(f"{p}: field '{key}' has {t.shape[0]} positions, input_ids {s}")
+            if not t.is_floating_point():
+                raise CheckpointReadError(f"{p}: field '{key}' must be floating point, got {t.dtype}")
+        if self.hidden_size is None:
+            if a.shape[1] % h.shape[1]:
+                raise CheckpointReadError(
+                    f"{p}: field 'aux_hidden_state' is {a.shape[1]} wide, not a multiple of "
+                    f"hidden_state's {h.shape[1]}")
+            self.hidden_size, self._aux_width = int(h.shape[1]), int(a.shape[1])
+        elif (h.shape[1], a.shape[1]) != (self.hidden_size, self._aux_width):
+            raise CheckpointReadError(
+                f"{p}: widths hidden_state {h.shape[1]}, aux_hidden_state {a.shape[1]} differ from "
+                f"{self._files[0].name}'s {self.hidden_size}, {self._aux_width}")
+        return out
+
+    @property
+    def num_aux(self) -> int:
+        """k: the number of aux slots each record holds."""
+        return self._k
+
+    def _no_layers_hint(self) -> str:
+        return "pass the layers the features were captured at (SpecForge numbers them output-of-layer)"
+
+    def _records(self, start: int, stop: int) -> list[dict]:
+        return [self._load(p) for p in self._files[start:stop]]
+
+    def _stored_aux_rows(self, start: int, stop: int) -> Tensor:
+        return _pad_rows([r["aux_hidden_state"] for r in self._records(start, stop)], self.seq_len)
+
+    def _aux_rows(self, refs: LayerSet, start: int, stop: int) -> Tensor:
+        import torch
+
+        stored = self._stored_aux_rows(start, stop)
+        t = self.hidden_size
+        parts = [stored[..., self.layers.index(r) * t: (self.layers.index(r) + 1) * t] for r in refs]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+    def final_hidden(self, rows: slice | None = None) -> Tensor:
+        """``hidden_state`` ``[b, S, T]``: the target's final (post-norm) hidden state."""
+        start, stop = self._rows(rows)
+        return _pad_rows([r["hidden_state"] for r in self._records(start, stop)], self.seq_len)
+
+
+# --------------------------------------------------------------------------- detection
+
+
+def detect_states(path: str | os.PathLike) -> str:
+    """Which kind of captured states ``path`` is: ``"eagle3conv"``, ``"sglang-dump"``
+    or ``"specforge"``. Raises :class:`CheckpointReadError` when it is none of them."""
+    p = Path(path)
+    if p.is_file():
+        if p.name.endswith(".safetensors"):
+            return "eagle3conv"
+        if _is_ckpt(p):
+            return "specforge"
+        raise CheckpointReadError(
+            f"{p}: not captured states: expected a states .safetensors file, a SpecForge "
+            ".ckpt/.ckpt.gz record, or a folder of aux_<slot>.pt dumps")
+    if p.is_dir():
+        names = {q.name for q in p.iterdir()}
+        if any(_AUX_FILE.match(n) for n in names) or MANIFEST_FILE in names:
+            return "sglang-dump"
+        if STATES_FILE in names:
+            return "eagle3conv"
+        if any(q.is_file() and _is_ckpt(q) for q in p.rglob("*")):
+            return "specforge"
+        raise CheckpointReadError(
+            f"{p}: a folder with none of {STATES_FILE}, aux_0.pt (SGLang-style dumps) or "
+            ".ckpt/.ckpt.gz files (SpecForge offline features)",
+            hint="make a states file with: eagle3conv capture --target MODEL --prompts FILE --out states.safetensors")
+    raise CheckpointReadError(f"{p}: no such file or folder")
+
+
+def open_states(path: str | os.PathLike, *, layers: Sequence[LayerRef | int] | None = None,
+                **specforge: Any) -> CapturedStates:
+    """Open captured states of any supported kind (see the module docstring).
+
+    ``layers`` names the aux slots, in order, of sources that do not record them
+    (SpecForge records; dumps without a manifest). A states file records its
+    own layers, so giving ``layers`` for one is a usage error. ``specforge``
+    passes ``num_layers``/``vocab_size``/``target`` to :class:`SpecForgeStates`.
+    """
+    kind = detect_states(path)
+    p = Path(path)
+    if kind == "eagle3conv":
+        if layers is not None:
+            raise UsageError(f"{p}: a states file records its own layers; do not pass layers")
+        return StatesFile(p / STATES_FILE if p.is_dir() else p)
+    if kind == "sglang-dump":
+        return DumpStates(p, layers=layers)
+    return SpecForgeStates(p, layers=layers, **specforge)
