@@ -2,18 +2,19 @@
 
 Public API::
 
-    from eagle3conv import inspect, fix_keys
+    from eagle3conv import inspect, fix_keys, configure, WiringOptions
 """
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name):  # lazy: `import eagle3conv` stays cheap for the CLI
-    if name in ("inspect", "fix_keys", "InspectResult", "FixResult"):
+    if name in ("inspect", "fix_keys", "configure", "InspectResult", "FixResult", "ConfigResult", "WiringOptions"):
         from eagle3conv import api
 
         return getattr(api, name)
     raise AttributeError(name)
 
 
-__all__ = ["inspect", "fix_keys", "InspectResult", "FixResult", "__version__"]
+__all__ = ["inspect", "fix_keys", "configure", "InspectResult", "FixResult", "ConfigResult", "WiringOptions",
+           "__version__"]

@@ -5,10 +5,13 @@ The CLI is a thin layer over these; a Python user gets the same behaviour::
     from eagle3conv import fix_keys
     result = fix_keys("ckpt/", out="ckpt-sglang/")
     print(result.plan.format.format.name, result.written.files)
+
+``configure`` writes (or checks) the aux-layer wiring of a fixed drafter.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -23,7 +26,9 @@ from eagle3conv.checkpoint.writer import (
     write_in_place,
     write_out,
 )
-from eagle3conv.errors import UsageError
+from eagle3conv.errors import UsageError, WiringError
+from eagle3conv.wiring import apply as wiring
+from eagle3conv.wiring.apply import WiringOptions
 
 
 @dataclass
@@ -104,8 +109,49 @@ def _in_hf_cache(root: Path) -> bool:
     return root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--")
 
 
+def _wire_plan(plan: Plan, opts: WiringOptions, ckpt: str) -> None:
+    """Write the trained aux layers into the plan's config (every engine's numbering)
+    and add the wiring check's errors and warnings to the plan."""
+    fc = next((o for o in plan.outputs if o.name == "fc.weight"), None)
+    fc_in = int(fc.shape[1]) if fc is not None and len(fc.shape) == 2 else None
+    t = plan.symbols.get("T") or plan.symbols.get("H")
+    ev = wiring.gather(plan.index.root, plan.index.extras, plan.index.config, opts, plan.format.format)
+    flags = opts.flags()
+    fix = f"eagle3conv fix-keys {ckpt}{' ' + flags if flags else ''} --rewire"
+    w = wiring.wire(plan.config, ev, opts, fc_in=fc_in, target_hidden=t,
+                    source_format=plan.format.format.name, fix_command=fix)
+    if w.refused:
+        plan.errors += [f"aux layers: {m}" for m in w.refused]
+        plan.wiring_hint = (f"the training record is what the drafter learned from; to write its layers: {fix}"
+                            " (or correct the record)")
+    else:
+        if w.plan is not None:
+            plan.config_edits = [*plan.config_edits, *w.plan.edits]
+            plan.config = w.config
+            plan.aux_ids = cfgmod_aux(w.config)
+            plan.notices.append(
+                f"aux layers: {w.plan.to_dict()['described']} (from {w.plan.record.source}) written as SGLang "
+                f"{list(w.plan.sglang.ids)}, vLLM {list(w.plan.vllm_ids)}; TensorRT-LLM eagle3_layers_to_capture "
+                f"{sorted(w.plan.trtllm_ids)}")
+        errs = w.report.errors
+        plan.errors += [f"aux layers: {f.message}" for f in errs]
+        if errs:
+            plan.wiring_hint = next((f.fix for f in errs if f.fix), None)
+    plan.notices += [f"aux layers: {f.message}" + (f" (fix: {f.fix})" if f.fix else "")
+                     for f in w.report.warnings]
+    plan.notices += [f"aux layers: {n}" for n in ev.notes]
+    plan.wiring = w.to_dict(str(plan.index.root))
+
+
+def cfgmod_aux(config: dict) -> dict:
+    from eagle3conv.wiring.config import aux_ids_in
+
+    return aux_ids_in(config)
+
+
 def inspect(path: str | Path, *, source_format: str | None = None, config: str | Path | None = None,
-            keep_embed: bool = False, dtype: str | None = None) -> InspectResult:
+            keep_embed: bool = False, dtype: str | None = None,
+            wiring_options: WiringOptions | None = None) -> InspectResult:
     """Index a checkpoint and plan its fix without writing anything but a crash recovery."""
     p = Path(path)
     recovered = recover(p) if p.is_dir() else None
@@ -119,6 +165,7 @@ def inspect(path: str | Path, *, source_format: str | None = None, config: str |
             keep_embed=keep_embed,
             dtype=dtype,
         )
+        _wire_plan(plan, wiring_options or WiringOptions(), str(path))
     except UsageError as e:
         err = e
     except Exception as e:  # noqa: BLE001 - inspect shows why planning failed
@@ -141,6 +188,7 @@ def fix_keys(
     max_shard_size: str | int | None = None,
     dry_run: bool = False,
     progress: Callable[[int], None] | None = None,
+    wiring_options: WiringOptions | None = None,
 ) -> FixResult:
     """Rename a drafter checkpoint to the names SGLang loads, strictly, and prove the result.
 
@@ -157,6 +205,10 @@ def fix_keys(
         keep_embed=keep_embed,
         dtype=dtype,
     )
+    _wire_plan(plan, wiring_options or WiringOptions(), str(path))
+    if plan.errors and all(e.startswith("aux layers: ") for e in plan.errors):
+        first, *rest = (e.removeprefix("aux layers: ") for e in plan.errors)
+        raise WiringError(f"{index.root}: {first}; nothing was written", details=rest, hint=plan.wiring_hint)
     plan.raise_for_errors()
     size = parse_size(max_shard_size) if isinstance(max_shard_size, str) else max_shard_size
     shards = plan_shards(plan, size)
@@ -183,3 +235,98 @@ def fix_keys(
         raise UsageError(f"{p}: unexpected file")
     result = write_in_place(plan, max_shard_size=size, progress=progress)
     return FixResult(plan, "in-place", index.root, False, result, recovered, shards)
+
+
+@dataclass
+class ConfigResult:
+    checkpoint: Path
+    mode: str  # check | write | dry-run
+    wiring: wiring.Wiring
+    evidence: wiring.Evidence
+    written: list[str]
+    config_before: dict
+    recovered: str | None
+
+    def to_dict(self) -> dict:
+        ev = self.evidence
+        return {
+            "checkpoint": str(self.checkpoint),
+            "mode": self.mode,
+            "target": None if ev.target is None else {
+                "name": ev.target.name, "num_hidden_layers": ev.target.num_hidden_layers,
+                "hidden_size": ev.target.hidden_size, "hf_repo": ev.target.hf_repo},
+            "records": [{"source": r.source, "described": r.describe(),
+                         "layers": None if r.layers is None else [{"output_of": x.output_of} for x in r.layers]}
+                        for r in ev.records],
+            "wiring": self.wiring.to_dict(str(self.checkpoint)),
+            "written": self.written,
+            "recovered": self.recovered,
+        }
+
+
+def configure(path: str | Path, *, options: WiringOptions | None = None, check: bool = False,
+              dry_run: bool = False, write_metadata: bool = True) -> ConfigResult:
+    """Write (or with ``check``, only check) the aux-layer wiring of a fixed drafter.
+
+    The layers come from the most authoritative training record (the user's
+    flags, ``--metadata``, ``training_metadata.json``, eagle3conv's provenance,
+    SpecForge's, the config's own ids in a known numbering). Writes config.json
+    (nested SGLang ids, top-level vLLM ids, the provenance block) atomically, and
+    ``training_metadata.json`` when there is none. Raises :class:`WiringError`
+    (exit 3) when the check fails; nothing is written then.
+    """
+    from eagle3conv.checkpoint.writer import _write_json
+    from eagle3conv.wiring.metadata import METADATA_FILE, TrainingRecord, write_metadata_file
+
+    opts = options or WiringOptions()
+    p = Path(path)
+    recovered = recover(p) if p.is_dir() and not (check or dry_run) else None
+    index = open_checkpoint(p)
+    root = index.root
+    if index.config is None:
+        raise UsageError(f"{root}: no config.json", hint=f"eagle3conv fix-keys {path} writes a loadable one")
+    plan = build_plan(index)
+    if plan.format.format.name != "sglang" or not plan.ok:
+        raise UsageError(
+            f"{root}: not yet in SGLang's layout ({plan.format.format.name} format); "
+            "config edits a fixed drafter's config.json",
+            hint=f"eagle3conv fix-keys {path} {opts.flags()} (it takes the same wiring options)".replace("  ", " "))
+    fc_in = wiring.fc_width(index.tensors)
+    t = plan.symbols.get("T") or plan.symbols.get("H")
+    ev = wiring.gather(root, index.extras, index.config, opts)
+    flags = opts.flags()
+    fix = f"eagle3conv config {path}{' ' + flags if flags else ''}"
+    kw = dict(fc_in=fc_in, target_hidden=t, source_format="sglang", fix_command=fix)
+    if check:
+        w = wiring.check_only(index.config, ev, **kw)
+        return ConfigResult(root, "check", w, ev, [], index.config, recovered)
+    if ev.truth is None:
+        raise UsageError(
+            f"{root}: no training record names the layers this drafter was trained on",
+            hint="give them: --trained-on 3,31,59 --captured-at input (or output), --metadata FILE, or --dumps DIR",
+        )
+    w = wiring.wire(index.config, ev, opts, force_write=True, **kw)
+    if w.report.errors:
+        first, *rest = w.report.errors
+        raise WiringError(f"{root}: {first.message}; nothing was written", details=[f.message for f in rest],
+                          hint=first.fix if first.fix != fix else None)
+    written: list[str] = []
+    if not dry_run:
+        truth = ev.truth
+        if write_metadata and not (root / METADATA_FILE).exists():
+            rec = TrainingRecord(**{**truth.__dict__, "target": truth.target or (
+                ev.target.hf_repo or ev.target.name if ev.target else None)})
+            write_metadata_file(root, rec)
+            written.append(METADATA_FILE)
+        if w.config != index.config:
+            tmp = root / ".config.json.eagle3conv-tmp"
+            try:
+                _write_json(tmp, w.config, True)
+                os.replace(tmp, root / "config.json")
+            except OSError as e:
+                tmp.unlink(missing_ok=True)
+                from eagle3conv.errors import WriteError
+
+                raise WriteError(f"{root / 'config.json'}: cannot write: {e.strerror or e}") from e
+            written.append("config.json")
+    return ConfigResult(root, "dry-run" if dry_run else "write", w, ev, written, index.config, recovered)

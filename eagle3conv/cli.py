@@ -65,6 +65,31 @@ def _common(f):
     return f
 
 
+def _wiring_options(f):
+    """Options naming the target and what the drafter was trained on (fix-keys, inspect, config)."""
+    f = click.option("--sglang-version", type=click.Choice(["auto", "old", "new"]), default="auto", show_default=True,
+                     help="Which SGLang numbering to write when old and new (PR #25454) read ids differently; "
+                          "auto keeps the config's if it is right, else new for DeepSeek/Kimi targets, old otherwise.")(f)
+    f = click.option("--metadata", type=click.Path(exists=True, path_type=str),
+                     help="A training_metadata.json (or its folder) recording the layers the drafter was trained on.")(f)
+    f = click.option("--captured-at", type=click.Choice(["input", "output"]),
+                     help="How --trained-on counts: 'input' (id L = input of layer L = output of L-1; vLLM, dump "
+                          "file names) or 'output' (id i = output of layer i; SpecForge, TensorRT-LLM).")(f)
+    f = click.option("--trained-on", metavar="IDS",
+                     help="The layers the drafter was trained on, e.g. 3,31,59 (with --captured-at).")(f)
+    f = click.option("--target", metavar="TARGET",
+                     help="The target model: a built-in profile (see `eagle3conv targets`) or a path to its "
+                          "config.json or model folder.")(f)
+    return f
+
+
+def _wiring_opts(target, trained_on, captured_at, metadata, sglang_version, rewire=False, dumps=None):
+    from eagle3conv.wiring.apply import WiringOptions
+
+    return WiringOptions(target=target, trained_on=trained_on, captured_at=captured_at, metadata=metadata,
+                         dumps=dumps, sglang_version=sglang_version, rewire=rewire)
+
+
 def _setup(json_: bool, debug: bool) -> None:
     ctx = click.get_current_context()
     ctx.meta["eagle3conv.json"] = json_
@@ -88,8 +113,10 @@ def main() -> None:
 @click.option("--from", "source_format", metavar="FORMAT", help=FORMAT_HELP)
 @click.option("--config", "config", type=click.Path(exists=True, dir_okay=True), help="Use this config.json (for checkpoints that ship none).")
 @click.option("--keep-embed", is_flag=True, help="Plan as if embed_tokens were kept.")
+@_wiring_options
 @_common
-def inspect_cmd(checkpoint, source_format, config, keep_embed, json_, debug):
+def inspect_cmd(checkpoint, source_format, config, keep_embed, target, trained_on, captured_at, metadata,
+                sglang_version, json_, debug):
     """Show a checkpoint: its format and why, tensors, config, aux layers, and what fix-keys would change or refuse.
 
     Writes nothing (except finishing an interrupted in-place fix-keys).
@@ -103,7 +130,8 @@ def inspect_cmd(checkpoint, source_format, config, keep_embed, json_, debug):
     from eagle3conv.api import inspect
     from eagle3conv.report import inspect_text
 
-    res = inspect(checkpoint, source_format=source_format, config=config, keep_embed=keep_embed)
+    res = inspect(checkpoint, source_format=source_format, config=config, keep_embed=keep_embed,
+                  wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version))
     d = res.to_dict()
     _emit(json_, d, inspect_text(d))
     if res.plan is not None and not res.plan.ok:
@@ -121,14 +149,23 @@ def inspect_cmd(checkpoint, source_format, config, keep_embed, json_, debug):
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), help="Cast floating-point weights (default: keep the source dtype).")
 @click.option("--max-shard-size", metavar="SIZE", help="Shard the output, e.g. 5GB (default: shard like the source).")
 @click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@_wiring_options
+@click.option("--rewire", is_flag=True,
+              help="When the config's aux-layer ids contradict the training record, write the record's layers.")
 @_common
-def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_shard_size, dry_run, json_, debug):
+def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_shard_size, dry_run, target,
+                 trained_on, captured_at, metadata, sglang_version, rewire, json_, debug):
     """Rename a drafter's weights to exactly what SGLang loads, strictly, and prove the result.
 
     Every source key is renamed, kept, split or dropped by a named rule; any
     other key, a missing tensor, a wrong shape or a broken vocab map stops the
     command before anything is written (exit 3). In place by default, crash-safe;
     the output is re-read and compared byte for byte with the source.
+
+    Aux-layer ids are converted from the trainer's numbering and written for
+    SGLang, vLLM and eagle3conv's provenance; ids that contradict a training
+    record (training_metadata.json, SpecForge provenance, --trained-on) stop the
+    command unless --rewire.
 
     \b
     Example:
@@ -148,7 +185,8 @@ def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_
         progress = bar.update
     try:
         res = fix_keys(checkpoint, out=out, source_format=source_format, config=config, keep_embed=keep_embed,
-                       dtype=dtype, max_shard_size=max_shard_size, dry_run=dry_run, progress=progress)
+                       dtype=dtype, max_shard_size=max_shard_size, dry_run=dry_run, progress=progress,
+                       wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version, rewire))
     finally:
         if bar is not None:
             bar.close()
@@ -202,3 +240,84 @@ def example_cmd(dest, fmt, json_, debug):
 
     path = write_example(dest, fmt)
     _emit(json_, {"path": str(path), "format": fmt}, f"wrote an example {fmt} drafter to {path}")
+
+
+@main.command("config")
+@click.argument("checkpoint", type=click.Path(path_type=str))
+@_wiring_options
+@click.option("--dumps", type=click.Path(exists=True, file_okay=False, path_type=str),
+              help="A folder of aux dumps (aux_0.pt, ... with manifest.json) naming the capture layers.")
+@click.option("--check", is_flag=True, help="Only check config vs training record vs weights vs target; write nothing.")
+@click.option("--dry-run", is_flag=True, help="Show what would be written; write nothing.")
+@click.option("--no-metadata", is_flag=True, help="Do not write training_metadata.json when there is none.")
+@_common
+def config_cmd(checkpoint, target, trained_on, captured_at, metadata, sglang_version, dumps, check, dry_run,
+               no_metadata, json_, debug):
+    """Write the aux layers a drafter was trained on into config.json, for every engine, or --check them.
+
+    Writes nested eagle_config ids (SGLang), top-level ids (vLLM) and a
+    provenance block naming the layers explicitly; prints TensorRT-LLM's
+    eagle3_layers_to_capture and launch lines. --check exits 3 when the config
+    disagrees with the training record, the weights or the target.
+
+    \b
+    Example:
+      eagle3conv config ./kimi-drafter --target kimi-k2.5 --trained-on 3,31,59 --captured-at input
+      eagle3conv config ./kimi-drafter --target kimi-k2.5 --check
+    """
+    _setup(json_, debug)
+    from eagle3conv.api import configure
+    from eagle3conv.report import config_text
+
+    res = configure(checkpoint, options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version,
+                                                     dumps=dumps),
+                    check=check, dry_run=dry_run, write_metadata=not no_metadata)
+    d = res.to_dict()
+    _emit(json_, d, config_text(d))
+    if check and not res.wiring.report.ok:
+        click.get_current_context().exit(3)
+
+
+@main.command("targets")
+@click.argument("name", required=False)
+@_common
+def targets_cmd(name, json_, debug):
+    """List the built-in target profiles (or show one, with its sources and each engine's default aux layers).
+
+    \b
+    Example:
+      eagle3conv targets
+      eagle3conv targets kimi-k2.5 --json
+    """
+    _setup(json_, debug)
+    from eagle3conv.report import targets_text
+    from eagle3conv.wiring.apply import resolve_target
+    from eagle3conv.wiring.targets import list_targets
+
+    profiles = [resolve_target(name)] if name else list(list_targets())
+    data = [_target_dict(p, detail=bool(name)) for p in profiles]
+    _emit(json_, {"targets": data}, targets_text(data, detail=bool(name)))
+
+
+def _target_dict(p, *, detail: bool) -> dict:
+    from eagle3conv.wiring.layers import describe, sglang_ids_for
+
+    d = {
+        "name": p.name, "aliases": list(p.aliases), "hf_repo": p.hf_repo, "architectures": list(p.architectures),
+        "hidden_size": p.hidden_size, "num_hidden_layers": p.num_hidden_layers, "vocab_size": p.vocab_size,
+        "num_attention_heads": p.num_attention_heads, "num_key_value_heads": p.num_key_value_heads,
+        "head_dim": p.head_dim, "intermediate_size": p.intermediate_size, "description": p.description,
+    }
+    if p.num_hidden_layers >= 4:
+        defaults = p.engine_defaults()
+        refs = defaults["output"].refs
+        d["default_aux_layers"] = {
+            "described": describe(refs),
+            "sglang_ids": list(sglang_ids_for(refs, p.num_hidden_layers).ids),
+            "vllm_ids": list(defaults["input"].ids),
+            "tensorrt_llm_ids": list(defaults["output"].ids),
+            "specforge_2025_09_window": describe(defaults["specforge-2025-09"].refs),
+        }
+    if detail:
+        d["sources"] = dict(p.sources)
+    return d

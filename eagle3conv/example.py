@@ -22,7 +22,7 @@ EXAMPLE_FORMATS = (
 @dataclass(frozen=True)
 class Dims:
     hidden: int = 64
-    target_hidden: int = 64
+    target_hidden: int = 576  # SmolLM2-135M, the target the example claims
     heads: int = 4
     kv_heads: int = 2
     head_dim: int = 16
@@ -31,6 +31,11 @@ class Dims:
     draft_vocab: int = 2048
     aux_ids: tuple[int, ...] = (1, 14, 26)  # output-of-layer ids for a 30-layer target (SmolLM2-135M)
     seed: int = 0
+
+
+def _target_name(d: Dims) -> str:
+    """The target the example names in its trainer records: SmolLM2 when the dims fit it."""
+    return "HuggingFaceTB/SmolLM2-135M-Instruct" if (d.target_hidden, d.vocab) == (576, 49152) else "example/pico-target"
 
 
 def llama_config(d: Dims, *, architecture: str = "LlamaForCausalLMEagle3", with_ids: bool = True) -> dict:
@@ -141,7 +146,7 @@ def write_example(dest: str | Path, fmt: str = "modelopt-export", dims: Dims | N
     elif fmt == "specforge":
         _save(t, dest / "model.safetensors")
         write_cfg(cfg)
-        torch.save({"epoch": 1, "global_step": 100, "args": argparse.Namespace(lr=1e-4, target_model_path="HuggingFaceTB/SmolLM2-135M-Instruct")},
+        torch.save({"epoch": 1, "global_step": 100, "args": argparse.Namespace(lr=1e-4, target_model_path=_target_name(d))},
                    dest / "training_state.pt")
     elif fmt == "specforge-runtime":
         torch.save({
@@ -149,7 +154,7 @@ def write_example(dest: str | Path, fmt: str = "modelopt-export", dims: Dims | N
             "global_step": 100,
             "epoch": 1,
             "args": argparse.Namespace(lr=1e-4),
-            "specforge_model_provenance": [["target_model", "HuggingFaceTB/SmolLM2-135M-Instruct"],
+            "specforge_model_provenance": [["target_model", _target_name(d)],
                                            ["capture_layers", list(d.aux_ids)], ["torch_dtype", "bfloat16"]],
         }, dest / "training_state.pt")
         write_cfg(cfg)
@@ -209,7 +214,7 @@ def write_example(dest: str | Path, fmt: str = "modelopt-export", dims: Dims | N
             "speculators_config": {
                 "algorithm": "eagle3",
                 "default_proposal_method": "greedy",
-                "verifier": {"name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct", "architectures": ["LlamaForCausalLM"]},
+                "verifier": {"name_or_path": _target_name(d), "architectures": ["LlamaForCausalLM"]},
             },
         })
     elif fmt == "angelslim":

@@ -56,7 +56,7 @@ def _plan_lines(plan: dict, *, verbose: bool = True) -> list[str]:
     if plan["config_edits"]:
         lines.append("config.json:")
         for e in plan["config_edits"]:
-            lines.append(f"  {e['field']}: {e['old']!r} -> {e['new']!r}   ({e['why']})")
+            lines.append("  " + edit_line(e))
     else:
         lines.append("config.json: no changes")
     if plan.get("shards"):
@@ -69,6 +69,112 @@ def _plan_lines(plan: dict, *, verbose: bool = True) -> list[str]:
     for e in plan["errors"]:
         lines.append(f"ERROR:    {e}")
     return lines
+
+
+def edit_line(e: dict) -> str:
+    """One config edit; nested objects shown by what changed in them."""
+    old, new = e["old"], e["new"]
+    if e["field"] == "eagle_config" and isinstance(new, dict):
+        was = (old or {}).get("eagle_aux_hidden_state_layer_ids") if isinstance(old, dict) else None
+        return (f"eagle_config.eagle_aux_hidden_state_layer_ids: {was!r} -> "
+                f"{new.get('eagle_aux_hidden_state_layer_ids')!r}   ({e['why']})")
+    if isinstance(new, dict):
+        return f"{e['field']}: block written   ({e['why']})"
+    return f"{e['field']}: {old!r} -> {new!r}   ({e['why']})"
+
+
+def wiring_lines(w: dict | None) -> list[str]:
+    """The aux-layer wiring (a Wiring.to_dict()) in plain words."""
+    if not w:
+        return []
+    lines = []
+    t = w.get("trained_on")
+    if t:
+        lines.append(f"trained on: {t['described']} (from {t['source']})")
+    else:
+        lines.append("trained on: not recorded")
+    wr = w.get("written")
+    if wr:
+        right = " and ".join(wr["sglang_right_for"])
+        lines.append(f"  SGLang        eagle_config.eagle_aux_hidden_state_layer_ids = {wr['sglang_ids']}  (right for {right})")
+        if len(wr["sglang_right_for"]) < 2:
+            lines.append(f"                {wr['sglang_note']}")
+        lines.append(f"  vLLM          eagle_aux_hidden_state_layer_ids = {wr['vllm_ids']}")
+        lines.append(f"  TensorRT-LLM  eagle3_layers_to_capture = {sorted(wr['tensorrt_llm_ids'])}  (launch option)")
+    for fld, reads in (w.get("config_reads") or {}).items():
+        for who, what in reads.items():
+            lines.append(f"  {fld}, read by {who}: {what}")
+    for f in w.get("findings", []):
+        tag = {"ok": "ok", "warning": "warning", "error": "ERROR"}[f["level"]]
+        lines.append(f"  {tag}: {f['message']}")
+        if f.get("fix") and f["level"] != "ok":
+            lines.append(f"    fix: {f['fix']}")
+    for r in w.get("refused") or []:
+        lines.append(f"  REFUSED: {r}")
+    return lines
+
+
+def config_text(d: dict) -> str:
+    lines = [f"checkpoint: {d['checkpoint']}"]
+    if d.get("recovered"):
+        lines.append(f"recovered:  {d['recovered']}")
+    t = d.get("target")
+    lines.append(f"target:     {t['name']} ({t['num_hidden_layers']} layers, hidden {t['hidden_size']})" if t
+                 else "target:     not given (--target): layer ranges and engine defaults not checked")
+    for r in d["records"]:
+        lines.append(f"record:     {r['described']}")
+    w = d["wiring"]
+    lines += wiring_lines(w)
+    if d["mode"] == "check":
+        lines.append("check: " + ("passed" if w["ok"] else "FAILED"))
+        return "\n".join(lines)
+    wr = w.get("written")
+    if wr:
+        for e in wr["config_edits"]:
+            lines.append("config.json: " + edit_line(e))
+        if not wr["config_edits"]:
+            lines.append("config.json: already wired this way; no changes")
+        launch = wr.get("launch") or {}
+        if launch:
+            lines.append("launch:")
+            lines.append(f"  SGLang:        {launch['sglang']}")
+            lines.append(f"  vLLM:          {launch['vllm']}")
+            lines.append(f"  TensorRT-LLM:  {launch['tensorrt_llm']}")
+    if d["mode"] == "dry-run":
+        lines.append("dry run: nothing written")
+    else:
+        lines.append("wrote: " + (", ".join(d["written"]) if d["written"] else "nothing (no changes)"))
+    return "\n".join(lines)
+
+
+def targets_text(data: list[dict], *, detail: bool) -> str:
+    if not detail:
+        lines = [f"{'name':<18} {'layers':>6} {'hidden':>6} {'vocab':>7}  default aux layers (outputs of)   architectures"]
+        for t in data:
+            aux = t.get("default_aux_layers", {}).get("tensorrt_llm_ids", [])
+            lines.append(f"{t['name']:<18} {t['num_hidden_layers']:>6} {t['hidden_size']:>6} {t['vocab_size']:>7}  "
+                         f"{str(aux):<31}  {', '.join(t['architectures'])}")
+        return "\n".join(lines)
+    lines = []
+    for t in data:
+        lines.append(f"{t['name']}: {t['description']}")
+        for k in ("hf_repo", "architectures", "hidden_size", "num_hidden_layers", "vocab_size", "num_attention_heads",
+                  "num_key_value_heads", "head_dim", "intermediate_size", "aliases"):
+            lines.append(f"  {k}: {t[k]}")
+        aux = t.get("default_aux_layers")
+        if aux:
+            lines.append(f"  engine default aux layers: {aux['described']}")
+            lines.append(f"    SGLang ids {aux['sglang_ids']}, vLLM ids {aux['vllm_ids']}, "
+                         f"TensorRT-LLM ids {aux['tensorrt_llm_ids']}")
+            lines.append(f"    SpecForge online 2025-09-01..2025-10-20: {aux['specforge_2025_09_window']}")
+        src = t.get("sources") or {}
+        if src.get("upstream"):
+            lines.append(f"  source: {src['upstream']}")
+        for ref, what in (src.get("references") or {}).items():
+            lines.append(f"    [{ref}] {what}")
+        if src.get("unchecked"):
+            lines.append(f"  single-source numbers: {', '.join(src['unchecked'])}")
+    return "\n".join(lines)
 
 
 def inspect_text(d: dict) -> str:
@@ -93,6 +199,9 @@ def inspect_text(d: dict) -> str:
     if d["other_files"]:
         lines.append("other files: " + ", ".join(d["other_files"]))
     if "plan" in d:
+        lines.append("")
+        lines.append("aux layers:")
+        lines += ["  " + line for line in wiring_lines(d["plan"].get("wiring"))]
         lines.append("")
         lines.append("what fix-keys would do:")
         lines += ["  " + line for line in _plan_lines(d["plan"])]

@@ -406,15 +406,20 @@ def test_training_config_fields_survive(make_ckpt):
 # --- aux-layer ids ---------------------------------------------------------------------------------
 
 
-def test_aux_ids_nested_carried_over(make_ckpt, tmp_path):
-    ck = make_ckpt("modelopt-export")
+def test_modelopt_ids_converted_for_every_engine(make_ckpt, tmp_path):
+    ck = make_ckpt("modelopt-export")  # nested output-of-layer ids [1, 14, 26]
     plan = plan_of(ck)
     assert plan.aux_ids == {"eagle_config.eagle_aux_hidden_state_layer_ids": [1, 14, 26]}
-    assert any(n.startswith("aux-layer ids carried over unchanged") for n in plan.notices)
     out = tmp_path / "out"
-    fix_keys(ck, out=out)
-    cfg = assert_sglang_checkpoint(out, expect_aux={"eagle_config.eagle_aux_hidden_state_layer_ids": [1, 14, 26]})
+    res = fix_keys(ck, out=out)
+    assert any("outputs of layers 1, 14, 26" in n and "vLLM [2, 15, 27]" in n for n in res.plan.notices)
+    cfg = assert_sglang_checkpoint(out, expect_aux={"eagle_config.eagle_aux_hidden_state_layer_ids": [1, 14, 26],
+                                                    "eagle_aux_hidden_state_layer_ids": [2, 15, 27]})
     assert cfg["eagle_config"]["use_aux_hidden_state"] is True
+    aux = cfg["eagle3conv"]["aux_layers"]
+    assert aux["layers"] == [{"output_of": 1}, {"output_of": 14}, {"output_of": 26}]
+    assert aux["ids"]["sglang_right_for"] == ["sglang-old", "sglang-new"]
+    assert "Model Optimizer" in aux["source"]
 
 
 def test_aux_ids_both_places_carried_over(make_ckpt, tmp_path):
@@ -437,11 +442,14 @@ def test_speculators_config_rebuilt_from_transformer_layer_config(make_ckpt, tmp
     assert not any("norm_before_residual" in n for n in plan.notices)
     out = tmp_path / "out"
     fix_keys(ck, out=out)
-    cfg = assert_sglang_checkpoint(out, expect_aux={"eagle_aux_hidden_state_layer_ids": [2, 15, 27]})
+    # speculators' input-of-layer ids [2, 15, 27] = outputs 1, 14, 26: converted for SGLang, kept for vLLM
+    cfg = assert_sglang_checkpoint(out, expect_aux={"eagle_config.eagle_aux_hidden_state_layer_ids": [1, 14, 26],
+                                                    "eagle_aux_hidden_state_layer_ids": [2, 15, 27]})
+    assert "speculators" in cfg["eagle3conv"]["aux_layers"]["source"]
     assert "speculators_model_type" not in cfg and "transformer_layer_config" not in cfg
     assert cfg["eagle3conv"]["source"] == {
         "format": "speculators", "speculators_model_type": "eagle3",
-        "verifier": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "verifier": "example/pico-target",  # the pico fixture does not claim a real target
     }
     assert cfg["norm_before_residual"] is False
     assert cfg["intermediate_size"] == PICO.intermediate and cfg["rope_theta"] == 10000.0
@@ -479,9 +487,10 @@ def test_speculators_verifier_copies_dropped(make_ckpt, tmp_path):
 def test_no_aux_ids_notice(make_ckpt):
     ck = make_ckpt("sglang")
     edit_cfg(ck, lambda c: c.pop("eagle_config") and None)
-    plan = plan_of(ck)
+    plan = fix_keys(ck, dry_run=True).plan
     assert plan.ok and plan.aux_ids == {}
-    assert any(n.startswith("no aux-layer ids in the config") for n in plan.notices)
+    assert any(n.startswith("aux layers: config has no aux-layer ids: every engine will use its default")
+               for n in plan.notices)
 
 
 # --- Model Optimizer training folder ------------------------------------------------------------
@@ -516,7 +525,8 @@ def test_modelopt_train_base_weights_dropped_and_never_read(make_ckpt, tmp_path)
     assert any("extracted from a whole-model checkpoint; 7 tensors dropped unread" in n for n in plan.notices)
     out = tmp_path / "out"
     res = fix_keys(ck, out=out)
-    cfg = assert_sglang_checkpoint(out, expect_aux={"eagle_config.eagle_aux_hidden_state_layer_ids": [1, 14, 26]})
+    cfg = assert_sglang_checkpoint(out, expect_aux={"eagle_config.eagle_aux_hidden_state_layer_ids": [1, 14, 26],
+                                                    "eagle_aux_hidden_state_layer_ids": [2, 15, 27]})
     assert cfg["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [1, 14, 26], "use_aux_hidden_state": True,
                                    "use_last_layernorm": True}
     assert [f for f, _ in res.shards] == ["model.safetensors"]

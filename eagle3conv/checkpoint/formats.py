@@ -78,6 +78,8 @@ class Format:
     extracts: bool = False  # the source holds a whole model; the drafter is a part of it
     config_from: str | None = None  # eagle_config | speculators | None
     config_required: str | None = None
+    aux_numbering: str | None = None  # how this trainer numbers the aux ids in its config (None: unknown)
+    aux_numbering_why: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,8 @@ def load_format_file(path: Path) -> Format:
         _fail(path, "must be a JSON object")
     if raw.get("schema") != SCHEMA:
         _fail(path, f"schema must be {SCHEMA}")
-    known = {"schema", "name", "title", "priority", "detect", "rules", "extracts", "config_from", "config_required", "description"}
+    known = {"schema", "name", "title", "priority", "detect", "rules", "extracts", "config_from", "config_required",
+             "description", "aux_ids"}
     extra = set(raw) - known
     if extra:
         _fail(path, f"unknown fields {sorted(extra)}")
@@ -165,6 +168,11 @@ def load_format_file(path: Path) -> Format:
         _check_conditions(path, detect["all"])
     if raw.get("config_from") not in (None, "eagle_config", "speculators"):
         _fail(path, f"config_from {raw.get('config_from')!r} is not known")
+    aux = raw.get("aux_ids")
+    if aux is not None:
+        if (not isinstance(aux, dict) or set(aux) != {"numbering", "why"} or aux["numbering"] not in ("output", "input")
+                or not isinstance(aux["why"], str) or not aux["why"].strip()):
+            _fail(path, "aux_ids must be {\"numbering\": \"output\"|\"input\", \"why\": \"...\"}")
     return Format(
         name=name,
         title=raw.get("title") or name,
@@ -173,6 +181,8 @@ def load_format_file(path: Path) -> Format:
         rules=parsed,
         path=path,
         extracts=bool(raw.get("extracts", False)),
+        aux_numbering=aux["numbering"] if aux else None,
+        aux_numbering_why=aux["why"] if aux else None,
         config_from=raw.get("config_from"),
         config_required=raw.get("config_required"),
     )

@@ -81,6 +81,8 @@ class Plan:
     notices: list[str] = field(default_factory=list)
     aux_ids: dict = field(default_factory=dict)
     out_dtype: str | None = None
+    wiring: dict | None = None  # set by eagle3conv.wiring.apply (api.fix_keys / inspect)
+    wiring_hint: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -133,12 +135,15 @@ class Plan:
             "output_bytes": self.output_bytes,
             "config_edits": [e.to_dict() for e in self.config_edits],
             "aux_layer_ids": self.aux_ids,
+            "wiring": self.wiring,
             "symbols": self.symbols,
             "identity": self.ok and self.is_identity(),
         }
 
 
 def _hint(plan: Plan) -> str:
+    if plan.wiring_hint and not any(d.action in ("unmapped", "refused") for d in plan.decisions):
+        return plan.wiring_hint
     if any(d.action == "unmapped" for d in plan.decisions):
         return (
             "run `eagle3conv inspect` to see every key's fate; if the format was guessed wrong, "
@@ -365,16 +370,6 @@ def build_plan(
     )
     new_config = cfgmod.apply_edits(drafter_cfg, edits)
     aux = cfgmod.aux_ids_in(new_config)
-    if aux:
-        where = "; ".join(f"{k} = {v}" for k, v in aux.items())
-        notices.append(
-            f"aux-layer ids carried over unchanged ({where}); their numbering convention is not converted by this version"
-        )
-    else:
-        notices.append(
-            "no aux-layer ids in the config: every engine will use its own default capture layers; "
-            "record the layers the drafter was trained on"
-        )
     if fmt.extracts:
         notices.append(f"drafter extracted from a whole-model checkpoint; {sum(1 for d in final_decisions if d.action == 'dropped')} tensors dropped unread")
 

@@ -1,0 +1,264 @@
+"""Gluing the wiring pieces to a checkpoint: gather evidence, wire a plan, check it.
+
+``fix-keys``, ``inspect`` and ``config`` call :func:`gather` (every training
+record, most authoritative first, and the target) and :func:`wire_plan` (write
+the trained layers into the plan's config in every engine's numbering, or
+refuse with both sides in plain words, then run :func:`~eagle3conv.wiring.check.check_wiring`).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eagle3conv.errors import UsageError, WiringError
+from eagle3conv.wiring import metadata as meta
+from eagle3conv.wiring.check import Finding, WiringReport, check_wiring, sglang_preference
+from eagle3conv.wiring.config import apply_edits
+from eagle3conv.wiring.embed import WiringPlan, plan_wiring, provenance_record, sglang_version_for
+from eagle3conv.wiring.layers import describe
+from eagle3conv.wiring.targets import TargetProfile, load_target, target_from_config
+
+# Findings that mean "the config's own ids contradict what the drafter was trained on".
+CONFLICTS = ("disagrees-with-training", "embedding-for-sglang", "records-disagree")
+
+
+@dataclass
+class WiringOptions:
+    """What the user said on the command line (all optional)."""
+
+    target: str | None = None
+    trained_on: str | None = None
+    captured_at: str | None = None
+    metadata: str | None = None
+    dumps: str | None = None
+    sglang_version: str = "auto"  # auto | old | new
+    rewire: bool = False
+
+    def flags(self) -> str:
+        parts = []
+        if self.target:
+            parts += ["--target", self.target]
+        if self.trained_on:
+            parts += ["--trained-on", self.trained_on, "--captured-at", self.captured_at or "input"]
+        if self.metadata:
+            parts += ["--metadata", self.metadata]
+        return " ".join(shlex.quote(p) for p in parts)
+
+
+@dataclass
+class Evidence:
+    records: list[meta.TrainingRecord]
+    config_record: meta.TrainingRecord | None
+    """The record read from the config's own ids (not independent of them)."""
+    target: TargetProfile | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def truth(self) -> meta.TrainingRecord | None:
+        return next((r for r in self.records if r.layers is not None), None)
+
+
+def resolve_target(arg: str | None) -> TargetProfile | None:
+    """``--target``: a built-in profile name/alias/repo id, or a path to a config.json or model folder."""
+    if not arg:
+        return None
+    p = Path(arg)
+    if p.exists():
+        return target_from_config(p)
+    return load_target(arg)
+
+
+def _quiet_target(name: Any) -> TargetProfile | None:
+    if not isinstance(name, str) or not name:
+        return None
+    try:
+        return load_target(name)
+    except UsageError:
+        return None
+
+
+def gather(root: Path | None, extras: dict | None, config: dict | None, opts: WiringOptions,
+           source_format: Any = None) -> Evidence:
+    """Every training record for a checkpoint, most authoritative first: the user's
+    flags, ``--metadata``, ``training_metadata.json`` beside the weights, eagle3conv's
+    provenance block in config.json, SpecForge provenance/args, the config's own ids,
+    ``--dumps``. Also the target: ``--target``, else one a record names."""
+    target = resolve_target(opts.target)
+    n = target.num_hidden_layers if target else None
+    records: list[meta.TrainingRecord] = []
+    if opts.trained_on is not None:
+        if not opts.captured_at:
+            raise UsageError(
+                "--trained-on needs --captured-at input|output: say whether the ids are layer inputs "
+                "(vLLM, dump file names: 3 = output of layer 2) or layer outputs (SpecForge, TensorRT-LLM)")
+        records.append(meta.from_user(opts.trained_on, opts.captured_at, n))
+    elif opts.captured_at:
+        raise UsageError("--captured-at goes with --trained-on IDS")
+    if opts.metadata:
+        rec = meta.from_metadata_file(opts.metadata)
+        if rec is None:
+            raise UsageError(f"--metadata {opts.metadata}: no {meta.METADATA_FILE} there")
+        records.append(rec)
+    if root is not None:
+        folder = root if root.is_dir() else root.parent
+        rec = meta.from_metadata_file(folder)
+        if rec is not None and not (opts.metadata and Path(opts.metadata).resolve() in
+                                    (folder.resolve(), (folder / meta.METADATA_FILE).resolve())):
+            records.append(rec)
+    prov = provenance_record(config)
+    if prov is not None:
+        records.append(prov)
+    sf = meta.from_specforge_state(extras) if extras else None
+    if sf is not None:
+        records.append(sf)
+    config_record = None if prov is not None else meta.from_config(config)
+    numbering = getattr(source_format, "aux_numbering", None)
+    if (config_record is not None and config_record.layers is None and config_record.raw_ids and numbering):
+        # the trainer is known from the weights' names, and with it the numbering of its ids
+        n_cfg = target.num_hidden_layers if target else None
+        field_name = config_record.source.split(" (", 1)[0]
+        config_record = meta.TrainingRecord(
+            **{**config_record.__dict__,
+               "layers": meta._decode(list(config_record.raw_ids), numbering, n_cfg, field_name),
+               "convention": numbering,
+               "includes_embedding": None,
+               "source": f"{field_name} ({source_format.title}: {numbering}-of-layer numbering)"})
+        config_record = meta.TrainingRecord(
+            **{**config_record.__dict__,
+               "includes_embedding": any(r.is_embedding for r in config_record.layers)})
+    if config_record is not None:
+        records.append(config_record)
+    if opts.dumps:
+        rec = meta.from_dump_manifest(opts.dumps)
+        if rec is None:
+            raise UsageError(f"--dumps {opts.dumps}: no aux_<slot>.pt files or manifest.json there")
+        records.append(rec)
+    ev = Evidence(records, config_record, target)
+    if target is None:
+        for rec in records:
+            found = _quiet_target(rec.target)
+            if found is not None:
+                ev.target = found
+                ev.notes.append(f"target {found.name} taken from {rec.source}")
+                break
+    return ev
+
+
+def fc_width(tensors: dict, name: str = "fc.weight") -> int | None:
+    t = tensors.get(name)
+    shape = getattr(t, "shape", None)
+    return int(shape[1]) if shape is not None and len(shape) == 2 else None
+
+
+@dataclass
+class Wiring:
+    """The outcome of wiring one config: the edits made (if any) and the final check."""
+
+    config: dict
+    plan: WiringPlan | None
+    report: WiringReport
+    refused: list[str] = field(default_factory=list)
+    """Messages when the config's ids contradict the training record and --rewire was not given."""
+
+    def to_dict(self, drafter: str | None = None) -> dict:
+        d = self.report.to_dict()
+        d["written"] = None if self.plan is None else self.plan.to_dict(drafter)
+        d["refused"] = self.refused
+        return d
+
+
+def wire(config: dict, ev: Evidence, opts: WiringOptions, *, fc_in: int | None, target_hidden: int | None,
+         source_format: str | None, fix_command: str, force_write: bool = False) -> Wiring:
+    """Write the training record's layers into ``config`` in every engine's numbering
+    (when a record names them) and check the result.
+
+    The config's own ids are replaced silently only when they are the record
+    (a trainer's ids in its known numbering: that is the conversion). When an
+    independent record contradicts them, nothing is changed and ``refused`` says
+    why, unless ``opts.rewire`` or ``force_write`` (the ``config`` command).
+    """
+    target = ev.target
+    n = target.num_hidden_layers if target else None
+    tname = target.name if target else None
+    family = sglang_preference(target.architectures if target else None, target.model_type if target else None)
+    kw = dict(fc_in=fc_in, target_hidden=target_hidden, num_layers=n, target=tname,
+              source_format=source_format, fix_command=fix_command, sglang_prefer=family)
+    truth = ev.truth
+    refused: list[str] = []
+    plan = None
+    if truth is not None:
+        independent = truth is not ev.config_record
+        if independent and not (opts.rewire or force_write):
+            pre = check_wiring(config, records=ev.records, **kw)
+            refused = [f.message for f in pre.errors if f.code in CONFLICTS]
+            if refused:
+                return Wiring(config, None, pre, refused)
+        version = sglang_version_for(config, truth.layers, n, opts.sglang_version, family)
+        plan = plan_wiring(config, truth, num_layers=n, target=tname,
+                           target_repo=target.hf_repo if target else None, sglang_version=version)
+        config = apply_edits(config, plan.edits)
+    report = _check(config, ev, kw, target_hidden)
+    return Wiring(config, plan, report, refused)
+
+
+def _check(config: dict, ev: Evidence, kw: dict, target_hidden: int | None) -> WiringReport:
+    report = check_wiring(config, records=ev.records, **kw)
+    target = ev.target
+    if target is not None and target_hidden and target.hidden_size != target_hidden:
+        report.findings.insert(0, Finding(
+            "error", "target-hidden",
+            f"the drafter reads target states of width {target_hidden}, but {target.name}'s hidden size is "
+            f"{target.hidden_size}: this drafter belongs to another target"))
+    return report
+
+
+def check_only(config: dict, ev: Evidence, *, fc_in: int | None, target_hidden: int | None,
+               source_format: str | None, fix_command: str) -> Wiring:
+    """The check alone, on ``config`` as it is (``config --check``)."""
+    target = ev.target
+    kw = dict(fc_in=fc_in, target_hidden=target_hidden, num_layers=target.num_hidden_layers if target else None,
+              target=target.name if target else None, source_format=source_format, fix_command=fix_command,
+              sglang_prefer=sglang_preference(target.architectures if target else None,
+                                              target.model_type if target else None))
+    return Wiring(config, None, _check(config, ev, kw, target_hidden))
+
+
+def summary_lines(w: Wiring) -> list[str]:
+    """Human lines for reports."""
+    lines = []
+    rep = w.report
+    if rep.layers is not None and rep.record is not None:
+        lines.append(f"trained on: {describe(rep.layers)} (from {rep.record.source})")
+    if w.plan is not None:
+        p = w.plan
+        right = " and ".join(p.sglang.right_for)
+        lines.append(f"  SGLang  eagle_config.eagle_aux_hidden_state_layer_ids = {list(p.sglang.ids)}  (right for {right})")
+        if not p.sglang.portable:
+            lines.append(f"          {p.sglang.note}")
+        lines.append(f"  vLLM    eagle_aux_hidden_state_layer_ids = {list(p.vllm_ids)}")
+        lines.append(f"  TensorRT-LLM  eagle3_layers_to_capture = {sorted(p.trtllm_ids)}  (launch option)")
+    for fld, reads in rep.reads.items():
+        for who, what in reads.items():
+            lines.append(f"  {fld} as {who}: {what}")
+    for f in rep.findings:
+        if f.level == "ok":
+            lines.append(f"  ok: {f.message}")
+        elif f.level == "warning":
+            lines.append(f"  warning: {f.message}" + (f"\n    fix: {f.fix}" if f.fix else ""))
+        else:
+            lines.append(f"  error: {f.message}" + (f"\n    fix: {f.fix}" if f.fix else ""))
+    return lines
+
+
+def refuse(w: Wiring, root: Path, fix: str) -> WiringError:
+    first, *rest = w.refused
+    return WiringError(
+        f"{root}: the config's aux-layer ids contradict the training record; nothing was written: {first}",
+        details=rest, hint=fix)
+
+
+__all__ = ["Evidence", "WiringOptions", "Wiring", "gather", "wire", "resolve_target", "fc_width",
+           "summary_lines", "refuse", "check_only", "CONFLICTS", "describe"]

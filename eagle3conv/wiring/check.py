@@ -1,0 +1,349 @@
+"""The wiring check: config.json vs training records vs weights vs target.
+
+One function, :func:`check_wiring`, answers "will each engine feed this drafter
+the target states it was trained on?" and returns a :class:`WiringReport` of
+findings, each an error or a warning in explicit terms ("config includes the
+embedding output; training captured the outputs of layers 2, 30, 58") with the
+command that fixes it. ``fix-keys``, ``config --check`` (and later ``verify``
+and ``push``) run it.
+
+What is checked (eagle3-facts sections 3 and 5):
+
+* the number of aux layers in every id list equals ``fc``'s in-features / T;
+* ids are integers, in range for the target's layer count, ascending (engines
+  concatenate captured states in layer order, whatever the list order) and
+  distinct; no embedding id where SGLang reads them (it cannot capture it);
+* the SGLang ids (nested ``eagle_config``) mean the training layers in old
+  and new SGLang, or in one of them (a warning naming the other's ids);
+* the vLLM ids (top-level, input-of-layer) mean the training layers;
+* training records that disagree with each other;
+* no ids anywhere: each engine's default and which tensors that means (an
+  error when the training record says otherwise); a SpecForge drafter without
+  ids may come from the 2025-09-01..2025-10-20 window (different middle layer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from eagle3conv.errors import UsageError, WiringError
+from eagle3conv.wiring.layers import (
+    LayerSet,
+    describe,
+    engine_defaults,
+    is_ascending,
+    to_ids,
+    to_refs,
+    validate_refs,
+)
+from eagle3conv.wiring.metadata import TrainingRecord
+
+SGLANG_FIELD = "eagle_config.eagle_aux_hidden_state_layer_ids"
+VLLM_FIELD = "eagle_aux_hidden_state_layer_ids"
+SGLANG_VERSIONS = {
+    "sglang-old": "SGLang before PR #25454",
+    "sglang-new": "SGLang after PR #25454 (DeepSeek/Kimi targets)",
+}
+_SPECFORGE_FORMATS = ("specforge", "specforge-runtime")
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str  # "error" | "warning" | "ok"
+    code: str
+    message: str
+    fix: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"level": self.level, "code": self.code, "message": self.message, "fix": self.fix}
+
+
+@dataclass
+class WiringReport:
+    """The result of :func:`check_wiring`."""
+
+    layers: LayerSet | None
+    """What the drafter was trained on (the first training record naming layers)."""
+    record: TrainingRecord | None
+    num_aux: int | None
+    """``fc``'s in-features / T, when the weights are known."""
+    num_layers: int | None
+    target: str | None
+    reads: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Per config field: what each engine reads its ids as, in plain words."""
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.level == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.level == "warning"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def raise_for_errors(self, what: str = "the aux-layer wiring is wrong") -> None:
+        if self.errors:
+            first = self.errors[0]
+            raise WiringError(
+                f"{what}: {first.message}",
+                details=[f.message for f in self.errors[1:]],
+                hint=first.fix or next((f.fix for f in self.errors if f.fix), None),
+            )
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "trained_on": None if self.layers is None else {
+                "layers": [{"output_of": r.output_of} for r in self.layers],
+                "described": describe(self.layers),
+                "source": self.record.source if self.record else None,
+            },
+            "num_aux_layers_from_fc": self.num_aux,
+            "target": self.target,
+            "target_num_layers": self.num_layers,
+            "config_reads": self.reads,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+def sglang_preference(target_arch: Sequence[str] | None, model_type: str | None) -> str:
+    """Which SGLang numbering to prefer when old and new disagree: PR #25454
+    changed the DeepSeek path (DeepSeek-V3, Kimi); other families read ids the old way."""
+    names = " ".join([*(target_arch or ()), model_type or ""]).lower()
+    return "sglang-new" if ("deepseek" in names or "kimi" in names) else "sglang-old"
+
+
+def _int_ids(value: Any) -> list[int] | None:
+    if not isinstance(value, (list, tuple)):
+        return None
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in value):
+        return None
+    return list(value)
+
+
+def check_wiring(
+    config: Mapping | None,
+    *,
+    records: Sequence[TrainingRecord] = (),
+    fc_in: int | None = None,
+    target_hidden: int | None = None,
+    num_layers: int | None = None,
+    target: str | None = None,
+    source_format: str | None = None,
+    fix_command: str = "eagle3conv config CKPT --target TARGET",
+    sglang_prefer: str = "sglang-old",
+) -> WiringReport:
+    """Check the aux-layer wiring of a (fixed) drafter config. Never raises for
+    a wrong wiring: every problem is a :class:`Finding`; see :meth:`WiringReport.raise_for_errors`.
+
+    ``records`` come most authoritative first (:func:`~eagle3conv.wiring.metadata.find_training_record`);
+    ``fix_command`` is the command printed to fix a disagreement.
+    """
+    config = config or {}
+    rep = WiringReport(None, None, None, num_layers, target)
+    add = rep.findings.append
+    n = num_layers
+
+    # 1. what fc reads
+    if fc_in is not None and target_hidden:
+        if fc_in % target_hidden:
+            add(Finding("error", "fc-width",
+                        f"fc reads {fc_in} features, not a multiple of the target hidden size {target_hidden}"))
+        else:
+            rep.num_aux = fc_in // target_hidden
+
+    # 2. the training records
+    named = [r for r in records if r.layers is not None]
+    if named:
+        rep.record, rep.layers = named[0], named[0].layers
+        for other in named[1:]:
+            if other.layers != rep.layers:
+                add(Finding(
+                    "error", "records-disagree",
+                    f"training records disagree: {rep.record.describe()} but {other.describe()}",
+                    "remove or correct the wrong record (training_metadata.json is read first)",
+                ))
+        truth = rep.layers
+        assert truth is not None
+        if n is not None:
+            try:
+                validate_refs(truth, n)
+            except WiringError as err:
+                add(Finding("error", "record-range", f"the training record does not fit the target: {err.message}"))
+        if rep.num_aux is not None and len(truth) != rep.num_aux:
+            add(Finding(
+                "error", "record-count",
+                f"training captured {len(truth)} layers ({describe(truth)}) but fc reads {rep.num_aux} "
+                f"({fc_in} in-features / T {target_hidden}): the record belongs to another drafter",
+            ))
+        if any(r.is_embedding for r in truth):
+            add(Finding(
+                "error", "trained-on-embedding",
+                f"training captured {describe(truth)}: SGLang cannot capture the embedding output "
+                "(no residual before layer 0), so SGLang cannot serve this drafter as trained",
+                "serve it on vLLM (its ids count the embedding as 0) or retrain on layer outputs",
+            ))
+    truth = rep.layers
+
+    nested = config.get("eagle_config") if isinstance(config.get("eagle_config"), Mapping) else {}
+    sg_raw = nested.get("eagle_aux_hidden_state_layer_ids") if nested else None
+    vl_raw = config.get("eagle_aux_hidden_state_layer_ids")
+
+    def list_checks(fld: str, ids: list[int], who: str) -> bool:
+        ok = True
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            add(Finding("error", "duplicate-ids", f"{fld} = {ids} repeats id {dup[0]}: each slot needs its own state",
+                        fix_command))
+            ok = False
+        elif not is_ascending(ids):
+            add(Finding(
+                "error", "unsorted-ids",
+                f"{fld} = {ids} is not ascending: {who} concatenates the captured states in layer order, "
+                "so the slots would not be the order fc was trained on", fix_command))
+            ok = False
+        if rep.num_aux is not None and len(ids) != rep.num_aux:
+            add(Finding(
+                "error", "id-count",
+                f"{fld} names {len(ids)} layers but fc reads {rep.num_aux} "
+                f"({fc_in} in-features / T {target_hidden})", fix_command))
+            ok = False
+        return ok
+
+    # 3. SGLang's nested ids
+    if sg_raw is not None:
+        ids = _int_ids(sg_raw)
+        if ids is None or not ids:
+            add(Finding("error", "bad-ids", f"{SGLANG_FIELD} must be a non-empty list of integers, got {sg_raw!r}",
+                        fix_command))
+        else:
+            list_checks(SGLANG_FIELD, ids, "SGLang")
+            reads: dict[str, str] = {}
+            means: dict[str, LayerSet] = {}
+            for version in SGLANG_VERSIONS:
+                try:
+                    means[version] = to_refs(ids, version, n)
+                    reads[version] = describe(means[version])
+                except (WiringError, UsageError) as err:
+                    reads[version] = f"fails: {err.message}"
+            rep.reads[SGLANG_FIELD] = reads
+            if -1 in ids:
+                told = f"; training captured {describe(truth)} ({rep.record.source})" if truth else ""
+                add(Finding(
+                    "error", "embedding-for-sglang",
+                    f"config includes the embedding output ({SGLANG_FIELD} = {ids}, id -1){told}. "
+                    "SGLang cannot capture the embedding output (no residual before layer 0)",
+                    fix_command))
+            elif not means:
+                add(Finding("error", "ids-unreadable",
+                            f"{SGLANG_FIELD} = {ids}: no SGLang version can use these ids ({reads['sglang-old']})",
+                            fix_command))
+            elif truth is not None:
+                right = [v for v, m in means.items() if m == truth]
+                if len(right) == 2:
+                    add(Finding("ok", "sglang-ids",
+                                f"{SGLANG_FIELD} = {ids} means {describe(truth)} in old and new SGLang, as trained"))
+                elif right:
+                    (good,) = right
+                    bad = next(v for v in SGLANG_VERSIONS if v != good)
+                    try:
+                        need = f"needs {list(to_ids(truth, bad, n))}"
+                    except WiringError:
+                        need = "cannot capture them"
+                    got = reads[bad] if bad in means else "nothing usable"
+                    add(Finding(
+                        "warning", "sglang-version",
+                        f"{SGLANG_FIELD} = {ids} means {describe(truth)} (as trained) only in "
+                        f"{SGLANG_VERSIONS[good]}; {SGLANG_VERSIONS[bad]} reads {got} and {need}",
+                        f"{fix_command} --sglang-version {bad.removeprefix('sglang-')}"))
+                else:
+                    words = "; ".join(f"{SGLANG_VERSIONS[v]} reads {reads[v]}" for v in SGLANG_VERSIONS)
+                    add(Finding(
+                        "error", "disagrees-with-training",
+                        f"config ids {SGLANG_FIELD} = {ids} do not mean the trained layers: {words}; "
+                        f"training captured {describe(truth)} ({rep.record.source})",
+                        fix_command))
+            else:
+                add(Finding(
+                    "warning", "unverified-ids",
+                    f"{SGLANG_FIELD} = {ids} ({'; '.join(f'{SGLANG_VERSIONS[v]}: {reads[v]}' for v in reads)}); "
+                    "no training record says which layers the drafter was trained on",
+                    "record them: eagle3conv config CKPT --target TARGET --trained-on IDS --captured-at input|output"))
+
+    # 4. vLLM's top-level ids
+    if vl_raw is not None:
+        ids = _int_ids(vl_raw)
+        if ids is None or not ids:
+            add(Finding("error", "bad-ids", f"{VLLM_FIELD} must be a non-empty list of integers, got {vl_raw!r}",
+                        fix_command))
+        else:
+            list_checks(VLLM_FIELD, ids, "vLLM")
+            try:
+                meant = to_refs(ids, "input", n)
+                rep.reads[VLLM_FIELD] = {"vllm": describe(meant)}
+                if truth is not None and meant != truth:
+                    add(Finding(
+                        "error", "disagrees-with-training",
+                        f"config ids {VLLM_FIELD} = {ids} mean {describe(meant)} to vLLM (input-of-layer ids); "
+                        f"training captured {describe(truth)} ({rep.record.source})", fix_command))
+            except (WiringError, UsageError) as err:
+                rep.reads[VLLM_FIELD] = {"vllm": f"fails: {err.message}"}
+                add(Finding("error", "ids-unreadable", f"{VLLM_FIELD} = {ids}: {err.message}", fix_command))
+
+    # 5. engines falling back to their defaults
+    defaults = None
+    if n is not None and n >= 4:
+        defaults = engine_defaults(n)
+    default_refs = defaults["output"].refs if defaults else None
+    default_words = (describe(default_refs) if default_refs else
+                     "outputs of layers 1, N//2-1, N-4 of an N-layer target")
+    if sg_raw is None and vl_raw is None:
+        ids_line = ""
+        if defaults:
+            ids_line = (f" (SGLang's fallback {list(defaults['sglang'].ids)} used raw, vLLM "
+                        f"{list(defaults['input'].ids)}, TensorRT-LLM {list(defaults['output'].ids)})")
+        if truth is not None and default_refs is not None and truth != default_refs:
+            add(Finding(
+                "error", "defaults-disagree",
+                f"config has no aux-layer ids, so every engine uses its default, the {default_words}{ids_line}; "
+                f"training captured {describe(truth)} ({rep.record.source})", fix_command))
+        else:
+            if truth is None:
+                what = "no training record says whether that is what the drafter was trained on"
+            elif default_refs is None:
+                what = f"training captured {describe(truth)}; give --target to tell whether they agree"
+            else:
+                what = "that matches the training record, but write it down"
+            add(Finding(
+                "warning", "no-ids",
+                f"config has no aux-layer ids: every engine will use its default, the {default_words}{ids_line}; {what}",
+                fix_command if truth is not None else
+                "eagle3conv config CKPT --target TARGET --trained-on IDS --captured-at input|output"))
+            if source_format in _SPECFORGE_FORMATS and truth is None:
+                mid = f"{n // 2}" if n else "N//2"
+                add(Finding(
+                    "warning", "specforge-window",
+                    f"a SpecForge drafter with no recorded layers: online runs between 2025-09-01 and 2025-10-20 "
+                    f"captured middle layer {mid} instead of {n // 2 - 1 if n else 'N//2-1'} (SpecForge #240), "
+                    "which no engine default matches; check its training date or run verify --search-wiring"))
+    elif sg_raw is None:
+        if truth is not None and default_refs is not None and truth != default_refs:
+            add(Finding(
+                "error", "sglang-default",
+                f"SGLang reads aux ids only from {SGLANG_FIELD}, which is absent: SGLang will capture its default, "
+                f"the {default_words}; training captured {describe(truth)} ({rep.record.source})", fix_command))
+        else:
+            add(Finding("warning", "sglang-default",
+                        f"SGLang reads aux ids only from {SGLANG_FIELD}, which is absent: it will use its default, "
+                        f"the {default_words}", fix_command))
+    elif vl_raw is None:
+        add(Finding("warning", "vllm-default",
+                    f"vLLM reads the top-level {VLLM_FIELD}, which is absent: vLLM will use its default, the "
+                    f"{default_words}", fix_command))
+    return rep

@@ -1,0 +1,194 @@
+"""Writing the aux-layer wiring into config.json, in every engine's numbering.
+
+Given the explicit layers a drafter was trained on, :func:`plan_wiring` makes
+the config edits each engine needs and the launch lines for each:
+
+* SGLang reads nested ``eagle_config.eagle_aux_hidden_state_layer_ids`` (and
+  ``eagle_config.use_aux_hidden_state``). Ids that old and new SGLang read the
+  same way are chosen when they exist (first slot = output of layer 1);
+  otherwise the chosen version's ids, and the provenance says which versions
+  they are right for.
+* vLLM reads the top-level ``eagle_aux_hidden_state_layer_ids`` (input-of-layer).
+* TensorRT-LLM takes ``eagle3_layers_to_capture`` (output-of-layer) at launch:
+  printed, not written.
+* ``eagle3conv.aux_layers``: the provenance block, the explicit layer set, where
+  it came from, every engine's ids, the tool version. Later checks read the
+  layers from here rather than guessing a numbering.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from eagle3conv import __version__
+from eagle3conv.errors import WiringError
+from eagle3conv.wiring.config import ConfigEdit
+from eagle3conv.wiring.layers import (
+    LayerRef,
+    LayerSet,
+    SglangIds,
+    describe,
+    sglang_ids_for,
+    to_ids,
+    to_refs,
+    validate_refs,
+)
+from eagle3conv.wiring.metadata import TrainingRecord, _record
+
+PROVENANCE_KEY = "eagle3conv"
+AUX_KEY = "aux_layers"
+
+
+@dataclass
+class WiringPlan:
+    layers: LayerSet
+    record: TrainingRecord
+    num_layers: int | None
+    target: str | None
+    target_repo: str | None
+    sglang: SglangIds
+    vllm_ids: tuple[int, ...]
+    trtllm_ids: tuple[int, ...]
+    edits: list[ConfigEdit] = field(default_factory=list)
+
+    def provenance(self) -> dict:
+        return {
+            "layers": [{"output_of": r.output_of} for r in self.layers],
+            "described": describe(self.layers),
+            "source": self.record.source,
+            "target": self.target,
+            "target_num_layers": self.num_layers,
+            "ids": {
+                "sglang": list(self.sglang.ids),
+                "sglang_right_for": list(self.sglang.right_for),
+                "sglang_by_version": {k: (None if v is None else list(v)) for k, v in self.sglang.by_version.items()},
+                "vllm": list(self.vllm_ids),
+                "tensorrt_llm_eagle3_layers_to_capture": list(self.trtllm_ids),
+            },
+            "written_by": f"eagle3conv {__version__}",
+        }
+
+    def launch(self, drafter: str) -> dict[str, str]:
+        """Ready-to-paste launch lines (the target path is the profile's repo or a placeholder)."""
+        tgt = shlex.quote(self.target_repo or self.target or "TARGET")
+        d = shlex.quote(drafter)
+        spec = json.dumps({"method": "eagle3", "model": drafter, "num_speculative_tokens": 3})
+        trt = {"decoding_type": "Eagle3", "max_draft_len": 3, "speculative_model_dir": drafter,
+               "eagle3_layers_to_capture": list(self.trtllm_ids)}
+        return {
+            "sglang": (f"python -m sglang.launch_server --model-path {tgt} --speculative-algorithm EAGLE3 "
+                       f"--speculative-draft-model-path {d} --speculative-num-steps 3 "
+                       f"--speculative-eagle-topk 1 --speculative-num-draft-tokens 4"),
+            "vllm": f"vllm serve {tgt} --speculative-config {shlex.quote(spec)}",
+            "tensorrt_llm": f"trtllm-serve {tgt} --extra_llm_api_options extra.yaml  "
+                            f"# extra.yaml: speculative_config: {json.dumps(trt)}",
+            "tensorrt_llm_layers": f"eagle3_layers_to_capture: {sorted(self.trtllm_ids)}",
+        }
+
+    def to_dict(self, drafter: str | None = None) -> dict:
+        d = {
+            "layers": [{"output_of": r.output_of} for r in self.layers],
+            "described": describe(self.layers),
+            "source": self.record.source,
+            "target": self.target,
+            "target_num_layers": self.num_layers,
+            "sglang_ids": list(self.sglang.ids),
+            "sglang_right_for": list(self.sglang.right_for),
+            "sglang_note": self.sglang.note,
+            "vllm_ids": list(self.vllm_ids),
+            "tensorrt_llm_ids": list(self.trtllm_ids),
+            "config_edits": [e.to_dict() for e in self.edits],
+        }
+        if drafter is not None:
+            d["launch"] = self.launch(drafter)
+        return d
+
+
+def provenance_record(config: Mapping | None) -> TrainingRecord | None:
+    """The layers an earlier ``eagle3conv config``/``fix-keys`` wrote into ``config.json``."""
+    block = ((config or {}).get(PROVENANCE_KEY) or {})
+    aux = block.get(AUX_KEY) if isinstance(block, Mapping) else None
+    if not isinstance(aux, Mapping):
+        return None
+    layers = aux.get("layers")
+    try:
+        refs = validate_refs(LayerRef(item["output_of"]) for item in layers)  # type: ignore[union-attr]
+    except Exception as err:  # noqa: BLE001 - a hand-edited block: say so
+        raise WiringError(f"config.json {PROVENANCE_KEY}.{AUX_KEY}.layers is malformed ({err})") from None
+    if not refs:
+        raise WiringError(f"config.json {PROVENANCE_KEY}.{AUX_KEY}.layers is empty")
+    src = aux.get("source")
+    return _record(refs, f"config.json {PROVENANCE_KEY}.{AUX_KEY}" + (f" (first from {src})" if src else ""),
+                   target=aux.get("target") if isinstance(aux.get("target"), str) else None)
+
+
+def sglang_version_for(config: Mapping | None, layers: LayerSet, num_layers: int | None, choice: str,
+                       family_default: str) -> str:
+    """``choice`` is ``old``/``new``/``auto``. Auto keeps the version under which the
+    config's existing SGLang ids already mean ``layers``; else the target family's."""
+    if choice in ("old", "new"):
+        return f"sglang-{choice}"
+    nested = (config or {}).get("eagle_config")
+    ids = nested.get("eagle_aux_hidden_state_layer_ids") if isinstance(nested, Mapping) else None
+    if isinstance(ids, list) and ids and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        for version in (family_default, "sglang-old", "sglang-new"):
+            try:
+                if to_refs(ids, version, num_layers) == layers:
+                    return version
+            except Exception:  # noqa: BLE001 - ids this version cannot read
+                continue
+    return family_default
+
+
+def plan_wiring(
+    config: Mapping,
+    record: TrainingRecord,
+    *,
+    num_layers: int | None,
+    target: str | None,
+    target_repo: str | None = None,
+    sglang_version: str = "sglang-old",
+) -> WiringPlan:
+    """The config edits that wire ``record.layers`` for every engine.
+
+    Raises :class:`WiringError` when SGLang cannot capture the set (the
+    embedding output, the last layer's output) or a layer is out of range.
+    """
+    if record.layers is None:
+        raise WiringError(f"the training record names no layers ({record.source})")
+    layers = validate_refs(record.layers, num_layers)
+    sg = sglang_ids_for(layers, num_layers, prefer=sglang_version)
+    vllm = to_ids(layers, "input", num_layers)
+    trt = to_ids(layers, "output", num_layers)
+    plan = WiringPlan(layers, record, num_layers, target, target_repo, sg, vllm, trt)
+
+    nested_old = config.get("eagle_config") if isinstance(config.get("eagle_config"), Mapping) else None
+    nested = copy.deepcopy(dict(nested_old)) if nested_old else {}
+    nested["eagle_aux_hidden_state_layer_ids"] = list(sg.ids)
+    nested["use_aux_hidden_state"] = True
+    if nested != nested_old:
+        plan.edits.append(ConfigEdit(
+            "eagle_config", nested_old, nested,
+            f"SGLang reads the aux ids here: {list(sg.ids)} = {describe(layers)} ({sg.note})"))
+    if config.get("eagle_aux_hidden_state_layer_ids") != list(vllm):
+        plan.edits.append(ConfigEdit(
+            "eagle_aux_hidden_state_layer_ids", config.get("eagle_aux_hidden_state_layer_ids"), list(vllm),
+            f"vLLM reads input-of-layer ids here: {list(vllm)} = {describe(layers)}"))
+    block_old = config.get(PROVENANCE_KEY) if isinstance(config.get(PROVENANCE_KEY), Mapping) else None
+    block = copy.deepcopy(dict(block_old)) if block_old else {}
+    old_aux = block.get(AUX_KEY)
+    block[AUX_KEY] = plan.provenance()
+    comparable = dict(old_aux) if isinstance(old_aux, Mapping) else None
+    if comparable is not None:
+        comparable["written_by"] = block[AUX_KEY]["written_by"]
+        if comparable.get("layers") == block[AUX_KEY]["layers"]:
+            # same layers: keep where they were first learned from (idempotent re-runs)
+            block[AUX_KEY]["source"] = comparable.get("source", block[AUX_KEY]["source"])
+    if comparable != block[AUX_KEY]:
+        plan.edits.append(ConfigEdit(PROVENANCE_KEY, block_old, block,
+                                     "provenance: the explicit layer set and where it came from"))
+    return plan

@@ -1,0 +1,380 @@
+"""Aux-layer wiring end to end: the check's every finding, `config`, `targets`, fix-keys'
+conversion of trainer ids, and the seed incident through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import snapshot
+from eagle3conv.cli import main
+from eagle3conv.wiring.check import check_wiring
+from eagle3conv.wiring.layers import EMBEDDING, outputs
+from eagle3conv.wiring.metadata import TrainingRecord, from_metadata_file, write_metadata_file
+
+KIMI_DRAFTER = dict(hidden=32, target_hidden=7168, heads=4, kv_heads=2, head_dim=8, intermediate=64,
+                    vocab=163840, draft_vocab=256)
+NESTED = "eagle_config.eagle_aux_hidden_state_layer_ids"
+
+
+def run(*args, ok: int | None = 0):
+    res = CliRunner().invoke(main, [str(a) for a in args])
+    if ok is not None:
+        assert res.exit_code == ok, f"exit {res.exit_code}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}\n{res.exception!r}"
+    return res
+
+
+def set_ids(ckpt: Path, nested=None, top=None) -> None:
+    p = ckpt / "config.json"
+    cfg = json.loads(p.read_text())
+    cfg.pop("eagle_aux_hidden_state_layer_ids", None)
+    if nested is None:
+        cfg.pop("eagle_config", None)
+    else:
+        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": nested, "use_aux_hidden_state": True}
+    if top is not None:
+        cfg["eagle_aux_hidden_state_layer_ids"] = top
+    p.write_text(json.dumps(cfg))
+
+
+def captured_at_input(ckpt: Path, *ids: int) -> None:
+    """training_metadata.json saying "captured at the input of layers <ids>" (a dump's words)."""
+    write_metadata_file(ckpt, TrainingRecord(
+        layers=outputs(*(i - 1 for i in ids)), source="SGLang aux dumps", convention="captured-at-input",
+        raw_ids=list(ids), target="moonshotai/Kimi-K2.5"))
+
+
+@pytest.fixture
+def incident(make_ckpt):
+    """The seed incident: a Kimi-K2.5 drafter trained on states captured at the input of
+    layers 3, 31, 59, whose config was "fixed" to [-1, 2, 30]."""
+    ck = make_ckpt("sglang", aux_ids=(-1, 2, 30), **KIMI_DRAFTER)
+    captured_at_input(ck, 3, 31, 59)
+    return ck
+
+
+# --- the incident --------------------------------------------------------------------------------
+
+
+def test_incident_is_refused_by_check_with_both_sides(incident):
+    res = run("config", incident, "--target", "kimi-k2.5", "--check", ok=3)
+    out = res.stdout
+    assert "config includes the embedding output" in out
+    assert "training captured outputs of layers 2, 30, 58" in out
+    assert "SGLang cannot capture the embedding output" in out
+    assert f"fix: eagle3conv config {incident} --target kimi-k2.5" in out
+    assert "check: FAILED" in out
+
+
+def test_incident_is_refused_by_fix_keys_and_nothing_is_written(incident, tmp_path):
+    before = snapshot(incident)
+    res = run("fix-keys", incident, "--target", "kimi-k2.5", ok=3)
+    assert "config includes the embedding output" in res.stderr
+    assert "training captured outputs of layers 2, 30, 58" in res.stderr
+    assert "--rewire" in res.stderr
+    assert snapshot(incident) == before
+    run("fix-keys", incident, "--target", "kimi-k2.5", "--out", tmp_path / "o", ok=3)
+    assert not (tmp_path / "o").exists()
+
+
+def test_incident_with_the_sglang_ids_passes(incident):
+    set_ids(incident, nested=[2, 30, 58])
+    res = run("config", incident, "--target", "kimi-k2.5", "--check", "--json")
+    d = json.loads(res.stdout)
+    assert d["wiring"]["ok"] is True
+    # right for old SGLang only; new SGLang needs [3, 31, 59]: a warning naming it
+    warn = [f for f in d["wiring"]["findings"] if f["code"] == "sglang-version"]
+    assert len(warn) == 1 and "needs [3, 31, 59]" in warn[0]["message"]
+    assert "outputs of layers 1, 29, 57" in warn[0]["message"]
+
+
+def test_incident_fixed_by_config_then_checks_clean(incident):
+    before = snapshot(incident)
+    res = run("config", incident, "--target", "kimi-k2.5", "--json")
+    d = json.loads(res.stdout)
+    w = d["wiring"]["written"]
+    assert w["sglang_ids"] == [3, 31, 59] and w["sglang_right_for"] == ["sglang-new"]  # Kimi: the DeepSeek path
+    assert w["vllm_ids"] == [3, 31, 59] and w["tensorrt_llm_ids"] == [2, 30, 58]
+    assert "--speculative-algorithm EAGLE3" in w["launch"]["sglang"]
+    assert "moonshotai/Kimi-K2.5" in w["launch"]["sglang"]
+    assert d["written"] == ["config.json"]  # training_metadata.json already there
+    cfg = json.loads((incident / "config.json").read_text())
+    assert cfg["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [3, 31, 59], "use_aux_hidden_state": True}
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == [3, 31, 59]
+    aux = cfg["eagle3conv"]["aux_layers"]
+    assert aux["layers"] == [{"output_of": 2}, {"output_of": 30}, {"output_of": 58}]
+    assert aux["target"] == "kimi-k2.5" and aux["ids"]["tensorrt_llm_eagle3_layers_to_capture"] == [2, 30, 58]
+    assert aux["ids"]["sglang_by_version"] == {"sglang-old": [2, 30, 58], "sglang-new": [3, 31, 59]}
+    # only config.json changed, and the weights are untouched
+    after = snapshot(incident)
+    assert {k for k in after if after[k] != before.get(k)} == {"config.json"}
+    run("config", incident, "--target", "kimi-k2.5", "--check")
+    again = run("config", incident, "--target", "kimi-k2.5")
+    assert "config.json: already wired this way; no changes" in again.stdout
+    assert snapshot(incident) == after
+    old = run("config", incident, "--target", "kimi-k2.5", "--sglang-version", "old", "--json")
+    assert json.loads(old.stdout)["wiring"]["written"]["sglang_ids"] == [2, 30, 58]
+
+
+def test_fix_keys_rewire_writes_the_record(incident, tmp_path):
+    out = tmp_path / "o"
+    res = run("fix-keys", incident, "--target", "kimi-k2.5", "--rewire", "--out", out)
+    assert "outputs of layers 2, 30, 58" in res.stdout
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [3, 31, 59]
+    assert from_metadata_file(out).layers == outputs(2, 30, 58)  # the record travels with the weights
+
+
+def test_user_flags_are_a_record(make_ckpt):
+    ck = make_ckpt("sglang", aux_ids=(-1, 2, 30), **KIMI_DRAFTER)
+    res = run("config", ck, "--target", "kimi-k2.5", "--trained-on", "3,31,59", "--captured-at", "input",
+              "--check", ok=3)
+    assert "--trained-on 3,31,59 --captured-at input" in res.stdout
+    run("config", ck, "--target", "kimi-k2.5", "--trained-on", "3,31,59", "--captured-at", "input")
+    written = from_metadata_file(ck)
+    assert written.layers == outputs(2, 30, 58) and written.raw_ids == [3, 31, 59]
+    assert written.convention == "input" and written.target == "moonshotai/Kimi-K2.5"
+    run("config", ck, "--target", "kimi-k2.5", "--check")
+
+
+# --- config command errors -----------------------------------------------------------------------
+
+
+def test_config_needs_a_record(make_ckpt):
+    ck = make_ckpt("sglang")
+    before = snapshot(ck)
+    res = run("config", ck, ok=2)
+    assert "no training record names the layers" in res.stderr and "--trained-on" in res.stderr
+    assert snapshot(ck) == before
+
+
+def test_config_trained_on_needs_captured_at(make_ckpt):
+    ck = make_ckpt("sglang")
+    assert "--captured-at input|output" in run("config", ck, "--trained-on", "2,15,27", ok=2).stderr
+    assert "--captured-at goes with --trained-on" in run("config", ck, "--captured-at", "input", ok=2).stderr
+
+
+def test_config_refuses_an_unfixed_checkpoint(make_ckpt):
+    ck = make_ckpt("speculators")
+    res = run("config", ck, "--trained-on", "2,15,27", "--captured-at", "input", ok=2)
+    assert "not yet in SGLang's layout" in res.stderr and "eagle3conv fix-keys" in res.stderr
+
+
+def test_config_dry_run_writes_nothing(make_ckpt):
+    ck = make_ckpt("sglang")
+    before = snapshot(ck)
+    res = run("config", ck, "--trained-on", "1,14,26", "--captured-at", "output", "--dry-run")
+    assert "dry run: nothing written" in res.stdout and snapshot(ck) == before
+
+
+def test_config_refuses_a_set_sglang_cannot_capture(make_ckpt):
+    ck = make_ckpt("sglang")
+    before = snapshot(ck)
+    res = run("config", ck, "--trained-on", "0,14,26", "--captured-at", "input", ok=3)
+    assert "embedding output" in res.stderr and snapshot(ck) == before
+
+
+def test_config_wrong_count_for_fc(make_ckpt):
+    ck = make_ckpt("sglang")
+    res = run("config", ck, "--trained-on", "1,2,14,26", "--captured-at", "output", ok=3)
+    assert "training captured 4 layers" in res.stderr and "fc reads 3" in res.stderr
+
+
+def test_config_target_from_a_config_path_with_text_config(make_ckpt, tmp_path):
+    tgt = tmp_path / "kimi-target"
+    tgt.mkdir()
+    (tgt / "config.json").write_text(json.dumps({
+        "architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+        "text_config": {"hidden_size": 7168, "num_hidden_layers": 61, "vocab_size": 163840,
+                        "num_attention_heads": 64, "num_key_value_heads": 64}}))
+    ck = make_ckpt("sglang", aux_ids=(2, 30, 58), **KIMI_DRAFTER)
+    res = run("config", ck, "--target", tgt, "--trained-on", "3,31,59", "--captured-at", "input", "--json")
+    d = json.loads(res.stdout)
+    assert d["target"]["num_hidden_layers"] == 61
+    # the config's ids already meant the record in old SGLang: auto keeps that version
+    assert d["wiring"]["written"]["sglang_ids"] == [2, 30, 58]
+
+
+def test_config_out_of_range_for_target(make_ckpt):
+    ck = make_ckpt("sglang")  # hidden 32 drafter: wrong target width too
+    res = run("config", ck, "--target", "smollm2-135m", "--trained-on", "1,14,40", "--captured-at", "output", ok=3)
+    assert "out of range" in res.stderr or "has 30 layers" in res.stderr
+
+
+def test_config_from_dumps_manifest(make_ckpt, tmp_path):
+    ck = make_ckpt("sglang", aux_ids=(1, 14, 26))
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    (dumps / "manifest.json").write_text(json.dumps({"captured_at_input_of": [2, 15, 27]}))
+    d = json.loads(run("config", ck, "--dumps", dumps, "--json").stdout)
+    assert d["wiring"]["trained_on"]["described"] == "outputs of layers 1, 14, 26"
+    assert d["wiring"]["written"]["sglang_right_for"] == ["sglang-old", "sglang-new"]
+
+
+# --- fix-keys converts trainer ids ---------------------------------------------------------------
+
+
+def test_fix_keys_specforge_provenance_written(make_ckpt, tmp_path):
+    ck = make_ckpt("specforge-runtime")  # provenance capture_layers [1, 14, 26], output-of-layer
+    run("fix-keys", ck, "--out", tmp_path / "o")
+    cfg = json.loads((tmp_path / "o" / "config.json").read_text())
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 14, 26]
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == [2, 15, 27]
+    assert "specforge_model_provenance" in cfg["eagle3conv"]["aux_layers"]["source"]
+
+
+def test_fix_keys_speculators_null_ids_not_dropped_silently(make_ckpt, tmp_path):
+    ck = make_ckpt("speculators")
+    p = ck / "config.json"
+    cfg = json.loads(p.read_text())
+    cfg["eagle_aux_hidden_state_layer_ids"] = None  # what speculators 0.9.0 convert writes
+    p.write_text(json.dumps(cfg))
+    res = run("fix-keys", ck, "--out", tmp_path / "o")
+    assert "config has no aux-layer ids" in res.stdout
+    res = run("fix-keys", ck, "--out", tmp_path / "o2", "--trained-on", "2,15,27", "--captured-at", "input")
+    cfg = json.loads((tmp_path / "o2" / "config.json").read_text())
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 14, 26]
+
+
+def test_fix_keys_idempotent_after_wiring(make_ckpt):
+    ck = make_ckpt("specforge-runtime")
+    run("fix-keys", ck)
+    before = snapshot(ck)
+    assert "already SGLang-ready" in run("fix-keys", ck).stdout
+    assert snapshot(ck) == before
+
+
+def test_inspect_shows_the_wiring(incident):
+    res = run("inspect", incident, "--target", "kimi-k2.5", ok=3)
+    assert "aux layers:" in res.stdout
+    assert "trained on: outputs of layers 2, 30, 58" in res.stdout
+    assert "REFUSED: config includes the embedding output" in res.stdout
+
+
+# --- targets -------------------------------------------------------------------------------------
+
+
+def test_targets_lists_every_profile():
+    res = run("targets")
+    for name in ("kimi-k2.5", "kimi-k2", "deepseek-v3", "llama-3.1-8b", "llama-3.3-70b", "qwen3-8b", "qwen3-32b",
+                 "qwen3-235b-a22b", "gpt-oss-120b", "smollm2-135m"):
+        assert name in res.stdout
+    d = json.loads(run("targets", "--json").stdout)
+    assert len(d["targets"]) == 10
+
+
+def test_targets_one_profile():
+    d = json.loads(run("targets", "kimi-k2.5", "--json").stdout)["targets"][0]
+    assert d["num_hidden_layers"] == 61 and d["hidden_size"] == 7168
+    aux = d["default_aux_layers"]
+    assert aux["described"] == "outputs of layers 1, 29, 57"
+    assert aux["sglang_ids"] == [1, 29, 57] and aux["vllm_ids"] == [2, 30, 58] and aux["tensorrt_llm_ids"] == [1, 29, 57]
+    assert "upstream" in d["sources"]
+    text = run("targets", "kimi-k2.5").stdout
+    assert "SpecForge online 2025-09-01..2025-10-20: outputs of layers 1, 30, 57" in text
+
+
+def test_targets_unknown():
+    assert "unknown target" in run("targets", "gpt-9", ok=2).stderr
+
+
+# --- check_wiring: every finding -----------------------------------------------------------------
+
+
+def rec(*layers, source="training_metadata.json"):
+    return TrainingRecord(layers=tuple(layers) and outputs(*layers), source=source)
+
+
+def codes(rep) -> dict[str, str]:
+    return {f.code: f.level for f in rep.findings}
+
+
+def cfg(nested=None, top=None) -> dict:
+    c: dict = {}
+    if nested is not None:
+        c["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": nested}
+    if top is not None:
+        c["eagle_aux_hidden_state_layer_ids"] = top
+    return c
+
+
+KW = dict(fc_in=3 * 7168, target_hidden=7168, num_layers=61)
+
+
+def test_check_all_good():
+    rep = check_wiring(cfg([1, 29, 57], [2, 30, 58]), records=[rec(1, 29, 57)], **KW)
+    assert rep.ok and codes(rep) == {"sglang-ids": "ok"}
+    assert rep.reads[NESTED] == {"sglang-old": "outputs of layers 1, 29, 57", "sglang-new": "outputs of layers 1, 29, 57"}
+
+
+def test_check_fc_width_and_counts():
+    assert codes(check_wiring(cfg([1, 29, 57]), fc_in=100, target_hidden=7168))["fc-width"] == "error"
+    rep = check_wiring(cfg([1, 29]), **KW)
+    assert codes(rep)["id-count"] == "error" and "names 2 layers but fc reads 3" in rep.errors[0].message
+    assert codes(check_wiring(cfg(), records=[rec(1, 29)], **KW))["record-count"] == "error"
+
+
+def test_check_duplicates_unsorted_range():
+    assert codes(check_wiring(cfg([2, 2, 58]), **KW))["duplicate-ids"] == "error"
+    rep = check_wiring(cfg([30, 2, 58]), **KW)
+    assert codes(rep)["unsorted-ids"] == "error" and "layer order" in rep.errors[0].message
+    assert codes(check_wiring(cfg([2, 30, 61]), **KW))["ids-unreadable"] == "error"
+    assert codes(check_wiring(cfg(top=[2, 30, 62]), **KW))["ids-unreadable"] == "error"
+    assert codes(check_wiring(cfg(), records=[rec(2, 30, 61)], **KW))["record-range"] == "error"
+
+
+def test_check_embedding():
+    rep = check_wiring(cfg([-1, 2, 30]), **KW)
+    assert codes(rep)["embedding-for-sglang"] == "error"
+    emb = TrainingRecord(layers=(EMBEDDING, *outputs(2, 30)), source="x")
+    assert codes(check_wiring(cfg(top=[0, 3, 31]), records=[emb], **KW))["trained-on-embedding"] == "error"
+
+
+def test_check_disagreements():
+    rep = check_wiring(cfg([1, 29, 57]), records=[rec(2, 30, 58)], **KW)
+    (e,) = rep.errors
+    assert e.code == "disagrees-with-training"
+    assert "reads outputs of layers 1, 29, 57" in e.message and "training captured outputs of layers 2, 30, 58" in e.message
+    rep = check_wiring(cfg(top=[2, 30, 58]), records=[rec(2, 30, 58)], **KW)
+    assert any(f.code == "disagrees-with-training" and "vLLM" in f.message for f in rep.errors)
+    rep = check_wiring(cfg(), records=[rec(2, 30, 58), rec(1, 29, 57, source="other")], **KW)
+    assert codes(rep)["records-disagree"] == "error"
+
+
+def test_check_one_sglang_version():
+    rep = check_wiring(cfg([3, 31, 59], [3, 31, 59]), records=[rec(2, 30, 58)], **KW)
+    assert rep.ok and codes(rep) == {"sglang-version": "warning"}
+    assert "needs [2, 30, 58]" in rep.warnings[0].message
+
+
+def test_check_no_ids():
+    rep = check_wiring(cfg(), **KW)
+    assert codes(rep) == {"no-ids": "warning"}
+    msg = rep.warnings[0].message
+    assert "outputs of layers 1, 29, 57" in msg and "vLLM [2, 30, 58]" in msg and "TensorRT-LLM [1, 29, 57]" in msg
+    assert codes(check_wiring(cfg(), records=[rec(2, 30, 58)], **KW))["defaults-disagree"] == "error"
+    assert codes(check_wiring(cfg(), records=[rec(1, 29, 57)], **KW)) == {"no-ids": "warning"}
+    rep = check_wiring(cfg(), source_format="specforge", **KW)
+    assert codes(rep)["specforge-window"] == "warning" and "middle layer 30 instead of 29" in rep.warnings[1].message
+
+
+def test_check_one_engine_missing():
+    assert codes(check_wiring(cfg(top=[2, 30, 58]), **KW))["sglang-default"] == "warning"
+    assert codes(check_wiring(cfg(top=[3, 31, 59]), records=[rec(2, 30, 58)], **KW))["sglang-default"] == "error"
+    assert codes(check_wiring(cfg([1, 29, 57]), **KW))["vllm-default"] == "warning"
+
+
+def test_check_unverified_ids():
+    rep = check_wiring(cfg([2, 30, 58]), **KW)
+    assert codes(rep)["unverified-ids"] == "warning"
+    assert "outputs of layers 2, 30, 58" in rep.warnings[0].message  # old SGLang
+    assert "outputs of layers 1, 29, 57" in rep.warnings[0].message  # new SGLang
+
+
+def test_check_target_width(make_ckpt):
+    ck = make_ckpt("sglang")  # a hidden-32 drafter
+    res = run("config", ck, "--target", "kimi-k2.5", "--check", ok=3)
+    assert "reads target states of width 32, but kimi-k2.5's hidden size is 7168" in res.stdout
