@@ -13,8 +13,12 @@ def __getattr__(name):  # lazy: `import eagle3conv` stays cheap for the CLI
         from eagle3conv import api
 
         return getattr(api, name)
+    if name in ("push", "PushResult"):
+        from eagle3conv.hub import push as _push
+
+        return getattr(_push, name)
     raise AttributeError(name)
 
 
-__all__ = ["inspect", "fix_keys", "configure", "InspectResult", "FixResult", "ConfigResult", "WiringOptions",
+__all__ = ["inspect", "fix_keys", "configure", "push", "PushResult", "InspectResult", "FixResult", "ConfigResult", "WiringOptions",
            "__version__"]

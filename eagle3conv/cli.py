@@ -321,3 +321,71 @@ def _target_dict(p, *, detail: bool) -> dict:
     if detail:
         d["sources"] = dict(p.sources)
     return d
+
+
+@main.command("push")
+@click.argument("checkpoint", required=False, default=".", type=click.Path(path_type=str))
+@click.option("--repo-id", metavar="ORG/NAME",
+              help="Hub repo. Default: this folder's last push (eagle3conv-push.json), else training_metadata.json's hub_repo_id.")
+@click.option("--private", is_flag=True, help="Create the repo private (an existing repo keeps its visibility).")
+@click.option("--revision", metavar="BRANCH",
+              help="Commit to BRANCH, creating it from main if needed; with --create-pr, the branch the PR targets.")
+@click.option("--create-pr", is_flag=True, help="Open a pull request (refs/pr/N) instead of committing to the branch.")
+@click.option("--commit-message", help="Commit summary (default: 'Upload EAGLE-3 drafter with eagle3conv').")
+@click.option("--include", multiple=True, metavar="GLOB",
+              help="Also send files matching GLOB (relative path; repeatable). Pickles and hidden files are never sent.")
+@click.option("--exclude", multiple=True, metavar="GLOB",
+              help="Do not send files matching GLOB (repeatable). --exclude README.md sends no card.")
+@click.option("--base-model", metavar="REPO",
+              help="Target model for the card's base_model and launch lines (default: training metadata / config).")
+@click.option("--force", is_flag=True, help="Push even if checks fail; the model card says which failed.")
+@click.option("--dry-run", is_flag=True, help="List the files (with sizes) and print the card; send nothing.")
+@_common
+def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, include, exclude, base_model, force,
+             dry_run, json_, debug):
+    """Publish a checked drafter to the Hugging Face Hub, with a model card that records its wiring.
+
+    Before anything is sent, the fix-keys check, the aux-layer wiring check and
+    a structural forward run; a failure refuses the push (exit 3) unless
+    --force, and then the card says so. Sends only what a server needs, in one
+    commit; an unchanged folder makes no commit. The token comes from HF_TOKEN
+    or `hf auth login` and is never printed.
+
+    \b
+    Example:
+      eagle3conv push ckpt-sglang/ --repo-id me/kimi-k25-eagle3 --create-pr
+    """
+    _setup(json_, debug)
+    from pathlib import Path
+
+    from eagle3conv.hub.push import push
+
+    res = push(Path(checkpoint), repo_id, private=private, revision=revision, create_pr=create_pr,
+               commit_message=commit_message, include=include, exclude=exclude, dry_run=dry_run, force=force,
+               base_model=base_model, progress=lambda m: click.echo(m, err=True))
+    d = res.to_dict()
+    _emit(json_, d, _push_text(d))
+
+
+def _push_text(d: dict) -> str:
+    from eagle3conv.report import human_bytes
+
+    lines = []
+    for c in d["checks"]:
+        lines.append(f"check {c['name']}: {'ok' if c['ok'] else 'FAILED'} — {c['detail']}")
+    if d["forced"]:
+        lines.append("forced: pushed despite failed checks (the card says so)")
+    lines.append(f"files ({len(d['files'])}, {human_bytes(d['total_bytes'])}):")
+    for f in d["files"]:
+        lines.append(f"  {f['path']}  {human_bytes(f['size'])}" + ("  (generated card)" if f["source"] == "generated" else ""))
+    if d["dry_run"]:
+        lines.append("")
+        lines.append(d["card"] or "(no card)")
+        lines.append("dry run: nothing sent")
+    elif d["unchanged"]:
+        lines.append(f"unchanged: {d['repo_id']} already holds these files; no commit made")
+    elif d["pr_url"]:
+        lines.append(f"opened {d['pr_url']} ({d['pr_revision']}, commit {d['commit']})")
+    else:
+        lines.append(f"committed {d['commit']} to {d['repo_id']}@{d['revision'] or 'main'} ({d['commit_url']})")
+    return "\n".join(lines)

@@ -441,3 +441,42 @@ def test_verify_report_reader_is_tolerant(tmp_path, report, acceptance, length):
     assert read_verify_report(tmp_path).problem
     (tmp_path / VERIFY_REPORT).unlink()
     assert read_verify_report(tmp_path) is None
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def test_cli_push_dry_run_then_push_then_unchanged(hub, ckpt, repo):
+    from click.testing import CliRunner
+
+    from eagle3conv.cli import main
+
+    def cli(*args, ok=0):
+        res = CliRunner().invoke(main, [str(a) for a in args])
+        assert res.exit_code == ok, f"{res.exit_code}\n{res.stdout}\n{res.stderr}\n{res.exception!r}"
+        return res
+
+    res = cli("push", ckpt, "--repo-id", repo, "--dry-run")
+    assert "dry run: nothing sent" in res.stdout and "<!-- eagle3conv:begin -->" in res.stdout
+    assert "check aux-layers: ok" in res.stdout
+    assert hub.log == []  # a dry run sends nothing
+    d = json.loads(cli("push", ckpt, "--repo-id", repo, "--json").stdout)
+    assert d["commit"] and not d["unchanged"] and {"model.safetensors", "config.json", "README.md"} <= {
+        f["path"] for f in d["files"]}
+    again = cli("push", ckpt)  # the repo id comes from the push record
+    assert "no commit made" in again.stdout
+
+
+def test_cli_push_refuses_wrong_wiring(hub, ckpt, repo):
+    from click.testing import CliRunner
+
+    from eagle3conv.cli import main
+
+    cfg_path = ckpt / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [-1, 1, 14]
+    cfg_path.write_text(json.dumps(cfg))
+    res = CliRunner().invoke(main, ["push", str(ckpt), "--repo-id", repo])
+    assert res.exit_code == 3, res.stderr
+    assert "embedding output" in res.stderr
+    assert hub.log == []  # refused before anything was sent

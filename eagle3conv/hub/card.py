@@ -229,8 +229,14 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
             config = loaded if isinstance(loaded, dict) else {}
         except (OSError, ValueError):
             config = {}
+    from eagle3conv.wiring.embed import provenance_record
+
     try:
         records = find_training_record(root, None, config or None)
+        prov = provenance_record(config or None)
+        if prov is not None:  # eagle3conv's own record of the layers, above the config's raw ids
+            records = [r for r in records if not r.source.startswith("config.json")]
+            records.insert(1 if records and records[0].source.startswith("training_metadata") else 0, prov)
     except Eagle3ConvError:
         records = []
     target = base_model or next((r.target for r in records if r.target), None) or _config_target(config)

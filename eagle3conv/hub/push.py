@@ -170,8 +170,18 @@ def default_gate(path: Path) -> list[Check]:
     if plan is None:
         why = getattr(result.plan_error, "message", str(result.plan_error))
         return [Check("canonical", False, f"no conversion plan: {why}")]
-    if plan.errors:
-        checks.append(Check("canonical", False, "; ".join(plan.errors[:5])))
+    wiring_errors = [e for e in plan.errors if e.startswith("aux layers: ")]
+    key_errors = [e for e in plan.errors if not e.startswith("aux layers: ")]
+    if wiring_errors:
+        checks.append(Check("aux-layers", False, "; ".join(e.removeprefix("aux layers: ") for e in wiring_errors)))
+    elif plan.wiring is not None:
+        warned = [f["message"] for f in plan.wiring.get("findings", []) if f["level"] == "warning"]
+        checks.append(Check("aux-layers", True, "config agrees with the training record and the weights"
+                            + (f" ({len(warned)} warning{'s' if len(warned) != 1 else ''})" if warned else "")))
+    if key_errors:
+        checks.append(Check("canonical", False, "; ".join(key_errors[:5])))
+    elif plan.errors:
+        pass
     elif not plan.is_identity():
         checks.append(Check("canonical", False,
                             f"the names or config are not what SGLang loads; run `eagle3conv fix-keys {path}`"))
