@@ -61,17 +61,19 @@ def gguf_location() -> tuple[str, str]:
     return folder, GGUF_FILE
 
 
-def load_target():
-    """(model, tokenizer): SmolLM2-135M-Instruct, fp32, eval mode, offline."""
+def load_target(device: str = "cpu", gguf: str | None = None):
+    """(model, tokenizer): SmolLM2-135M-Instruct, fp32, eval mode, offline, on ``device``.
+
+    ``gguf``: another path to the same GGUF file (default: the installed package's)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    folder, name = gguf_location()
+    folder, name = (os.path.dirname(gguf), os.path.basename(gguf)) if gguf else gguf_location()
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    model.eval()
+    model.to(device).eval()
     cfg = model.config
     assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size) == (NUM_LAYERS, HIDDEN, VOCAB)
     return model, tok
