@@ -393,9 +393,10 @@ def _push_text(d: dict) -> str:
 
 @main.command("verify")
 @click.argument("checkpoint", type=click.Path(path_type=str))
-@click.option("--states", "states", required=True, type=click.Path(exists=True, path_type=str),
+@click.option("--states", "states", type=click.Path(exists=True, path_type=str),
               help="Captured target states: an eagle3conv states.safetensors, a folder of SGLang aux dumps "
-                   "(aux_0.pt, ... + manifest.json), or SpecForge .ckpt records.")
+                   "(aux_0.pt, ... + manifest.json), or SpecForge .ckpt records. Without it: the structural "
+                   "smoke test only (random inputs at step 1 and step 2).")
 @_wiring_options
 @click.option("--layers", "layers", metavar="IDS",
               help="Score this wiring (output-of-layer ids, -1 = embedding output) instead of the config's.")
@@ -427,8 +428,15 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
     """
     _setup(json_, debug)
     from eagle3conv.report import verify_text
-    from eagle3conv.verify import verify
+    from eagle3conv.verify import smoke, verify
     from eagle3conv.wiring.layers import parse_ids
+
+    if states is None:
+        d = smoke(checkpoint, device=device, dtype=dtype)
+        _emit(json_, d, "\n".join(f"{k}: {v}" for k, v in d.items()))
+        if not d["ok"]:
+            click.get_current_context().exit(3)
+        return
 
     bar = {}
 

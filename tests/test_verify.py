@@ -203,3 +203,10 @@ def test_wilson():
     lo, hi = wilson(50, 100)
     assert lo < 0.5 < hi and hi - lo == pytest.approx(0.19, abs=0.01)
     assert wilson(0, 0) == (0.0, 1.0)
+
+
+def test_smoke_without_states(world):
+    _, _, drafter = world
+    d = json.loads(run("verify", drafter, "--json").stdout)
+    assert d["ok"] and d["step1_input_width"] == 3 * 64 and d["step2_input_width"] == 64
+    assert d["logits_width"] == 300 and d["device"] == "cpu"
