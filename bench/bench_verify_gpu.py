@@ -1,0 +1,607 @@
+"""`eagle3conv verify` on one GPU: a Kimi-K2.5-size drafter, side by side with bf16 matmul.
+
+One run measures, on the machine it runs on (meant for one H200):
+
+1. A Llama-style drafter of Kimi-K2.5 size with random bf16 weights (hidden 7168,
+   target hidden 7168, 3 aux states so fc is [7168, 21504], 64 heads x 128, 8 kv
+   heads, intermediate 18432, vocab 163840, draft vocab 32000, d2t zeros, no
+   embed_tokens: target and drafter widths agree, so SGLang and verify embed with
+   the target's table), saved as a canonical safetensors folder under --workdir.
+   Then the time to read its bytes with a plain read loop next to
+   ``load_drafter_weights`` + ``build_drafter`` (to cuda, bf16), with the page
+   cache dropped first when the kernel allows it (else "warm"), and warm too.
+2. ``Eagle3Drafter.draft_chain(aux, ids, steps)`` on synthetic states on the GPU
+   ([B, S, 3*7168] bf16), timed with CUDA events after warm-ups: draft-token-steps/s
+   = B*S*steps / time. Next to it the plain forward (``forward`` per step, causal
+   SDPA, no training-time-test attention), the issue's reference.
+3. bf16 matmul throughput (8192^3 torch.mm), before and after, and the drafter's
+   FLOPs per token-step, to express both as a fraction of matmul throughput.
+   A short torch.profiler breakdown of one draft_chain call, and monkeypatched
+   variants of draft_chain's pieces (chunk size, RMSNorm through torch's fused
+   F.rms_norm, no cat in _qkv, attention through flash + log-sum-exp, compiled
+   RMSNorm/RoPE), each checked against the original (share of equal target ids).
+   ``evaluate`` alone over --eval-seqs sequences, with a cProfile of one pass.
+4. ``eagle3conv.verify.verify`` on a states file (``write_states``) of a few
+   S=2048 sequences holding the embedding output and outputs 2, 30, 58 of a
+   61-layer target: ``result.seconds`` (time to first result), cold and warm.
+
+FLOPs per token-step (useful work, multiply-add = 2):
+  qkv 2*(2H)*(nh+2*nkv)*hd, o 2*nh*hd*H, mlp 3*2*H*I, lm_head 2*H*Vd,
+  attention 4*nh*hd*(keys per query: (S+1)/2 causal, + (k-1) own drafts at step k),
+  fc 2*H*(3T) at step 1 only (averaged over the steps).
+
+Everything is printed as one JSON line at the end and written to
+``$OUT/verify_gpu.json`` (or --out). ``--small`` runs tiny shapes (CPU smoke test).
+
+    PYTHONUNBUFFERED=1 PYTHONPATH=. python bench/bench_verify_gpu.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+RESULT: dict = {}
+OUT_PATH: Path | None = None
+
+
+def log(*a) -> None:
+    print(*a, file=sys.stderr, flush=True)
+
+
+def dump() -> None:
+    """Write what we have so far (a timeout still leaves the finished sections)."""
+    if OUT_PATH is not None:
+        OUT_PATH.parent.mkdir(parents=True, exist_ok=True)
+        OUT_PATH.write_text(json.dumps(RESULT, indent=1) + "\n")
+
+
+def sync(dev: str) -> None:
+    if dev.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def time_gpu(fn, dev: str, warmup: int, reps: int) -> list[float]:
+    """Per-call seconds: CUDA events on a GPU, perf_counter on CPU."""
+    for _ in range(warmup):
+        fn()
+    sync(dev)
+    out = []
+    for _ in range(reps):
+        if dev.startswith("cuda"):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            out.append(a.elapsed_time(b) / 1e3)
+        else:
+            t = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t)
+    return out
+
+
+def matmul_tflops(dev: str, n: int) -> dict:
+    a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    ts = time_gpu(lambda: torch.mm(a, b), dev, 3, 10)
+    del a, b
+    mean = statistics.mean(ts)
+    return {"n": n, "mean_ms": round(mean * 1e3, 3), "tflops": round(2 * n ** 3 / mean / 1e12, 1)}
+
+
+def drop_caches() -> bool:
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def read_loop(files: list[Path], buf_mb: int = 16) -> tuple[float, int]:
+    buf = bytearray(buf_mb << 20)
+    mv = memoryview(buf)
+    total = 0
+    t = time.perf_counter()
+    for p in files:
+        with open(p, "rb", buffering=0) as f:
+            while True:
+                n = f.readinto(mv)
+                if not n:
+                    break
+                total += n
+    return time.perf_counter() - t, total
+
+
+# --------------------------------------------------------------------------- the drafter
+
+
+def make_dims(small: bool) -> dict:
+    if small:
+        return dict(H=64, T=64, k=3, NH=4, NKV=2, HD=16, I=128, V=1000, Vd=256, L=61)
+    return dict(H=7168, T=7168, k=3, NH=64, NKV=8, HD=128, I=18432, V=163840, Vd=32000, L=61)
+
+
+def write_drafter(folder: Path, d: dict, aux_outputs: tuple[int, ...], dev: str) -> dict:
+    """A canonical safetensors drafter folder with random bf16 weights, made on ``dev``."""
+    from safetensors.torch import save_file
+
+    from eagle3conv.example import Dims, llama_config
+    from eagle3conv.wiring.layers import LayerRef, to_ids
+
+    H, T, k, NH, NKV, HD, I, V, Vd, L = (d[x] for x in ("H", "T", "k", "NH", "NKV", "HD", "I", "V", "Vd", "L"))
+    g = torch.Generator(device=dev).manual_seed(0)
+
+    def w(*shape, scale=0.02):
+        return (torch.randn(*shape, generator=g, device=dev, dtype=torch.float32) * scale).to(torch.bfloat16).cpu()
+
+    def norm(n):
+        return (1.0 + 0.1 * torch.randn(n, generator=g, device=dev)).to(torch.bfloat16).cpu()
+
+    t = {
+        "fc.weight": w(H, k * T),
+        "midlayer.self_attn.q_proj.weight": w(NH * HD, 2 * H),
+        "midlayer.self_attn.k_proj.weight": w(NKV * HD, 2 * H),
+        "midlayer.self_attn.v_proj.weight": w(NKV * HD, 2 * H),
+        "midlayer.self_attn.o_proj.weight": w(H, NH * HD),
+        "midlayer.mlp.gate_proj.weight": w(I, H),
+        "midlayer.mlp.up_proj.weight": w(I, H),
+        "midlayer.mlp.down_proj.weight": w(H, I),
+        "midlayer.input_layernorm.weight": norm(H),
+        "midlayer.hidden_norm.weight": norm(H),
+        "midlayer.post_attention_layernorm.weight": norm(H),
+        "norm.weight": norm(H),
+        "lm_head.weight": w(Vd, H),
+        "d2t": torch.zeros(Vd, dtype=torch.int64),
+    }
+    # verify builds its Candidate from the SGLang ids the way SGLang reads them for an
+    # unnamed target ("sglang-old"); write the ids that mean outputs 2, 30, 58
+    ids = to_ids(tuple(LayerRef(o) for o in aux_outputs), "sglang-old", L)
+    cfg = llama_config(Dims(hidden=H, target_hidden=T, heads=NH, kv_heads=NKV, head_dim=HD, intermediate=I,
+                            vocab=V, draft_vocab=Vd, aux_ids=tuple(ids)))
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(t, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    return {"bytes": sum(x.numel() * x.element_size() for x in t.values()), "eagle_config_ids": list(ids),
+            "tensors": len(t)}
+
+
+def flops_per_token_step(d: dict, S: int, steps: int) -> dict:
+    H, T, k, NH, NKV, HD, I, Vd = (d[x] for x in ("H", "T", "k", "NH", "NKV", "HD", "I", "Vd"))
+    parts = {
+        "qkv": 2 * (2 * H) * (NH + 2 * NKV) * HD,
+        "o": 2 * NH * HD * H,
+        "mlp": 3 * 2 * H * I,
+        "lm_head": 2 * H * Vd,
+    }
+    attn = [4 * NH * HD * ((S + 1) / 2 + s) for s in range(steps)]  # step s+1: + s own drafts
+    fc = 2 * H * k * T
+    per_chain = steps * sum(parts.values()) + sum(attn) + fc
+    return {"per_step_parts": parts, "attention_avg": sum(attn) / steps, "fc_step1": fc,
+            "avg_per_token_step": per_chain / steps}
+
+
+# --------------------------------------------------------------------------- variants
+
+
+def ttt_attention_flash_lse(self, q, keys, values, chunk_size):
+    """Exact TTT attention: causal flash over step 1's keys (with its log-sum-exp),
+    then the diagonal keys of steps 2..k merged in by log-sum-exp. No mask, no chunks."""
+    nh, nkv = q.shape[1], keys[0].shape[1]
+    rep = nh // nkv
+
+    def full(x):
+        return x.repeat_interleave(rep, dim=1) if rep > 1 else x
+
+    out0, lse0 = torch.ops.aten._scaled_dot_product_flash_attention(q, full(keys[0]), full(values[0]), 0.0, True)[:2]
+    scale = q.shape[-1] ** -0.5
+    qf = q.float()
+    scores = [lse0.float()]
+    vals = []
+    for kj, vj in zip(keys[1:], values[1:]):
+        kj, vj = full(kj), full(vj)
+        scores.append((qf * kj.float()).sum(-1) * scale)
+        vals.append(vj)
+    s = torch.stack(scores)  # [n, B, nh, S]
+    wts = torch.softmax(s, dim=0)
+    out = out0.float() * wts[0].unsqueeze(-1)
+    for i, vj in enumerate(vals, 1):
+        out = out + wts[i].unsqueeze(-1) * vj.float()
+    return out.to(q.dtype)
+
+
+def rms_norm_fused(x, weight, eps):
+    """LlamaRMSNorm through torch's fused kernel: fp32 inside, one rounding to x's dtype,
+    then the weight in x's dtype, as the original."""
+    return weight * F.rms_norm(x, (x.shape[-1],), eps=eps)
+
+
+def qkv_no_cat(self, g, input_ids, position_offset):
+    """_qkv with fused RMSNorms written straight into the two halves of x (no cat)."""
+    from eagle3conv.model.drafter import _apply_rope
+
+    c = self.config
+    eps = c.rms_norm_eps
+    b, s, h = g.shape
+    x = torch.empty(b, s, 2 * h, device=g.device, dtype=g.dtype)
+    embeds = F.embedding(input_ids.to(self.device), self.embed_tokens)
+    torch.mul(F.rms_norm(embeds, (h,), eps=eps), self.input_layernorm, out=x[..., :h])
+    torch.mul(F.rms_norm(g, (h,), eps=eps), self.hidden_norm, out=x[..., h:])
+    normed_g = x[..., h:]
+    residual = normed_g if c.norm_before_residual else g
+    q = F.linear(x, self.q_proj).view(b, s, c.num_heads, c.head_dim).transpose(1, 2)
+    k = F.linear(x, self.k_proj).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
+    v = F.linear(x, self.v_proj).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
+    positions = torch.arange(position_offset, position_offset + s, device=self.device)
+    cos, sin = self._rope(positions)
+    return residual, _apply_rope(q, cos, sin), _apply_rope(k, cos, sin), v
+
+
+def main() -> int:
+    global OUT_PATH
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--small", action="store_true", help="tiny shapes (a smoke test, CPU is fine)")
+    ap.add_argument("--workdir", default="/tmp/eagle3conv-bench-verify")
+    ap.add_argument("--batches", default="8,4", help="batch sizes for draft_chain, comma separated")
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--verify-seqs", type=int, default=8)
+    ap.add_argument("--eval-seqs", type=int, default=32)
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    out_dir = args.out or (os.path.join(os.environ["OUT"], "verify_gpu.json") if os.environ.get("OUT") else None)
+    OUT_PATH = Path(out_dir) if out_dir else None
+
+    t_imp = time.perf_counter()
+    import transformers.activations  # noqa: F401  (the drafter's imports, outside the timed loads)
+    from transformers import LlamaConfig  # noqa: F401
+
+    from eagle3conv.model import drafter as drafter_mod
+    from eagle3conv.verify import build_drafter, load_drafter_weights
+    import_s = time.perf_counter() - t_imp
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    d = make_dims(args.small)
+    S, steps = (64 if args.small else args.seq), args.steps
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    RESULT["env"] = {"torch": torch.__version__, "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+                     "python": sys.version.split()[0]}
+    RESULT["dims"] = d
+    RESULT["import_seconds"] = round(import_s, 2)
+    log("env", RESULT["env"])
+
+    # -- 3. matmul reference (before)
+    mm_n = 1024 if args.small else 8192
+    RESULT["matmul_before"] = matmul_tflops(dev, mm_n)
+    log("matmul", RESULT["matmul_before"])
+    dump()
+
+    # -- 1. checkpoint, read, load
+    folder = work / "drafter"
+    t = time.perf_counter()
+    info = write_drafter(folder, d, (2, 30, 58), dev)
+    info["write_seconds"] = round(time.perf_counter() - t, 2)
+    RESULT["checkpoint"] = info
+    log("checkpoint", info)
+    files = sorted(folder.glob("*.safetensors")) + [folder / "config.json"]
+
+    def load_build():
+        t0 = time.perf_counter()
+        config, tensors = load_drafter_weights(folder)
+        t1 = time.perf_counter()
+        drafter, target_embeds = build_drafter(config, tensors, dev, torch.bfloat16)
+        sync(dev)
+        t2 = time.perf_counter()
+        return drafter, t1 - t0, t2 - t1
+
+    load = {}
+    for label in ("cold", "warm"):
+        dropped = drop_caches() if label == "cold" else False
+        rs, nbytes = read_loop(files)
+        if label == "cold":
+            drop_caches()
+        drafter, tl, tb = load_build()
+        load[label] = {"page_cache_dropped": dropped, "read_loop_s": round(rs, 3),
+                       "read_GBps": round(nbytes / rs / 1e9, 2), "load_drafter_weights_s": round(tl, 3),
+                       "build_drafter_s": round(tb, 3), "load_plus_build_s": round(tl + tb, 3),
+                       "ratio_to_read": round((tl + tb) / rs, 2)}
+        log("load", label, load[label])
+        if label == "cold":
+            del drafter
+            if dev == "cuda":
+                torch.cuda.empty_cache()
+    load["bytes"] = nbytes
+    RESULT["load"] = load
+    dump()
+
+    # -- 2. draft_chain on synthetic states
+    H, T, k, V = d["H"], d["T"], d["k"], d["V"]
+    gen = torch.Generator(device=dev).manual_seed(1)
+    drafter.embed_tokens = (torch.randn(V, H, generator=gen, device=dev) * 0.02).to(torch.bfloat16)
+    fl = flops_per_token_step(d, S, steps)
+    RESULT["flops"] = {"per_step_parts": fl["per_step_parts"], "attention_avg": round(fl["attention_avg"]),
+                       "fc_step1": fl["fc_step1"], "avg_per_token_step": round(fl["avg_per_token_step"]),
+                       "S": S, "steps": steps}
+    mm = RESULT["matmul_before"]["tflops"]
+
+    def rate(sec, B):
+        tps = B * S * steps / sec
+        tf = tps * fl["avg_per_token_step"] / 1e12
+        return {"ms": round(sec * 1e3, 2), "token_steps_per_s": round(tps), "tflops": round(tf, 1),
+                "frac_of_matmul": round(tf / mm, 4)}
+
+    chain_res = {}
+    inputs = {}
+    for B in [int(x) for x in args.batches.split(",")]:
+        aux = torch.randn(B, S, k * T, generator=gen, device=dev).to(torch.bfloat16)
+        ids = torch.randint(0, V, (B, S), generator=gen, device=dev)
+        inputs[B] = (aux, ids)
+        ts = time_gpu(lambda: drafter.draft_chain(aux, ids, steps), dev, 2, args.reps)
+
+        def plain():
+            with torch.inference_mode():
+                st = aux
+                for s in range(steps):
+                    o = drafter.forward(st, ids, position_offset=s)
+                    st = o.hidden
+
+        tp = time_gpu(plain, dev, 2, args.reps)
+        chain_res[B] = {"draft_chain": rate(statistics.median(ts), B), "plain_forward": rate(statistics.median(tp), B),
+                        "draft_chain_ms_all": [round(x * 1e3, 2) for x in ts]}
+        if dev == "cuda":
+            chain_res[B]["peak_mem_GiB"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 1)
+        log("draft_chain B", B, chain_res[B])
+        dump()
+    RESULT["draft_chain"] = chain_res
+
+    # -- profile one call at the largest batch
+    Bp = max(inputs)
+    aux, ids = inputs[Bp]
+    if dev == "cuda":
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            drafter.draft_chain(aux, ids, steps)
+            torch.cuda.synchronize()
+        cats: dict[str, float] = {}
+        kern = []
+        for e in prof.key_averages():
+            us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+            if not us or e.key.startswith("aten::") or e.key.startswith("cuda"):
+                continue
+            name = e.key
+            low = name.lower()
+            if any(x in low for x in ("gemm", "nvjet", "xmma", "cutlass", "sm90", "cublas")) and "fmha" not in low:
+                cat = "matmul"
+            elif any(x in low for x in ("fmha", "flash", "attention", "efficient")):
+                cat = "attention"
+            elif "reduce" in low or "argmax" in low or "norm" in low:
+                cat = "reductions (rmsnorm mean, argmax)"
+            elif "cat" in low or "copy" in low or "index" in low or "gather" in low:
+                cat = "copies/cat/index"
+            else:
+                cat = "elementwise"
+            cats[cat] = cats.get(cat, 0.0) + us / 1e3
+            kern.append((us / 1e3, e.count, cat, name[:120]))
+        kern.sort(reverse=True)
+        total = sum(cats.values())
+        RESULT["profile"] = {"batch": Bp, "gpu_ms_total": round(total, 2),
+                             "by_category_ms": {c: round(v, 2) for c, v in sorted(cats.items(), key=lambda x: -x[1])},
+                             "by_category_frac": {c: round(v / total, 3) for c, v in cats.items()},
+                             "top_kernels": [{"ms": round(a, 2), "calls": n, "cat": c, "name": nm}
+                                             for a, n, c, nm in kern[:15]]}
+        log("profile", json.dumps(RESULT["profile"], indent=1))
+        dump()
+
+    # -- variants (monkeypatched; drafter.py unchanged)
+    variants = {}
+    ref = drafter.draft_chain(aux, ids, steps).target_ids
+
+    def try_variant(name, fn_call, setup=None, teardown=None):
+        try:
+            if setup:
+                setup()
+            got = fn_call().target_ids
+            agree = float((got == ref).float().mean())
+            ts = time_gpu(fn_call, dev, 2, args.reps)
+            variants[name] = dict(rate(statistics.median(ts), Bp), target_ids_agree=round(agree, 5))
+        except Exception as exc:  # report, keep going
+            variants[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        finally:
+            if teardown:
+                teardown()
+        log("variant", name, variants[name])
+        dump()
+
+    for cs in (256, 1024, 2048):
+        try_variant(f"chunk_size={cs}", lambda cs=cs: drafter.draft_chain(aux, ids, steps, chunk_size=cs))
+    orig_ttt = drafter_mod.Eagle3Drafter._ttt_attention
+    orig_norm_fn, orig_qkv = drafter_mod._rms_norm, drafter_mod.Eagle3Drafter._qkv
+    xn = torch.randn(4, 512, H, device=dev).to(torch.bfloat16) * 3
+    wn = drafter.norm
+    RESULT["fused_rmsnorm_bitwise_equal_frac"] = float(
+        (orig_norm_fn(xn, wn, 1e-5) == rms_norm_fused(xn, wn, 1e-5)).float().mean())
+    del xn
+
+    def set_fused():
+        drafter_mod._rms_norm = rms_norm_fused
+
+    def unset_fused():
+        drafter_mod._rms_norm = orig_norm_fn
+
+    try_variant("fused rmsnorm (F.rms_norm)", lambda: drafter.draft_chain(aux, ids, steps), set_fused, unset_fused)
+
+    def set_nocat():
+        set_fused()
+        drafter_mod.Eagle3Drafter._qkv = qkv_no_cat
+
+    def unset_nocat():
+        unset_fused()
+        drafter_mod.Eagle3Drafter._qkv = orig_qkv
+
+    try_variant("fused rmsnorm + no cat in _qkv", lambda: drafter.draft_chain(aux, ids, steps), set_nocat, unset_nocat)
+    if dev == "cuda":
+        # exactness of the flash+lse attention against the original, on step-2-like inputs
+        try:
+            B2, nh, nkv, hd = 1, d["NH"], d["NKV"], d["HD"]
+            q = torch.randn(B2, nh, S, hd, device=dev, dtype=torch.bfloat16)
+            ks = [torch.randn(B2, nkv, S, hd, device=dev, dtype=torch.bfloat16) for _ in range(3)]
+            vs = [torch.randn(B2, nkv, S, hd, device=dev, dtype=torch.bfloat16) for _ in range(3)]
+            a0 = orig_ttt(drafter, q, ks, vs, 512).float()
+            a1 = ttt_attention_flash_lse(drafter, q, ks, vs, 512).float()
+            RESULT["flash_lse_max_abs_diff"] = float((a0 - a1).abs().max())
+            RESULT["flash_lse_ref_max_abs"] = float(a0.abs().max())
+        except Exception as exc:
+            RESULT["flash_lse_max_abs_diff"] = f"{type(exc).__name__}: {exc}"[:300]
+
+        def set_flash():
+            drafter_mod.Eagle3Drafter._ttt_attention = ttt_attention_flash_lse
+
+        def unset():
+            drafter_mod.Eagle3Drafter._ttt_attention = orig_ttt
+
+        try_variant("ttt_attention=flash+lse", lambda: drafter.draft_chain(aux, ids, steps), set_flash, unset)
+
+        if not args.no_compile:
+            orig_norm, orig_rope = drafter_mod._rms_norm, drafter_mod._apply_rope
+
+            def set_compiled():
+                drafter_mod._rms_norm = torch.compile(orig_norm, dynamic=False)
+                drafter_mod._apply_rope = torch.compile(orig_rope, dynamic=False)
+                t0 = time.perf_counter()
+                drafter.draft_chain(aux, ids, steps)
+                sync(dev)
+                RESULT["compile_seconds"] = round(time.perf_counter() - t0, 1)
+                from torch._dynamo.utils import counters
+
+                RESULT["dynamo_stats"] = {k: dict(v) for k, v in counters.items() if k in ("stats", "frames")}
+
+            def unset_compiled():
+                drafter_mod._rms_norm, drafter_mod._apply_rope = orig_norm, orig_rope
+
+            try_variant("compiled rmsnorm+rope", lambda: drafter.draft_chain(aux, ids, steps),
+                        set_compiled, unset_compiled)
+
+            def set_both():
+                set_compiled()
+                set_flash()
+
+            def unset_both():
+                unset_compiled()
+                unset()
+
+            try_variant("compiled rmsnorm+rope & flash+lse", lambda: drafter.draft_chain(aux, ids, steps),
+                        set_both, unset_both)
+    RESULT["variants"] = variants
+    del inputs, aux, ids, ref
+    del drafter
+    if dev == "cuda":
+        torch.cuda.empty_cache()
+
+    # -- 4. verify end to end
+    from eagle3conv.states.format import write_states
+    from eagle3conv.verify import verify
+
+    Bv = 2 if args.small else args.verify_seqs
+    cpu_gen = torch.Generator(device=dev).manual_seed(2)
+    hidden = {o: (torch.randn(Bv, S, T, generator=cpu_gen, device=dev) * (0.5 if o == -1 else 4.0))
+              .to(torch.bfloat16).cpu() for o in (-1, 2, 30, 58)}
+    ids_v = torch.randint(0, V, (Bv, S), generator=cpu_gen, device=dev).cpu()
+    tnext = torch.randint(0, V, (Bv, S), generator=cpu_gen, device=dev).cpu()
+    states_path = work / "states.safetensors"
+    t = time.perf_counter()
+    write_states(states_path, input_ids=ids_v, attention_mask=torch.ones(Bv, S, dtype=torch.bool),
+                 target_next=tnext, hidden=hidden, num_layers=d["L"], vocab_size=V, target="bench/kimi-size")
+    del hidden
+    ver = {"sequences": Bv, "S": S, "states_bytes": states_path.stat().st_size,
+           "write_states_s": round(time.perf_counter() - t, 2)}
+    for label in ("cold", "warm"):
+        dropped = drop_caches() if label == "cold" else False
+        t = time.perf_counter()
+        res = verify(folder, states_path, steps=steps, device=dev, save=False)
+        wall = time.perf_counter() - t
+        ver[label] = {"page_cache_dropped": dropped, "seconds": res.seconds, "wall_s": round(wall, 3),
+                      "wiring": res.main.to_dict()["described"],
+                      "acceptance": res.main.to_dict()["acceptance_per_position"],
+                      "positions_scored": res.main.tokens,
+                      "evaluate_s": round(res.main.seconds, 3),
+                      "evaluate_token_steps_per_s": round(res.main.tokens * steps / res.main.seconds)}
+        log("verify", label, ver[label])
+        del res
+        if dev == "cuda":
+            torch.cuda.empty_cache()
+    RESULT["verify"] = ver
+    dump()
+
+    # evaluate() alone over more sequences (batch_size 8, as verify's default), and where its time goes
+    import cProfile
+    import io
+    import pstats
+
+    from eagle3conv.states.readers import open_states
+    from eagle3conv.verify import Candidate, evaluate
+    from eagle3conv.wiring.layers import LayerRef
+
+    Be = 4 if args.small else args.eval_seqs
+    path_e = work / "states_eval.safetensors"
+    hidden = {o: (torch.randn(Be, S, T, generator=cpu_gen, device=dev) * (0.5 if o == -1 else 4.0))
+              .to(torch.bfloat16).cpu() for o in (-1, 2, 30, 58)}
+    write_states(path_e, input_ids=torch.randint(0, V, (Be, S)), attention_mask=torch.ones(Be, S, dtype=torch.bool),
+                 target_next=torch.randint(0, V, (Be, S)), hidden=hidden, num_layers=d["L"], vocab_size=V)
+    del hidden
+    config, tensors = load_drafter_weights(folder)
+    drafter, target_embeds = build_drafter(config, tensors, dev, torch.bfloat16)
+    del tensors
+    cand = Candidate("bench", tuple(LayerRef(o) for o in (2, 30, 58)), "bench")
+    ev = {"sequences": Be}
+    for label in ("first", "second"):
+        sc = evaluate(drafter, open_states(path_e), cand, steps=steps, batch_size=8, target_embeds=target_embeds)
+        ev[label] = {"seconds": round(sc.seconds, 3), "token_steps_per_s": round(sc.tokens * steps / sc.seconds)}
+    prof = cProfile.Profile()
+    prof.enable()
+    evaluate(drafter, open_states(path_e), cand, steps=steps, batch_size=8, target_embeds=target_embeds)
+    sync(dev)
+    prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(14)
+    ev["cprofile_tottime_top"] = [ln.strip() for ln in buf.getvalue().splitlines() if ln.strip()][-15:]
+    best = max(ev["first"]["token_steps_per_s"], ev["second"]["token_steps_per_s"])
+    ev["frac_of_matmul"] = round(best * fl["avg_per_token_step"] / 1e12 / mm, 4)
+    RESULT["evaluate"] = ev
+    log("evaluate", json.dumps(ev, indent=1))
+    del drafter
+    if dev == "cuda":
+        torch.cuda.empty_cache()
+
+    # -- 3. matmul reference (after)
+    RESULT["matmul_after"] = matmul_tflops(dev, mm_n)
+    mm_max = max(RESULT["matmul_before"]["tflops"], RESULT["matmul_after"]["tflops"])
+    RESULT["summary"] = {
+        "matmul_tflops_before_after": [RESULT["matmul_before"]["tflops"], RESULT["matmul_after"]["tflops"]],
+        "draft_chain_frac_of_max_matmul": {B: round(r["draft_chain"]["tflops"] / mm_max, 4) for B, r in chain_res.items()},
+        "plain_forward_frac_of_max_matmul": {B: round(r["plain_forward"]["tflops"] / mm_max, 4)
+                                             for B, r in chain_res.items()},
+        "evaluate_frac_of_max_matmul": round(RESULT["evaluate"]["frac_of_matmul"] * mm / mm_max, 4),
+        "variants_frac_of_max_matmul": {n: round(v["tflops"] / mm_max, 4) for n, v in variants.items() if "tflops" in v},
+    }
+    dump()
+    print(json.dumps(RESULT))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
