@@ -26,7 +26,12 @@ prediction on the same generated tokens: for every chain start t in the
 response, ``A_t`` = number of leading drafts that match the target's greedy
 tokens, and ``E = 1 + mean_t A_t = 1 + sum_k prod_{j<=k} p_j`` (p_j = P(draft j
 right | drafts 1..j-1 right)). Real decoding starts chains only at round
-boundaries, so the two need not agree exactly.
+boundaries (right after a rejection, often at harder positions), so the two
+need not agree exactly. The replay check closes the loop: starting at the
+prompt's last position and jumping ``A_t + 1`` positions each round, the
+teacher-forced ``A_t`` must reproduce the measured rounds one for one
+(``replayed_rounds_equal``; the last round can differ where the end-of-turn
+token cuts it).
 
     .venv/bin/python bench/smollm2/spec_decode.py [--prompts 12] [--max-new-tokens 128] [-K 3]
 """
@@ -112,11 +117,11 @@ def greedy(model, prompt: list[int], max_new: int, eos: int) -> tuple[list[int],
     from transformers import DynamicCache
 
     cache = DynamicCache()
-    out = model(input_ids=torch.tensor([prompt]), past_key_values=cache, use_cache=True)
+    out = model(input_ids=torch.tensor([prompt]), cache=cache, use_cache=True)
     new = [int(out.logits[0, -1].argmax())]
     forwards = 1
     while len(new) < max_new and new[-1] != eos:
-        out = model(input_ids=torch.tensor([[new[-1]]]), past_key_values=cache, use_cache=True)
+        out = model(input_ids=torch.tensor([[new[-1]]]), cache=cache, use_cache=True)
         new.append(int(out.logits[0, -1].argmax()))
         forwards += 1
     return new, forwards
@@ -131,7 +136,7 @@ def speculative(model, drafter, prompt: list[int], max_new: int, eos: int, num_d
     try:
         cache = DynamicCache()
         t0 = time.perf_counter()
-        out = model(input_ids=torch.tensor([prompt]), past_key_values=cache, use_cache=True)
+        out = model(input_ids=torch.tensor([prompt]), cache=cache, use_cache=True)
         target_s = time.perf_counter() - t0
         tokens = list(prompt) + [int(out.logits[0, -1].argmax())]
         inc = IncrementalDrafter(drafter)
@@ -150,7 +155,7 @@ def speculative(model, drafter, prompt: list[int], max_new: int, eos: int, num_d
                 assert chain.target_ids[:, 0, t].tolist() == drafts, (chain.target_ids[:, 0, t], drafts)
                 checked += 1
             t1 = time.perf_counter()
-            out = model(input_ids=torch.tensor([[tokens[-1], *drafts]]), past_key_values=cache,
+            out = model(input_ids=torch.tensor([[tokens[-1], *drafts]]), cache=cache,
                         use_cache=True)
             target_s += time.perf_counter() - t1
             g = out.logits[0].argmax(-1).tolist()
@@ -162,7 +167,9 @@ def speculative(model, drafter, prompt: list[int], max_new: int, eos: int, num_d
                 new = new[: new.index(eos) + 1]
             pending_aux = aux_of(rec)[: n + 1]  # positions t+1 .. t+1+n
             aux_all = torch.cat([aux_all, pending_aux])
-            cache.crop(t + 2 + n)
+            extra = cache.get_seq_length() - (t + 2 + n)  # rejected drafts' entries
+            if extra > 0:
+                cache.crop(-extra)  # transformers 5.24: a negative count removes that many
             tokens += new
             accepted.append(len(new))
     finally:
@@ -175,8 +182,8 @@ def speculative(model, drafter, prompt: list[int], max_new: int, eos: int, num_d
 
 
 @torch.inference_mode()
-def teacher_forced(model, drafter, prompt: list[int], gen: list[int], num_drafts: int) -> list[int]:
-    """A_t for every chain start t whose drafts all have reference tokens in ``gen``."""
+def teacher_forced(model, drafter, prompt: list[int], gen: list[int], num_drafts: int) -> dict[int, int]:
+    """``{t: A_t}`` for every chain start t whose drafts all have reference tokens in ``gen``."""
     rec = common.StateRecorder(model, TRAINED_ON)
     try:
         seq = torch.tensor([prompt + gen])
@@ -189,12 +196,22 @@ def teacher_forced(model, drafter, prompt: list[int], gen: list[int], num_drafts
     p = len(prompt)
     s = seq.shape[1]
     starts = range(p - 1, s - num_drafts - 1)  # x_{t+1} generated and target_next[t+K] exists
-    out = []
+    out = {}
     for t in starts:
         a = 0
         while a < num_drafts and int(chain.target_ids[a, 0, t]) == int(nxt[t + a + 1]):
             a += 1
-        out.append(a)
+        out[t] = a
+    return out
+
+
+def replay(tf: dict[int, int], first: int) -> list[int]:
+    """Accept lengths that real decoding would see if it accepted exactly the teacher-forced
+    ``A_t``: chains start at ``first`` and then right after each round's bonus token."""
+    out, t = [], first
+    while t in tf:
+        out.append(tf[t] + 1)
+        t += tf[t] + 1
     return out
 
 
@@ -212,9 +229,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--check-rounds", type=int, default=40,
                     help="rounds per prompt whose drafts are re-checked with draft_chain")
     ap.add_argument("--seed", type=int, default=0, help="the seed train_drafter.py used (prompt order)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch CPU threads (one avoids thread thrashing on a shared machine; "
+                         "greedy and speculative runs use the same)")
     ap.add_argument("--json", type=Path, default=REPO / "bench/out/smollm2/spec_decode.json")
     args = ap.parse_args(argv)
     torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
     t0 = time.time()
     model, tok = common.load_target()
     config = json.loads((args.fixture / "config.json").read_text())
@@ -237,11 +258,15 @@ def main(argv: list[str] | None = None) -> None:
                            args.check_rounds)
         s_s = time.perf_counter() - t
         assert spec["tokens"] == ref, f"prompt {it['id']}: speculative output differs from greedy"
-        tf = teacher_forced(model, drafter, prompt, ref, args.num_drafts)
+        tf_map = teacher_forced(model, drafter, prompt, ref, args.num_drafts)
+        tf = list(tf_map.values())
+        rep = replay(tf_map, len(prompt) - 1)
+        same = sum(a == b for a, b in zip(rep, spec["accepted"]))
         rounds = len(spec["accepted"])
         row = {"id": it["id"], "prompt": it["prompt"], "new_tokens": len(ref), "greedy_forwards": fwd,
                "rounds": rounds, "measured_accept_length": sum(spec["accepted"]) / rounds,
                "predicted_accept_length": 1 + sum(tf) / max(1, len(tf)), "chain_starts": len(tf),
+               "replayed_rounds": len(rep), "replayed_rounds_equal": same, "replayed": rep,
                "greedy_s": round(g_s, 2), "spec_s": round(s_s, 2),
                "spec_target_s": round(spec["target_s"], 2), "spec_draft_s": round(spec["draft_s"], 2),
                "checked_rounds": spec["checked_rounds"], "identical_to_greedy": True,
@@ -252,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
         tot["spec_s"] += s_s
         log(f"prompt {it['id']}: {len(ref)} tokens identical to greedy; {rounds} rounds, accept length "
             f"{row['measured_accept_length']:.2f} measured vs {row['predicted_accept_length']:.2f} "
-            f"teacher-forced; greedy {g_s:.1f}s, spec {s_s:.1f}s")
+            f"teacher-forced; replay of A_t at round starts equals {same}/{len(rep)} rounds; greedy {g_s:.1f}s, spec {s_s:.1f}s")
     all_acc = [a for r in rows for a in r["accepted"]]
     all_tf = [a for r in rows for a in r["tf_accepts"]]
     hist = [sum(1 for a in all_acc if a == n) for n in range(1, args.num_drafts + 2)]
@@ -264,7 +289,14 @@ def main(argv: list[str] | None = None) -> None:
         "accept_length_histogram_1..K+1": hist,
         "predicted_accept_length_teacher_forced": round(1 + sum(all_tf) / len(all_tf), 4),
         "teacher_forced_chain_starts": len(all_tf),
+        "replayed_rounds": sum(r["replayed_rounds"] for r in rows),
+        "replayed_rounds_equal": sum(r["replayed_rounds_equal"] for r in rows),
+        "replayed_accept_length": round(sum(sum(r["replayed"]) for r in rows)
+                                        / max(1, sum(len(r["replayed"]) for r in rows)), 4),
         "greedy_s": round(tot["greedy_s"], 1), "spec_s": round(tot["spec_s"], 1),
+        "spec_target_s": round(sum(r["spec_target_s"] for r in rows), 1),
+        "spec_draft_s": round(sum(r["spec_draft_s"] for r in rows), 1),
+        "torch_threads": args.threads,
         "identical_to_greedy": True,
         "checked_rounds": sum(r["checked_rounds"] for r in rows),
     }

