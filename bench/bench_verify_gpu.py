@@ -558,7 +558,8 @@ def main() -> int:
 
     Be = 4 if args.small else args.eval_seqs
     path_e = work / "states_eval.safetensors"
-    hidden = {o: (torch.randn(Be, S, T, generator=cpu_gen, device=dev) * (0.5 if o == -1 else 4.0))
+    scale = {-1: 0.5, 2: 3.0, 30: 4.0, 58: 5.0}  # distinct per layer: a slot mix-up shows in the norms
+    hidden = {o: (torch.randn(Be, S, T, generator=cpu_gen, device=dev) * scale[o])
               .to(torch.bfloat16).cpu() for o in (-1, 2, 30, 58)}
     write_states(path_e, input_ids=torch.randint(0, V, (Be, S)), attention_mask=torch.ones(Be, S, dtype=torch.bool),
                  target_next=torch.randint(0, V, (Be, S)), hidden=hidden, num_layers=d["L"], vocab_size=V)
@@ -571,6 +572,25 @@ def main() -> int:
     for label in ("first", "second"):
         sc = evaluate(drafter, open_states(path_e), cand, steps=steps, batch_size=8, target_embeds=target_embeds)
         ev[label] = {"seconds": round(sc.seconds, 3), "token_steps_per_s": round(sc.tokens * steps / sc.seconds)}
+    # the pipelined GPU feeder (memory-mapped rows -> pinned buffers -> side-stream upload) against
+    # the plain batch path: identical counts and norms, and how much faster
+    import eagle3conv.verify as vmod
+
+    fast = evaluate(drafter, open_states(path_e), cand, steps=steps, batch_size=8, target_embeds=target_embeds)
+    orig_map = vmod._mapped_states
+    vmod._mapped_states = lambda st: None
+    try:
+        plain = evaluate(drafter, open_states(path_e), cand, steps=steps, batch_size=8, target_embeds=target_embeds)
+    finally:
+        vmod._mapped_states = orig_map
+    ev["feeder_vs_plain"] = {
+        "feeder_s": round(fast.seconds, 3), "plain_s": round(plain.seconds, 3),
+        "plain_token_steps_per_s": round(plain.tokens * steps / plain.seconds),
+        "identical_counts": fast.matched == plain.matched and fast.counted == plain.counted
+        and fast.chains == plain.chains and fast.chain_accepted == plain.chain_accepted,
+        "identical_norms": fast.norms == plain.norms,
+        "norm_medians": [n["median"] for n in fast.norms],
+    }
     prof = cProfile.Profile()
     prof.enable()
     evaluate(drafter, open_states(path_e), cand, steps=steps, batch_size=8, target_embeds=target_embeds)

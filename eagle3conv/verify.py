@@ -37,6 +37,7 @@ What is measured, for a wiring (the aux layers fed to ``fc``, in slot order):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -220,81 +221,260 @@ def build_drafter(config: dict, tensors: dict, device: str, dtype) -> tuple[Any,
 # --------------------------------------------------------------------------- evaluation
 
 
+def _prefetch(items, depth: int = 2, pin: bool = False):
+    """Iterate ``items`` in a background thread, ``depth`` ahead: reading and assembling
+    the next batch (safetensors slices, the aux cat, pinning for an async copy)
+    overlaps the drafter's forward on the current one."""
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def work():
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                if pin:
+                    item = dataclasses.replace(
+                        item, aux=item.aux.pin_memory(),
+                        embeddings=None if item.embeddings is None else item.embeddings.pin_memory())
+                q.put(item)
+            q.put(done)
+        except BaseException as err:  # noqa: BLE001 - re-raised in the consumer
+            q.put(err)
+
+    t = threading.Thread(target=work, name="eagle3conv-prefetch", daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while t.is_alive():  # let a blocked producer finish its put
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                t.join(timeout=0.05)
+
+
+def _mapped_states(states) -> dict | None:
+    """Zero-copy CPU views (``np.memmap``) of every hidden state in an eagle3conv
+    states file, by LayerRef; None for other sources. The file was validated on
+    open; offsets come from its safetensors header."""
+    import struct
+    import warnings
+
+    import numpy as np
+    import torch
+
+    from eagle3conv.states.format import StatesFile, hidden_key
+
+    if not isinstance(states, StatesFile):
+        return None
+    with open(states.path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    raw = np.memmap(states.path, dtype=np.uint8, mode="r")
+    kinds = {"BF16": (np.uint16, torch.bfloat16), "F16": (np.float16, None), "F32": (np.float32, None)}
+    out = {}
+    for ref in states.layers:
+        info = header[hidden_key(ref)]
+        a, b = info["data_offsets"]
+        np_dt, view = kinds[info["dtype"]]
+        arr = raw[8 + n + a: 8 + n + b].view(np_dt).reshape(info["shape"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # read-only map: we only ever read it
+            t = torch.from_numpy(arr)
+        out[ref] = t.view(view) if view is not None else t
+    return out
+
+
+class _GpuFeeder:
+    """Batches of aux (and embedding) states on the GPU, double-buffered: a thread
+    copies the next batch's rows from the memory-mapped file straight into a pinned
+    buffer (one host copy, no cat), a side stream uploads it, and the drafter's
+    stream waits only for that upload. Host reads, uploads and compute overlap."""
+
+    def __init__(self, views: dict, refs: LayerSet, total: int, batch_size: int, with_emb: bool, device, dtype):
+        import torch
+
+        self.views, self.refs, self.total, self.bs = views, refs, total, batch_size
+        self.with_emb, self.device, self.dtype = with_emb, device, dtype
+        first = views[refs[0]]
+        self.S, self.T = first.shape[1], first.shape[2]
+        store = first.dtype
+        k = len(refs)
+        self.nbuf = 2
+        self.aux = [torch.empty(batch_size, self.S, k * self.T, dtype=store).pin_memory() for _ in range(self.nbuf)]
+        self.emb = ([torch.empty(batch_size, self.S, self.T, dtype=store).pin_memory() for _ in range(self.nbuf)]
+                    if with_emb else None)
+        self.stream = torch.cuda.Stream(device=device)
+
+    def __iter__(self):
+        import queue
+        import threading
+
+        import torch
+        from eagle3conv.wiring.layers import EMBEDDING as EMB
+
+        starts = list(range(0, self.total, self.bs))
+        free: list[queue.Queue] = [queue.Queue() for _ in range(self.nbuf)]
+        for q in free:
+            q.put(None)  # buffer i is free (no pending upload)
+        ready: queue.Queue = queue.Queue()
+        stop = threading.Event()
+
+        def fill():
+            try:
+                for j, start in enumerate(starts):
+                    i = j % self.nbuf
+                    ev = free[i].get()
+                    if stop.is_set():
+                        return
+                    if ev is not None:
+                        ev.synchronize()  # the previous upload from this buffer is done
+                    end = min(start + self.bs, self.total)
+                    n = end - start
+                    for s, ref in enumerate(self.refs):
+                        self.aux[i][:n, :, s * self.T:(s + 1) * self.T].copy_(self.views[ref][start:end])
+                    if self.emb is not None:
+                        self.emb[i][:n].copy_(self.views[EMB][start:end])
+                    ready.put((i, start, end))
+                ready.put(None)
+            except BaseException as err:  # noqa: BLE001 - re-raised by the consumer
+                ready.put(err)
+
+        t = threading.Thread(target=fill, name="eagle3conv-feeder", daemon=True)
+        t.start()
+        try:
+            while True:
+                item = ready.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                i, start, end = item
+                n = end - start
+                with torch.cuda.stream(self.stream):
+                    aux = self.aux[i][:n].to(self.device, non_blocking=True)
+                    emb = self.emb[i][:n].to(self.device, non_blocking=True) if self.emb is not None else None
+                    done = torch.cuda.Event()
+                    done.record(self.stream)
+                torch.cuda.current_stream(self.device).wait_event(done)
+                aux.record_stream(torch.cuda.current_stream(self.device))
+                if emb is not None:
+                    emb.record_stream(torch.cuda.current_stream(self.device))
+                free[i].put(done)
+                yield start, end, aux.to(self.dtype), None if emb is None else emb.to(self.dtype)
+        finally:
+            stop.set()
+            for q in free:
+                q.put(None)
+            t.join(timeout=5)
+
+
 def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: int, target_embeds: bool,
              max_sequences: int | None = None, progress: Progress | None = None) -> Score:
-    """Score one wiring over the states (see the module docstring)."""
+    """Score one wiring over the states (see the module docstring).
+
+    Everything per position (norms, hits, chain lengths) is computed on the
+    drafter's device and kept there; the host only reads batches (in a prefetch
+    thread) and collects small per-sequence sums once at the end.
+    """
     import torch
 
     t0 = time.perf_counter()
     dev, dt = drafter.device, drafter.dtype
+    cuda = dev.type == "cuda"
     k_slots = len(candidate.layers)
     T = states.hidden_size
-    matched = [[] for _ in range(steps)]
-    counted = [[] for _ in range(steps)]
-    chain_acc, chains = [], []
-    cond_m, cond_n = [0] * steps, [0] * steps
-    norm_vals: list[list] = [[] for _ in range(k_slots)]
     total = states.num_sequences if max_sequences is None else min(max_sequences, states.num_sequences)
+    acc: dict[str, list] = {"matched": [], "counted": [], "chain_acc": [], "chains": [], "cond_m": [],
+                            "cond_n": []}
+    norm_vals: list[list] = [[] for _ in range(k_slots)]
     done = 0
-    for batch in states.batches(candidate.layers, batch_size=batch_size, with_embeddings=target_embeds):
+    views = _mapped_states(states) if cuda else None
+    if views is not None:
+        feeder = _GpuFeeder(views, candidate.layers, total, batch_size, target_embeds, dev, dt)
+        source = ((start, end, a, e) for start, end, a, e in feeder)
+    else:
+        batches = states.batches(candidate.layers, batch_size=batch_size, with_embeddings=target_embeds)
+        source = ((b.start, b.stop, b.aux, b.embeddings) for b in _prefetch(batches, pin=cuda))
+    all_ids, all_mask, all_loss, all_next = (states.input_ids, states.attention_mask, states.loss_mask,
+                                             states.target_next)
+    for start, stop, aux_b, emb_b in source:
         if done >= total:
             break
-        take = min(batch.stop - batch.start, total - done)
-        ids = batch.input_ids[:take]
-        mask = batch.attention_mask[:take].bool()
-        loss = batch.loss_mask[:take].bool() & mask
-        tnext = batch.target_next[:take]
-        aux = batch.aux[:take].to(dev, dt)
+        take = min(stop - start, total - done)
+        rows = slice(start, start + take)
+        ids = all_ids[rows].to(dev, non_blocking=True)
+        mask = all_mask[rows].to(dev, non_blocking=True).bool()
+        loss = all_loss[rows].to(dev, non_blocking=True).bool() & mask
+        tnext = all_next[rows].to(dev, non_blocking=True)
+        aux = aux_b[:take].to(dev, non_blocking=True).to(dt)
         B, S = ids.shape
-        # norms per slot, position 0 excluded, real tokens only
-        keep = mask.clone()
+        keep = mask.clone()  # norms: real tokens, position 0 excluded
         keep[:, 0] = False
-        for s in range(k_slots):
-            chunk = batch.aux[:take, :, s * T:(s + 1) * T]
-            norm_vals[s].append(torch.linalg.vector_norm(chunk[keep].float(), dim=-1))
+        for s in range(k_slots):  # fp32 accumulation, no upcast copy of the states
+            norm = torch.linalg.vector_norm(aux[..., s * T:(s + 1) * T], dim=-1, dtype=torch.float32)
+            norm_vals[s].append(norm[keep])
         if target_embeds:
             uniq, local = torch.unique(ids, return_inverse=True)
-            table = torch.zeros(len(uniq), T, dtype=dt)
-            emb = batch.embeddings[:take]
-            table[local[mask]] = emb[mask].to(dt)
-            drafter.embed_tokens = table.to(dev)
+            emb = emb_b[:take].to(dev, non_blocking=True).to(dt)
+            table = torch.zeros(len(uniq), T, dtype=dt, device=dev)
+            table[local[mask]] = emb[mask]
+            drafter.embed_tokens = table
             run_ids = local
         else:
             run_ids = ids
         with torch.inference_mode():
-            chain = drafter.draft_chain(aux, run_ids.to(dev), steps)
-        guesses = chain.target_ids.cpu()  # [K, B, S] target vocab
-        scored = torch.zeros(steps, B, S, dtype=torch.bool)
-        hit = torch.zeros(steps, B, S, dtype=torch.bool)
+            chain = drafter.draft_chain(aux, run_ids, steps)
+        guesses = chain.target_ids  # [K, B, S] target vocab, on the device
+        scored = torch.zeros(steps, B, S, dtype=torch.bool, device=dev)
+        hit = torch.zeros(steps, B, S, dtype=torch.bool, device=dev)
         for k in range(1, steps + 1):  # draft k at chain start t guesses target_next[t+k]
             if k >= S:
                 continue
             ok = loss[:, k:] & mask[:, k:]
             scored[k - 1, :, : S - k] = ok
             hit[k - 1, :, : S - k] = ok & (guesses[k - 1, :, : S - k] == tnext[:, k:])
-        for k in range(steps):
-            matched[k] += hit[k].sum(1).tolist()
-            counted[k] += scored[k].sum(1).tolist()
+        acc["matched"].append(hit.sum(2))  # [K, B]
+        acc["counted"].append(scored.sum(2))
         full = scored.all(0)  # chains whose K drafts all have a reference
         lead = hit.long().cumprod(0)
-        chain_acc += ((lead.sum(0) + 1) * full).sum(1).tolist()
-        chains += full.sum(1).tolist()
-        for k in range(steps):
-            prev = lead[k - 1].bool() if k else torch.ones(B, S, dtype=torch.bool)
-            cond_m[k] += int((hit[k] & prev & full).sum())
-            cond_n[k] += int((prev & full).sum())
+        acc["chain_acc"].append(((lead.sum(0) + 1) * full).sum(1))
+        acc["chains"].append(full.sum(1))
+        prev = torch.cat([torch.ones(1, B, S, dtype=torch.bool, device=dev), lead[:-1].bool()])
+        acc["cond_m"].append((hit & prev & full).sum((1, 2)))
+        acc["cond_n"].append((prev & full).sum((1, 2)))
         done += take
         if progress:
             progress(done, total)
+    got = {k: (torch.cat(v, dim=-1).cpu() if k in ("matched", "counted", "chain_acc", "chains")
+               else torch.stack(v).sum(0).cpu()) if v else None for k, v in acc.items()}
+    matched = got["matched"].tolist() if got["matched"] is not None else [[] for _ in range(steps)]
+    counted = got["counted"].tolist() if got["counted"] is not None else [[] for _ in range(steps)]
     norms = []
     for s in range(k_slots):
-        v = torch.cat(norm_vals[s]) if norm_vals[s] else torch.zeros(0)
+        v = torch.cat(norm_vals[s]).double().cpu() if norm_vals[s] else torch.zeros(0)
         if v.numel() == 0:
             norms.append({"median": None, "p10": None, "p90": None, "tokens": 0})
             continue
-        q = torch.quantile(v.double()[: 16_000_000], torch.tensor([0.1, 0.5, 0.9], dtype=torch.double))
+        q = torch.quantile(v[:16_000_000], torch.tensor([0.1, 0.5, 0.9], dtype=torch.double))
         norms.append({"median": float(q[1]), "p10": float(q[0]), "p90": float(q[2]), "tokens": int(v.numel())})
-    score = Score(candidate, steps, matched, counted, chain_acc, chains, cond_m, cond_n, norms)
+    score = Score(candidate, steps, matched, counted,
+                  got["chain_acc"].tolist() if got["chain_acc"] is not None else [],
+                  got["chains"].tolist() if got["chains"] is not None else [],
+                  got["cond_m"].tolist() if got["cond_m"] is not None else [0] * steps,
+                  got["cond_n"].tolist() if got["cond_n"] is not None else [0] * steps, norms)
     score.seconds = time.perf_counter() - t0
     return score.finish()
 

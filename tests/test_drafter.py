@@ -667,3 +667,22 @@ def test_oracle_speculators_ttt(variant: dict[str, Any]) -> None:
         torch.testing.assert_close(chain.logits[k, :, : seq - 1], captured[k], atol=1e-4, rtol=1e-4)
         oracle_targets = draft_tokens[k] + oracle.d2t[draft_tokens[k]]
         assert torch.equal(chain.target_ids[k, :, : seq - 1], oracle_targets)
+
+
+def test_plain_drafter_does_not_import_transformers():
+    """transformers costs seconds of start-up (12.7 s cold on the H200 box): a plain
+    silu + default-RoPE drafter must load and run without it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from eagle3conv.example import Dims, canonical_tensors, llama_config\n"
+        "from eagle3conv.model.drafter import smoke_test\n"
+        "d = Dims(hidden=32, target_hidden=32, heads=4, kv_heads=2, head_dim=8, intermediate=64, vocab=1024, draft_vocab=320)\n"
+        "r = smoke_test(llama_config(d), canonical_tensors(d))\n"
+        "assert r.ok, r.problems\n"
+        "print('transformers' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
