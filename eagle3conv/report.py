@@ -278,12 +278,16 @@ def verify_text(d: dict) -> str:
     lines.append("")
     for f in v.get("norm_flags", []):
         lines.append(f"norm flag: {f}")
+    for pd in (v.get("paired_differences") or [])[:4]:
+        lo, hi = pd["ci95"]
+        lines.append(f"best vs {pd['wiring']} ({pd['layers']}): accept length +{pd['accept_length_gap']:.3f} "
+                     f"[{lo:+.3f}, {hi:+.3f}] (paired)")
     if "best" in v:
         lines.append(f"trained on (most likely): {v['best_layers']} — decided by {v['decided_by']}")
         if v.get("advice"):
             lines.append(f"fix: {v['advice']}")
         elif v.get("config_is_best") and not v["decided_by"].startswith("ambiguous"):
-            lines.append("the config's wiring scores best")
+            lines.append("that is the config's wiring")
     if d["min_accept"] is not None:
         lines.append(f"threshold: step-1 acceptance >= {d['min_accept']}: {'passed' if d['passed'] else 'FAILED'}")
     s = d["seconds"]

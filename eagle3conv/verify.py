@@ -30,9 +30,10 @@ What is measured, for a wiring (the aux layers fed to ``fc``, in slot order):
 * **Wiring search** (``search=True``): scores the config's wiring, the training
   record's, each shifted by one either way, the embedding-included variant,
   each engine's default, and per-slot moves of 1 and 2, among the layers the
-  states hold. The best by accept length is named when its interval clears the
-  runner-up's; otherwise the norm fingerprint decides among the tied ones, and
-  the report says which evidence decided.
+  states hold. The best by accept length is named when the paired 95% interval
+  of its lead over the runner-up (both scored on the same sequences, resampled
+  together) excludes zero; otherwise the norm fingerprint decides among those
+  not clearly behind, and the report says which evidence decided.
 """
 
 from __future__ import annotations
@@ -66,6 +67,24 @@ def wilson(k: float, n: float, z: float = 1.96) -> tuple[float, float]:
     c = (p + z * z / (2 * n)) / d
     h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
     return (max(0.0, c - h), min(1.0, c + h))
+
+
+def paired_difference(a: Score, b: Score, rounds: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Accept length of ``a`` minus ``b`` on the same sequences: (difference, 95% low, high),
+    resampling sequences jointly. Far more sensitive than comparing two separate
+    intervals, because both wirings are scored on the very same positions."""
+    import numpy as np
+
+    xa, na = np.asarray(a.chain_accepted, float), np.asarray(a.chains, float)
+    xb, nb = np.asarray(b.chain_accepted, float), np.asarray(b.chains, float)
+    if len(xa) != len(xb) or not len(xa):
+        return (a.accept_length - b.accept_length, -math.inf, math.inf)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(xa), size=(rounds, len(xa)))
+    da = xa[idx].sum(1) / np.maximum(na[idx].sum(1), 1)
+    db = xb[idx].sum(1) / np.maximum(nb[idx].sum(1), 1)
+    lo, hi = np.percentile(da - db, [2.5, 97.5])
+    return (a.accept_length - b.accept_length, float(lo), float(hi))
 
 
 def _bootstrap(num, den, rounds: int = 1000, seed: int = 0) -> tuple[float, float]:
@@ -790,10 +809,15 @@ def _verdict(scores: list[Score], comparisons, search: bool, path, target: str |
         return out
     ranked = sorted(range(len(scores)), key=lambda i: -scores[i].accept_length)
     best, second = scores[ranked[0]], scores[ranked[1]]
-    separated = best.accept_length_ci[0] > second.accept_length_ci[1]
+    diffs = {i: paired_difference(best, scores[i]) for i in ranked[1:]}
+    separated = diffs[ranked[1]][1] > 0  # paired 95% interval of best - runner-up excludes 0
     chosen, decided_by = ranked[0], "acceptance"
+    out["paired_differences"] = [
+        {"wiring": scores[i].candidate.name, "layers": describe(scores[i].candidate.layers),
+         "accept_length_gap": round(d, 4), "ci95": [round(lo, 4), round(hi, 4)]}
+        for i, (d, lo, hi) in diffs.items()]
     if not separated:
-        tied = [i for i in ranked if scores[i].accept_length_ci[1] >= best.accept_length_ci[0]]
+        tied = [ranked[0]] + [i for i in ranked[1:] if diffs[i][1] <= 0]
         mism = {i: _norm_mismatch(comparisons[i]) for i in tied}
         known = {i: m for i, m in mism.items() if m is not None}
         if known:

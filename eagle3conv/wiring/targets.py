@@ -241,7 +241,11 @@ def _config_file(path: Path) -> Path:
 def _read_json(file: Path) -> dict[str, Any]:
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+    except UnicodeDecodeError:
+        raise CheckpointReadError(
+            f"{file} is not a text file: --target wants a target's config.json, its model folder, "
+            "or a built-in profile name", hint="eagle3conv targets lists the built-in profiles") from None
+    except (OSError, json.JSONDecodeError) as err:
         raise CheckpointReadError(f"cannot read {file} as JSON: {err}") from err
     if not isinstance(data, dict):
         raise CheckpointReadError(f"{file} is not a JSON object")
