@@ -419,6 +419,7 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
     acc: dict[str, list] = {"matched": [], "counted": [], "chain_acc": [], "chains": [], "cond_m": [],
                             "cond_n": []}
     norm_vals: list[list] = [[] for _ in range(k_slots)]
+    keeps: list = []
     done = 0
     views = _mapped_states(states) if cuda else None
     if views is not None:
@@ -440,18 +441,19 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
         tnext = all_next[rows].to(dev, non_blocking=True)
         aux = aux_b[:take].to(dev, non_blocking=True).to(dt)
         B, S = ids.shape
-        keep = mask.clone()  # norms: real tokens, position 0 excluded
+        keep = mask.clone()  # norms: real tokens, position 0 excluded (selected once, at the end)
         keep[:, 0] = False
+        keeps.append(keep)
         for s in range(k_slots):  # fp32 accumulation, no upcast copy of the states
-            norm = torch.linalg.vector_norm(aux[..., s * T:(s + 1) * T], dim=-1, dtype=torch.float32)
-            norm_vals[s].append(norm[keep])
+            norm_vals[s].append(torch.linalg.vector_norm(aux[..., s * T:(s + 1) * T], dim=-1,
+                                                         dtype=torch.float32))
         if target_embeds:
-            uniq, local = torch.unique(ids, return_inverse=True)
+            # The captured embedding output at position p *is* embed(x_p). Index it by position:
+            # the drafter's id at (b, t) is b*S + t, so the ids it reads k steps ahead (the same row
+            # shifted) land on embed(x_{t+k}). No vocabulary table, no unique(), no device sync.
             emb = emb_b[:take].to(dev, non_blocking=True).to(dt)
-            table = torch.zeros(len(uniq), T, dtype=dt, device=dev)
-            table[local[mask]] = emb[mask]
-            drafter.embed_tokens = table
-            run_ids = local
+            drafter.embed_tokens = emb.reshape(B * S, T)
+            run_ids = torch.arange(B * S, device=dev).view(B, S)
         else:
             run_ids = ids
         with torch.inference_mode():
@@ -482,8 +484,9 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
     matched = got["matched"].tolist() if got["matched"] is not None else [[] for _ in range(steps)]
     counted = got["counted"].tolist() if got["counted"] is not None else [[] for _ in range(steps)]
     norms = []
+    keep_all = torch.cat(keeps) if keeps else None
     for s in range(k_slots):
-        v = torch.cat(norm_vals[s]).double().cpu() if norm_vals[s] else torch.zeros(0)
+        v = torch.cat(norm_vals[s])[keep_all].double().cpu() if norm_vals[s] else torch.zeros(0)
         if v.numel() == 0:
             norms.append({"median": None, "p10": None, "p90": None, "tokens": 0})
             continue
