@@ -400,6 +400,11 @@ def _push_text(d: dict) -> str:
 @_wiring_options
 @click.option("--layers", "layers", metavar="IDS",
               help="Score this wiring (output-of-layer ids, -1 = embedding output) instead of the config's.")
+@click.option("--states-layers", metavar="IDS",
+              help="Output-of-layer ids of the stored aux slots, for states that do not name them (SpecForge "
+                   "records, dumps without manifest.json).")
+@click.option("--embeddings", type=click.Path(exists=True, path_type=str),
+              help="The target's safetensors (file or model folder), for states without the embedding output.")
 @click.option("--search-wiring", is_flag=True,
               help="Score candidate wirings (the config's, shifted by one, with the embedding output, engine "
                    "defaults, a wider search) and name the one the drafter was trained on.")
@@ -412,8 +417,9 @@ def _push_text(d: dict) -> str:
 @click.option("--max-sequences", type=int, help="Score only the first N sequences.")
 @click.option("--no-save", is_flag=True, help="Do not write eagle3conv-verify.json into the checkpoint folder.")
 @_common
-def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sglang_version, layers, search_wiring,
-               steps, min_accept, device, dtype, batch_size, max_sequences, no_save, json_, debug):
+def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sglang_version, layers, states_layers,
+               embeddings, search_wiring, steps, min_accept, device, dtype, batch_size, max_sequences, no_save,
+               json_, debug):
     """Run the drafter on captured target states: acceptance per draft position, accept length, and the wiring.
 
     Teacher-forced top-1 acceptance of each draft against the target's own greedy
@@ -455,7 +461,8 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
                      wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version),
                      steps=steps, device=device, dtype=dtype, search=search_wiring,
                      layers=parse_ids(layers) if layers else None, min_accept=min_accept, batch_size=batch_size,
-                     max_sequences=max_sequences, save=not no_save, progress=progress)
+                     max_sequences=max_sequences, save=not no_save, progress=progress,
+                     states_layers=parse_ids(states_layers) if states_layers else None, embeddings=embeddings)
     finally:
         for b in bar.values():
             b.close()

@@ -245,6 +245,10 @@ def verify_text(d: dict) -> str:
              f"states:     {st.get('path')} ({st.get('source')}; {st.get('sequences')} sequences, "
              f"{st.get('tokens')} tokens; target {st.get('target')})",
              f"ran on:     {d['device']}, {d['dtype']}, {d['steps']} draft steps; {d['statistic']}"]
+    for n in st.get("verify_notes") or []:
+        lines.append(f"note:       {n}")
+    for n in st.get("notes") or []:
+        lines.append(f"note:       {n}")
     w = d["wiring_check"]
     for f in w.get("findings", []):
         if f["level"] != "ok":

@@ -196,6 +196,36 @@ def load_drafter_weights(root: Path) -> tuple[dict, dict]:
     return index.config, tensors
 
 
+_EMBED_NAMES = ("model.embed_tokens.weight", "embed_tokens.weight", "model.language_model.embed_tokens.weight",
+                "language_model.model.embed_tokens.weight", "transformer.wte.weight", "model.embed.weight")
+
+
+def load_target_embeddings(path: str | os.PathLike, vocab: int, hidden: int):
+    """The target's token embedding ``[V, H]`` from its safetensors (a file, or a model
+    folder, sharded or not), reading only that tensor."""
+    from safetensors import safe_open
+
+    p = Path(path)
+    files = [p] if p.is_file() else sorted(p.glob("*.safetensors")) if p.is_dir() else []
+    if not files:
+        raise UsageError(f"--embeddings {p}: no safetensors file there",
+                         hint="give the target model's folder or the .safetensors file holding its embed_tokens")
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt") as st:
+                name = next((n for n in _EMBED_NAMES if n in st.keys()), None)
+                if name is None:
+                    continue
+                shape = tuple(st.get_slice(name).get_shape())
+                if shape != (vocab, hidden):
+                    raise WiringError(f"--embeddings {f}: {name} is {list(shape)}, the drafter needs "
+                                      f"[{vocab}, {hidden}] (vocab_size, hidden_size): another target?")
+                return st.get_tensor(name)
+        except (OSError, ValueError) as err:  # safetensors raises these for unreadable files
+            raise CheckpointReadError(f"--embeddings {f}: cannot read: {err}") from None
+    raise UsageError(f"--embeddings {p}: no token embedding among its tensors (looked for {', '.join(_EMBED_NAMES)})")
+
+
 def _device(choice: str) -> str:
     import torch
 
@@ -217,9 +247,11 @@ def _dtype(choice: str, device: str):
     return table[choice]
 
 
-def build_drafter(config: dict, tensors: dict, device: str, dtype) -> tuple[Any, bool]:
-    """The drafter, and whether it embeds with the target's table (SGLang's choice
-    unless ``target_hidden_size`` differs from ``hidden_size``)."""
+def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings=None) -> tuple[Any, bool]:
+    """The drafter, and whether it embeds from the captured embedding output (SGLang
+    uses the target's table unless ``target_hidden_size`` differs from
+    ``hidden_size``). ``embeddings``: the target's ``[V, H]`` table, for states
+    that hold no embedding output."""
     import torch
 
     from eagle3conv.model.drafter import DrafterConfig, Eagle3Drafter
@@ -229,8 +261,12 @@ def build_drafter(config: dict, tensors: dict, device: str, dtype) -> tuple[Any,
     if own and "embed_tokens.weight" not in tensors:
         raise UsageError("the drafter's hidden size differs from the target's, so it embeds with its own "
                          "embed_tokens, which the checkpoint lacks")
+    if not own and embeddings is not None:
+        sd = {k: v for k, v in tensors.items() if k != "embed_tokens.weight"}
+        return Eagle3Drafter(config, sd, device=device, dtype=dtype, embed_tokens=embeddings,
+                             norm_before_residual=False), False
     placeholder = None
-    if not own:  # per-batch tables from the captured embedding output; no V x H copy
+    if not own:  # the captured embedding output is used, indexed by position; no V x H copy
         placeholder = torch.zeros(1, c.hidden_size, dtype=dtype, device=device).expand(c.vocab_size, c.hidden_size)
     sd = {k: v for k, v in tensors.items() if not (k == "embed_tokens.weight" and not own)}
     return Eagle3Drafter(config, sd, device=device, dtype=dtype, embed_tokens=placeholder,
@@ -401,7 +437,7 @@ class _GpuFeeder:
 
 
 def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: int, target_embeds: bool,
-             max_sequences: int | None = None, progress: Progress | None = None) -> Score:
+             max_sequences: int | None = None, progress: Progress | None = None, labels=None) -> Score:
     """Score one wiring over the states (see the module docstring).
 
     Everything per position (norms, hits, chain lengths) is computed on the
@@ -428,8 +464,8 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
     else:
         batches = states.batches(candidate.layers, batch_size=batch_size, with_embeddings=target_embeds)
         source = ((b.start, b.stop, b.aux, b.embeddings) for b in _prefetch(batches, pin=cuda))
-    all_ids, all_mask, all_loss, all_next = (states.input_ids, states.attention_mask, states.loss_mask,
-                                             states.target_next)
+    all_ids, all_mask, all_loss = states.input_ids, states.attention_mask, states.loss_mask
+    all_next = states.target_next if labels is None else labels  # -1: no reference token
     for start, stop, aux_b, emb_b in source:
         if done >= total:
             break
@@ -464,7 +500,7 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
         for k in range(1, steps + 1):  # draft k at chain start t guesses target_next[t+k]
             if k >= S:
                 continue
-            ok = loss[:, k:] & mask[:, k:]
+            ok = loss[:, k:] & mask[:, k:] & (tnext[:, k:] >= 0)
             scored[k - 1, :, : S - k] = ok
             hit[k - 1, :, : S - k] = ok & (guesses[k - 1, :, : S - k] == tnext[:, k:])
         acc["matched"].append(hit.sum(2))  # [K, B]
@@ -627,6 +663,10 @@ class VerifyResult:
         }
 
 
+def _out_refs(ids: Sequence[int] | None) -> LayerSet | None:
+    return None if ids is None else tuple(LayerRef(int(i)) for i in ids)
+
+
 def _config_candidate(config: dict, wiring: dict, num_layers: int | None, prefer: str) -> Candidate:
     """The wiring an engine would use with this config: eagle3conv's provenance if
     written, else the SGLang ids as the preferred version reads them, else the default."""
@@ -670,10 +710,18 @@ def verify(
     max_sequences: int | None = None,
     save: bool = True,
     progress: Callable[[str, int, int], None] | None = None,
+    states_layers: Sequence[int] | None = None,
+    embeddings: str | os.PathLike | None = None,
 ) -> VerifyResult:
     """Run the drafter on captured states and measure acceptance (see the module docstring).
 
-    ``layers`` (output-of-layer ids) overrides the config's wiring. Raises
+    ``layers`` (output-of-layer ids) overrides the config's wiring.
+    ``states_layers`` names the aux slots of sources that do not record them
+    (SpecForge records, dumps without a manifest); without it they are taken to
+    be the config's wiring, and the report says so. ``embeddings``: the target's
+    safetensors, for states without the embedding output. States without the
+    target's next tokens (SpecForge) are scored against the data's next tokens,
+    and the report says so. Raises
     :class:`VerifyFailedError` (exit 4) when step-1 acceptance is below
     ``min_accept``, after saving the report.
     """
@@ -690,12 +738,23 @@ def verify(
     opts = wiring_options or WiringOptions()
     config, tensors = load_drafter_weights(root)
     t_loaded = time.perf_counter()
-    states = open_states(states_path)
-    if states.input_ids is None or states.target_next is None:
+    notes: list[str] = []
+    states = open_states(states_path, layers=_out_refs(states_layers))
+    if states.input_ids is None:
         raise CheckpointReadError(
-            f"{states_path}: these states hold no {'input ids' if states.input_ids is None else 'target next tokens'}; "
-            "verify compares drafts with the target's own tokens",
-            hint="capture with eagle3conv capture, or add input_ids.pt / target_next.pt to the dumps")
+            f"{states_path}: these states hold no token ids; verify compares drafts with the target's tokens",
+            hint="capture with eagle3conv capture, or add input_ids.pt and target_next.pt to the dumps")
+    labels = None
+    if states.target_next is None:
+        import torch
+
+        labels = torch.full_like(states.input_ids, -1)
+        labels[:, :-1] = states.input_ids[:, 1:]
+        labels[~states.attention_mask.bool()] = -1
+        ends = states.attention_mask.sum(1) - 1  # the last real token has no next token in the data
+        labels[torch.arange(len(ends)), ends.clamp(min=0)] = -1
+        notes.append("these states hold no target next tokens: drafts are scored against the data's next tokens "
+                     "(a lower bound on acceptance unless the data is the target's own output)")
     ev = gather(root, None, config, opts)
     if ev.target is None and states.num_layers is not None:
         from eagle3conv.wiring.targets import TargetProfile
@@ -722,14 +781,24 @@ def verify(
     if len(base.layers) != dc.num_aux:
         raise WiringError(f"the wiring names {len(base.layers)} layers ({describe(base.layers)}) but fc reads "
                           f"{dc.num_aux}")
+    if states.layers is None:  # SpecForge records, dumps without a manifest: the slots are unnamed
+        states = open_states(states_path, layers=base.layers)
+        notes.append(f"the states do not say which layers their aux slots are: taken to be {describe(base.layers)} "
+                     "(the wiring scored); pass --states-layers to name them")
+        if search:
+            notes.append("--search-wiring needs states that name their layers: only the stored slots were scored")
+            search = False
     dev = _device(device)
     dt = _dtype(dtype, dev)
-    drafter, target_embeds = build_drafter(config, tensors, dev, dt)
-    del tensors
+    table = None
+    if embeddings is not None:
+        table = load_target_embeddings(embeddings, dc.vocab_size, dc.hidden_size).to(dt)
+    elif not states.has_embeddings and dc.target_hidden_size == dc.hidden_size:
+        raise UsageError(f"{states_path}: these states hold no embedding output, and the drafter embeds with "
+                         "the target's table", hint="pass the target's weights: --embeddings TARGET_DIR")
+    drafter, target_embeds = build_drafter(config, tensors, dev, dt, embeddings=table)
+    del tensors, table
     t_built = time.perf_counter()
-    if states.layers is None:
-        raise WiringError(f"{states_path}: the states do not record which layers they hold",
-                          hint="verify needs named layers (eagle3conv capture, or dumps with manifest.json)")
     truth = ev.truth.layers if ev.truth else None
     cands = [base]
     if search:
@@ -748,7 +817,8 @@ def verify(
             def cb(done, total, _i=i, _c=cand):
                 progress(f"{_c.name} ({_i + 1}/{len(cands)})", done, total)
         scores.append(evaluate(drafter, states, cand, steps=steps, batch_size=batch_size,
-                               target_embeds=target_embeds, max_sequences=max_sequences, progress=cb))
+                               target_embeds=target_embeds, max_sequences=max_sequences, progress=cb,
+                               labels=labels))
         if first_result is None:
             first_result = time.perf_counter()
     comparisons = []
@@ -759,7 +829,7 @@ def verify(
     verdict = _verdict(scores, comparisons, search, path, ev.target.name if ev.target else None)
     t_end = time.perf_counter()
     result = VerifyResult(
-        checkpoint=root, states=states.summary(), device=dev, dtype=str(dt).removeprefix("torch."),
+        checkpoint=root, states=dict(states.summary(), verify_notes=notes), device=dev, dtype=str(dt).removeprefix("torch."),
         steps=steps, wiring_check=check.to_dict(), scores=scores, comparisons=comparisons, verdict=verdict,
         training_norms=None if training is None else training.norms,
         seconds={"load_drafter": round(t_loaded - t_start, 3), "build": round(t_built - t_loaded, 3),

@@ -210,3 +210,94 @@ def test_smoke_without_states(world):
     d = json.loads(run("verify", drafter, "--json").stdout)
     assert d["ok"] and d["step1_input_width"] == 3 * 64 and d["step2_input_width"] == 64
     assert d["logits_width"] == 300 and d["device"] == "cpu"
+
+
+def _data_labelled(world, name: str) -> Path:
+    """The captured states with target_next = the data's next token, and each sequence's last
+    token left out of the loss mask (the data has no token after it): what verify must
+    derive by itself from states that hold no next tokens."""
+    root, captured, _ = world
+    with StatesFile(captured) as st:
+        ids, mask = st.input_ids, st.attention_mask.bool()
+        tn = torch.zeros_like(ids)
+        tn[:, :-1] = ids[:, 1:]
+        tn[~mask] = 0
+        loss = st.loss_mask.clone()
+        loss[torch.arange(len(ids)), mask.sum(1) - 1] = False
+        out = root / name
+        write_states(out, input_ids=ids, attention_mask=st.attention_mask, target_next=tn,
+                     hidden={r: st.hidden(r) for r in st.layers}, num_layers=st.num_layers,
+                     vocab_size=st.vocab_size, loss_mask=loss, dtype="fp32")
+    return out
+
+
+@pytest.fixture(scope="module")
+def specforge_records(world, tmp_path_factory):
+    """The same sequences as SpecForge offline records (.ckpt and .ckpt.gz, no layers, no
+    next tokens, no embedding output) plus the target's embedding table as safetensors."""
+    import gzip
+    import io
+
+    from safetensors.torch import save_file
+
+    _, captured, _ = world
+    folder = tmp_path_factory.mktemp("specforge")
+    with StatesFile(captured) as st:
+        mask = st.attention_mask.bool()
+        aux = st.aux(outputs(1, 3, 4))
+        last = st.hidden(N_LAYERS - 1)
+        emb = st.embeddings()
+        vocab = st.vocab_size
+        for b in range(st.num_sequences):
+            n = int(mask[b].sum())
+            rec = {"input_ids": st.input_ids[b, :n].clone(), "loss_mask": st.loss_mask[b, :n].long(),
+                   "hidden_state": last[b:b + 1, :n].clone(), "aux_hidden_state": aux[b:b + 1, :n].clone()}
+            if b % 2:
+                buf = io.BytesIO()
+                torch.save(rec, buf)
+                (folder / f"data_{b}.ckpt.gz").write_bytes(gzip.compress(buf.getvalue()))
+            else:
+                torch.save(rec, folder / f"data_{b}.ckpt")
+        table = torch.zeros(vocab, emb.shape[-1])
+        table[st.input_ids[mask]] = emb[mask].float()
+    emb_file = tmp_path_factory.mktemp("target") / "model.safetensors"
+    save_file({"model.embed_tokens.weight": table}, str(emb_file))
+    return folder, emb_file
+
+
+def test_specforge_records_score_like_the_states_file(world, specforge_records):
+    _, _, drafter = world
+    folder, emb_file = specforge_records
+    reference = verify(drafter, _data_labelled(world, "data-labelled.safetensors"), save=False).main
+    res = verify(drafter, folder, embeddings=emb_file, states_layers=[1, 3, 4], save=False)
+    got = res.main
+    assert got.counted == reference.counted and got.matched == reference.matched
+    assert got.chains == reference.chains and got.chain_accepted == reference.chain_accepted
+    assert got.tokens > 50
+    assert any("data's next tokens" in n for n in res.states["verify_notes"])
+    # unnamed slots: taken to be the scored wiring, and said so; no embeddings: a clear error
+    unnamed = verify(drafter, folder, embeddings=emb_file, save=False)
+    assert unnamed.main.counted == reference.counted
+    assert any("do not say which layers" in n for n in unnamed.states["verify_notes"])
+    res = run("verify", drafter, "--states", folder, "--no-save", ok=2)
+    assert "no embedding output" in res.stderr and "--embeddings" in res.stderr
+
+
+def test_embeddings_of_another_target(world, tmp_path):
+    from safetensors.torch import save_file
+
+    _, captured, drafter = world
+    bad = tmp_path / "m.safetensors"
+    save_file({"model.embed_tokens.weight": torch.zeros(100, 64)}, str(bad))
+    res = run("verify", drafter, "--states", captured, "--embeddings", bad, "--no-save", ok=3)
+    assert "[100, 64]" in res.stderr and "another target" in res.stderr
+
+
+def test_target_table_path_gives_the_same_drafts(world, specforge_records):
+    """--embeddings (a [V, H] table indexed by token) against the captured embedding
+    output (indexed by position): on the self-labelled states both must be exact."""
+    _, _, drafter = world
+    _, emb_file = specforge_records
+    labelled = states_labelled_by(world, (1, 3, 4), "self-labelled-2.safetensors")
+    res = verify(drafter, labelled, embeddings=emb_file, save=False)
+    assert res.main.acceptance[0] == 1.0 and res.main.tokens > 50
