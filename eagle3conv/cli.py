@@ -30,6 +30,7 @@ class _Group(click.Group):
     """One catch for the whole tool: our errors become a message and an exit code."""
 
     def invoke(self, ctx: click.Context):
+        argv = [*getattr(ctx, "_protected_args", []), *ctx.args]  # click empties these while dispatching
         try:
             return super().invoke(ctx)
         except Eagle3ConvError as e:
@@ -50,6 +51,12 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted; your files are as they were (an in-place write finishes or rolls back on the next run)", err=True)
             ctx.exit(130)
+        except click.UsageError as e:
+            # bad flags: with --json, still exactly one JSON document on stdout
+            if "--json" in argv:
+                click.echo(json.dumps({"error": "UsageError", "message": e.format_message(), "hint": None,
+                                       "details": [], "exit_code": e.exit_code}, indent=2))
+            raise
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as e:  # noqa: BLE001 - an eagle3conv bug: say so, show the trace with --debug

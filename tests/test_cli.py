@@ -401,3 +401,11 @@ def test_keep_embed_and_dtype_flags(make_ckpt, tmp_path):
     res = run("fix-keys", ck, "--out", tmp_path / "o2")
     assert "note:     embed_tokens.weight dropped" in res.stdout
     assert_sglang_checkpoint(tmp_path / "o2")
+
+
+def test_json_with_a_bad_flag_still_prints_one_json_document():
+    res = run("verify", "/tmp", "--steps", "x", "--json", ok=2)
+    d = one_json(res)
+    assert d["error"] == "UsageError" and d["exit_code"] == 2 and "--steps" in d["message"]
+    assert "Invalid value" in res.stderr
+    assert run("verify", "/tmp", "--steps", "x", ok=2).stdout == ""  # without --json, nothing on stdout

@@ -720,3 +720,18 @@ def test_plan_to_dict_is_json(make_ckpt):
     q = next(o for o in d["outputs"] if o["name"] == "midlayer.self_attn.q_proj.weight")
     assert q["rows"] == [0, 32] and q["cast_from"] == "BF16"
     assert d["output_bytes"] == sum(o.nbytes for o in plan.outputs)
+
+
+def test_fc_norm_kept_with_a_notice_about_sglang(make_ckpt):
+    ck = make_ckpt("sglang")
+    t = load_st(ck / "model.safetensors")
+    T = PICO.target_hidden
+    for slot in range(3):
+        t[f"fc_norm.{slot}.weight"] = torch.ones(T, dtype=torch.bfloat16)
+    save_st(t, ck / "model.safetensors")
+    edit_cfg(ck, lambda c: c.__setitem__("norm_output", True))
+    plan = plan_of(ck)
+    assert plan.ok, plan.errors
+    assert {o.name for o in plan.outputs} >= {"fc_norm.0.weight", "fc_norm.1.weight", "fc_norm.2.weight"}
+    assert any(n.startswith("fc_norm.* kept") and "skip them silently" in n for n in plan.notices)
+    assert any(n.startswith("norm_output is true") for n in plan.notices)

@@ -370,6 +370,14 @@ def build_plan(
     )
     new_config = cfgmod.apply_edits(drafter_cfg, edits)
     aux = cfgmod.aux_ids_in(new_config)
+    if any(o.name.startswith("fc_norm.") for o in outputs):
+        notices.append(
+            "fc_norm.* kept (EAGLE-3.1 per-slot norms before fc): vLLM applies them, but SGLang's "
+            "LlamaForCausalLMEagle3 in the versions read does not load them and would skip them silently; "
+            "check your SGLang version before serving there")
+    if new_config.get("norm_output"):
+        notices.append("norm_output is true: SGLang's LlamaForCausalLMEagle3 in the versions read does not "
+                       "honour it (steps 2+ would get the pre-norm state); verify runs it as configured")
     if fmt.extracts:
         notices.append(f"drafter extracted from a whole-model checkpoint; {sum(1 for d in final_decisions if d.action == 'dropped')} tensors dropped unread")
 
