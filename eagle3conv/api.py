@@ -285,8 +285,11 @@ def configure(path: str | Path, *, options: WiringOptions | None = None, check: 
     root = index.root
     if index.config is None:
         raise UsageError(f"{root}: no config.json", hint=f"eagle3conv fix-keys {path} writes a loadable one")
+    (root / ".config.json.eagle3conv-tmp").unlink(missing_ok=True)  # left by a killed earlier run
     plan = build_plan(index)
-    if plan.format.format.name != "sglang" or not plan.ok:
+    if plan.format.format.name == "sglang" and not plan.ok:
+        plan.raise_for_errors()  # shapes or vocab maps disagree with the config: exit 3, named
+    if plan.format.format.name != "sglang":
         raise UsageError(
             f"{root}: not yet in SGLang's layout ({plan.format.format.name} format); "
             "config edits a fixed drafter's config.json",
@@ -312,12 +315,9 @@ def configure(path: str | Path, *, options: WiringOptions | None = None, check: 
                           hint=first.fix if first.fix != fix else None)
     written: list[str] = []
     if not dry_run:
+        # config.json first: it carries the provenance block, so a kill before the metadata
+        # file is written leaves a complete, self-describing config
         truth = ev.truth
-        if write_metadata and not (root / METADATA_FILE).exists():
-            rec = TrainingRecord(**{**truth.__dict__, "target": truth.target or (
-                ev.target.hf_repo or ev.target.name if ev.target else None)})
-            write_metadata_file(root, rec)
-            written.append(METADATA_FILE)
         if w.config != index.config:
             tmp = root / ".config.json.eagle3conv-tmp"
             try:
@@ -329,4 +329,9 @@ def configure(path: str | Path, *, options: WiringOptions | None = None, check: 
 
                 raise WriteError(f"{root / 'config.json'}: cannot write: {e.strerror or e}") from e
             written.append("config.json")
+        if write_metadata and not (root / METADATA_FILE).exists():
+            rec = TrainingRecord(**{**truth.__dict__, "target": truth.target or (
+                ev.target.hf_repo or ev.target.name if ev.target else None)})
+            write_metadata_file(root, rec)
+            written.append(METADATA_FILE)
     return ConfigResult(root, "dry-run" if dry_run else "write", w, ev, written, index.config, recovered)

@@ -8,6 +8,7 @@ on stdout; progress and logs go to stderr. Tracebacks only with ``--debug``.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 
@@ -474,7 +475,9 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
         for b in bar.values():
             b.close()
     d = res.to_dict()
-    _emit(json_, d, verify_text(d))
+    _emit(json_, d, "" if json_ else verify_text(d))
+    if res.save_error:
+        click.echo(f"warning: {res.save_error}", err=True)
     if not res.wiring_check_ok:
         click.get_current_context().exit(3)
 
@@ -516,11 +519,19 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
     from eagle3conv.states.target_model import load_target
     from eagle3conv.wiring.layers import parse_ids
 
-    dev = device
-    if dev is None:
-        import torch
+    from pathlib import Path
 
-        dev = "cuda" if torch.cuda.is_available() else "cpu"
+    from eagle3conv.errors import UsageError
+    from eagle3conv.verify import resolve_device
+
+    dev = resolve_device(device)
+    out_p = Path(out)
+    for what, src in (("--prompts", Path(prompts)), ("--target", Path(target))):
+        if src.exists() and out_p.exists() and os.path.samefile(src, out_p) or src.resolve() == out_p.resolve():
+            raise UsageError(f"--out {out} is the {what} file: capture would overwrite its own input",
+                             hint="write the states to a new file")
+    if not out_p.parent.is_dir():
+        raise UsageError(f"--out {out}: the folder {out_p.parent} does not exist")
     t = load_target(target, device=dev)
     bars: dict = {}
 

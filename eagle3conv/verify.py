@@ -52,6 +52,7 @@ from eagle3conv.errors import CheckpointReadError, UsageError, VerifyFailedError
 from eagle3conv.wiring.layers import EMBEDDING, LayerRef, LayerSet, describe, engine_defaults, to_ids, to_refs
 
 REPORT_FILE = "eagle3conv-verify.json"
+MIN_SEARCH_SEQUENCES = 10  # below this, sequence-bootstrap intervals are not worth naming a wiring on
 NORM_FLAG_RATIO = 2.0
 Progress = Callable[[int, int], None]
 
@@ -226,14 +227,28 @@ def load_target_embeddings(path: str | os.PathLike, vocab: int, hidden: int):
     raise UsageError(f"--embeddings {p}: no token embedding among its tensors (looked for {', '.join(_EMBED_NAMES)})")
 
 
-def _device(choice: str) -> str:
+def resolve_device(choice: str | None) -> str:
+    """``auto`` (or None), ``cpu``, ``cuda`` or ``cuda:N``, checked against this machine."""
+    import re as _re
+
     import torch
 
+    choice = (choice or "auto").strip().lower()
     if choice == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if choice.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device here", hint="use --device cpu or auto")
+    if choice == "cpu":
+        return "cpu"
+    m = _re.fullmatch(r"cuda(?::(\d+))?", choice)
+    if not m:
+        raise UsageError(f"--device {choice!r}: use auto, cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        raise UsageError(f"--device {choice}: no CUDA device here", hint="use --device cpu or auto")
+    if m.group(1) is not None and int(m.group(1)) >= torch.cuda.device_count():
+        raise UsageError(f"--device {choice}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return choice
+
+
+_device = resolve_device
 
 
 def _dtype(choice: str, device: str):
@@ -256,11 +271,19 @@ def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings
 
     from eagle3conv.model.drafter import DrafterConfig, Eagle3Drafter
 
+    from eagle3conv.errors import InvalidCheckpointError
+
     c = DrafterConfig.from_config(config)
     own = c.target_hidden_size != c.hidden_size
     if own and "embed_tokens.weight" not in tensors:
-        raise UsageError("the drafter's hidden size differs from the target's, so it embeds with its own "
-                         "embed_tokens, which the checkpoint lacks")
+        raise UsageError("the drafter's hidden size differs from the target's, so SGLang embeds tokens with the "
+                         "drafter's own embed_tokens, which this checkpoint lacks",
+                         hint="convert it keeping the embedding: eagle3conv fix-keys SRC --keep-embed --out DIR")
+    canonical = {"fc.weight", "lm_head.weight", "norm.weight"}
+    if not canonical <= set(tensors) or not any(k.startswith("midlayer.") for k in tensors):
+        raise InvalidCheckpointError(
+            "the checkpoint is not in SGLang's names (fc, midlayer.*, norm, lm_head): verify runs fixed drafters",
+            hint="eagle3conv fix-keys CKPT --out FIXED, then eagle3conv verify FIXED")
     if not own and embeddings is not None:
         sd = {k: v for k, v in tensors.items() if k != "embed_tokens.weight"}
         return Eagle3Drafter(config, sd, device=device, dtype=dtype, embed_tokens=embeddings,
@@ -624,6 +647,7 @@ class VerifyResult:
     seconds: dict
     min_accept: float | None
     saved: Path | None = None
+    save_error: str | None = None
 
     @property
     def main(self) -> Score:
@@ -654,12 +678,17 @@ class VerifyResult:
             "accept_length_ci95": m.to_dict()["accept_length_ci95"],
             "min_accept": self.min_accept,
             "passed": self.passed,
-            "statistic": "teacher-forced top-1 acceptance against the target's greedy next tokens; "
-                         "norms: per-token L2, position 0 excluded",
+            "statistic": ("teacher-forced top-1 acceptance against the "
+                          + ("data's next tokens (the states hold no target predictions)"
+                             if any("data's next tokens" in n for n in self.states.get("verify_notes", []))
+                             else "target's greedy next tokens")
+                          + "; norms: per-token L2, position 0 excluded"),
             "results": [dict(s.to_dict(), norm_comparison=c) for s, c in zip(self.scores, self.comparisons)],
             "verdict": self.verdict,
             "wiring_check": self.wiring_check,
             "seconds": self.seconds,
+            "saved": None if self.saved is None else str(self.saved),
+            "save_error": self.save_error,
         }
 
 
@@ -734,6 +763,10 @@ def verify(
         raise UsageError(f"--steps must be between 1 and 16, got {steps}")
     if min_accept is not None and not 0 <= min_accept <= 1:
         raise UsageError(f"--min-accept is a fraction between 0 and 1, got {min_accept}")
+    if max_sequences is not None and max_sequences < 1:
+        raise UsageError(f"--max-sequences must be at least 1, got {max_sequences}")
+    if batch_size < 1:
+        raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
     root = Path(path)
     opts = wiring_options or WiringOptions()
     config, tensors = load_drafter_weights(root)
@@ -821,6 +854,17 @@ def verify(
                                labels=labels))
         if first_result is None:
             first_result = time.perf_counter()
+            if scores[0].tokens == 0:
+                raise CheckpointReadError(
+                    f"{states_path}: nothing to score: no position has a reference token inside the loss mask "
+                    f"({states.num_sequences} sequences, {states.num_tokens} real tokens)",
+                    hint="capture longer sequences or with --generate N (the generated part is scored)")
+        bad = [i for i, nm in enumerate(scores[-1].norms) if nm["median"] is not None
+               and not all(math.isfinite(nm[k]) for k in ("median", "p10", "p90"))]
+        if bad:
+            raise CheckpointReadError(
+                f"{states_path}: the hidden states of slot {bad[0]} ({cand.layers[bad[0]]}) are not finite "
+                "(NaN or Inf): the capture went wrong", hint="capture again (a bf16 overflow? try --dtype fp32)")
     comparisons = []
     for s in scores:
         same = training is not None and training.layers == s.candidate.layers
@@ -838,13 +882,17 @@ def verify(
     if save:
         p = root / REPORT_FILE
         tmp = root / f".{REPORT_FILE}.tmp"
-        tmp.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
-        os.replace(tmp, p)
-        result.saved = p
+        try:
+            tmp.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+            os.replace(tmp, p)
+            result.saved = p
+        except OSError as err:  # a read-only checkpoint: keep the results, say so
+            tmp.unlink(missing_ok=True)
+            result.save_error = f"could not save {p}: {err.strerror or err} (use --no-save)"
     if not result.passed:
         raise VerifyFailedError(
             f"step-1 acceptance {result.main.acceptance[0]:.3f} is below --min-accept {min_accept}",
-            hint=verdict.get("advice") or "see the report: " + (str(result.saved) if result.saved else ""),
+            hint=verdict.get("advice") or (f"see the report: {result.saved}" if result.saved else None),
             details=[f"{s.candidate.name}: {describe(s.candidate.layers)}: accept length {s.accept_length:.3f}"
                      for s in scores[:5]])
     return result
@@ -879,6 +927,11 @@ def _verdict(scores: list[Score], comparisons, search: bool, path, target: str |
         out["norm_flags"] = [f"slot {c['slot']} ({c['layer']}): inference median {c['inference_median']:.3g} vs "
                              f"training {c['training_median']:.3g} ({c['ratio']:.2f}x)" for c in flagged]
     if not search or len(scores) < 2:
+        return out
+    if len(main.chains) < MIN_SEARCH_SEQUENCES or sum(main.chains) == 0:
+        out.update({"decided_by": f"not decided: a wiring search needs at least {MIN_SEARCH_SEQUENCES} "
+                    f"sequences with scored chains (these states have {len(main.chains)}); capture more",
+                    "config_is_best": None})
         return out
     ranked = sorted(range(len(scores)), key=lambda i: -scores[i].accept_length)
     best, second = scores[ranked[0]], scores[ranked[1]]

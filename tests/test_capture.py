@@ -238,3 +238,27 @@ def test_smollm2_capture(tmp_path):
         deep = sf.hidden(26)[sf.attention_mask].float().norm(dim=-1).median()
         assert deep > 5 * emb
     print(f"smollm2: load {t.load_seconds:.1f}s, capture {res.seconds:.1f}s, total {time.perf_counter() - t0:.1f}s")
+
+
+def test_capture_cli_never_overwrites_its_inputs(tmp_path):
+    from click.testing import CliRunner
+
+    from eagle3conv.cli import main
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hello world\n")
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF not really")
+    before = (prompts.read_bytes(), model.read_bytes())
+    for out, what in ((prompts, "--prompts"), (model, "--target")):
+        res = CliRunner().invoke(main, ["capture", "--target", str(model), "--prompts", str(prompts),
+                                        "--out", str(out), "--device", "cpu"])
+        assert res.exit_code == 2, res.output
+        assert f"is the {what} file" in res.stderr
+    assert (prompts.read_bytes(), model.read_bytes()) == before
+    res = CliRunner().invoke(main, ["capture", "--target", str(model), "--prompts", str(prompts),
+                                    "--out", str(tmp_path / "no" / "such" / "o.safetensors")])
+    assert res.exit_code == 2 and "does not exist" in res.stderr
+    res = CliRunner().invoke(main, ["capture", "--target", str(model), "--prompts", str(prompts),
+                                    "--out", str(tmp_path / "o.safetensors"), "--device", "tpu"])
+    assert res.exit_code == 2 and "use auto, cpu, cuda" in res.stderr

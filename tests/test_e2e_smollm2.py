@@ -32,6 +32,8 @@ HELDOUT = [  # topics the drafter never saw in training (bench/smollm2/train_dra
     "Why do smartphones matter? Answer in one paragraph.",
     "Summarize what a beginner should know about volcanoes.",
     "How would you teach a class about DNA?",
+    "List some common misconceptions about chess and correct them.",
+    "Write a short blog post introduction about tea.",
 ]
 LAYERS = (-1, 0, 1, 2, 12, 13, 14, 15, 16, 24, 25, 26, 27, 28)
 
@@ -48,7 +50,7 @@ def smollm2_states(tmp_path_factory):
         pytest.skip(f"SmolLM2 not installed: {e.message}")
     out = tmp_path_factory.mktemp("smollm2") / "states.safetensors"
     capture_states(target.model, target.tokenizer, HELDOUT, out, layers=[x for x in LAYERS if x >= 0],
-                   generate_tokens=64, batch_size=8, dtype="fp32", target=target.name)
+                   generate_tokens=64, batch_size=10, dtype="fp32", target=target.name)
     return out
 
 

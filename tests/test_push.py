@@ -480,3 +480,11 @@ def test_cli_push_refuses_wrong_wiring(hub, ckpt, repo):
     assert res.exit_code == 3, res.stderr
     assert "embedding output" in res.stderr
     assert hub.log == []  # refused before anything was sent
+
+
+def test_base_model_must_be_a_repo_id(hub, ckpt, repo):
+    from eagle3conv.errors import UsageError
+
+    with pytest.raises(UsageError, match="--base-model"):
+        push(ckpt, repo, base_model="not a repo!!", dry_run=True)
+    assert hub.log == []

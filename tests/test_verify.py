@@ -301,3 +301,71 @@ def test_target_table_path_gives_the_same_drafts(world, specforge_records):
     labelled = states_labelled_by(world, (1, 3, 4), "self-labelled-2.safetensors")
     res = verify(drafter, labelled, embeddings=emb_file, save=False)
     assert res.main.acceptance[0] == 1.0 and res.main.tokens > 50
+
+
+# --- bad input found in review: clear errors, nothing lost ---------------------------------------
+
+
+def test_nothing_to_score_is_an_error_with_json(world, tmp_path):
+    _, captured, drafter = world
+    res = run("verify", drafter, "--states", captured, "--max-sequences", "0", "--no-save", "--json", ok=2)
+    assert json.loads(res.stdout)["exit_code"] == 2
+    empty = tmp_path / "noloss.safetensors"
+    with StatesFile(captured) as st:
+        write_states(empty, input_ids=st.input_ids, attention_mask=st.attention_mask, target_next=st.target_next,
+                     hidden={r: st.hidden(r) for r in st.layers}, num_layers=st.num_layers,
+                     vocab_size=st.vocab_size, loss_mask=torch.zeros_like(st.attention_mask), dtype="fp32")
+    res = run("verify", drafter, "--states", empty, "--no-save", "--json", "--min-accept", "0.5", ok=1)
+    d = json.loads(res.stdout)
+    assert "nothing to score" in d["message"]
+
+
+def test_non_finite_states_are_refused(world, tmp_path):
+    _, captured, drafter = world
+    bad = tmp_path / "nan.safetensors"
+    with StatesFile(captured) as st:
+        hidden = {r: st.hidden(r).clone() for r in st.layers}
+        hidden[outputs(3)[0]][0, 2, 5] = float("nan")
+        write_states(bad, input_ids=st.input_ids, attention_mask=st.attention_mask, target_next=st.target_next,
+                     hidden=hidden, num_layers=st.num_layers, vocab_size=st.vocab_size, dtype="fp32")
+    res = run("verify", drafter, "--states", bad, "--no-save", ok=1)
+    assert "not finite" in res.stderr and "output of layer 3" in res.stderr
+
+
+def test_read_only_checkpoint_still_reports(world, tmp_path, monkeypatch):
+    import shutil
+
+    _, captured, drafter = world
+    ck = tmp_path / "ro"
+    shutil.copytree(drafter, ck)
+
+    def refuse(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "write_text", refuse)  # root ignores chmod: make the write itself fail
+    res = run("verify", ck, "--states", captured, "--json")
+    d = json.loads(res.stdout)
+    assert d["saved"] is None and "could not save" in d["save_error"] and "--no-save" in d["save_error"]
+    assert "warning: could not save" in res.stderr
+    assert not (ck / REPORT_FILE).exists() and not list(ck.glob(".*tmp"))
+
+
+def test_bad_device_and_unfixed_checkpoint(world, tmp_path):
+    _, captured, drafter = world
+    assert "use auto, cpu, cuda or cuda:N" in run("verify", drafter, "--states", captured, "--device", "mps",
+                                                   "--no-save", ok=2).stderr
+    if not torch.cuda.is_available():
+        assert "no CUDA device here" in run("verify", drafter, "--states", captured, "--device", "cuda:0",
+                                            "--no-save", ok=2).stderr
+    raw = write_example(tmp_path / "raw", "modelopt-export", Dims(hidden=64, target_hidden=64, heads=4, kv_heads=2,
+                                                                  head_dim=16, intermediate=128, vocab=512,
+                                                                  draft_vocab=300, aux_ids=(1, 3, 4)))
+    res = run("verify", raw, "--states", captured, "--no-save", ok=3)
+    assert "not in SGLang's names" in res.stderr and "eagle3conv fix-keys" in res.stderr
+
+
+def test_search_needs_enough_sequences(world, tmp_path):
+    _, captured, drafter = world
+    res = verify(drafter, captured, search=True, max_sequences=3, save=False)
+    assert res.verdict["decided_by"].startswith("not decided") and "advice" not in res.verdict
+    assert "best" not in res.verdict

@@ -378,3 +378,50 @@ def test_check_target_width(make_ckpt):
     ck = make_ckpt("sglang")  # a hidden-32 drafter
     res = run("config", ck, "--target", "kimi-k2.5", "--check", ok=3)
     assert "reads target states of width 32, but kimi-k2.5's hidden size is 7168" in res.stdout
+
+
+# --- review findings -------------------------------------------------------------------------------
+
+
+def test_empty_id_entries_are_refused(make_ckpt):
+    ck = make_ckpt("sglang")
+    for bad in ("1,,14,26", ",1,14,26", "1,14,26,"):
+        res = run("config", ck, "--trained-on", bad, "--captured-at", "output", "--dry-run", ok=2)
+        assert "empty entry" in res.stderr
+    from eagle3conv.wiring.layers import parse_ids
+
+    assert parse_ids("[2, 30, 58]") == (2, 30, 58) and parse_ids("2 30 58") == (2, 30, 58)
+
+
+def test_eagle_config_that_is_not_an_object(make_ckpt):
+    ck = make_ckpt("sglang")
+    p = ck / "config.json"
+    cfg = json.loads(p.read_text())
+    cfg["eagle_config"] = "hello"
+    p.write_text(json.dumps(cfg))
+    res = run("config", ck, "--check", ok=3)
+    assert "eagle_config must be an object" in res.stdout
+
+
+def test_config_writes_config_first_and_readable_metadata(make_ckpt):
+    import os
+    import stat
+
+    ck = make_ckpt("sglang")
+    (ck / ".config.json.eagle3conv-tmp").write_text("{half")  # left by a killed earlier run
+    run("config", ck, "--trained-on", "1,14,26", "--captured-at", "output")
+    assert not (ck / ".config.json.eagle3conv-tmp").exists()
+    mode = stat.S_IMODE(os.stat(ck / "training_metadata.json").st_mode)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert mode == 0o666 & ~umask
+
+
+def test_config_names_shape_problems(make_ckpt):
+    ck = make_ckpt("sglang")
+    p = ck / "config.json"
+    cfg = json.loads(p.read_text())
+    cfg["hidden_size"] = 128
+    p.write_text(json.dumps(cfg))
+    res = run("config", ck, "--trained-on", "1,14,26", "--captured-at", "output", ok=3)
+    assert "not yet in SGLang's layout" not in res.stderr and "nothing was written" in res.stderr

@@ -38,6 +38,8 @@ The push record ``eagle3conv-push.json`` (never uploaded)::
 
 from __future__ import annotations
 
+import re
+
 import fnmatch
 import json
 import logging
@@ -526,6 +528,8 @@ def push(
     repo_id, _ = resolve_repo_id(root, repo_id)
     if revision is not None and (not revision.strip() or revision.startswith("refs/")):
         raise UsageError(f"--revision '{revision}': give a branch name such as 'v2' or 'main'")
+    if base_model is not None and not re.fullmatch(r"[A-Za-z0-9][\w.\-]*(/[A-Za-z0-9][\w.\-]*)?", base_model):
+        raise UsageError(f"--base-model '{base_model}': give a Hub repo id such as 'moonshotai/Kimi-K2.5'")
 
     # the gate
     checks: list[Check] = []

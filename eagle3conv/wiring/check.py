@@ -191,6 +191,10 @@ def check_wiring(
             ))
     truth = rep.layers
 
+    if config.get("eagle_config") is not None and not isinstance(config.get("eagle_config"), Mapping):
+        add(Finding("error", "bad-eagle-config",
+                    f"eagle_config must be an object holding eagle_aux_hidden_state_layer_ids, got "
+                    f"{config['eagle_config']!r}: SGLang cannot read its aux ids from it", fix_command))
     nested = config.get("eagle_config") if isinstance(config.get("eagle_config"), Mapping) else {}
     sg_raw = nested.get("eagle_aux_hidden_state_layer_ids") if nested else None
     vl_raw = config.get("eagle_aux_hidden_state_layer_ids")

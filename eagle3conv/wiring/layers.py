@@ -392,8 +392,12 @@ def is_ascending(items: Iterable[int] | Iterable[LayerRef]) -> bool:
 
 def parse_ids(text: str) -> tuple[int, ...]:
     """Parse ``"2,30,58"``, ``"[2, 30, 58]"`` or ``"2 30 58"`` into ids."""
-    body = text.strip().removeprefix("[").removesuffix("]")
-    parts = [p for p in re.split(r"[,\s]+", body) if p]
+    body = text.strip().removeprefix("[").removesuffix("]").strip()
+    if not body:
+        return ()
+    parts = re.split(r"\s*,\s*|\s+", body)
+    if any(p == "" for p in parts):
+        raise UsageError(f"layer ids must be integers separated by commas, got '{text}' (an empty entry)")
     try:
         return tuple(int(p) for p in parts)
     except ValueError:

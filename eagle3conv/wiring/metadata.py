@@ -630,6 +630,12 @@ def metadata_dict(record: TrainingRecord) -> dict:
     }
 
 
+def _umask() -> int:
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
 def write_metadata_file(path: str | os.PathLike, record: TrainingRecord) -> Path:
     """Write ``record`` as ``training_metadata.json`` (atomically). ``path`` may be a
     folder (the file goes inside it). Returns the file's path."""
@@ -640,6 +646,7 @@ def write_metadata_file(path: str | os.PathLike, record: TrainingRecord) -> Path
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
         try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a served checkpoint must be readable
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
             os.replace(tmp, p)

@@ -220,7 +220,7 @@ def load_target(name_or_alias: str) -> TargetProfile:
     if found is None:
         raise UsageError(
             f"unknown target '{name_or_alias}'; known targets: {', '.join(target_names())}",
-            hint="or read the target's own config.json (target_from_config)",
+            hint="or give the path of the target's config.json or model folder",
         )
     return found
 
