@@ -189,3 +189,43 @@ def test_in_place_is_idempotent_and_byte_stable(reference, tmp_path):
     assert "already SGLang-ready" in r.stdout
     assert snapshot(work) == new
     assert {p.name: p.stat().st_mtime_ns for p in work.iterdir()} == stats
+
+
+@pytest.mark.slow
+def test_config_survives_sigkill(tmp_path):
+    """`config` replaces config.json by rename, before writing training_metadata.json:
+    killed at any time, config.json is the old or the new one (never half), and a rerun
+    gives exactly the clean result."""
+    import json
+
+    src = write_example(tmp_path / "src", "sglang", DIMS)
+    args = ["--trained-on", "2,15,27", "--captured-at", "input"]
+    clean = tmp_path / "clean"
+    shutil.copytree(src, clean)
+    t0 = time.perf_counter()
+    r = run_cli(["config", str(clean), *args])
+    duration = time.perf_counter() - t0
+    assert r.returncode == 0, r.stderr
+    old_cfg, new_cfg = (src / "config.json").read_bytes(), (clean / "config.json").read_bytes()
+    assert old_cfg != new_cfg
+    # the one write step: killed after the temp file is complete, before the rename
+    work = tmp_path / "step"
+    shutil.copytree(src, work)
+    r = run_cli(["config", str(work), *args], {"EAGLE3CONV_KILL_AT_STEP": "1"})
+    assert r.returncode == -signal.SIGKILL
+    assert (work / "config.json").read_bytes() == old_cfg and not (work / "training_metadata.json").exists()
+    rng = random.Random(0)
+    for i in range(8):
+        work = tmp_path / f"k{i}"
+        shutil.copytree(src, work)
+        env = dict(os.environ)
+        p = subprocess.Popen([sys.executable, "-m", "eagle3conv", "config", str(work), *args], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 1.0) * duration)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        assert (work / "config.json").read_bytes() in (old_cfg, new_cfg)
+        json.loads((work / "config.json").read_text())
+        r = run_cli(["config", str(work), *args])
+        assert r.returncode == 0, r.stderr
+        assert snapshot(work) == snapshot(clean)
