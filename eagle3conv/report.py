@@ -286,8 +286,10 @@ def verify_text(d: dict) -> str:
         lo, hi = pd["ci95"]
         lines.append(f"best vs {pd['wiring']} ({pd['layers']}): accept length +{pd['accept_length_gap']:.3f} "
                      f"[{lo:+.3f}, {hi:+.3f}] (paired)")
-    if "best" in v:
+    if v.get("best"):
         lines.append(f"trained on (most likely): {v['best_layers']} — decided by {v['decided_by']}")
+    elif v.get("decided_by"):
+        lines.append(f"wiring search: {v['decided_by']}")
         if v.get("advice"):
             lines.append(f"fix: {v['advice']}")
         elif v.get("config_is_best") and not v["decided_by"].startswith("ambiguous"):

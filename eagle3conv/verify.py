@@ -32,8 +32,12 @@ What is measured, for a wiring (the aux layers fed to ``fc``, in slot order):
   each engine's default, and per-slot moves of 1 and 2, among the layers the
   states hold. The best by accept length is named when the paired 95% interval
   of its lead over the runner-up (both scored on the same sequences, resampled
-  together) excludes zero; otherwise the norm fingerprint decides among those
-  not clearly behind, and the report says which evidence decided.
+  together) excludes zero. Otherwise the training record's or the config's
+  wiring stands when it is among the leaders and its norms are in line; the
+  norm fingerprint overturns it only when they are out of line (a coarse
+  signal: embedding vs deep layer, not neighbours); else "ambiguous". Fewer than
+  ``MIN_SEARCH_SEQUENCES`` sequences: nothing is named. The report says which
+  evidence decided.
 """
 
 from __future__ import annotations
@@ -942,15 +946,33 @@ def _verdict(scores: list[Score], comparisons, search: bool, path, target: str |
         {"wiring": scores[i].candidate.name, "layers": describe(scores[i].candidate.layers),
          "accept_length_gap": round(d, 4), "ci95": [round(lo, 4), round(hi, 4)]}
         for i, (d, lo, hi) in diffs.items()]
+    ambiguous = False
     if not separated:
+        # Acceptance cannot tell the leaders apart. The norm fingerprint tells an embedding
+        # output from a deep layer, not layer 13 from 14 (adjacent layers' norms differ by
+        # less than two datasets' medians do), so it only overturns the config's (or the
+        # training record's) wiring when that one's norms are out of line.
         tied = [ranked[0]] + [i for i in ranked[1:] if diffs[i][1] <= 0]
-        mism = {i: _norm_mismatch(comparisons[i]) for i in tied}
-        known = {i: m for i, m in mism.items() if m is not None}
-        if known:
-            chosen = min(known, key=lambda i: known[i])
-            decided_by = "norm fingerprint (acceptance intervals overlap)"
+
+        def in_line(i: int) -> bool | None:
+            cmp = comparisons[i]
+            return None if cmp is None else not any(c["flagged"] for c in cmp)
+
+        anchors = [i for i in tied if scores[i].candidate.name == "training record"] + ([0] if 0 in tied else [])
+        anchor = next((i for i in anchors if in_line(i) is not False), None)
+        ok = [i for i in tied if in_line(i)]
+        if anchor is not None:
+            chosen = anchor
+            who = "the training record's" if scores[anchor].candidate.name == "training record" else "the config's"
+            decided_by = (f"acceptance cannot separate {len(tied)} wirings; {who} wiring is among them"
+                          + (" and its norms match training" if in_line(anchor) else "") + ", so it stands")
+        elif ok:
+            chosen = min(ok, key=lambda i: _norm_mismatch(comparisons[i]) or 0.0)
+            decided_by = "norm fingerprint (acceptance cannot separate the leaders; the config's norms are out of line)"
         else:
-            decided_by = "ambiguous: acceptance intervals overlap and no training norms to decide; capture more tokens"
+            ambiguous = True
+            decided_by = (f"ambiguous: acceptance cannot separate {len(tied)} wirings and no training norms decide; "
+                          "capture more tokens")
     win = scores[chosen]
     out.update({
         "best": win.candidate.name, "best_layers": describe(win.candidate.layers),
@@ -958,6 +980,10 @@ def _verdict(scores: list[Score], comparisons, search: bool, path, target: str |
         "separated": separated, "runner_up": second.candidate.name if chosen == ranked[0] else best.candidate.name,
         "config_is_best": win is main,
     })
+    if ambiguous:
+        out["best"] = None
+        out["best_layers"] = None
+        return out
     if win is not main:
         ids = ",".join(map(str, to_ids(win.candidate.layers, "output")))
         tgt = f" --target {target}" if target else ""

@@ -369,3 +369,42 @@ def test_search_needs_enough_sequences(world, tmp_path):
     res = verify(drafter, captured, search=True, max_sequences=3, save=False)
     assert res.verdict["decided_by"].startswith("not decided") and "advice" not in res.verdict
     assert "best" not in res.verdict
+
+
+def _score(name, layers, per_seq_accepted, chains=100):
+    from eagle3conv.verify import Candidate, Score
+
+    n = len(per_seq_accepted)
+    s = Score(Candidate(name, outputs(*layers), "t"), 1, [[0] * n], [[chains] * n], list(per_seq_accepted),
+              [chains] * n, [0], [0], [{"median": 1.0, "p10": 1.0, "p90": 1.0, "tokens": 1}])
+    return s.finish()
+
+
+def test_verdict_rules():
+    from eagle3conv.verify import _verdict
+
+    def cmp(flag):
+        return [{"slot": 0, "layer": "x", "inference_median": 1.0, "training_median": 1.0, "ratio": 3.0 if flag else 1.0,
+                 "flagged": flag}]
+
+    seqs = 12
+    tie = [150] * seqs
+    config = _score("config", (1, 14, 26), tie)
+    neighbour = _score("slot 1 moved -1", (1, 13, 26), [150 + (10 if i % 2 else -9) for i in range(seqs)])
+    far = _score("config shifted by +1", (2, 15, 27), [120] * seqs)
+    # a tie, the config's norms in line: the config stands (the fingerprint cannot tell neighbours apart)
+    v = _verdict([config, neighbour, far], [cmp(False), cmp(False), cmp(False)], True, "ck", None)
+    assert v["best_layers"] == "outputs of layers 1, 14, 26" and "stands" in v["decided_by"] and "advice" not in v
+    # the config's norms out of line: the fingerprint picks the neighbour in line
+    v = _verdict([config, neighbour, far], [cmp(True), cmp(False), cmp(False)], True, "ck", None)
+    assert v["best_layers"] == "outputs of layers 1, 13, 26" and v["decided_by"].startswith("norm fingerprint")
+    assert "--trained-on 1,13,26" in v["advice"]
+    # the config clearly behind, two leaders tied, no norms: nothing is named
+    lead1 = _score("a", (3, 14, 26), [180] * seqs)
+    lead2 = _score("b", (4, 14, 26), [180 + (10 if i % 2 else -9) for i in range(seqs)])
+    v = _verdict([far, lead1, lead2], [None, None, None], True, "ck", None)
+    assert v["best"] is None and v["decided_by"].startswith("ambiguous")
+    # separated by acceptance
+    v = _verdict([far, _score("c", (1, 14, 26), [190] * seqs)], [None, None], True, "ck", "smollm2-135m")
+    assert v["decided_by"] == "acceptance" and v["separated"]
+    assert v["advice"].endswith("--target smollm2-135m --trained-on 1,14,26 --captured-at output")
