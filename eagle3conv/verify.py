@@ -884,14 +884,12 @@ def verify(
                  "first_result": round((first_result or t_end) - t_start, 3), "total": round(t_end - t_start, 3)},
         min_accept=min_accept)
     if save:
+        from eagle3conv._fs import atomic_write_text
+
         p = root / REPORT_FILE
-        tmp = root / f".{REPORT_FILE}.tmp"
         try:
-            tmp.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
-            os.replace(tmp, p)
-            result.saved = p
+            result.saved = atomic_write_text(p, json.dumps(result.to_dict(), indent=2) + "\n", durable=False)
         except OSError as err:  # a read-only checkpoint: keep the results, say so
-            tmp.unlink(missing_ok=True)
             result.save_error = f"could not save {p}: {err.strerror or err} (use --no-save)"
     if not result.passed:
         raise VerifyFailedError(

@@ -342,7 +342,9 @@ def test_read_only_checkpoint_still_reports(world, tmp_path, monkeypatch):
     def refuse(*a, **k):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(Path, "write_text", refuse)  # root ignores chmod: make the write itself fail
+    import eagle3conv._fs as fs
+
+    monkeypatch.setattr(fs.tempfile, "mkstemp", refuse)  # a read-only folder (root ignores chmod)
     res = run("verify", ck, "--states", captured, "--json")
     d = json.loads(res.stdout)
     assert d["saved"] is None and "could not save" in d["save_error"] and "--no-save" in d["save_error"]

@@ -44,12 +44,12 @@ import fnmatch
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from eagle3conv._fs import atomic_write_text
 from eagle3conv.errors import (
     Eagle3ConvError,
     InvalidCheckpointError,
@@ -305,16 +305,7 @@ def _write_record(root: Path, record: dict) -> Path:
     p = root / PUSH_RECORD
     text = json.dumps(record, indent=2, sort_keys=False) + "\n"
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{PUSH_RECORD}.", dir=root)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_text(p, text)
     except OSError as e:
         raise WriteError(f"{p}: pushed, but the push record could not be written: {e.strerror or e}") from e
     return p

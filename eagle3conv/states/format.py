@@ -676,9 +676,9 @@ class StatesWriter:
             fd, self._tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp",
                                              dir=self.path.parent)
             self._fd = fd
-            umask = os.umask(0o022)
-            os.umask(umask)
-            os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; honour the user's umask like any file
+            from eagle3conv._fs import umask
+
+            os.fchmod(fd, 0o666 & ~umask())  # mkstemp makes 0600; honour the user's umask like any file
             os.pwrite(fd, len(raw).to_bytes(8, "little") + raw, 0)
             os.ftruncate(fd, self._total)  # sparse until written
         except OSError as e:

@@ -74,12 +74,12 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eagle3conv._fs import atomic_write_text
 from eagle3conv.errors import CheckpointReadError, UsageError, WiringError, WriteError
 from eagle3conv.wiring.layers import (
     LayerRef,
@@ -630,12 +630,6 @@ def metadata_dict(record: TrainingRecord) -> dict:
     }
 
 
-def _umask() -> int:
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
-
-
 def write_metadata_file(path: str | os.PathLike, record: TrainingRecord) -> Path:
     """Write ``record`` as ``training_metadata.json`` (atomically). ``path`` may be a
     folder (the file goes inside it). Returns the file's path."""
@@ -644,15 +638,7 @@ def write_metadata_file(path: str | os.PathLike, record: TrainingRecord) -> Path
         p = p / METADATA_FILE
     text = json.dumps(metadata_dict(record), indent=2) + "\n"
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-        try:
-            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a served checkpoint must be readable
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_text(p, text)
     except OSError as e:
         raise WriteError(f"{p}: cannot write training metadata: {e.strerror or e}") from e
     return p
