@@ -302,6 +302,10 @@ def targets_cmd(name, json_, debug):
     from eagle3conv.wiring.apply import resolve_target
     from eagle3conv.wiring.targets import list_targets
 
+    if name is not None and not name.strip():
+        from eagle3conv.errors import UsageError
+
+        raise UsageError("targets NAME: the name is empty", hint="eagle3conv targets lists them all")
     profiles = [resolve_target(name)] if name else list(list_targets())
     data = [_target_dict(p, detail=bool(name)) for p in profiles]
     _emit(json_, {"targets": data}, targets_text(data, detail=bool(name)))

@@ -494,3 +494,9 @@ def test_base_model_must_be_a_repo_id(hub, ckpt, repo):
     with pytest.raises(UsageError, match="--base-model"):
         push(ckpt, repo, base_model="not a repo!!", dry_run=True)
     assert not sent(hub, repo)
+
+
+def test_exclude_everything_names_the_exclude(hub, ckpt, repo):
+    with pytest.raises(InvalidCheckpointError) as info:
+        push(ckpt, repo, exclude=("*",), dry_run=True)
+    assert "--exclude left them out" in info.value.message and "--exclude" in info.value.hint

@@ -425,3 +425,7 @@ def test_config_names_shape_problems(make_ckpt):
     p.write_text(json.dumps(cfg))
     res = run("config", ck, "--trained-on", "1,14,26", "--captured-at", "output", ok=3)
     assert "not yet in SGLang's layout" not in res.stderr and "nothing was written" in res.stderr
+
+
+def test_targets_empty_name():
+    assert "the name is empty" in run("targets", "", ok=2).stderr

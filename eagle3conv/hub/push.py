@@ -541,8 +541,12 @@ def push(
     names, skipped = select_files(root, include, exclude)
     weights = [n for n in names if n.endswith(".safetensors")]
     if not weights and not force:
-        raise InvalidCheckpointError(f"{root}: no .safetensors weights to push", details=[s for s, _ in skipped][:10],
-                                     hint=f"convert first: eagle3conv fix-keys {root} --out DIR")
+        excluded = [s for s, why in skipped if s.endswith(".safetensors")]
+        raise InvalidCheckpointError(
+            f"{root}: no .safetensors weights to push" + (" (--exclude left them out)" if excluded and exclude else ""),
+            details=[f"{s}: {why}" for s, why in skipped][:10],
+            hint=("drop the --exclude pattern that matches them" if excluded and exclude
+                  else f"convert first: eagle3conv fix-keys {root} --out DIR"))
     with_card = "README.md" in names or not any(fnmatch.fnmatch("README.md", p) for p in exclude)
     local_files = [n for n in names if n != "README.md"]
     local_readme = (root / "README.md").read_text(encoding="utf-8", errors="replace") if "README.md" in names else None
