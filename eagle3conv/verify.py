@@ -83,13 +83,17 @@ def paired_difference(a: Score, b: Score, rounds: int = 2000, seed: int = 0) -> 
     xa, na = np.asarray(a.chain_accepted, float), np.asarray(a.chains, float)
     xb, nb = np.asarray(b.chain_accepted, float), np.asarray(b.chains, float)
     if len(xa) != len(xb) or not len(xa):
-        return (a.accept_length - b.accept_length, -math.inf, math.inf)
+        return (a.accept_length_all - b.accept_length_all, -math.inf, math.inf)
+    keep = (na > 0) & (nb > 0)  # sequences without a full chain say nothing
+    xa, na, xb, nb = xa[keep], na[keep], xb[keep], nb[keep]
+    if not len(xa):
+        return (a.accept_length_all - b.accept_length_all, -math.inf, math.inf)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, len(xa), size=(rounds, len(xa)))
-    da = xa[idx].sum(1) / np.maximum(na[idx].sum(1), 1)
-    db = xb[idx].sum(1) / np.maximum(nb[idx].sum(1), 1)
+    da = xa[idx].sum(1) / na[idx].sum(1)
+    db = xb[idx].sum(1) / nb[idx].sum(1)
     lo, hi = np.percentile(da - db, [2.5, 97.5])
-    return (a.accept_length - b.accept_length, float(lo), float(hi))
+    return (a.accept_length_all - b.accept_length_all, float(lo), float(hi))
 
 
 def _bootstrap(num, den, rounds: int = 1000, seed: int = 0) -> tuple[float, float]:
@@ -129,30 +133,47 @@ class Score:
     cond_matched: list[int]  # [K]: draft k matched given 1..k-1 matched
     cond_counted: list[int]
     norms: list[dict]  # per slot: median, p10, p90, tokens
+    replay_accepted: list[int] = field(default_factory=list)  # per sequence: sum over greedy rounds of 1 + A
+    replay_rounds: list[int] = field(default_factory=list)  # per sequence: greedy verification rounds
     seconds: float = 0.0
     ci_method: str = ""
     acceptance: list[float] = field(default_factory=list)
     acceptance_ci: list[tuple[float, float]] = field(default_factory=list)
-    accept_length: float = 0.0
-    accept_length_ci: tuple[float, float] = (0.0, 0.0)
+    accept_length: float = 0.0  # tokens per target forward of greedy chain decoding (round-boundary replay)
+    accept_length_ci: tuple[float, float] = (1.0, 1.0)
+    accept_length_all: float = 0.0  # the same, averaged over every chain start (ranks wirings; lower variance)
+    accept_length_all_ci: tuple[float, float] = (1.0, 1.0)
+
+    @property
+    def effective_sequences(self) -> int:
+        """Sequences with at least one full chain: the units the intervals resample."""
+        return sum(1 for c in self.chains if c > 0)
 
     def finish(self) -> Score:
-        seqs = len(self.chains)
-        boot = seqs >= 5
+        boot = self.effective_sequences >= 5
         self.ci_method = ("bootstrap over sequences, 95%" if boot
-                          else "Wilson over positions, 95% (fewer than 5 sequences: positions treated as independent)")
+                          else "Wilson over positions, 95% (fewer than 5 sequences with full chains: positions "
+                               "treated as independent, so the interval is too narrow)")
         self.acceptance, self.acceptance_ci = [], []
         for k in range(self.steps):
             m, n = sum(self.matched[k]), sum(self.counted[k])
             self.acceptance.append(m / n if n else 0.0)
             self.acceptance_ci.append(_bootstrap(self.matched[k], self.counted[k]) if boot else wilson(m, n))
-        total, chains = sum(self.chain_accepted), sum(self.chains)
-        self.accept_length = total / chains if chains else 1.0
-        if boot:
-            self.accept_length_ci = _bootstrap(self.chain_accepted, self.chains)
-        else:  # normal approximation on the accepted-draft fraction
-            lo, hi = wilson(total - chains, chains * self.steps)
-            self.accept_length_ci = (1 + lo * self.steps, 1 + hi * self.steps)
+
+        def length(acc: list[int], den: list[int]) -> tuple[float, tuple[float, float]]:
+            total, n = sum(acc), sum(den)
+            if not n:
+                return 1.0, (1.0, 1.0)
+            if boot:
+                return total / n, _bootstrap(acc, den)
+            lo, hi = wilson(total - n, n * self.steps)  # on the accepted-draft fraction
+            return total / n, (1 + lo * self.steps, 1 + hi * self.steps)
+
+        self.accept_length_all, self.accept_length_all_ci = length(self.chain_accepted, self.chains)
+        if self.replay_rounds:
+            self.accept_length, self.accept_length_ci = length(self.replay_accepted, self.replay_rounds)
+        else:
+            self.accept_length, self.accept_length_ci = self.accept_length_all, self.accept_length_all_ci
         return self
 
     @property
@@ -171,6 +192,12 @@ class Score:
                                        for m, n in zip(self.cond_matched, self.cond_counted)],
             "accept_length": round(self.accept_length, 4),
             "accept_length_ci95": [round(x, 4) for x in self.accept_length_ci],
+            "accept_length_definition": "tokens per target forward of greedy chain decoding: chains replayed "
+                                        "from the first full chain of each sequence, each next round starting "
+                                        "after the accepted drafts and the target's token",
+            "rounds": sum(self.replay_rounds),
+            "accept_length_all_starts": round(self.accept_length_all, 4),
+            "accept_length_all_starts_ci95": [round(x, 4) for x in self.accept_length_all_ci],
             "positions_scored": self.tokens,
             "chains": sum(self.chains),
             "sequences": len(self.chains),
@@ -483,6 +510,8 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
                             "cond_n": []}
     norm_vals: list[list] = [[] for _ in range(k_slots)]
     keeps: list = []
+    starts_a: list = []  # [B, S] leading matches of the chain started at each position
+    starts_full: list = []  # [B, S] chain has a reference for every draft
     done = 0
     views = _mapped_states(states) if cuda else None
     if views is not None:
@@ -535,6 +564,8 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
         full = scored.all(0)  # chains whose K drafts all have a reference
         lead = hit.long().cumprod(0)
         acc["chain_acc"].append(((lead.sum(0) + 1) * full).sum(1))
+        starts_a.append(lead.sum(0).to(torch.int16))
+        starts_full.append(full)
         acc["chains"].append(full.sum(1))
         prev = torch.cat([torch.ones(1, B, S, dtype=torch.bool, device=dev), lead[:-1].bool()])
         acc["cond_m"].append((hit & prev & full).sum((1, 2)))
@@ -555,13 +586,42 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
             continue
         q = torch.quantile(v[:16_000_000], torch.tensor([0.1, 0.5, 0.9], dtype=torch.double))
         norms.append({"median": float(q[1]), "p10": float(q[0]), "p90": float(q[2]), "tokens": int(v.numel())})
+    replay_acc, replay_rounds = _replay(starts_a, starts_full)
     score = Score(candidate, steps, matched, counted,
                   got["chain_acc"].tolist() if got["chain_acc"] is not None else [],
                   got["chains"].tolist() if got["chains"] is not None else [],
                   got["cond_m"].tolist() if got["cond_m"] is not None else [0] * steps,
-                  got["cond_n"].tolist() if got["cond_n"] is not None else [0] * steps, norms)
+                  got["cond_n"].tolist() if got["cond_n"] is not None else [0] * steps, norms,
+                  replay_acc, replay_rounds)
     score.seconds = time.perf_counter() - t0
     return score.finish()
+
+
+def _replay(starts_a: list, starts_full: list) -> tuple[list[int], list[int]]:
+    """Greedy chain decoding replayed on teacher-forced results: from the first full chain
+    of each sequence, a round accepts A_t drafts plus the target's own token and the next
+    round starts A_t + 1 positions later (exact where the sequence is the target's own
+    greedy output, as generated responses are)."""
+    import numpy as np
+    import torch
+
+    if not starts_a:
+        return [], []
+    a_all = torch.cat(starts_a).cpu().numpy()
+    f_all = torch.cat(starts_full).cpu().numpy()
+    accepted, rounds = [], []
+    for a, f in zip(a_all, f_all):
+        where = np.flatnonzero(f)
+        acc = n = 0
+        if where.size:
+            t, S = int(where[0]), len(f)
+            while t < S and f[t]:
+                acc += 1 + int(a[t])
+                n += 1
+                t += int(a[t]) + 1
+        accepted.append(acc)
+        rounds.append(n)
+    return accepted, rounds
 
 
 def norm_comparison(score: Score, training_norms: dict | None) -> list[dict] | None:
@@ -670,8 +730,8 @@ class VerifyResult:
         return {
             "format": "eagle3conv-verify",
             "version": 1,
-            "checkpoint": str(self.checkpoint),
-            "states": self.states,
+            "checkpoint": self.checkpoint.name,  # no local paths: the report travels with pushes
+            "states": dict(self.states, path=Path(str(self.states.get("path", ""))).name),
             "device": self.device,
             "dtype": self.dtype,
             "steps": self.steps,
@@ -716,8 +776,9 @@ def _config_candidate(config: dict, wiring: dict, num_layers: int | None, prefer
         try:
             return Candidate("config", to_refs(ids, prefer, num_layers),
                              f"config.json eagle_config ids {ids} as {prefer} reads them")
-        except WiringError:
-            pass
+        except WiringError as err:
+            raise WiringError(f"config.json eagle_config ids {ids}: {err.message}",
+                              hint="score a wiring explicitly with --layers, or fix it with eagle3conv config") from None
     top = config.get("eagle_aux_hidden_state_layer_ids")
     if isinstance(top, list) and top:
         return Candidate("config", to_refs(top, "input", num_layers), f"config.json top-level ids {top} (vLLM)")
@@ -888,7 +949,10 @@ def verify(
 
         p = root / REPORT_FILE
         try:
-            result.saved = atomic_write_text(p, json.dumps(result.to_dict(), indent=2) + "\n", durable=False)
+            text = json.dumps(result.to_dict(), indent=2) + "\n"
+            for local in {str(path), str(root), str(root.resolve())} - {"", "."}:
+                text = text.replace(json.dumps(local)[1:-1], root.name)  # no local paths in a pushed report
+            result.saved = atomic_write_text(p, text, durable=False)
         except OSError as err:  # a read-only checkpoint: keep the results, say so
             result.save_error = f"could not save {p}: {err.strerror or err} (use --no-save)"
     if not result.passed:
@@ -930,15 +994,17 @@ def _verdict(scores: list[Score], comparisons, search: bool, path, target: str |
                              f"training {c['training_median']:.3g} ({c['ratio']:.2f}x)" for c in flagged]
     if not search or len(scores) < 2:
         return out
-    if len(main.chains) < MIN_SEARCH_SEQUENCES or sum(main.chains) == 0:
+    if main.effective_sequences < MIN_SEARCH_SEQUENCES:
         out.update({"decided_by": f"not decided: a wiring search needs at least {MIN_SEARCH_SEQUENCES} "
-                    f"sequences with scored chains (these states have {len(main.chains)}); capture more",
+                    f"sequences with full chains (these states have {main.effective_sequences}); capture more",
                     "config_is_best": None})
         return out
-    ranked = sorted(range(len(scores)), key=lambda i: -scores[i].accept_length)
+    # rank by the every-chain-start accept length: same positions for every wiring, lowest variance
+    ranked = sorted(range(len(scores)), key=lambda i: -scores[i].accept_length_all)
     best, second = scores[ranked[0]], scores[ranked[1]]
     diffs = {i: paired_difference(best, scores[i]) for i in ranked[1:]}
-    separated = diffs[ranked[1]][1] > 0  # paired 95% interval of best - runner-up excludes 0
+    tied = [ranked[0]] + [i for i in ranked[1:] if diffs[i][1] <= 0]
+    separated = len(tied) == 1  # the leader's paired interval excludes 0 against every other wiring
     chosen, decided_by = ranked[0], "acceptance"
     out["paired_differences"] = [
         {"wiring": scores[i].candidate.name, "layers": describe(scores[i].candidate.layers),
@@ -949,16 +1015,20 @@ def _verdict(scores: list[Score], comparisons, search: bool, path, target: str |
         # Acceptance cannot tell the leaders apart. The norm fingerprint tells an embedding
         # output from a deep layer, not layer 13 from 14 (adjacent layers' norms differ by
         # less than two datasets' medians do), so it only overturns the config's (or the
-        # training record's) wiring when that one's norms are out of line.
-        tied = [ranked[0]] + [i for i in ranked[1:] if diffs[i][1] <= 0]
+        # training record's) wiring when that one's norms are out of line and another
+        # leader's are clearly in line.
 
         def in_line(i: int) -> bool | None:
             cmp = comparisons[i]
             return None if cmp is None else not any(c["flagged"] for c in cmp)
 
+        def clearly_in_line(i: int) -> bool:
+            cmp = comparisons[i]
+            return bool(cmp) and all(c["ratio"] and 0.8 <= c["ratio"] <= 1.25 for c in cmp)
+
         anchors = [i for i in tied if scores[i].candidate.name == "training record"] + ([0] if 0 in tied else [])
         anchor = next((i for i in anchors if in_line(i) is not False), None)
-        ok = [i for i in tied if in_line(i)]
+        ok = [i for i in tied if clearly_in_line(i)]
         if anchor is not None:
             chosen = anchor
             who = "the training record's" if scores[anchor].candidate.name == "training record" else "the config's"
@@ -966,15 +1036,16 @@ def _verdict(scores: list[Score], comparisons, search: bool, path, target: str |
                           + (" and its norms match training" if in_line(anchor) else "") + ", so it stands")
         elif ok:
             chosen = min(ok, key=lambda i: _norm_mismatch(comparisons[i]) or 0.0)
-            decided_by = "norm fingerprint (acceptance cannot separate the leaders; the config's norms are out of line)"
+            decided_by = ("norm fingerprint (acceptance cannot separate the leaders; the config's norms are out "
+                          "of line, this wiring's within 25% of training)")
         else:
             ambiguous = True
-            decided_by = (f"ambiguous: acceptance cannot separate {len(tied)} wirings and no training norms decide; "
+            decided_by = (f"ambiguous: acceptance cannot separate {len(tied)} wirings and the norms do not decide; "
                           "capture more tokens")
     win = scores[chosen]
     out.update({
         "best": win.candidate.name, "best_layers": describe(win.candidate.layers),
-        "best_accept_length": round(win.accept_length, 4), "decided_by": decided_by,
+        "best_accept_length": round(win.accept_length, 4), "decided_by": decided_by, "tied": len(tied),
         "separated": separated, "runner_up": second.candidate.name if chosen == ranked[0] else best.candidate.name,
         "config_is_best": win is main,
     })

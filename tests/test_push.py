@@ -500,3 +500,27 @@ def test_exclude_everything_names_the_exclude(hub, ckpt, repo):
     with pytest.raises(InvalidCheckpointError) as info:
         push(ckpt, repo, exclude=("*",), dry_run=True)
     assert "--exclude left them out" in info.value.message and "--exclude" in info.value.hint
+
+
+def test_card_names_the_hub_repo_and_only_this_wirings_figures(hub, ckpt, repo):
+    import json as _json
+
+    from eagle3conv.hub.card import gather_facts, render_block
+
+    cfg_path = ckpt / "config.json"
+    cfg = _json.loads(cfg_path.read_text())
+    cfg["eagle3conv"]["aux_layers"]["target"] = "smollm2-135m"  # a profile name, as fix-keys --target writes
+    cfg_path.write_text(_json.dumps(cfg))
+    meta = ckpt / "training_metadata.json"
+    m = _json.loads(meta.read_text())
+    m["target"] = None
+    meta.write_text(_json.dumps(m))
+    facts = gather_facts(ckpt, repo)
+    assert facts.target == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    # a verify report measured with other layers than the card states: no figures shown as this drafter's
+    (ckpt / VERIFY_REPORT).write_text(_json.dumps({
+        "acceptance_per_position": [0.9, 0.8], "accept_length": 2.5,
+        "results": [{"layers": [{"output_of": 5}, {"output_of": 6}, {"output_of": 7}],
+                     "acceptance_per_position": [0.9, 0.8], "accept_length": 2.5}]}))
+    block = render_block(gather_facts(ckpt, repo))
+    assert "scored another wiring" in block and "90.0%" not in block

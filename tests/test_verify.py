@@ -410,3 +410,27 @@ def test_verdict_rules():
     v = _verdict([far, _score("c", (1, 14, 26), [190] * seqs)], [None, None], True, "ck", "smollm2-135m")
     assert v["decided_by"] == "acceptance" and v["separated"]
     assert v["advice"].endswith("--target smollm2-135m --trained-on 1,14,26 --captured-at output")
+
+
+def test_replay_follows_greedy_rounds():
+    from eagle3conv.verify import _replay
+
+    # chain starts 0..7 of one sequence; A = leading accepted drafts; the last 3 starts lack references
+    a = torch.tensor([[2, 9, 9, 0, 3, 9, 9, 9, 1, 1]], dtype=torch.int16)
+    full = torch.tensor([[True, True, True, True, True, True, True, False, False, False]])
+    acc, rounds = _replay([a], [full])
+    # rounds start at 0 (accept 2, +target token) -> 3 (0) -> 4 (3) -> 8: no reference, stop
+    assert rounds == [3] and acc == [(1 + 2) + (1 + 0) + (1 + 3)]
+    acc, rounds = _replay([torch.zeros(1, 4, dtype=torch.int16)], [torch.zeros(1, 4, dtype=torch.bool)])
+    assert rounds == [0] and acc == [0]
+
+
+def test_report_has_no_local_paths(world, tmp_path):
+    import shutil
+
+    _, captured, drafter = world
+    ck = tmp_path / "d"
+    shutil.copytree(drafter, ck)
+    verify(ck, captured)
+    text = (ck / REPORT_FILE).read_text()
+    assert str(tmp_path) not in text and str(captured.parent) not in text

@@ -57,6 +57,10 @@ class VerifySummary:
     dataset: str | None = None
     samples: int | None = None
     problem: str | None = None  # why the file could not be read fully
+    layers: tuple[int, ...] | None = None  # output-of-layer ids the figures were measured with
+    statistic: str | None = None
+    tokens: int | None = None
+    other_layers: bool = False  # the report only holds figures for another wiring than the card's
 
 
 _ACCEPT_KEYS = ("acceptance_per_position", "acceptance_rates", "acceptance_rate_per_position",
@@ -139,7 +143,17 @@ def read_verify_report(folder: str | Path) -> VerifySummary | None:
         v = _find(obj, keys)
         return v if isinstance(v, str) and v else None
 
+    states = obj.get("states") if isinstance(obj.get("states"), Mapping) else {}
     samples = _find(obj, ("samples", "num_samples", "prompts", "num_prompts", "sequences"))
+    if samples is None and isinstance(states.get("sequences"), int):
+        samples = states["sequences"]
+    layers = None
+    results = obj.get("results") if isinstance(obj.get("results"), list) else []
+    if results and isinstance(results[0], Mapping) and isinstance(results[0].get("layers"), list):
+        try:
+            layers = tuple(int(x["output_of"]) for x in results[0]["layers"])
+        except (KeyError, TypeError, ValueError):
+            layers = None
     problem = None
     if acceptance is None and length is None:
         problem = f"{VERIFY_REPORT} holds no acceptance figures eagle3conv recognises"
@@ -152,7 +166,33 @@ def read_verify_report(folder: str | Path) -> VerifySummary | None:
         dataset=text(("dataset", "data", "prompts_file")),
         samples=samples if isinstance(samples, int) and not isinstance(samples, bool) else None,
         problem=problem,
+        layers=layers,
+        statistic=text(("statistic",)),
+        tokens=states.get("tokens") if isinstance(states.get("tokens"), int) else None,
     )
+
+
+def verify_for_layers(summary: VerifySummary | None, folder: Path, layers) -> VerifySummary | None:
+    """The report's figures for the card's own wiring: the main result when it was
+    measured with ``layers``, else a matching entry of a wiring search; otherwise the
+    summary is marked ``other_layers`` and the card shows no figures as this drafter's."""
+    import dataclasses
+
+    if summary is None or summary.layers is None or layers is None:
+        return summary
+    want = tuple(r.output_of for r in layers)
+    if summary.layers == want:
+        return summary
+    try:
+        obj = json.loads((Path(folder) / VERIFY_REPORT).read_text(encoding="utf-8"))
+        for r in obj.get("results") or []:
+            if tuple(int(x["output_of"]) for x in r.get("layers") or []) == want:
+                acc = _rates(r.get("acceptance_per_position"))
+                return dataclasses.replace(summary, acceptance=acc, accept_length=_number(r.get("accept_length")),
+                                           layers=want)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return dataclasses.replace(summary, other_layers=True)
 
 
 # --------------------------------------------------------------------------- facts
@@ -201,6 +241,18 @@ def _target_layers(target: str | None, config: Mapping) -> int | None:
     return None
 
 
+def _hub_id(target: str | None) -> str | None:
+    """A built-in profile's name or alias (``smollm2-135m``) → its Hub repo id; else unchanged."""
+    if not target:
+        return target
+    try:
+        from eagle3conv.wiring.targets import load_target
+
+        return load_target(target).hf_repo or target
+    except Exception:  # noqa: BLE001 - not a profile: keep what the user or trainer wrote
+        return target
+
+
 def _config_target(config: Mapping) -> str | None:
     spec = config.get("speculators_config") or {}
     verifier = spec.get("verifier") if isinstance(spec, Mapping) else None
@@ -240,6 +292,7 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
     except Eagle3ConvError:
         records = []
     target = base_model or next((r.target for r in records if r.target), None) or _config_target(config)
+    target = _hub_id(target)
     n = _target_layers(target, config)
     facts = CardFacts(repo_id=repo_id, config=config, target=target, target_layers=n, records=list(records),
                       verify=read_verify_report(root), checks=list(checks), checks_run=checks_run, forced=forced)
@@ -262,6 +315,7 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
                     continue
             if facts.layers is not None:
                 facts.layers_source = "config.json eagle_config ids, as SGLang reads them"
+    facts.verify = verify_for_layers(facts.verify, root, facts.layers)
     return facts
 
 
@@ -357,11 +411,19 @@ def _verify_section(facts: CardFacts) -> list[str]:
         return out + ["Not verified: the checkpoint had no `eagle3conv-verify.json` when it was pushed."]
     if v.problem and v.acceptance is None and v.accept_length is None:
         return out + [f"Not verified: {v.problem}."]
+    if v.other_layers:
+        return out + [f"Not shown: the last `eagle3conv verify` scored another wiring "
+                      f"(outputs of layers {', '.join(map(str, v.layers or ()))}) than the one this card states; "
+                      "run verify on this wiring before publishing figures."]
     about = [x for x in (f"engine {v.engine}" if v.engine else None, f"target `{v.target}`" if v.target else None,
                          f"data {v.dataset}" if v.dataset else None,
-                         f"{v.samples} samples" if v.samples is not None else None) if x]
+                         f"{v.samples} sequences" if v.samples is not None else None,
+                         f"{v.tokens} tokens" if v.tokens is not None else None) if x]
     out.append("From `eagle3conv-verify.json`" + (f" ({', '.join(about)})" if about else "") + ":")
     out.append("")
+    if v.statistic:
+        out += [f"Statistic: {v.statistic}. Acceptance at draft position k is per position "
+                "(not conditional on the earlier drafts).", ""]
     if v.acceptance:
         out += ["| draft position | " + " | ".join(str(i + 1) for i in range(len(v.acceptance))) + " |",
                 "|---|" + "---|" * len(v.acceptance),

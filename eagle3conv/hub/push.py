@@ -178,15 +178,20 @@ def default_gate(path: Path) -> list[Check]:
         checks.append(Check("aux-layers", False, "; ".join(e.removeprefix("aux layers: ") for e in wiring_errors)))
     elif plan.wiring is not None:
         warned = [f["message"] for f in plan.wiring.get("findings", []) if f["level"] == "warning"]
-        checks.append(Check("aux-layers", True, "config agrees with the training record and the weights"
-                            + (f" ({len(warned)} warning{'s' if len(warned) != 1 else ''})" if warned else "")))
+        what = ("config agrees with the training record and the weights" if plan.wiring.get("trained_on")
+                else "no training record to check the config against; config ids agree with the weights")
+        checks.append(Check("aux-layers", True, what + ("; warnings: " + " | ".join(warned) if warned else "")))
     if key_errors:
         checks.append(Check("canonical", False, "; ".join(key_errors[:5])))
     elif plan.errors:
         pass
     elif not plan.is_identity():
+        renamed = sum(1 for d in plan.decisions if d.action != "kept")
+        fields = [e.field for e in plan.config_edits]
+        what = ", ".join(([f"{renamed} tensor name(s)"] if renamed else []) +
+                         ([f"config.json {', '.join(fields)}"] if fields else [])) or "the file layout"
         checks.append(Check("canonical", False,
-                            f"the names or config are not what SGLang loads; run `eagle3conv fix-keys {path}`"))
+                            f"fix-keys would still change {what}; run `eagle3conv fix-keys {path}`"))
     else:
         checks.append(Check("canonical", True, "fix-keys has nothing to change"))
     checks.append(_smoke(result.index))
