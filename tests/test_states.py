@@ -492,3 +492,23 @@ def test_detection(tmp_path, states_path):
 def test_hidden_key():
     assert hidden_key(EMBEDDING) == "hidden.embedding"
     assert hidden_key(LayerRef(29)) == hidden_key(29) == "hidden.output_of.29"
+
+
+def test_a_killed_writers_temp_is_removed_but_a_live_ones_is_not(tmp_path):
+    import fcntl
+    import os
+
+    from eagle3conv.states.format import _remove_stale_temps
+
+    out = tmp_path / "s.safetensors"
+    stale = tmp_path / ".s.safetensors.abc123.tmp"
+    stale.write_bytes(b"x" * 1000)  # left by a SIGKILLed capture: nobody holds its lock
+    live = tmp_path / ".s.safetensors.live99.tmp"
+    live.write_bytes(b"y")
+    fd = os.open(live, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another writer, still running
+    try:
+        assert _remove_stale_temps(out) == [stale]
+        assert not stale.exists() and live.exists()
+    finally:
+        os.close(fd)

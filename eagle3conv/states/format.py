@@ -73,6 +73,7 @@ none), ``loss_mask`` and :meth:`CapturedStates.batches`.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -587,6 +588,28 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
 _ST_NAMES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "int64": "I64", "bool": "BOOL"}
 
 
+def _remove_stale_temps(path: Path) -> list[Path]:
+    """Temp files of earlier writers of ``path`` that were killed (nobody holds their lock):
+    a killed capture must not leave gigabytes behind. Live writers' temps are left alone."""
+    removed = []
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        try:
+            fd = os.open(tmp, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)  # a writer is alive
+            continue
+        try:
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+        finally:
+            os.close(fd)
+    return removed
+
+
 class StatesWriter:
     """Streams a ``states.safetensors`` to disk, batch by batch.
 
@@ -673,9 +696,11 @@ class StatesWriter:
         self._tmp: str | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            _remove_stale_temps(self.path)
             fd, self._tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp",
                                              dir=self.path.parent)
             self._fd = fd
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held while writing: marks the temp as live
             from eagle3conv._fs import umask
 
             os.fchmod(fd, 0o666 & ~umask())  # mkstemp makes 0600; honour the user's umask like any file
