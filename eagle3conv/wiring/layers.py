@@ -8,7 +8,7 @@ layer i", 0-based, or "the embedding output"), and converts between those and
 the ids of each numbering convention.
 
 Conventions (``id`` is what a config or a launch flag holds; ``N`` is the
-target's layer count; see docs/eagle3-facts section 5):
+target's layer count; see docs/facts.md §5):
 
 ``output``
     TensorRT-LLM, SpecForge, Model Optimizer, AngelSlim. id ``i`` = output of

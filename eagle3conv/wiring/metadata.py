@@ -1,7 +1,7 @@
 """What trainers recorded about the target layers a drafter was trained on.
 
 A drafter only works when the engine feeds it the same target hidden states it
-was trained on (docs/eagle3-facts sections 5, 6, 8). Trainers rarely write
+was trained on (docs/facts.md §5, §6, §8). Trainers rarely write
 those layers down, and when they do each uses its own numbering. The readers
 here turn every record that exists into one :class:`TrainingRecord`, whose
 ``layers`` are explicit :class:`~eagle3conv.wiring.layers.LayerRef` s, so the
@@ -60,9 +60,9 @@ Written by :func:`write_metadata_file`, read (and validated) by
 The norm statistics are over per-token L2 norms of each slot's hidden state,
 **excluding position 0** of every sequence (the first token's states are
 outliers, attention-sink style, on most targets). They let a later check
-compare training states with inference states slot by slot: the seed incident
-(section 5) was exposed that way, an embedding output has a norm far below a
-deep layer's. Unknown keys are ignored so that later minor additions stay
+compare training states with inference states slot by slot: an embedding
+output configured in place of a deep layer shows that way (docs/facts.md §5),
+its norm is far below a deep layer's. Unknown keys are ignored so that later minor additions stay
 readable; malformed values raise :class:`CheckpointReadError` naming the
 field, values that contradict each other raise :class:`WiringError`.
 """
