@@ -162,8 +162,13 @@ def folder_lock(root: str | os.PathLike, *, exclusive: bool, command: str, wait:
     then raises :class:`~eagle3conv.errors.FolderBusyError` naming it. Re-entrant
     within a process: a nested request reuses the held lock (upgrading it to
     exclusive if asked, and restoring the mode on exit)."""
+    from eagle3conv.errors import CheckpointReadError
+
     root = Path(root)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as e:
+        raise CheckpointReadError(f"{root}: cannot open the folder: {e.strerror or e}") from None
     st = os.fstat(fd)
     key = (st.st_dev, st.st_ino)
     lock = FolderLock(root, key, command, lock_wait() if wait is None else wait)

@@ -400,3 +400,12 @@ def test_read_only_folder_with_a_committed_journal_says_so(ref, work, ro):
     assert "has an interrupted fix-keys but is read-only" in d["message"], d
     assert f"eagle3conv fix-keys {ro}" in d["hint"], d
     assert snapshot(work) == before
+
+
+def test_in_place_on_a_read_only_folder_is_a_clear_error(ref, work, ro):
+    before = snapshot(work)
+    r = run_ro(work, ro, ["fix-keys", str(ro), "--json"])
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    d = one_json(r.stdout)
+    assert "read-only" in d["message"] and "--out" in d["hint"], d
+    assert snapshot(work) == before

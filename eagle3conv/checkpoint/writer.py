@@ -19,6 +19,16 @@ removed. :func:`recover` runs before any later command touches the folder: with
 a journal it rolls forward (every step is idempotent), without one it removes
 an unfinished staging folder. Killed at any instant, the folder therefore holds
 the old checkpoint, the new one, or a state the next run completes.
+
+Two commands on one folder: every command takes an flock on the folder
+(:func:`prepared`): an in-place write exclusively for its whole run (plan, write,
+commit), readers shared. Recovery runs only under the exclusive lock, so it never
+removes what a live writer owns; a command that cannot get the lock within
+``EAGLE3CONV_LOCK_WAIT`` seconds refuses, naming the other process.
+
+The journal is checked before recovery acts on it (:func:`read_journal`): only
+plain names of the kinds fix-keys writes, each new file present with the size and
+digest recorded. A journal that fails a check is refused and nothing is touched.
 """
 
 from __future__ import annotations
@@ -439,16 +449,6 @@ def write_out(plan: Plan, out: Path, **kw) -> WriteResult:
     return result
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 # --- the journal ----------------------------------------------------------------------------------
 #
 # Recovery acts only on names this writer could have written: plain file names inside the
@@ -665,6 +665,9 @@ def write_in_place(plan: Plan, **kw) -> WriteResult:
     The caller holds the folder's lock exclusively for the whole run (see :func:`prepared`)."""
     root = plan.index.root
     staging = root / STAGING
+    if not os.access(root, os.W_OK):
+        raise WriteError(f"{root}: the folder is read-only; nothing was written",
+                         hint=f"write the fixed checkpoint elsewhere: eagle3conv fix-keys {root} --out DIR")
     recover(root)
     staging.mkdir()
     try:
