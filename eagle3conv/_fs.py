@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
+import glob
 import os
 import tempfile
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -19,10 +23,13 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, durable: bool = Tru
     rename: readers see the old file or the new one, never half of one. The file
     gets the mode any new file would (``0666 & ~umask``; mkstemp alone gives 0600).
     ``durable`` fsyncs before the rename. Raises :class:`OSError`; the temporary
-    file never outlives a failure."""
+    file never outlives a failure, and one a killed writer left is removed by the
+    next write of the same file."""
     p = Path(path)
+    remove_stale_temps(p)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # marks the temp as live (see remove_stale_temps)
         os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -34,3 +41,195 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, durable: bool = Tru
         Path(tmp).unlink(missing_ok=True)
         raise
     return p
+
+
+# --- folder locks ---------------------------------------------------------------------------
+#
+# Every command that reads or writes a checkpoint folder takes an flock on the folder's own
+# directory descriptor: writers (in-place fix-keys, config, recovery) exclusively, readers
+# (inspect, checks, dry runs, --out sources, verify, push) shared. Locking the directory itself
+# leaves no file behind in the user's folder and works on read-only folders and mounts. The
+# kernel drops the lock when its holder dies, so a killed run never leaves the folder locked.
+
+LOCK_WAIT = 10.0  # seconds a command waits for another one before it refuses; EAGLE3CONV_LOCK_WAIT overrides
+
+
+def lock_wait() -> float:
+    raw = os.environ.get("EAGLE3CONV_LOCK_WAIT")
+    try:
+        return max(0.0, float(raw)) if raw else LOCK_WAIT
+    except ValueError:
+        return LOCK_WAIT
+
+
+def _proc_command(pid: int) -> str | None:
+    """'fix-keys', 'inspect', ... for an eagle3conv process; else its program name."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    args = [a.decode(errors="replace") for a in argv if a]
+    for i, a in enumerate(args):
+        if a == "eagle3conv" or a.endswith("/eagle3conv") or a.endswith("eagle3conv/__main__.py"):
+            rest = [x for x in args[i + 1:] if not x.startswith("-")]
+            return rest[0] if rest else "eagle3conv"
+    return Path(args[0]).name if args else None
+
+
+def lock_holders(root: str | os.PathLike) -> list[tuple[int, str | None, bool]]:
+    """Other processes holding an flock on the folder ``root``: (pid, command, exclusive)."""
+    try:
+        st = os.stat(root)
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return []
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if "->" in parts or len(parts) < 6 or parts[1] != "FLOCK":
+            continue
+        try:
+            pid = int(parts[4])
+        except ValueError:
+            continue
+        if parts[5] == want and pid != os.getpid():
+            out.append((pid, _proc_command(pid), parts[3] == "WRITE"))
+    return out
+
+
+def describe_holders(root: str | os.PathLike) -> str:
+    """'another eagle3conv (pid 123, fix-keys) is writing FOLDER' or a general sentence."""
+    held = lock_holders(root)
+    if not held:
+        return f"another eagle3conv command is using {root}"
+    held.sort(key=lambda h: not h[2])
+    pid, cmd, exclusive = held[0]
+    who = f"pid {pid}, {cmd}" if cmd else f"pid {pid}"
+    more = f" (and {len(held) - 1} more)" if len(held) > 1 else ""
+    return f"another eagle3conv ({who}){more} is {'writing' if exclusive else 'reading'} {root}"
+
+
+_held: dict[tuple[int, int], list] = {}  # (dev, inode) → [fd, exclusive, depth]: locks this process holds
+
+
+class FolderLock:
+    """An flock on a folder (see :func:`folder_lock`); :meth:`upgrade` / :meth:`downgrade` switch modes."""
+
+    def __init__(self, root: Path, key, command: str, wait: float):
+        self.root, self.key, self.command, self.wait = root, key, command, wait
+
+    @property
+    def exclusive(self) -> bool:
+        return _held[self.key][1]
+
+    def _take(self, fd: int, exclusive: bool) -> None:
+        from eagle3conv.errors import FolderBusyError
+
+        op = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+        deadline = time.monotonic() + self.wait
+        while True:
+            try:
+                fcntl.flock(fd, op)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    who = describe_holders(self.root)
+                    raise FolderBusyError(
+                        f"{who}; {self.command} waited {self.wait:g} s and stopped without touching anything",
+                        hint=f"rerun `eagle3conv {self.command}` when it finishes "
+                             "(EAGLE3CONV_LOCK_WAIT=SECONDS waits longer)") from None
+                time.sleep(0.05)
+
+    def upgrade(self) -> None:
+        entry = _held[self.key]
+        if not entry[1]:
+            self._take(entry[0], True)
+            entry[1] = True
+
+    def downgrade(self) -> None:
+        entry = _held[self.key]
+        if entry[1]:
+            fcntl.flock(entry[0], fcntl.LOCK_SH)
+            entry[1] = False
+
+
+@contextmanager
+def folder_lock(root: str | os.PathLike, *, exclusive: bool, command: str, wait: float | None = None):
+    """Hold an flock on the folder ``root`` (its directory descriptor) for the ``with`` block.
+
+    Waits up to ``wait`` seconds (default :func:`lock_wait`) for another process,
+    then raises :class:`~eagle3conv.errors.FolderBusyError` naming it. Re-entrant
+    within a process: a nested request reuses the held lock (upgrading it to
+    exclusive if asked, and restoring the mode on exit)."""
+    from eagle3conv.errors import CheckpointReadError
+
+    root = Path(root)
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as e:
+        raise CheckpointReadError(f"{root}: cannot open the folder: {e.strerror or e}") from None
+    st = os.fstat(fd)
+    key = (st.st_dev, st.st_ino)
+    lock = FolderLock(root, key, command, lock_wait() if wait is None else wait)
+    if key in _held:
+        os.close(fd)
+        entry = _held[key]
+        was = entry[1]
+        entry[2] += 1
+        try:
+            if exclusive:
+                lock.upgrade()
+            yield lock
+        finally:
+            entry[2] -= 1
+            if not was and entry[1]:
+                lock.downgrade()
+        return
+    _held[key] = [fd, exclusive, 1]
+    try:
+        lock._take(fd, exclusive)
+        yield lock
+    finally:
+        del _held[key]
+        os.close(fd)  # closing the only descriptor releases the flock
+
+
+# --- stale temporary files ------------------------------------------------------------------
+
+def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
+    """Remove ``.NAME.*.tmp`` files beside ``path`` left by killed writers of it (nobody holds
+    their flock); a live writer's temp is left alone."""
+    p = Path(path)
+    removed = []
+    for tmp in p.parent.glob(f".{glob.escape(p.name)}.*.tmp"):
+        try:
+            fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+        except OSError:
+            pass  # a live writer holds it, or the folder is read-only
+        finally:
+            os.close(fd)
+    return removed
+
+
+# --- a test hook: stall at a named point ------------------------------------------------------
+
+def stall(point: str) -> None:
+    """``EAGLE3CONV_STALL_AT=POINT:SECONDS[,POINT:SECONDS]`` sleeps at ``POINT`` (tests use it
+    to make races between two commands deterministic)."""
+    raw = os.environ.get("EAGLE3CONV_STALL_AT")
+    if not raw:
+        return
+    for item in raw.split(","):
+        name, _, secs = item.partition(":")
+        if name.strip() == point:
+            try:
+                time.sleep(float(secs or 0))
+            except ValueError:
+                pass

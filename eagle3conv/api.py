@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from eagle3conv._fs import stall
 from eagle3conv.checkpoint.index import CheckpointIndex, open_checkpoint
 from eagle3conv.checkpoint.plan import Plan, build_plan, load_config_file
 from eagle3conv.checkpoint.writer import (
     WriteResult,
     parse_size,
     plan_shards,
-    recover,
+    prepared,
     write_in_place,
     write_out,
 )
@@ -153,8 +154,14 @@ def inspect(path: str | Path, *, source_format: str | None = None, config: str |
             keep_embed: bool = False, dtype: str | None = None,
             wiring_options: WiringOptions | None = None) -> InspectResult:
     """Index a checkpoint and plan its fix without writing anything but a crash recovery."""
+    with prepared(path, "inspect", write=False) as recovered:
+        return _inspect(path, recovered, source_format=source_format, config=config, keep_embed=keep_embed,
+                        dtype=dtype, wiring_options=wiring_options)
+
+
+def _inspect(path, recovered: str | None, *, source_format, config, keep_embed, dtype,
+             wiring_options) -> InspectResult:
     p = Path(path)
-    recovered = recover(p) if p.is_dir() else None
     index = open_checkpoint(p)
     plan, err = None, None
     try:
@@ -195,8 +202,17 @@ def fix_keys(
     In place unless ``out`` is given. Raises :class:`InvalidCheckpointError`
     (exit 3) listing every unmapped, missing or colliding key; nothing is written then.
     """
+    in_place = out is None and not dry_run
+    command = "fix-keys" + (" --dry-run" if dry_run else " --out" if out is not None else "")
+    with prepared(path, command, write=in_place) as recovered:
+        return _fix_keys(path, recovered, out=out, source_format=source_format, config=config,
+                         keep_embed=keep_embed, dtype=dtype, max_shard_size=max_shard_size, dry_run=dry_run,
+                         progress=progress, wiring_options=wiring_options)
+
+
+def _fix_keys(path, recovered: str | None, *, out, source_format, config, keep_embed, dtype, max_shard_size,
+              dry_run, progress, wiring_options) -> FixResult:
     p = Path(path)
-    recovered = recover(p) if p.is_dir() and not dry_run else None
     index = open_checkpoint(p)
     plan = build_plan(
         index,
@@ -275,17 +291,24 @@ def configure(path: str | Path, *, options: WiringOptions | None = None, check: 
     ``training_metadata.json`` when there is none. Raises :class:`WiringError`
     (exit 3) when the check fails; nothing is written then.
     """
+    command = "config" + (" --check" if check else " --dry-run" if dry_run else "")
+    with prepared(path, command, write=not (check or dry_run)) as recovered:
+        return _configure(path, recovered, options=options, check=check, dry_run=dry_run,
+                          write_metadata=write_metadata)
+
+
+def _configure(path, recovered: str | None, *, options, check, dry_run, write_metadata) -> ConfigResult:
     from eagle3conv.checkpoint.writer import _write_json
     from eagle3conv.wiring.metadata import METADATA_FILE, TrainingRecord, write_metadata_file
 
-    opts = options or WiringOptions()
     p = Path(path)
-    recovered = recover(p) if p.is_dir() and not (check or dry_run) else None
+    opts = options or WiringOptions()
     index = open_checkpoint(p)
     root = index.root
     if index.config is None:
         raise UsageError(f"{root}: no config.json", hint=f"eagle3conv fix-keys {path} writes a loadable one")
-    (root / ".config.json.eagle3conv-tmp").unlink(missing_ok=True)  # left by a killed earlier run
+    if not (check or dry_run) and os.path.lexists(root / ".config.json.eagle3conv-tmp"):
+        (root / ".config.json.eagle3conv-tmp").unlink()  # left by a killed earlier run (we hold the lock)
     plan = build_plan(index)
     if plan.format.format.name == "sglang" and not plan.ok:
         plan.raise_for_errors()  # shapes or vocab maps disagree with the config: exit 3, named
@@ -322,6 +345,8 @@ def configure(path: str | Path, *, options: WiringOptions | None = None, check: 
             tmp = root / ".config.json.eagle3conv-tmp"
             try:
                 _write_json(tmp, w.config, True)
+                os.chmod(tmp, (root / "config.json").stat().st_mode & 0o7777)  # keep the file's mode
+                stall("config-before-replace")
                 os.replace(tmp, root / "config.json")
             except OSError as e:
                 tmp.unlink(missing_ok=True)

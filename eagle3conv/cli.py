@@ -50,7 +50,13 @@ class _Group(click.Group):
                 click.echo(f"hint: {e.hint}", err=True)
             ctx.exit(e.exit_code)
         except KeyboardInterrupt:
-            click.echo("interrupted; your files are as they were (an in-place write finishes or rolls back on the next run)", err=True)
+            from eagle3conv.checkpoint.writer import committed
+
+            if committed:
+                click.echo(f"interrupted after fix-keys committed: {committed[-1]} holds the new checkpoint "
+                           "(it was proven before the commit)", err=True)
+            else:
+                click.echo("interrupted; your files are as they were (an in-place write finishes or rolls back on the next run)", err=True)
             ctx.exit(130)
         except click.UsageError as e:
             # bad flags: with --json, still exactly one JSON document on stdout

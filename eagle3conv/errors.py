@@ -87,3 +87,11 @@ class VerifyFailedError(Eagle3ConvError):
 
 class PushError(Eagle3ConvError):
     """Publishing to the Hub failed; nothing half-made was left on the server."""
+
+
+class FolderBusyError(Eagle3ConvError):
+    """Another eagle3conv process is writing (or reading) the folder; nothing was touched."""
+
+
+class JournalError(InvalidCheckpointError):
+    """An interrupted-write journal eagle3conv cannot trust or act on; nothing was touched."""

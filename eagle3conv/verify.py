@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3conv.errors import CheckpointReadError, UsageError, VerifyFailedError, WiringError
+from eagle3conv.errors import CheckpointReadError, FolderBusyError, UsageError, VerifyFailedError, WiringError
 from eagle3conv.wiring.layers import EMBEDDING, LayerRef, LayerSet, describe, engine_defaults, to_ids, to_refs
 
 REPORT_FILE = "eagle3conv-verify.json"
@@ -215,7 +215,13 @@ def load_drafter_weights(root: Path) -> tuple[dict, dict]:
     from safetensors.torch import load_file
 
     from eagle3conv.checkpoint.index import open_checkpoint
+    from eagle3conv.checkpoint.writer import prepared
 
+    with prepared(root, "verify", write=False):  # a live fix-keys is waited for; an interrupted one finished
+        return _load_drafter_weights(root, open_checkpoint, load_file)
+
+
+def _load_drafter_weights(root: Path, open_checkpoint, load_file) -> tuple[dict, dict]:
     index = open_checkpoint(root)
     if index.config is None:
         raise UsageError(f"{root}: no config.json", hint=f"eagle3conv fix-keys {root}")
@@ -952,9 +958,14 @@ def verify(
             text = json.dumps(result.to_dict(), indent=2) + "\n"
             for local in {str(path), str(root), str(root.resolve())} - {"", "."}:
                 text = text.replace(json.dumps(local)[1:-1], root.name)  # no local paths in a pushed report
-            result.saved = atomic_write_text(p, text, durable=False)
+            from eagle3conv._fs import folder_lock
+
+            with folder_lock(root, exclusive=False, command="verify"):
+                result.saved = atomic_write_text(p, text, durable=False)
         except OSError as err:  # a read-only checkpoint: keep the results, say so
             result.save_error = f"could not save {p}: {err.strerror or err} (use --no-save)"
+        except FolderBusyError as err:
+            result.save_error = f"could not save {p}: {err.message}"
     if not result.passed:
         raise VerifyFailedError(
             f"step-1 acceptance {result.main.acceptance[0]:.3f} is below --min-accept {min_accept}",

@@ -19,17 +19,34 @@ removed. :func:`recover` runs before any later command touches the folder: with
 a journal it rolls forward (every step is idempotent), without one it removes
 an unfinished staging folder. Killed at any instant, the folder therefore holds
 the old checkpoint, the new one, or a state the next run completes.
+
+Two commands on one folder: every command takes an flock on the folder
+(:func:`prepared`): an in-place write exclusively for its whole run (plan, write,
+commit), readers shared. Recovery runs only under the exclusive lock, so it never
+removes what a live writer owns; a command that cannot get the lock within
+``EAGLE3CONV_LOCK_WAIT`` seconds refuses, naming the other process.
+
+The journal is checked before recovery acts on it (:func:`read_journal`): only
+plain names of the kinds fix-keys writes, each new file present with the size and
+digest recorded. A journal that fails a check is refused and nothing is touched.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
+import fcntl
+import glob
+import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import struct
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -39,7 +56,8 @@ import numpy as np
 from eagle3conv.checkpoint import dtypes
 from eagle3conv.checkpoint.index import BIN_INDEX, SAFETENSORS_INDEX, CheckpointIndex
 from eagle3conv.checkpoint.plan import Output, Plan
-from eagle3conv.errors import UsageError, WriteError
+from eagle3conv._fs import folder_lock, stall, umask
+from eagle3conv.errors import FolderBusyError, JournalError, UsageError, WriteError
 
 JOURNAL = ".eagle3conv-journal.json"
 STAGING = ".eagle3conv-staging"
@@ -367,56 +385,235 @@ def _prove_headers(folder: Path, shards) -> None:
 
 # --- commits ------------------------------------------------------------------------------------
 
+def _staging_live(d: Path) -> bool:
+    """Whether a live ``--out`` run holds the flock of its hidden staging folder ``d``."""
+    try:
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _out_busy(out: Path, mine: Path | None) -> None:
+    for other in out.parent.glob(f".{glob.escape(out.name)}.eagle3conv-tmp-*"):
+        if other == mine:
+            continue
+        if _staging_live(other):
+            pid = other.name.rsplit("-", 1)[-1]
+            raise FolderBusyError(f"{out}: another eagle3conv (pid {pid}, fix-keys --out) is writing it; "
+                                  "nothing was written", hint="wait for it to finish, or choose another --out folder")
+        shutil.rmtree(other, ignore_errors=True)  # left by a killed run
+
+
 def write_out(plan: Plan, out: Path, **kw) -> WriteResult:
-    """Write to a new folder ``out`` atomically."""
+    """Write to a new folder ``out`` atomically.
+
+    The hidden staging folder is flocked while it is written: a second run to the
+    same ``out`` refuses at once, and a later run removes only the staging folders
+    of dead runs."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"{out}: already exists and is not an empty folder", hint="choose a new --out folder, or remove it")
     if out.resolve() == plan.index.root.resolve():
         raise UsageError(f"{out}: is the source folder; leave out --out to fix in place")
     out.parent.mkdir(parents=True, exist_ok=True)
-    for stale in out.parent.glob(f".{out.name}.eagle3conv-tmp-*"):
-        pid = stale.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
+    _out_busy(out, None)
     staging = out.parent / f".{out.name}.eagle3conv-tmp-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
+    lock_fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
     try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _out_busy(out, staging)  # another run that started at the same instant
         result = write_checkpoint(plan, staging, durable=False, **kw)
-        os.replace(staging, out)
+        stall("out-before-rename")
+        try:
+            os.replace(staging, out)
+        except OSError as e:
+            if e.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                raise UsageError(f"{out}: already exists and is not an empty folder (written by another process "
+                                 "meanwhile); nothing was written", hint="choose a new --out folder, or remove it") from None
+            raise
         _step()
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:
+        os.close(lock_fd)
     return result
 
 
-def _alive(pid: int) -> bool:
+# --- the journal ----------------------------------------------------------------------------------
+#
+# Recovery acts only on names this writer could have written: plain file names inside the
+# folder, of the kinds fix-keys writes or replaces, each new file present in the staging folder
+# (or already moved in) with the size and digest the journal records. Anything else is refused
+# before a single file is touched.
+
+JOURNAL_VERSION = 2
+WRITER_ID = "eagle3conv fix-keys"
+_INSTALL_RE = re.compile(r"(model\.safetensors|model-\d{5}-of-\d{5}\.safetensors|model\.safetensors\.index\.json|config\.json)")
+_REPLACE_RE = re.compile(r"[^/\\\x00]+\.(safetensors|bin|pt|pth)|[^/\\\x00]+\.index\.json|config\.json")
+
+committed: list[Path] = []  # folders this process committed an in-place write to (the CLI's Ctrl-C message)
+
+
+def _digest(path: Path) -> str:
+    """sha256 of a safetensors file's header (its keys, dtypes, shapes and offsets; the bytes were
+    proven while written), or of a whole small file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        if path.name.endswith(".safetensors"):
+            head = f.read(8)
+            n = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
+            h.update(head + f.read(min(n, 100 << 20)))
+        else:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def _entry(path: Path) -> dict:
+    return {"name": path.name, "size": path.stat().st_size, "sha256": _digest(path)}
+
+
+def _matches(path: Path, entry: dict) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        st = os.lstat(path)
+    except OSError:
         return False
-    except PermissionError:
-        return True
-    return True
+    import stat as _stat
+
+    return _stat.S_ISREG(st.st_mode) and st.st_size == entry["size"] and _digest(path) == entry["sha256"]
+
+
+def _journal_refused(journal: Path, why: str) -> JournalError:
+    root = journal.parent
+    return JournalError(
+        f"{journal}: not a journal eagle3conv wrote, or it no longer matches the folder ({why}); "
+        "nothing was touched",
+        hint=f"if no eagle3conv command is running on {root}, look at the journal and remove it "
+             f"(rm {journal}); an interrupted fix-keys keeps its new files in {root / STAGING} and the "
+             f"old ones it moved in {root / BACKUP}")
+
+
+def _real_dir(p: Path) -> bool:
+    return p.is_dir() and not p.is_symlink()
+
+
+def read_journal(root: Path) -> dict:
+    """The journal of ``root``, checked against the folder; raises :class:`JournalError`."""
+    import stat as _stat
+
+    journal = root / JOURNAL
+    if journal.is_symlink() or not journal.is_file():
+        raise _journal_refused(journal, "not a regular file")
+    try:
+        data = json.loads(journal.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise _journal_refused(journal, f"unreadable: {e}") from None
+    if not isinstance(data, dict):
+        raise _journal_refused(journal, "not a JSON object")
+    if data.get("version") != JOURNAL_VERSION or data.get("writer") != WRITER_ID:
+        raise _journal_refused(journal, f"version {data.get('version')!r}, writer {data.get('writer')!r}; "
+                                        f"expected version {JOURNAL_VERSION} by {WRITER_ID!r}")
+    install, replace = data.get("install"), data.get("replace")
+    if not (isinstance(install, list) and isinstance(replace, list)
+            and all(isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("size"), int)
+                    and isinstance(e.get("sha256"), str) for e in install)
+            and all(isinstance(n, str) for n in replace)):
+        raise _journal_refused(journal, "'install' must list {name, size, sha256} objects and 'replace' names")
+    names = [e["name"] for e in install]
+    bad = [n for n in names if not _INSTALL_RE.fullmatch(n)] + \
+          [n for n in replace if not _REPLACE_RE.fullmatch(n) or n.startswith(".") or n in (".", "..")]
+    if bad:
+        raise _journal_refused(journal, f"names fix-keys never writes: {bad[:5]}")
+    if len(set(names)) != len(names) or len(set(replace)) != len(replace):
+        raise _journal_refused(journal, "a name is listed twice")
+    if "config.json" not in names or not any(n.endswith(".safetensors") for n in names):
+        raise _journal_refused(journal, "it installs no weights and config")
+    for d in (STAGING, BACKUP):
+        if (root / d).is_symlink() or ((root / d).exists() and not (root / d).is_dir()):
+            raise _journal_refused(journal, f"{d} is not a folder")
+    for e in install:
+        staged, final = root / STAGING / e["name"], root / e["name"]
+        if os.path.lexists(staged):
+            if not _matches(staged, e):
+                raise _journal_refused(journal, f"{STAGING}/{e['name']} is not the file the journal records")
+        elif not _matches(final, e):
+            raise _journal_refused(journal, f"{e['name']} is in neither {STAGING} nor the folder as recorded")
+    for n in replace:
+        cur = root / n
+        if os.path.lexists(cur):
+            mode = os.lstat(cur).st_mode
+            if not _stat.S_ISREG(mode):
+                raise _journal_refused(journal, f"{n} is not a regular file")
+    return {"install": names, "replace": replace, "entries": install}
+
+
+def pending(root: Path) -> bool:
+    """Whether ``root`` holds traces of an interrupted in-place write."""
+    return any(os.path.lexists(root / n) for n in (JOURNAL, JOURNAL + ".tmp", STAGING, BACKUP))
 
 
 def recover(root: Path) -> str | None:
-    """Finish or roll back an interrupted in-place write. Returns what it did, if anything."""
+    """Finish or roll back an interrupted in-place write. Returns what it did, if anything.
+
+    The caller holds the folder's lock exclusively (see :func:`prepared`). A journal is
+    checked against the folder before anything is touched (:func:`read_journal`)."""
     root = Path(root)
     journal = root / JOURNAL
     staging = root / STAGING
-    backup = root / BACKUP
-    (root / (JOURNAL + ".tmp")).unlink(missing_ok=True)
-    if journal.is_file():
-        data = json.loads(journal.read_text())
+    if not pending(root):
+        return None
+    if not os.access(root, os.W_OK):
+        if os.path.lexists(journal):
+            raise JournalError(
+                f"{root} has an interrupted fix-keys but is read-only; it cannot be finished here",
+                hint=f"make {root} writable and run `eagle3conv fix-keys {root}` to finish the interrupted "
+                     "conversion")
+        return None  # an unfinished staging folder only: the old checkpoint is intact; nothing to do read-only
+    if os.path.lexists(journal):
+        data = read_journal(root)
+        (root / (JOURNAL + ".tmp")).unlink(missing_ok=True)
         _roll_forward(root, data)
         return "completed an interrupted fix-keys (the new checkpoint is in place)"
-    if staging.exists():
+    (root / (JOURNAL + ".tmp")).unlink(missing_ok=True)
+    if os.path.lexists(root / BACKUP):
+        raise _journal_refused(journal, f"{BACKUP} exists but the journal is missing")
+    if staging.is_symlink():
+        staging.unlink()
+    elif staging.exists():
         shutil.rmtree(staging)
-        return "removed an unfinished fix-keys staging folder (the old checkpoint was never touched)"
-    return None
+    return "removed an unfinished fix-keys staging folder (the old checkpoint was never touched)"
+
+
+@contextmanager
+def prepared(path: str | os.PathLike, command: str, *, write: bool):
+    """Lock a checkpoint folder for ``command`` (exclusively if ``write``, else shared) and
+    finish or roll back an interrupted in-place write first. Yields what recovery did.
+
+    Readers wait (briefly) for a live writer and never remove what it owns: recovery
+    runs only under the exclusive lock, that is when no other eagle3conv holds the folder."""
+    p = Path(path)
+    root = p if p.is_dir() else p.parent
+    if not root.is_dir():
+        yield None
+        return
+    with folder_lock(root, exclusive=write, command=command) as lock:
+        recovered = None
+        if pending(root) and (write or os.access(root, os.W_OK) or os.path.lexists(root / JOURNAL)):
+            lock.upgrade()
+            recovered = recover(root)
+            if not write:
+                lock.downgrade()
+        yield recovered
 
 
 def _roll_forward(root: Path, data: dict) -> None:
@@ -445,13 +642,39 @@ def _roll_forward(root: Path, data: dict) -> None:
     _fsync_dir(root)
 
 
+def _modes(plan: Plan, files: list[str]) -> dict[str, int]:
+    """The mode each new file gets: the file it replaces keeps its mode (a new weights file takes
+    the old weights' mode), a brand-new file gets ``0666 & ~umask``."""
+    root = plan.index.root
+    old_weights = [p for p in plan.index.weight_files if p.exists()]
+    out = {}
+    for name in files:
+        same = root / name
+        if same.is_file():
+            out[name] = same.stat().st_mode & 0o7777
+        elif old_weights and (name.endswith(".safetensors") or name == SAFETENSORS_INDEX):
+            out[name] = old_weights[0].stat().st_mode & 0o7777
+        else:
+            out[name] = 0o666 & ~umask()
+    return out
+
+
 def write_in_place(plan: Plan, **kw) -> WriteResult:
+    """Write ``plan`` over its own folder through staging and a journal (see the module doc).
+
+    The caller holds the folder's lock exclusively for the whole run (see :func:`prepared`)."""
     root = plan.index.root
     staging = root / STAGING
+    if not os.access(root, os.W_OK):
+        raise WriteError(f"{root}: the folder is read-only; nothing was written",
+                         hint=f"write the fixed checkpoint elsewhere: eagle3conv fix-keys {root} --out DIR")
     recover(root)
     staging.mkdir()
     try:
         result = write_checkpoint(plan, staging, copy_other=False, **kw)
+        for name, mode in _modes(plan, result.files).items():
+            os.chmod(staging / name, mode)
+        entries = [_entry(staging / n) for n in result.files]
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -459,10 +682,29 @@ def write_in_place(plan: Plan, **kw) -> WriteResult:
         {p.name for p in plan.index.weight_files if p.name != "training_state.pt"}
         | {n for n in (SAFETENSORS_INDEX, BIN_INDEX, "config.json") if (root / n).exists()}
     )
+    stall("before-journal")
     tmp = root / (JOURNAL + ".tmp")
-    _write_json(tmp, {"version": 1, "install": result.files, "replace": replace})
-    os.replace(tmp, root / JOURNAL)  # the commit point
-    _fsync_dir(root)
-    _step()
-    _roll_forward(root, {"install": result.files, "replace": replace})
+    journal = {"version": JOURNAL_VERSION, "writer": WRITER_ID, "install": entries, "replace": replace}
+    held: list[int] = []
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        # Ctrl-C from the commit point on is held until the new checkpoint is in place
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        _write_json(tmp, journal)
+        os.replace(tmp, root / JOURNAL)  # the commit point
+        _fsync_dir(root)
+        committed.append(root)
+        _step()
+        stall("after-commit")
+        _roll_forward(root, {"install": result.files, "replace": replace})
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    wrong = [e["name"] for e in entries if not _matches(root / e["name"], e)]
+    if wrong:
+        raise WriteError(f"{root}: after the commit, {', '.join(wrong)} in the folder differ from what was written",
+                         hint="another program changed the folder meanwhile; run `eagle3conv inspect` on it")
+    if held:
+        raise KeyboardInterrupt
     return result

@@ -488,7 +488,19 @@ def _remote_readme(api, repo_id: str, revision: str) -> str | None:
     return response.content.decode("utf-8", errors="replace")
 
 
-def push(
+def push(path: str | os.PathLike = ".", *args, **kwargs) -> PushResult:
+    root = Path(path).expanduser()
+    if root.is_file():
+        root = root.parent
+    if not root.is_dir():
+        return _push(path, *args, **kwargs)  # says why
+    from eagle3conv.checkpoint.writer import prepared
+
+    with prepared(root, "push", write=False):  # a live fix-keys or config is waited for, never read half-done
+        return _push(path, *args, **kwargs)
+
+
+def _push(
     path: str | os.PathLike = ".",
     repo_id: str | None = None,
     *,
@@ -655,3 +667,6 @@ __all__ = [
     "DEFAULT_FILES", "PUSH_RECORD", "Gate", "PushFile", "PushResult", "default_gate", "push", "read_record",
     "resolve_repo_id", "select_files",
 ]
+
+
+push.__doc__ = _push.__doc__
