@@ -12,12 +12,14 @@ The CLI is a thin layer over these; a Python user gets the same behaviour::
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from eagle3conv._fs import stall
 from eagle3conv.checkpoint.index import CheckpointIndex, open_checkpoint
+from eagle3conv.checkpoint.links import following
 from eagle3conv.checkpoint.plan import Plan, build_plan, load_config_file
 from eagle3conv.checkpoint.writer import (
     WriteResult,
@@ -74,6 +76,7 @@ class FixResult:
     written: WriteResult | None
     recovered: str | None
     shards: list
+    followed_symlinks: list = field(default_factory=list)  # (link, target) read through --follow-symlinks
 
     def to_dict(self) -> dict:
         return {
@@ -86,6 +89,7 @@ class FixResult:
             "tensors_verified": self.written.verified if self.written else 0,
             "shards": [{"file": f, "tensors": [o.name for o in outs]} for f, outs in self.shards],
             "plan": self.plan.to_dict(),
+            "followed_symlinks": [{"path": a, "target": b} for a, b in self.followed_symlinks],
         }
 
 
@@ -184,7 +188,21 @@ def _inspect(path, recovered: str | None, *, source_format, config, keep_embed, 
     return InspectResult(index, plan, err, recovered)
 
 
-def fix_keys(
+def fix_keys(path: str | Path, *, follow_symlinks: bool = False, **kwargs) -> FixResult:
+    """Rename a drafter checkpoint to the names SGLang loads, strictly, and prove the result.
+
+    In place unless ``out`` is given; the keyword arguments are those of :func:`_fix_keys`.
+    A file of the folder that is a symlink leaving it is refused
+    (:class:`eagle3conv.checkpoint.links.UnsafeLinkError`) unless ``follow_symlinks``;
+    then it is read through the link and listed in ``FixResult.followed_symlinks``.
+    """
+    with following() if follow_symlinks else nullcontext() as followed:
+        result = _fix_keys(path, **kwargs)
+    result.followed_symlinks = list(followed or [])
+    return result
+
+
+def _fix_keys(
     path: str | Path,
     *,
     out: str | Path | None = None,

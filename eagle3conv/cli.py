@@ -166,9 +166,12 @@ def inspect_cmd(checkpoint, source_format, config, keep_embed, target, trained_o
 @_wiring_options
 @click.option("--rewire", is_flag=True,
               help="When the config's aux-layer ids contradict the training record, write the record's layers.")
+@click.option("--follow-symlinks", is_flag=True,
+              help="Read files that are symlinks leaving the folder through their link (refused by default); "
+                   "each one followed is named in the output.")
 @_common
 def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_shard_size, dry_run, target,
-                 trained_on, captured_at, metadata, sglang_version, rewire, json_, debug):
+                 trained_on, captured_at, metadata, sglang_version, rewire, follow_symlinks, json_, debug):
     """Rename a drafter's weights to exactly what SGLang loads, strictly, and prove the result.
 
     Every source key is renamed, kept, split or dropped by a named rule; any
@@ -200,10 +203,13 @@ def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_
     try:
         res = fix_keys(checkpoint, out=out, source_format=source_format, config=config, keep_embed=keep_embed,
                        dtype=dtype, max_shard_size=max_shard_size, dry_run=dry_run, progress=progress,
-                       wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version, rewire))
+                       wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version, rewire),
+                       follow_symlinks=follow_symlinks)
     finally:
         if bar is not None:
             bar.close()
+    for link, target_path in res.followed_symlinks:
+        click.echo(f"followed symlink {link} -> {target_path} (--follow-symlinks)", err=True)
     d = res.to_dict()
     _emit(json_, d, fix_text(d))
 
@@ -358,9 +364,14 @@ def _target_dict(p, *, detail: bool) -> dict:
               help="Target model for the card's base_model and launch lines (default: training metadata / config).")
 @click.option("--force", is_flag=True, help="Push even if checks fail; the model card says which failed.")
 @click.option("--dry-run", is_flag=True, help="List the files (with sizes) and print the card; send nothing.")
+@click.option("--follow-symlinks", is_flag=True,
+              help="Send files that are symlinks leaving the folder (refused by default); each one is named.")
+@click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
+              help="Give up on a request the Hub does not answer within SECONDS (reads and repo creation are "
+                   "tried 3 times); nothing is committed then and pushing again is safe.")
 @_common
 def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, include, exclude, base_model, force,
-             dry_run, json_, debug):
+             dry_run, follow_symlinks, timeout, json_, debug):
     """Publish a checked drafter to the Hugging Face Hub, with a model card that records its wiring.
 
     Before anything is sent, the fix-keys check, the aux-layer wiring check and
@@ -380,7 +391,8 @@ def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, 
 
     res = push(Path(checkpoint), repo_id, private=private, revision=revision, create_pr=create_pr,
                commit_message=commit_message, include=include, exclude=exclude, dry_run=dry_run, force=force,
-               base_model=base_model, progress=lambda m: click.echo(m, err=True))
+               base_model=base_model, progress=lambda m: click.echo(m, err=True), follow_symlinks=follow_symlinks,
+               timeout=timeout)
     d = res.to_dict()
     _emit(json_, d, _push_text(d))
 
@@ -393,6 +405,8 @@ def _push_text(d: dict) -> str:
         lines.append(f"check {c['name']}: {'ok' if c['ok'] else 'FAILED'} — {c['detail']}")
     if d["forced"]:
         lines.append("forced: pushed despite failed checks (the card says so)")
+    for f in d.get("followed_symlinks") or []:
+        lines.append(f"followed symlink {f['path']} -> {f['target']} (--follow-symlinks)")
     lines.append(f"files ({len(d['files'])}, {human_bytes(d['total_bytes'])}):")
     for f in d["files"]:
         lines.append(f"  {f['path']}  {human_bytes(f['size'])}" + ("  (generated card)" if f["source"] == "generated" else ""))

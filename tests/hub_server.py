@@ -31,7 +31,13 @@ Fault injection (``server.faults.append(Fault(...))`` or ``server.fault(...)``)
       401 ``Invalid credentials in Authorization header``;
     - ``server.forbid = True``: write calls (create, preupload, LFS batch, commit, branch) get 403;
     - ``Fault(..., echo_auth=True)``: the error body repeats the request's Authorization header
-      (a careless server), to prove the client side never shows it.
+      (a careless server), to prove the client side never shows it;
+    - ``Fault("repo-info", stall="answer")``: read the request, then never answer; ``stall="body"``:
+      send the status line and headers (Content-Length 1000) and 10 bytes of body, then nothing.
+      A stalled connection is held until ``clear_faults()`` or ``stop()``, then dropped.
+
+Request bodies (``server.record_bodies = True``)
+    ``server.bodies`` lists (route, bytes) for every request body read, to prove what never arrived.
 
 Request log
     ``server.log`` lists every request as a :class:`Logged` (method, path, route, status). The
@@ -139,6 +145,7 @@ class Fault:
     headers: dict = field(default_factory=dict)
     body: dict | None = None
     echo_auth: bool = False
+    stall: str | None = None  # "answer" | "body"
     hits: int = 0
 
 
@@ -207,6 +214,9 @@ class HubServer:
         self.forbid = False
         self.multipart_chunk = multipart_chunk  # LFS files larger than this go multipart
         self.user = "tester"
+        self.record_bodies = False
+        self.bodies: list[tuple[str, bytes]] = []
+        self.release = threading.Event()  # set: stalled requests give up and drop their connection
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -229,6 +239,7 @@ class HubServer:
         return self
 
     def stop(self) -> None:
+        self.release.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -247,6 +258,8 @@ class HubServer:
         return f
 
     def clear_faults(self) -> None:
+        self.release.set()
+        self.release = threading.Event()
         self.faults.clear()
         self.require_token = None
         self.forbid = False
@@ -320,12 +333,25 @@ class _Handler(BaseHTTPRequestHandler):
         if self.segments and self.segments[0] == "":
             self.segments = self.segments[1:]
         route, handler, args = self._route()
+        self.route_name = route
         auth = self.headers.get("Authorization")
         status: int | None = None
         try:
             fault = self._match_fault(route)
             if fault is not None and fault.drop_after is not None:
                 self._read_body(limit=fault.drop_after)
+                raise _Dropped()
+            if fault is not None and fault.stall is not None:
+                release = hub.release
+                self._read_body()
+                if fault.stall == "body":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", "1000")
+                    self.end_headers()
+                    self.wfile.write(b'{"id": "stal')
+                    self.wfile.flush()
+                release.wait(120)
                 raise _Dropped()
             if fault is not None and fault.status is not None:
                 self._read_body()
@@ -398,6 +424,9 @@ class _Handler(BaseHTTPRequestHandler):
                 if n == 0:
                     while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                         pass
+                    if self.server_hub.record_bodies:
+                        with self.server_hub.state.lock:
+                            self.server_hub.bodies.append((self.route_name, bytes(out)))
                     return bytes(out)
                 if limit is not None and len(out) + n > limit:
                     out += self.rfile.read(max(0, limit - len(out)))
@@ -415,6 +444,9 @@ class _Handler(BaseHTTPRequestHandler):
             if not chunk:
                 raise _Dropped()
             out += chunk
+        if self.server_hub.record_bodies:
+            with self.server_hub.state.lock:
+                self.server_hub.bodies.append((self.route_name, bytes(out)))
         return bytes(out)
 
     def _json_body(self) -> dict:

@@ -21,6 +21,7 @@ import pytest
 
 from conftest import PICO
 from hub_server import HubServer
+from eagle3conv.checkpoint.links import UnsafeLinkError
 from eagle3conv.errors import EXIT_ERROR, EXIT_INVALID, EXIT_USAGE, InvalidCheckpointError, PushError, UsageError
 from eagle3conv.example import write_example
 from eagle3conv.hub.card import BEGIN, END, TAGS, VERIFY_REPORT, read_verify_report
@@ -524,3 +525,204 @@ def test_card_names_the_hub_repo_and_only_this_wirings_figures(hub, ckpt, repo):
                      "acceptance_per_position": [0.9, 0.8], "accept_length": 2.5}]}))
     block = render_block(gather_facts(ckpt, repo))
     assert "scored another wiring" in block and "90.0%" not in block
+
+
+# --------------------------------------------------------------------------- symlinks (issue 9 item 5)
+
+
+STORED = "hf_STOREDtoken_in_home_cache_42abcdef"
+
+
+@pytest.fixture
+def stored_token(tmp_path) -> Path:
+    p = tmp_path / "home" / ".cache" / "huggingface" / "token"
+    p.parent.mkdir(parents=True)
+    p.write_text(STORED)
+    return p
+
+
+def _nothing_arrived(hub, repo):
+    assert not sent(hub, repo)
+    assert not [b for _, b in hub.bodies if STORED.encode() in b or STORED[:16].encode() in b]
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "README.md", "config.json", "model.safetensors"])
+def test_push_refuses_a_link_to_a_stored_token(hub, ckpt, repo, stored_token, name):
+    hub.record_bodies, hub.bodies[:] = True, []
+    (ckpt / name).unlink(missing_ok=True)
+    (ckpt / name).symlink_to(stored_token)
+    before = tree_hash(ckpt, skip=())
+    try:
+        for kw in ({}, {"force": True}, {"gate": None, "force": True}):  # --force does not send it either
+            with pytest.raises(UnsafeLinkError) as info:
+                do_push(hub, ckpt, repo, **kw)
+            err = info.value
+            assert err.exit_code == EXIT_ERROR
+            assert str(ckpt / name) in err.message and str(stored_token) in err.message
+            assert "--follow-symlinks" in err.hint
+            assert STORED not in json.dumps(err.to_dict())
+        _nothing_arrived(hub, repo)
+        assert not hub.has_repo(repo)
+        assert tree_hash(ckpt, skip=()) == before
+        # the CLI: one clear line, no traceback, no byte of the token
+        from click.testing import CliRunner
+
+        from eagle3conv.cli import main
+
+        res = CliRunner().invoke(main, ["push", str(ckpt), "--repo-id", repo, "--force"])
+        assert res.exit_code == EXIT_ERROR and "Traceback" not in res.output
+        assert f"{ckpt / name}: a symlink to {stored_token}" in res.stderr
+        assert STORED not in res.output
+        _nothing_arrived(hub, repo)
+    finally:
+        hub.record_bodies = False
+
+
+def test_push_follow_symlinks_sends_the_target_and_says_so(hub, ckpt, repo, tmp_path):
+    from click.testing import CliRunner
+
+    from eagle3conv.cli import main
+
+    shared = tmp_path / "shared" / "tokenizer.json"
+    shared.parent.mkdir()
+    shared.write_text('{"model": {"type": "BPE"}}')
+    (ckpt / "tokenizer.json").symlink_to(shared)
+    with pytest.raises(UnsafeLinkError):
+        do_push(hub, ckpt, repo)
+    res = CliRunner().invoke(main, ["push", str(ckpt), "--repo-id", repo, "--follow-symlinks"])
+    assert res.exit_code == 0, res.output
+    assert f"followed symlink {ckpt / 'tokenizer.json'} -> {shared} (--follow-symlinks)" in res.stdout
+    assert hub.read(repo, "tokenizer.json") == shared.read_bytes()
+    assert (ckpt / "tokenizer.json").is_symlink()  # the local folder is left as it was
+    r = do_push(hub, ckpt, repo, follow_symlinks=True, dry_run=True)
+    assert r.to_dict()["followed_symlinks"] == [{"path": str(ckpt / "tokenizer.json"), "target": str(shared)}]
+
+
+def test_push_dangling_link_and_fifo_are_clear_errors(hub, ckpt, repo, tmp_path):
+    (ckpt / "tokenizer.json").symlink_to(tmp_path / "nowhere.json")
+    with pytest.raises(UnsafeLinkError, match=r"tokenizer\.json: a link to .*nowhere\.json, which does not exist"):
+        do_push(hub, ckpt, repo)
+    (ckpt / "tokenizer.json").unlink()
+    os.mkfifo(tmp_path / "pipe")
+    (ckpt / "tokenizer.json").symlink_to(tmp_path / "pipe")
+    with pytest.raises(UnsafeLinkError, match="a FIFO"):
+        do_push(hub, ckpt, repo, follow_symlinks=True)  # never followed to a FIFO (the upload would hang)
+    assert not sent(hub, repo)
+
+
+def test_push_of_links_inside_the_folder_is_fine(hub, ckpt, repo):
+    (ckpt / "tok").mkdir()
+    (ckpt / "tok" / "tokenizer.json").write_text("{}")
+    (ckpt / "tokenizer.json").symlink_to(Path("tok") / "tokenizer.json")
+    res = do_push(hub, ckpt, repo)
+    assert not res.followed_symlinks and hub.read(repo, "tokenizer.json") == b"{}"
+
+
+# --------------------------------------------------------------------------- timeouts (issue 9 item 7)
+
+
+class SilentServer:
+    """Accepts every connection on 127.0.0.1 and never answers (never reads either)."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.conns: list = []
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self._t = threading.Thread(target=self._accept, daemon=True)
+        self._t.start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+def _timed_out(hub, ckpt, repo, *, bound, **kw):
+    before = tree_hash(ckpt, skip=())
+    t0 = time.monotonic()
+    with pytest.raises(PushError) as info:
+        do_push(hub, ckpt, repo, gate=None, **kw)
+    took = time.monotonic() - t0
+    assert took < bound, took
+    assert tree_hash(ckpt, skip=()) == before and not (ckpt / PUSH_RECORD).exists()
+    return info.value
+
+
+def test_push_to_a_server_that_never_answers_ends_with_a_clear_error(hub, ckpt, repo, monkeypatch):
+    silent = SilentServer()
+    try:
+        err = _timed_out(hub, ckpt, repo, bound=10, timeout=1, endpoint=silent.url)
+        assert len(silent.conns) == 3  # tried three times, each on a new connection
+    finally:
+        silent.close()
+    assert err.exit_code == EXIT_ERROR
+    assert f"the Hub at {silent.url} did not answer within 1 s during the create step" in err.message
+    assert "nothing was committed" in err.message and "retrying is safe" in err.message
+    assert "--timeout" in err.hint
+    # the CLI, with --timeout
+    from click.testing import CliRunner
+
+    from eagle3conv.cli import main
+
+    import huggingface_hub.constants as constants
+
+    silent = SilentServer()
+    monkeypatch.setattr(constants, "ENDPOINT", silent.url)  # what HF_ENDPOINT sets
+    try:
+        t0 = time.monotonic()
+        res = CliRunner().invoke(main, ["push", str(ckpt), "--repo-id", repo, "--timeout", "0.5", "--force", "--json"])
+        took = time.monotonic() - t0
+    finally:
+        silent.close()
+    assert res.exit_code == EXIT_ERROR, res.output
+    doc = json.loads(res.stdout)
+    assert doc["error"] == "PushError" and "did not answer within 0.5 s" in doc["message"]
+    assert took < 60  # the gate's forward pass plus 3 x 0.5 s
+
+
+@pytest.mark.parametrize("route, stall, stage", [
+    ("repo-info", "body", "revision"),     # headers, then the body stalls
+    ("repo-info", "answer", "revision"),   # the request is read, no answer
+    ("preupload", "answer", "upload"),     # huggingface_hub retries this one itself
+    ("lfs-batch", "body", "upload"),
+])
+def test_push_stalled_answer_times_out_with_nothing_committed(hub, ckpt, repo, route, stall, stage):
+    from huggingface_hub import HfApi
+
+    HfApi(endpoint=hub.url, token=False).create_repo(repo)
+    commits, refs = hub.commit_ids(repo), hub.refs(repo)
+    hub.fault(route, stall=stall)
+    err = _timed_out(hub, ckpt, repo, bound=10, timeout=1)
+    hub.clear_faults()
+    assert f"did not answer within 1 s during the {stage} step" in err.message, err.message
+    assert "nothing was committed" in err.message and "retrying is safe" in err.message
+    assert hub.commit_ids(repo) == commits and hub.refs(repo) == refs
+    assert not [e for e in sent(hub, repo) if e.route == "commit"]
+    ok = do_push(hub, ckpt, repo, gate=None, timeout=1)  # the same push, once the server answers
+    assert hub.refs(repo)["main"] == ok.commit
+
+
+def test_push_commit_without_answer_does_not_claim_nothing_landed(hub, ckpt, repo):
+    hub.fault("commit", stall="answer")
+    err = _timed_out(hub, ckpt, repo, bound=10, timeout=1)
+    hub.clear_faults()
+    assert "during the commit step" in err.message and "may or may not have landed" in err.message
+    assert "history" in err.message
+
+
+def test_push_timeout_must_be_positive(hub, ckpt, repo):
+    with pytest.raises(UsageError, match="--timeout"):
+        do_push(hub, ckpt, repo, timeout=0)

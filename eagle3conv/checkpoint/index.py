@@ -30,6 +30,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from eagle3conv.checkpoint import dtypes
+from eagle3conv.checkpoint.links import present, safe_member
 from eagle3conv.errors import CheckpointReadError, UnsafePickleError, UsageError
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -316,15 +317,15 @@ NEVER_COPY = {"config.json", SAFETENSORS_INDEX, BIN_INDEX, "training_state.pt", 
 
 def _find_weights(root: Path) -> tuple[str, list[Path], Path | None]:
     """Decide which files hold the weights. Returns (layout, files, index_json)."""
-    if (root / SAFETENSORS_INDEX).is_file():
+    if present(root / SAFETENSORS_INDEX):
         return "safetensors-sharded", [], root / SAFETENSORS_INDEX
-    st = sorted(p for p in root.glob("*.safetensors") if p.is_file())
+    st = sorted(p for p in root.glob("*.safetensors") if present(p))
     if st:
         return ("safetensors" if len(st) == 1 else "safetensors-multi"), st, None
-    if (root / BIN_INDEX).is_file():
+    if present(root / BIN_INDEX):
         return "pickle-sharded", [], root / BIN_INDEX
     for name in ("pytorch_model.bin", "model.pt", "model.pth"):
-        if (root / name).is_file():
+        if present(root / name):
             return "pickle", [root / name], None
     pickles = sorted(p for p in root.iterdir() if p.is_file() and p.suffix in PICKLE_SUFFIXES and p.name != "training_state.pt")
     if len(pickles) == 1:
@@ -354,8 +355,15 @@ def _find_weights(root: Path) -> tuple[str, list[Path], Path | None]:
 
 
 def open_checkpoint(path: str | os.PathLike) -> CheckpointIndex:
-    """Index a checkpoint folder or file. Reads headers and configs only."""
+    """Index a checkpoint folder or file. Reads headers and configs only.
+
+    Every file it reads (weights, index, config.json, training_metadata.json) must pass
+    :func:`eagle3conv.checkpoint.links.safe_member`: a link leaving the folder is refused
+    unless the caller runs inside ``links.following()``.
+    """
     path = Path(path)
+    if path.is_symlink() and not path.exists():
+        safe_member(path.parent, path)  # a dangling link: says so
     if not path.exists():
         raise CheckpointReadError(f"{path}: no such file or folder")
     single: Path | None = None
@@ -377,6 +385,8 @@ def open_checkpoint(path: str | os.PathLike) -> CheckpointIndex:
             raise UsageError(f"{single}: not a checkpoint file (expected .safetensors, .bin, .pt or .pth)")
     else:
         layout, files, index_json = _find_weights(root)
+    for fpath in files + ([index_json] if index_json is not None else []):
+        safe_member(root, fpath)
 
     tensors: dict[str, TensorInfo] = {}
     pickles: dict[Path, dict] = {}
@@ -407,8 +417,9 @@ def open_checkpoint(path: str | os.PathLike) -> CheckpointIndex:
             by_file.setdefault(fname, set()).add(name)
         for fname in sorted(by_file):
             fpath = _safe_member(root, fname, index_json)
-            if not fpath.is_file():
+            if not present(fpath):
                 raise CheckpointReadError(f"{index_json}: lists shard {fname}, which does not exist in {root}")
+            safe_member(root, fpath)
             files.append(fpath)
             if layout == "safetensors-sharded":
                 found, meta = read_safetensors_header(fpath)
@@ -450,6 +461,9 @@ def open_checkpoint(path: str | os.PathLike) -> CheckpointIndex:
             raise CheckpointReadError(f"{files[0]}: a training state with no draft_state_dict")
 
     config_path = root / "config.json"
+    for known in (config_path, root / "training_metadata.json"):
+        if present(known):
+            safe_member(root, known)
     config = _read_json(config_path) if config_path.is_file() else None
     if config is None:
         config_path = None
@@ -458,7 +472,8 @@ def open_checkpoint(path: str | os.PathLike) -> CheckpointIndex:
     other = []
     if root.is_dir():
         for p in sorted(root.iterdir()):
-            if p.name.startswith(".") or not p.is_file() or p.name in weight_names or p.name in NEVER_COPY:
+            # links are kept whatever they point to: the writer refuses the unsafe ones by name
+            if p.name.startswith(".") or not present(p) or p.name in weight_names or p.name in NEVER_COPY:
                 continue
             if p.suffix in WEIGHT_SUFFIXES or p.name.endswith(".index.json"):
                 continue

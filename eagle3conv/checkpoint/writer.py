@@ -55,6 +55,7 @@ import numpy as np
 
 from eagle3conv.checkpoint import dtypes
 from eagle3conv.checkpoint.index import BIN_INDEX, SAFETENSORS_INDEX, CheckpointIndex
+from eagle3conv.checkpoint.links import safe_member
 from eagle3conv.checkpoint.plan import Output, Plan
 from eagle3conv._fs import folder_lock, stall, umask
 from eagle3conv.errors import FolderBusyError, JournalError, UsageError, WriteError
@@ -311,6 +312,9 @@ def write_checkpoint(plan: Plan, folder: Path, *, max_shard_size: int | None = N
     so it skips the flush to disk (as ``cp`` does) and survives SIGKILL all the same.
     """
     index = plan.index
+    # every file copied beside the weights must stay inside the folder (links are judged first,
+    # before a byte is written): a tokenizer.json linking to a stored token is refused by name
+    copies = [safe_member(index.root, p) for p in index.other_files] if copy_other else []
     shards = plan_shards(plan, max_shard_size)
     mover = _Mover(progress)
     written: list[str] = []
@@ -356,7 +360,7 @@ def write_checkpoint(plan: Plan, folder: Path, *, max_shard_size: int | None = N
         _write_json(folder / "config.json", plan.config, durable)
         written.append("config.json")
         if copy_other:
-            for p in index.other_files:
+            for p in copies:
                 shutil.copyfile(p, folder / p.name)
                 _step()
                 written.append(p.name)

@@ -44,12 +44,14 @@ import fnmatch
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3conv._fs import atomic_write_text
+from eagle3conv.checkpoint.links import following, present, safe_member
 from eagle3conv.errors import (
     Eagle3ConvError,
     InvalidCheckpointError,
@@ -87,6 +89,14 @@ DEFAULT_FILES = (
 # Never sent, whatever --include says: pickles (they can run code when loaded), trainer state,
 # hidden files (eagle3conv's staging/journal/backup), and the push record itself.
 NEVER_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+# Files push reads besides the ones it sends (repo id, card facts): judged like sent files.
+READ_FILES = ("README.md", "training_metadata.json", "config.json", "eagle3conv-verify.json", PUSH_RECORD)
+
+# Every request to the Hub gets this long (seconds) to connect, send, or receive each piece of its
+# answer; steps that change nothing (create with exist_ok, reads) are tried RETRIES more times after
+# a timeout or a failed connection. Uploads are retried by huggingface_hub itself (5 more tries).
+DEFAULT_TIMEOUT = 60.0
+RETRIES = 2
 
 Gate = Callable[[Path], Iterable[Check]]
 Progress = Callable[[str], None]
@@ -121,6 +131,7 @@ class PushResult:
     pr_revision: str | None = None
     repo_url: str | None = None
     record: Path | None = None
+    followed_symlinks: list[tuple[str, str]] | None = None  # (link, target) read via --follow-symlinks
 
     @property
     def total_bytes(self) -> int:
@@ -146,6 +157,7 @@ class PushResult:
             "repo_url": self.repo_url,
             "record": str(self.record) if self.record else None,
             "card": self.card,
+            "followed_symlinks": [{"path": a, "target": b} for a, b in self.followed_symlinks or []],
         }
 
 
@@ -268,7 +280,7 @@ def select_files(root: Path, include: Sequence[str] = (), exclude: Sequence[str]
         for name in sorted(filenames):
             full = Path(dirpath) / name
             rel = full.relative_to(root).as_posix()
-            if not full.is_file():
+            if not present(full):  # links to FIFOs or dangling ones stay: check_links names them
                 continue
             top = "/" not in rel
             wanted = top and any(fnmatch.fnmatch(name, p) for p in DEFAULT_FILES)
@@ -289,6 +301,20 @@ def select_files(root: Path, include: Sequence[str] = (), exclude: Sequence[str]
         if entry.name.startswith(".") and entry.is_dir():
             skipped.append((entry.name + "/", "hidden folder"))
     return sorted(chosen), skipped
+
+
+def check_links(root: Path, names: Iterable[str], *, follow: bool = False) -> list[tuple[str, str]]:
+    """Refuse (:class:`~eagle3conv.checkpoint.links.UnsafeLinkError`) any of ``names`` -- and of
+    :data:`READ_FILES` -- that resolves outside ``root``, to a non-regular file, or nowhere.
+
+    With ``follow``, links to regular files outside are allowed; returns them as (link, target).
+    Reads no file.
+    """
+    wanted = sorted(set(names) | {n for n in READ_FILES if present(root / n)})
+    with following() if follow else nullcontext() as followed:
+        for rel in wanted:
+            safe_member(root, root / rel, follow=follow)
+    return list(followed or [])
 
 
 # --------------------------------------------------------------------------- repo id, record
@@ -367,7 +393,7 @@ def _walk(exc: BaseException):
 
 
 def _to_push_error(exc: BaseException, *, stage: str, repo_id: str, revision: str | None,
-                   endpoint: str, token: str | None) -> Eagle3ConvError:
+                   endpoint: str, token: str | None, timeout: float | None = None) -> Eagle3ConvError:
     """Map a huggingface_hub / transport error to an eagle3conv error with the token scrubbed."""
     import httpx2
     from huggingface_hub.errors import HfHubHTTPError, RevisionNotFoundError
@@ -414,6 +440,15 @@ def _to_push_error(exc: BaseException, *, stage: str, repo_id: str, revision: st
                 f"the Hub answered {status} during the {where} for {repo_id}; {nothing}; {retry}",
                 hint="try again later", details=details)
         return PushError(f"the Hub refused the {where} for {repo_id} ({status}); {nothing}", details=details)
+    if isinstance(transport, httpx2.TimeoutException):
+        bound = f"within {timeout:g} s " if timeout else ""
+        tries = "" if stage in ("upload", "commit") else f", {RETRIES + 1} attempts"
+        return PushError(
+            f"the Hub at {endpoint} did not answer {bound}during the {where} for {repo_id} "
+            f"({type(transport).__name__}{tries}); {nothing}; {retry}",
+            hint="check the network and the endpoint, then push again"
+                 + (" (--timeout SECONDS allows slower answers)" if timeout else ""),
+            details=details)
     if transport is not None:
         return PushError(
             f"the connection to {endpoint} failed during the {where} for {repo_id} ({type(transport).__name__}); "
@@ -454,6 +489,48 @@ def _scrubbed_logs(token: str | None):
     finally:
         if logging.getLogRecordFactory() is factory:
             logging.setLogRecordFactory(previous)
+
+
+@contextmanager
+def _bounded_requests(timeout: float | None):
+    """While pushing, every request huggingface_hub sends has ``timeout`` seconds per phase.
+
+    huggingface_hub's shared client is built with no timeout at all; its public
+    ``set_client_factory`` swaps in one like it (same request hook, redirects, proxies from
+    the environment) with the bound, and the factory in effect before is put back after.
+    """
+    if timeout is None:
+        yield
+        return
+    import httpx2
+    from huggingface_hub.utils import _http, set_client_factory
+
+    previous = getattr(_http, "_GLOBAL_CLIENT_FACTORY", None) or _http.default_client_factory
+
+    def bounded() -> httpx2.Client:
+        return httpx2.Client(event_hooks={"request": [_http.hf_request_event_hook]}, follow_redirects=True,
+                             timeout=httpx2.Timeout(timeout))
+
+    set_client_factory(bounded)
+    try:
+        yield
+    finally:
+        set_client_factory(previous)
+
+
+def _again(step: Callable, say: Progress, retries: int = RETRIES):
+    """Run an idempotent request step; after a timeout or a failed connection try it again
+    (at most ``retries`` times, 1 s then 2 s apart). Other errors go through at once."""
+    import httpx2
+
+    for attempt in range(retries + 1):
+        try:
+            return step()
+        except (httpx2.TimeoutException, httpx2.ConnectError) as e:
+            if attempt == retries:
+                raise
+            say(f"no answer ({type(e).__name__}); trying again ({attempt + 2} of {retries + 1})")
+            time.sleep(2 ** attempt)
 
 
 def _resolve_token(token: str | None) -> str | None:
@@ -517,6 +594,8 @@ def _push(
     base_model: str | None = None,
     progress: Progress | None = None,
     gate: Gate | None = default_gate,
+    follow_symlinks: bool = False,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> PushResult:
     """Publish the checkpoint folder ``path`` to the Hub repo ``repo_id`` in one commit.
 
@@ -525,6 +604,11 @@ def _push(
     false, and :class:`PushError` (exit 1) when the Hub or the connection fails —
     in which case nothing was committed. ``dry_run`` sends nothing at all.
     ``gate=None`` runs no checks (the card says so).
+
+    A file to send or read that is a symlink leaving the folder (or to a FIFO, a device, or
+    nothing) is refused before anything is sent (:class:`UnsafeLinkError`, exit 1) unless
+    ``follow_symlinks``; links followed are listed in ``PushResult.followed_symlinks``.
+    ``timeout`` bounds each request to the Hub (seconds; None: no bound, as huggingface_hub).
     """
     say = progress or (lambda message: None)
     root = Path(path).expanduser()
@@ -533,6 +617,11 @@ def _push(
     if not root.is_dir():
         raise UsageError(f"{path}: not a checkpoint folder")
     root = root.resolve()
+    if timeout is not None and not timeout > 0:
+        raise UsageError(f"--timeout {timeout}: give a number of seconds above 0")
+    followed = check_links(root, select_files(root, include, exclude)[0], follow=follow_symlinks)
+    for link, target in followed:
+        say(f"following symlink {link} -> {target} (--follow-symlinks)")
     repo_id, _ = resolve_repo_id(root, repo_id)
     if revision is not None and (not revision.strip() or revision.startswith("refs/")):
         raise UsageError(f"--revision '{revision}': give a branch name such as 'v2' or 'main'")
@@ -543,7 +632,8 @@ def _push(
     checks: list[Check] = []
     if gate is not None:
         say("checking the checkpoint")
-        checks = _run_gate(gate, root)
+        with following() if follow_symlinks else nullcontext():
+            checks = _run_gate(gate, root)
         failed = [c for c in checks if not c.ok]
         if failed and not force:
             raise InvalidCheckpointError(
@@ -582,7 +672,8 @@ def _push(
         card = card_for(local_readme) if with_card else None
         if card is not None:
             files.append(PushFile("README.md", len(card.encode()), "generated"))
-        return PushResult(repo_id, ep, revision, create_pr, True, files, skipped, card, checks, forced)
+        return PushResult(repo_id, ep, revision, create_pr, True, files, skipped, card, checks, forced,
+                          followed_symlinks=followed)
 
     secret = _resolve_token(token)
     from huggingface_hub import CommitOperationAdd, HfApi
@@ -593,22 +684,23 @@ def _push(
     branch = revision or "main"
     failure: Eagle3ConvError | None = None
     try:
-        with _scrubbed_logs(secret):
+        with _scrubbed_logs(secret), _bounded_requests(timeout):
             say(f"creating {repo_id} on {ep} (if needed)")
-            repo_url = api.create_repo(repo_id, private=private, exist_ok=True)
+            repo_url = _again(lambda: api.create_repo(repo_id, private=private, exist_ok=True), say)
             stage = "revision"
             try:
-                head = api.repo_info(repo_id, revision=branch).sha
+                head = _again(lambda: api.repo_info(repo_id, revision=branch, timeout=timeout).sha, say)
             except RevisionNotFoundError:
                 if create_pr:
                     raise
                 say(f"creating branch {branch}")
-                api.create_branch(repo_id, branch=branch, exist_ok=True)
-                head = api.repo_info(repo_id, revision=branch).sha
+                _again(lambda: api.create_branch(repo_id, branch=branch, exist_ok=True), say)
+                head = _again(lambda: api.repo_info(repo_id, revision=branch, timeout=timeout).sha, say)
             card = None
             if with_card:
                 stage = "card"
-                base = local_readme if local_readme is not None else _remote_readme(api, repo_id, branch)
+                base = (local_readme if local_readme is not None
+                        else _again(lambda: _remote_readme(api, repo_id, branch), say))
                 card = card_for(base)
                 files.append(PushFile("README.md", len(card.encode()), "generated"))
             ops = [CommitOperationAdd(path_in_repo=n, path_or_fileobj=str(root / n)) for n in local_files]
@@ -625,7 +717,8 @@ def _push(
     except Eagle3ConvError:
         raise
     except Exception as exc:  # noqa: BLE001 - every client failure becomes a PushError
-        failure = _to_push_error(exc, stage=stage, repo_id=repo_id, revision=revision, endpoint=ep, token=secret)
+        failure = _to_push_error(exc, stage=stage, repo_id=repo_id, revision=revision, endpoint=ep, token=secret,
+                                 timeout=timeout)
     if failure is not None:
         # raised outside the handler: the client's exception (whose text may hold what a
         # server echoed back) is neither the cause nor the context of what the user sees
@@ -634,7 +727,7 @@ def _push(
     unchanged = info.oid == head and not info.pr_url
     result = PushResult(repo_id, ep, revision, create_pr, False, files, skipped, card, checks, forced,
                         unchanged=unchanged, commit=info.oid, commit_url=info.commit_url, pr_url=info.pr_url,
-                        pr_revision=info.pr_revision, repo_url=str(repo_url))
+                        pr_revision=info.pr_revision, repo_url=str(repo_url), followed_symlinks=followed)
     say("unchanged: the repo already holds these files; no commit was made" if unchanged
         else f"committed {info.oid[:12]}" + (f", pull request {info.pr_url}" if info.pr_url else ""))
     from eagle3conv import __version__
