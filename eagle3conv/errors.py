@@ -87,3 +87,8 @@ class VerifyFailedError(Eagle3ConvError):
 
 class PushError(Eagle3ConvError):
     """Publishing to the Hub failed; nothing half-made was left on the server."""
+
+
+class FileSystemError(Eagle3ConvError):
+    """The file system refused a read or a write (no space, read-only, permissions, a file where a folder
+    was expected); the message names the path and the reason."""

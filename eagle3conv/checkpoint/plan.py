@@ -7,13 +7,13 @@ bytes except the small vocab maps (`d2t`, `t2d`). ``inspect`` and
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from eagle3conv.checkpoint import dtypes
+from eagle3conv.checkpoint.config_check import validate_drafter_config
 from eagle3conv.checkpoint.canonical import Architecture, architecture_for, eval_dim, symbols_from_config
 from eagle3conv.checkpoint.formats import DetectContext, FormatMatch, detect, get_format, load_formats
 from eagle3conv.checkpoint.index import CheckpointIndex
@@ -212,6 +212,7 @@ def build_plan(
         fmt.name, None if config_override is not None else fmt.config_from, src_config, fmt.config_required
     )
     notices += cfg_notices
+    validate_drafter_config(drafter_cfg)
 
     # 1. every key's fate
     decisions: list[Decision] = []
@@ -410,12 +411,6 @@ def load_config_file(path: str | Path) -> dict:
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    try:
-        data = json.loads(p.read_text())
-    except OSError as e:
-        raise CheckpointReadError(f"{p}: cannot read: {e.strerror}") from e
-    except json.JSONDecodeError as e:
-        raise CheckpointReadError(f"{p}: not valid JSON ({e})") from e
-    if not isinstance(data, dict):
-        raise CheckpointReadError(f"{p}: expected a JSON object")
-    return data
+    from eagle3conv._jsonfile import read_json_file
+
+    return read_json_file(p, "config.json")
