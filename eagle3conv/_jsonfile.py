@@ -38,11 +38,14 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON value")
 
 
-def loads_strict(raw: bytes | str, path: Path, *, error: type = CheckpointReadError):
-    """``json.loads`` that refuses NaN/Infinity and survives hostile nesting."""
+def loads_strict(raw: bytes | str, path: Path, *, error: type = CheckpointReadError, allow_nonfinite: bool = False):
+    """``json.loads`` that refuses NaN/Infinity (unless ``allow_nonfinite``: a config
+    validator then names the field) and survives hostile nesting."""
     try:
         if isinstance(raw, bytes):
             raw = raw.decode("utf-8")
+        if allow_nonfinite:
+            return json.loads(raw)
         return json.loads(raw, parse_constant=_no_constant)
     except UnicodeDecodeError:
         raise error(f"{path}: not UTF-8 text") from None
@@ -54,10 +57,11 @@ def loads_strict(raw: bytes | str, path: Path, *, error: type = CheckpointReadEr
         raise error(f"{path}: not valid JSON (nested too deeply to parse)") from None
 
 
-def read_json_file(path: str | os.PathLike, what: str = "JSON file", *, max_bytes: int = MAX_JSON_BYTES,
-                   error: type = CheckpointReadError, want_object: bool = True):
+def read_json_file(path: str | os.PathLike, what: str = "JSON file", *, max_bytes: int | None = None,
+                   error: type = CheckpointReadError, want_object: bool = True, allow_nonfinite: bool = False):
     """Read and parse one JSON file: regular file only, at most ``max_bytes``, read once."""
     p = Path(path)
+    max_bytes = MAX_JSON_BYTES if max_bytes is None else max_bytes
     size = regular_file_size(p, what, error=error)
     if size > max_bytes:
         raise error(f"{p}: {size} bytes; a {what} is at most {max_bytes} bytes")
@@ -77,7 +81,7 @@ def read_json_file(path: str | os.PathLike, what: str = "JSON file", *, max_byte
         os.close(fd)
     if len(raw) > max_bytes:
         raise error(f"{p}: more than {max_bytes} bytes; a {what} is not that large")
-    data = loads_strict(raw, p, error=error)
+    data = loads_strict(raw, p, error=error, allow_nonfinite=allow_nonfinite)
     if want_object and not isinstance(data, dict):
         raise error(f"{p}: expected a JSON object, got {type(data).__name__}")
     return data

@@ -27,7 +27,7 @@ def _emit(as_json: bool, data: dict, text: str) -> None:
         click.echo(text)
 
 
-def _os_error_message(e: OSError) -> tuple[str, str | None]:
+def _os_error_message(e: OSError, target: str | None = None) -> tuple[str, str | None]:
     """An OSError from the file system, as the user needs it: the path and what the errno means."""
     import errno as _errno
 
@@ -43,7 +43,27 @@ def _os_error_message(e: OSError) -> tuple[str, str | None]:
         _errno.EPERM: "check the permissions of that path (or write elsewhere with --out)",
         _errno.ENOTDIR: "a part of that path is a file, not a folder; check the path",
     }
+    if e.errno in (_errno.EEXIST, _errno.ENOTDIR) and e.filename is not None:
+        # a regular file where a folder must be (--out under a file)
+        parts = [os.fspath(target or e.filename)]
+        while os.path.dirname(parts[-1]) not in ("", parts[-1]):
+            parts.append(os.path.dirname(parts[-1]))
+        blocker = next((p for p in reversed(parts) if os.path.lexists(p) and not os.path.isdir(p)), None)
+        if blocker is not None:
+            return f"{blocker} is a file, not a folder, so {parts[0]} cannot be created", \
+                "choose a path whose parent folders are folders"
     return f"{where}: {what}" if where else what, hints.get(e.errno)
+
+
+def _target_of(argv: list[str]) -> str | None:
+    """The path a command writes or reads: its --out, else its first argument (for messages only)."""
+    for i, a in enumerate(argv):
+        if a == "--out" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--out="):
+            return a[len("--out="):]
+    rest = [a for a in argv[1:] if not a.startswith("-")]
+    return rest[0] if rest else None
 
 
 class _Group(click.Group):
@@ -68,7 +88,9 @@ class _Group(click.Group):
         except OSError as e:  # the file system said no (ENOSPC, EROFS, EACCES, ENOTDIR...): say where and why
             from eagle3conv.errors import FileSystemError
 
-            message, hint = _os_error_message(e)
+            message, hint = _os_error_message(e, _target_of(argv))
+            if e.filename is None and _target_of(argv):
+                message = f"{_target_of(argv)}: {message}"
             err = FileSystemError(f"cannot complete: {message}; the input files were left as they were", hint=hint)
             _report(ctx, err)
         except RecursionError:

@@ -16,7 +16,8 @@ from typing import Any, Mapping
 from eagle3conv.errors import InvalidCheckpointError
 
 # kind: "pos_int" (integer >= 1), "pos_num" (finite number > 0), "bool", "str", "dict", "str_list",
-# "int_list"; required: the drafter cannot be built without it; nullable: null means absent.
+# "int_list"; required: the drafter cannot be built without it. null counts as absent (the third column
+# records which fields HF configs write as null).
 FIELDS: dict[str, tuple[str, bool, bool]] = {
     "hidden_size": ("pos_int", True, False),
     "num_attention_heads": ("pos_int", True, False),
@@ -93,13 +94,28 @@ def _show(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _nonfinite(config: Mapping[str, Any], where: str) -> list[str]:
+    """NaN / Infinity anywhere in the config: no engine's JSON parser reads them back."""
+    out, stack = [], [("", config)]
+    while stack:
+        prefix, node = stack.pop()
+        items = node.items() if isinstance(node, Mapping) else enumerate(node) if isinstance(node, list) else ()
+        for k, v in items:
+            name = f"{prefix}.{k}" if isinstance(k, str) and prefix else f"{prefix}[{k}]" if not isinstance(k, str) else k
+            if isinstance(v, float) and not math.isfinite(v):
+                out.append(f"{where}: {name} is {v!r}; expected a finite number (NaN and Infinity are not JSON)")
+            elif isinstance(v, (Mapping, list)):
+                stack.append((name, v))
+    return sorted(set(out))
+
+
 def check_drafter_config(config: Mapping[str, Any], where: str = "config.json") -> list[str]:
     """Every violation in ``config``, each naming the field, its value and what is expected."""
     if not isinstance(config, Mapping):
         return [f"{where}: expected a JSON object, got {type(config).__name__}"]
     problems: list[str] = []
-    for name, (kind, required, nullable) in FIELDS.items():
-        if name not in config or (nullable and config[name] is None):
+    for name, (kind, required, _nullable) in FIELDS.items():
+        if name not in config or config[name] is None:
             if required:
                 problems.append(f"{where}: {name} is missing; expected {EXPECTED[kind]}")
             continue
@@ -118,6 +134,8 @@ def check_drafter_config(config: Mapping[str, Any], where: str = "config.json") 
         if ids is not None and not _ok("int_list", ids):
             problems.append(f"{where}: eagle_config.eagle_aux_hidden_state_layer_ids is {_show(ids)}; "
                             f"expected {EXPECTED['int_list']}")
+    named = {p.split(" is ", 1)[0] for p in problems}
+    problems += [p for p in _nonfinite(config, where) if p.split(" is ", 1)[0] not in named]
     if problems:
         return problems
     # relations between valid fields

@@ -518,7 +518,12 @@ def open_checkpoint(path: str | os.PathLike) -> CheckpointIndex:
             raise CheckpointReadError(f"{files[0]}: a training state with no draft_state_dict")
 
     config_path = root / "config.json"
-    config = _read_json(config_path) if config_path.is_file() else None
+    if config_path.is_file():
+        from eagle3conv._jsonfile import read_json_file
+
+        config = read_json_file(config_path, "config.json", allow_nonfinite=True)  # NaN: named by the validator
+    else:
+        config = None
     if config is None:
         config_path = None
 

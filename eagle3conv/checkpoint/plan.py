@@ -14,7 +14,8 @@ import numpy as np
 
 from eagle3conv.checkpoint import dtypes
 from eagle3conv.checkpoint.config_check import validate_drafter_config
-from eagle3conv.checkpoint.canonical import Architecture, architecture_for, eval_dim, symbols_from_config
+from eagle3conv.checkpoint.canonical import (Architecture, architecture_for, drafter_uses_own_embedding, eval_dim,
+                                             symbols_from_config)
 from eagle3conv.checkpoint.formats import DetectContext, FormatMatch, detect, get_format, load_formats
 from eagle3conv.checkpoint.index import CheckpointIndex
 from eagle3conv.checkpoint.vocab import check_vocab
@@ -303,7 +304,16 @@ def build_plan(
                 errors.append(f"{new}: both a fused and an unfused source provide it")
             wanted[new] = Output(new, src.dtype, src.shape, d.source, src.dtype)
 
-    if EMBED in wanted and not keep_embed:
+    own_embed = drafter_uses_own_embedding(sym["H"], sym["T"])
+    if own_embed and EMBED not in wanted:
+        errors.append(
+            f"{EMBED}: required but missing: target_hidden_size {sym['T']} differs from hidden_size {sym['H']}, "
+            "so SGLang embeds tokens with the drafter's own embed_tokens instead of the target's, and this "
+            "checkpoint has none")
+    elif own_embed and not keep_embed:
+        notices.append(f"{EMBED} kept: target_hidden_size {sym['T']} differs from hidden_size {sym['H']}, so "
+                       "SGLang embeds tokens with the drafter's own table, not the target's")
+    if EMBED in wanted and not keep_embed and not own_embed:
         src = wanted.pop(EMBED).source
         final_decisions = [
             Decision(d.source, "dropped", (), "embed_tokens dropped: SGLang replaces it with the target's, and vLLM would use a stale copy; --keep-embed keeps it")
@@ -413,4 +423,4 @@ def load_config_file(path: str | Path) -> dict:
         p = p / "config.json"
     from eagle3conv._jsonfile import read_json_file
 
-    return read_json_file(p, "config.json")
+    return read_json_file(p, "config.json", allow_nonfinite=True)  # NaN: named by the config validator

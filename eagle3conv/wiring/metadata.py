@@ -626,7 +626,7 @@ def write_metadata_file(path: str | os.PathLike, record: TrainingRecord) -> Path
     p = Path(path)
     if p.is_dir():
         p = p / METADATA_FILE
-    text = json.dumps(metadata_dict(record), indent=2) + "\n"
+    text = json.dumps(metadata_dict(record), indent=2, allow_nan=False) + "\n"
     try:
         atomic_write_text(p, text)
     except OSError as e:
