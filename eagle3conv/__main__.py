@@ -1,3 +1,3 @@
-from eagle3conv.cli import main
+from eagle3conv._entry import run
 
-main()
+run()

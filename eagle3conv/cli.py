@@ -27,6 +27,45 @@ def _emit(as_json: bool, data: dict, text: str) -> None:
         click.echo(text)
 
 
+def _os_error_message(e: OSError, target: str | None = None) -> tuple[str, str | None]:
+    """An OSError from the file system, as the user needs it: the path and what the errno means."""
+    import errno as _errno
+
+    what = (e.strerror or os.strerror(e.errno)) if e.errno else str(e)
+    where = e.filename if e.filename is not None else None
+    if e.filename2 is not None:
+        where = f"{e.filename} -> {e.filename2}"
+    hints = {
+        _errno.ENOSPC: "free space on that file system (or write elsewhere with --out) and run the command again",
+        _errno.EDQUOT: "free space within your quota (or write elsewhere with --out) and run the command again",
+        _errno.EROFS: "the file system is read-only; write elsewhere with --out",
+        _errno.EACCES: "check the permissions of that path (or write elsewhere with --out)",
+        _errno.EPERM: "check the permissions of that path (or write elsewhere with --out)",
+        _errno.ENOTDIR: "a part of that path is a file, not a folder; check the path",
+    }
+    if e.errno in (_errno.EEXIST, _errno.ENOTDIR) and e.filename is not None:
+        # a regular file where a folder must be (--out under a file)
+        parts = [os.fspath(target or e.filename)]
+        while os.path.dirname(parts[-1]) not in ("", parts[-1]):
+            parts.append(os.path.dirname(parts[-1]))
+        blocker = next((p for p in reversed(parts) if os.path.lexists(p) and not os.path.isdir(p)), None)
+        if blocker is not None:
+            return f"{blocker} is a file, not a folder, so {parts[0]} cannot be created", \
+                "choose a path whose parent folders are folders"
+    return f"{where}: {what}" if where else what, hints.get(e.errno)
+
+
+def _target_of(argv: list[str]) -> str | None:
+    """The path a command writes or reads: its --out, else its first argument (for messages only)."""
+    for i, a in enumerate(argv):
+        if a == "--out" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--out="):
+            return a[len("--out="):]
+    rest = [a for a in argv[1:] if not a.startswith("-")]
+    return rest[0] if rest else None
+
+
 class _Group(click.Group):
     """One catch for the whole tool: our errors become a message and an exit code."""
 
@@ -35,42 +74,93 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except Eagle3ConvError as e:
-            debug = ctx.meta.get("eagle3conv.debug", False)
-            as_json = ctx.meta.get("eagle3conv.json", False)
-            if debug:
-                traceback.print_exc()
-            if as_json:
-                click.echo(json.dumps(e.to_dict(), indent=2))
-            click.echo(f"error: {e.message}", err=True)
-            for line in e.details[:50]:
-                click.echo(f"  - {line}", err=True)
-            if len(e.details) > 50:
-                click.echo(f"  … {len(e.details) - 50} more (use --json for all)", err=True)
-            if e.hint:
-                click.echo(f"hint: {e.hint}", err=True)
-            ctx.exit(e.exit_code)
+            _report(ctx, e)
         except KeyboardInterrupt:
-            from eagle3conv.checkpoint.writer import committed
-
-            if committed:
-                click.echo(f"interrupted after fix-keys committed: {committed[-1]} holds the new checkpoint "
-                           "(it was proven before the commit)", err=True)
-            else:
-                click.echo("interrupted; your files are as they were (an in-place write finishes or rolls back on the next run)", err=True)
-            ctx.exit(130)
+            interrupted(ctx.meta.get("eagle3conv.json", False) or "--json" in argv)
         except click.UsageError as e:
             # bad flags: with --json, still exactly one JSON document on stdout
-            if "--json" in argv:
+            if "--json" in argv or ctx.meta.get("eagle3conv.json", False):
                 click.echo(json.dumps({"error": "UsageError", "message": e.format_message(), "hint": None,
                                        "details": [], "exit_code": e.exit_code}, indent=2))
             raise
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
+        except OSError as e:  # the file system said no (ENOSPC, EROFS, EACCES, ENOTDIR...): say where and why
+            from eagle3conv.errors import FileSystemError
+
+            message, hint = _os_error_message(e, _target_of(argv))
+            if e.filename is None and _target_of(argv):
+                message = f"{_target_of(argv)}: {message}"
+            err = FileSystemError(f"cannot complete: {message}; the input files were left as they were", hint=hint)
+            _report(ctx, err)
+        except RecursionError:
+            from eagle3conv.errors import Eagle3ConvError as _E
+
+            _report(ctx, _E("an input is nested too deeply to read (a hostile or corrupt file)",
+                            hint="check the files named on the command line"))
+        except MemoryError:
+            from eagle3conv.errors import Eagle3ConvError as _E
+
+            _report(ctx, _E("ran out of memory", hint="close other programs or run on a machine with more memory"))
         except Exception as e:  # noqa: BLE001 - an eagle3conv bug: say so, show the trace with --debug
+            from eagle3conv.errors import Eagle3ConvError as _E
+
             if ctx.meta.get("eagle3conv.debug", False):
                 traceback.print_exc()
-            click.echo(f"error: internal error ({type(e).__name__}: {e}); rerun with --debug and report it", err=True)
+            err = _E(f"internal error ({type(e).__name__}: {e}); rerun with --debug and report it")
+            if ctx.meta.get("eagle3conv.json", False):
+                click.echo(json.dumps(err.to_dict(), indent=2, default=str))
+            click.echo(f"error: {err.message}", err=True)
             ctx.exit(EXIT_ERROR)
+
+
+def _report(ctx: click.Context, e: Eagle3ConvError) -> None:
+    debug = ctx.meta.get("eagle3conv.debug", False)
+    as_json = ctx.meta.get("eagle3conv.json", False)
+    if debug:
+        traceback.print_exc()
+    if as_json:
+        click.echo(json.dumps(e.to_dict(), indent=2, default=str))
+    click.echo(f"error: {e.message}", err=True)
+    for line in e.details[:50]:
+        click.echo(f"  - {line}", err=True)
+    if len(e.details) > 50:
+        click.echo(f"  … {len(e.details) - 50} more (use --json for all)", err=True)
+    if e.hint:
+        click.echo(f"hint: {e.hint}", err=True)
+    ctx.exit(e.exit_code)
+
+
+INTERRUPTED = "interrupted; your files are as they were (an in-place write finishes or rolls back on the next run)"
+
+
+def interrupted_message() -> str:
+    """What Ctrl-C tells the user: the truth about an in-place write committed before it came."""
+    writer = sys.modules.get("eagle3conv.checkpoint.writer")  # loaded only by commands that write
+    committed = getattr(writer, "committed", None) if writer is not None else None
+    if committed:
+        return (f"interrupted after fix-keys committed: {committed[-1]} holds the new checkpoint "
+                "(it was proven before the commit)")
+    return INTERRUPTED
+
+
+def interrupted(as_json: bool) -> None:
+    """Ctrl-C: one line on stderr (one JSON document with --json), exit 130."""
+    message = interrupted_message()
+    if as_json:
+        sys.stdout.write(json.dumps({"error": "Interrupted", "message": message, "hint": None, "details": [],
+                                     "exit_code": 130}, indent=2) + "\n")
+        sys.stdout.flush()
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    raise SystemExit(130)
+
+
+def _global_flag(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    """--json / --debug given before the command: remembered for the command."""
+    if value:
+        ctx.meta["eagle3conv.json" if param.name == "json_" else "eagle3conv.debug"] = True
+    return value
 
 
 def _common(f):
@@ -104,14 +194,20 @@ def _wiring_opts(target, trained_on, captured_at, metadata, sglang_version, rewi
                          dumps=dumps, sglang_version=sglang_version, rewire=rewire)
 
 
-def _setup(json_: bool, debug: bool) -> None:
+def _setup(json_: bool, debug: bool) -> tuple[bool, bool]:
+    """Record --json / --debug (given after the command or before it); returns them, merged."""
     ctx = click.get_current_context()
-    ctx.meta["eagle3conv.json"] = json_
-    ctx.meta["eagle3conv.debug"] = debug
+    json_ = ctx.meta["eagle3conv.json"] = bool(json_ or ctx.meta.get("eagle3conv.json", False))
+    debug = ctx.meta["eagle3conv.debug"] = bool(debug or ctx.meta.get("eagle3conv.debug", False))
+    return json_, debug
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="eagle3conv")
+@click.option("--json", "json_", is_flag=True, expose_value=False, is_eager=True, callback=_global_flag,
+              help="Print one JSON document on stdout (also accepted after the command).")
+@click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=_global_flag,
+              help="Show tracebacks (also accepted after the command).")
 def main() -> None:
     """Make EAGLE-3 drafters load, wire and serve correctly in SGLang, vLLM and TensorRT-LLM.
 
@@ -140,7 +236,7 @@ def inspect_cmd(checkpoint, source_format, config, keep_embed, target, trained_o
     Example:
       eagle3conv inspect ./epoch_9_step_30000
     """
-    _setup(json_, debug)
+    json_, debug = _setup(json_, debug)
     from eagle3conv.api import inspect
     from eagle3conv.report import inspect_text
 
@@ -188,7 +284,7 @@ def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_
     Example:
       eagle3conv fix-keys ./kimi-drafter --out ./kimi-drafter-sglang
     """
-    _setup(json_, debug)
+    json_, debug = _setup(json_, debug)
     from eagle3conv.api import fix_keys
     from eagle3conv.report import fix_text
 
@@ -223,7 +319,7 @@ def formats_cmd(json_, debug):
     Example:
       eagle3conv formats --json
     """
-    _setup(json_, debug)
+    json_, debug = _setup(json_, debug)
     from eagle3conv.checkpoint.formats import load_formats
 
     formats, common = load_formats()
@@ -255,7 +351,7 @@ def example_cmd(dest, fmt, json_, debug):
     Example:
       eagle3conv example ./example-drafter && eagle3conv fix-keys ./example-drafter
     """
-    _setup(json_, debug)
+    json_, debug = _setup(json_, debug)
     from eagle3conv.example import write_example
 
     path = write_example(dest, fmt)
@@ -285,7 +381,7 @@ def config_cmd(checkpoint, target, trained_on, captured_at, metadata, sglang_ver
       eagle3conv config ./kimi-drafter --target kimi-k2.5 --trained-on 3,31,59 --captured-at input
       eagle3conv config ./kimi-drafter --target kimi-k2.5 --check
     """
-    _setup(json_, debug)
+    json_, debug = _setup(json_, debug)
     from eagle3conv.api import configure
     from eagle3conv.report import config_text
 
@@ -309,7 +405,7 @@ def targets_cmd(name, json_, debug):
       eagle3conv targets
       eagle3conv targets kimi-k2.5 --json
     """
-    _setup(json_, debug)
+    json_, debug = _setup(json_, debug)
     from eagle3conv.report import targets_text
     from eagle3conv.wiring.apply import resolve_target
     from eagle3conv.wiring.targets import list_targets
@@ -384,7 +480,7 @@ def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, 
     Example:
       eagle3conv push ckpt-sglang/ --repo-id me/kimi-k25-eagle3 --create-pr
     """
-    _setup(json_, debug)
+    json_, debug = _setup(json_, debug)
     from pathlib import Path
 
     from eagle3conv.hub.push import push
@@ -464,7 +560,7 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
     Example:
       eagle3conv verify ./drafter --states states.safetensors --search-wiring
     """
-    _setup(json_, debug)
+    json_, debug = _setup(json_, debug)
     from eagle3conv.report import verify_text
     from eagle3conv.verify import smoke, verify
     from eagle3conv.wiring.layers import parse_ids
@@ -536,7 +632,7 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
     Example:
       eagle3conv capture --target smollm2-135m --prompts prompts.jsonl --generate 64 --out states.safetensors
     """
-    _setup(json_, debug)
+    json_, debug = _setup(json_, debug)
     from tqdm import tqdm
 
     from eagle3conv.states.capture import capture_states, read_prompts

@@ -95,3 +95,8 @@ class FolderBusyError(Eagle3ConvError):
 
 class JournalError(InvalidCheckpointError):
     """An interrupted-write journal eagle3conv cannot trust or act on; nothing was touched."""
+
+
+class FileSystemError(Eagle3ConvError):
+    """The file system refused a read or a write (no space, read-only, permissions, a file where a folder
+    was expected); the message names the path and the reason."""

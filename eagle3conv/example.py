@@ -127,8 +127,12 @@ def write_example(dest: str | Path, fmt: str = "modelopt-export", dims: Dims | N
     if dest.exists() and any(dest.iterdir()):
         raise UsageError(f"{dest}: already exists and is not empty", hint="choose another folder")
     dest.mkdir(parents=True, exist_ok=True)
+    from eagle3conv.checkpoint.canonical import drafter_uses_own_embedding
+
     t = canonical_tensors(d)
-    embed = t.pop("embed_tokens.weight")
+    # SGLang embeds with the drafter's own table when the target is wider: keep it then
+    own_embed = drafter_uses_own_embedding(d.hidden, d.target_hidden)
+    embed = t["embed_tokens.weight"] if own_embed else t.pop("embed_tokens.weight")
     cfg = llama_config(d)
 
     def write_cfg(c):

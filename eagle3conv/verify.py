@@ -310,10 +310,12 @@ def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings
 
     from eagle3conv.errors import InvalidCheckpointError
 
+    from eagle3conv.checkpoint.canonical import drafter_uses_own_embedding
+
     c = DrafterConfig.from_config(config)
-    own = c.target_hidden_size != c.hidden_size
+    own = drafter_uses_own_embedding(c.hidden_size, c.target_hidden_size)
     if own and "embed_tokens.weight" not in tensors:
-        raise UsageError("the drafter's hidden size differs from the target's, so SGLang embeds tokens with the "
+        raise InvalidCheckpointError("the drafter's hidden size differs from the target's, so SGLang embeds tokens with the "
                          "drafter's own embed_tokens, which this checkpoint lacks",
                          hint="convert it keeping the embedding: eagle3conv fix-keys SRC --keep-embed --out DIR")
     canonical = {"fc.weight", "lm_head.weight", "norm.weight"}

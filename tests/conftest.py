@@ -152,6 +152,7 @@ def assert_sglang_checkpoint(path, dims: Dims = PICO, *, keep_embed: bool = Fals
     """
     path = Path(path)
     tensors, st_dtypes = load_sglang_tensors(path)
+    keep_embed = keep_embed or dims.target_hidden != dims.hidden  # SGLang then embeds with the drafter's own
     want = set(SGLANG_KEYS) | ({"embed_tokens.weight"} if keep_embed else set())
     if dims.draft_vocab == dims.vocab and "t2d" not in tensors:
         want.discard("t2d")  # optional for a full-vocab head: engines ignore it, nothing to rebuild

@@ -22,6 +22,7 @@ from eagle3conv.api import fix_keys
 from eagle3conv.checkpoint.index import open_checkpoint
 from eagle3conv.checkpoint.plan import build_plan, load_config_file
 from eagle3conv.errors import CheckpointReadError, InvalidCheckpointError, UsageError
+from eagle3conv.example import canonical_tensors
 
 def edit_st(ckpt: Path, fn, name="model.safetensors") -> None:
     t = load_st(ckpt / name)
@@ -368,13 +369,16 @@ def test_target_hidden_size_written_when_t_differs(make_ckpt, tmp_path):
     d = {"target_hidden": 64}
     ck = make_ckpt("sglang", **d)
     edit_cfg(ck, lambda c: c.pop("target_hidden_size") and None)
+    # T != H: SGLang embeds with the drafter's own table, so the drafter must carry one
+    embed = canonical_tensors(dataclasses.replace(PICO, **d))["embed_tokens.weight"]
+    edit_st(ck, lambda t: t | {"embed_tokens.weight": embed})
     plan = plan_of(ck)
     assert plan.ok, plan.errors
     assert _edits(plan) == {"target_hidden_size": (None, 64)}
     assert (plan.symbols["k"], plan.symbols["T"]) == (3, 64)
     out = tmp_path / "out"
     fix_keys(ck, out=out)
-    assert_sglang_checkpoint(out, dataclasses.replace(PICO, **d))
+    assert_sglang_checkpoint(out, dataclasses.replace(PICO, **d), keep_embed=True)
 
 
 def test_target_hidden_size_kept_when_present(make_ckpt):

@@ -149,3 +149,18 @@ def symbols_from_config(config: dict, arch: Architecture) -> dict:
             NV=(qn + vh) if qn is not None and vh is not None else None,
         )
     return sym
+
+
+def drafter_uses_own_embedding(hidden_size: int | None, target_hidden_size: int | None) -> bool:
+    """Which embedding table SGLang embeds the drafter's tokens with: the target's (False) or the
+    drafter's own ``embed_tokens`` (True). SGLang shares the target's table with the drafter
+    unless ``target_hidden_size`` differs from the drafter's ``hidden_size``: a table of the
+    target's width cannot feed the drafter's layer. fix-keys, verify and push's gate all ask here."""
+    return target_hidden_size is not None and hidden_size is not None and target_hidden_size != hidden_size
+
+
+def embedding_source(config: dict) -> str:
+    """``"drafter"`` or ``"target"``: :func:`drafter_uses_own_embedding` for a config."""
+    h = config.get("hidden_size")
+    t = config.get("target_hidden_size") or h
+    return "drafter" if drafter_uses_own_embedding(h, t) else "target"

@@ -19,7 +19,7 @@ What is accepted (see README "Reading checkpoints"):
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import os
 import re
 import struct
@@ -128,10 +128,19 @@ class CheckpointIndex:
 
 # --- headers -------------------------------------------------------------------
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def read_safetensors_header(path: Path) -> tuple[dict[str, TensorInfo], dict]:
-    """Parse and validate one safetensors header. Reads len(header)+8 bytes."""
+    """Parse and validate one safetensors header. Reads len(header)+8 bytes.
+
+    Nothing read from a file that fails validation is echoed back (a link to a
+    secret file must not leak its first bytes through an error message)."""
+    from eagle3conv._jsonfile import loads_strict, regular_file_size
+
+    size = regular_file_size(path, "safetensors file")
     try:
-        size = path.stat().st_size
         with open(path, "rb") as f:
             head = f.read(8)
             if len(head) < 8:
@@ -139,38 +148,55 @@ def read_safetensors_header(path: Path) -> tuple[dict[str, TensorInfo], dict]:
             (n,) = struct.unpack("<Q", head)
             if n > MAX_HEADER or n + 8 > size:
                 raise CheckpointReadError(
-                    f"{path}: not a safetensors file or truncated (header length {n}, file {size} bytes)"
+                    f"{path}: not a safetensors file, or truncated: its first 8 bytes are not a header "
+                    f"length that fits the file ({size} bytes)",
+                    hint="if it was cut off during download or copy, fetch it again",
                 )
             raw = f.read(n)
     except OSError as e:
         raise CheckpointReadError(f"{path}: cannot read: {e.strerror}") from e
     try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointReadError(f"{path}: safetensors header is not valid JSON ({e})") from e
+        header = loads_strict(raw, path)
+    except CheckpointReadError:
+        raise CheckpointReadError(f"{path}: not a safetensors file: its header is not valid JSON") from None
     if not isinstance(header, dict):
         raise CheckpointReadError(f"{path}: safetensors header is not a JSON object")
-    metadata = header.pop("__metadata__", None) or {}
+    metadata = header.pop("__metadata__", None)
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise CheckpointReadError(
+            f"{path}: safetensors __metadata__ must be an object of strings, got a {type(metadata).__name__}"
+            + ("" if not isinstance(metadata, dict) else " with non-string values"))
     base = 8 + n
     tensors: dict[str, TensorInfo] = {}
     spans = []
     for name, entry in header.items():
-        try:
-            dtype = entry["dtype"]
-            shape = tuple(int(d) for d in entry["shape"])
-            s, e = (int(x) for x in entry["data_offsets"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointReadError(f"{path}: malformed header entry for {name!r}") from exc
-        if dtype not in dtypes.DTYPES:
-            raise CheckpointReadError(f"{path}: tensor {name!r} has unknown dtype {dtype!r}")
-        if any(d < 0 for d in shape):
-            raise CheckpointReadError(f"{path}: tensor {name!r} has a negative dimension {shape}")
-        info = TensorInfo(name, dtype, shape, path, base + s, base + e)
-        if e < s or e - s != info.nbytes:
+        if not isinstance(entry, dict):
+            raise CheckpointReadError(f"{path}: malformed header entry for {name!r}: not an object")
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if not isinstance(dtype, str) or dtype not in dtypes.DTYPES:
+            shown = repr(dtype) if isinstance(dtype, str) and len(dtype) <= 20 else f"a {type(dtype).__name__}"
             raise CheckpointReadError(
-                f"{path}: tensor {name!r} spans {e - s} bytes but {dtype}{list(shape)} needs {info.nbytes}"
+                f"{path}: tensor {name!r} has unknown dtype {shown} (expected one of {', '.join(dtypes.DTYPES)})")
+        if isinstance(shape, list) and any(_is_int(d) and d < 0 for d in shape):
+            raise CheckpointReadError(f"{path}: tensor {name!r} has a negative dimension")
+        if not isinstance(shape, list) or not all(_is_int(d) and d < 2**63 for d in shape):
+            raise CheckpointReadError(
+                f"{path}: malformed header entry for {name!r}: shape must be a list of integers from 0 to 2^63-1")
+        if (not isinstance(offsets, list) or len(offsets) != 2
+                or not all(_is_int(x) and 0 <= x <= size for x in offsets)):
+            raise CheckpointReadError(
+                f"{path}: malformed header entry for {name!r}: data_offsets must be two integers within the "
+                f"file ({size} bytes)")
+        s, e = offsets
+        shape = tuple(shape)
+        need = math.prod(shape) * dtypes.itemsize(dtype)  # Python ints: no overflow
+        if e < s or e - s != need:
+            raise CheckpointReadError(
+                f"{path}: tensor {name!r} spans {e - s} bytes but {dtype}{list(shape)} needs {need}"
             )
-        tensors[name] = info
+        tensors[name] = TensorInfo(name, dtype, shape, path, base + s, base + e)
         spans.append((s, e, name))
     spans.sort()
     pos = 0
@@ -188,6 +214,49 @@ def read_safetensors_header(path: Path) -> tuple[dict[str, TensorInfo], dict]:
 
 # --- pickles -------------------------------------------------------------------
 
+MAX_PICKLE_RECORD = 16 * 1024 * 1024  # data.pkl of a zip checkpoint: tensor metadata only, never this large
+MAX_LEGACY_PICKLE = 1024 * 1024 * 1024  # a pre-zip torch.save is read whole into memory
+
+
+def check_pickle_bounds(path: Path) -> None:
+    """Refuse, before ``torch.load``, a pickle whose loading could take memory out of
+    proportion to the file: non-regular files, zip records that are compressed
+    (torch writes them stored) or claim more bytes than the file holds, an outsized
+    pickle record, and old-style (non-zip) pickles larger than ``MAX_LEGACY_PICKLE``."""
+    import zipfile
+
+    from eagle3conv._jsonfile import regular_file_size
+
+    size = regular_file_size(path, "checkpoint file")
+    resave = ("if you trust this file, re-save its state dict as safetensors where it was made "
+              "(safetensors.torch.save_file), then run eagle3conv on that")
+    if not zipfile.is_zipfile(path):
+        if size > MAX_LEGACY_PICKLE:
+            raise CheckpointReadError(
+                f"{path}: an old-style (non-zip) torch pickle of {size} bytes; it would be read whole into "
+                f"memory, and eagle3conv reads these only up to {MAX_LEGACY_PICKLE} bytes", hint=resave)
+        return
+    try:
+        with zipfile.ZipFile(path) as z:
+            infos = z.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        raise CheckpointReadError(f"{path}: not a readable torch checkpoint (broken zip: {e})") from None
+    total = 0
+    for info in infos:
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
+            raise CheckpointReadError(
+                f"{path}: zip record {info.filename!r} is compressed; torch.save stores records uncompressed, "
+                "and a compressed one could expand without bound (a zip bomb), so it is not loaded", hint=resave)
+        if info.filename.endswith(".pkl") and info.file_size > MAX_PICKLE_RECORD:
+            raise CheckpointReadError(
+                f"{path}: pickle record {info.filename!r} is {info.file_size} bytes; a state dict's is far "
+                f"smaller (limit {MAX_PICKLE_RECORD}), so it is not loaded", hint=resave)
+        total += info.file_size
+    if total > size:
+        raise CheckpointReadError(
+            f"{path}: its zip records claim {total} bytes but the file has {size}; not loaded", hint=resave)
+
+
 def load_pickle(path: Path) -> Any:
     """torch.load, weights only. A pickle asking for anything else is refused unrun."""
     import pickle
@@ -197,6 +266,7 @@ def load_pickle(path: Path) -> Any:
     # argparse.Namespace is how SpecForge and DeepSpeed store training args;
     # building one runs no code beyond setting attributes.
     safe = [argparse.Namespace]
+    check_pickle_bounds(path)
     try:
         with torch.serialization.safe_globals(safe):
             try:
@@ -296,15 +366,9 @@ def _safe_member(root: Path, name: str, index_file: Path) -> Path:
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise CheckpointReadError(f"{path}: cannot read: {e.strerror}") from e
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointReadError(f"{path}: not valid JSON ({e})") from e
-    if not isinstance(data, dict):
-        raise CheckpointReadError(f"{path}: expected a JSON object")
-    return data
+    from eagle3conv._jsonfile import read_json_file
+
+    return read_json_file(path)
 
 
 WEIGHT_SUFFIXES = (".safetensors",) + PICKLE_SUFFIXES + (".ckpt", ".distcp")
@@ -366,6 +430,10 @@ def open_checkpoint(path: str | os.PathLike) -> CheckpointIndex:
         safe_member(path.parent, path)  # a dangling link: says so
     if not path.exists():
         raise CheckpointReadError(f"{path}: no such file or folder")
+    if not path.is_file() and not path.is_dir():
+        from eagle3conv._jsonfile import regular_file_size
+
+        regular_file_size(path, "checkpoint file or folder")  # names what it is instead
     single: Path | None = None
     if path.is_file():
         if path.name in (SAFETENSORS_INDEX, BIN_INDEX):
@@ -464,7 +532,12 @@ def open_checkpoint(path: str | os.PathLike) -> CheckpointIndex:
     for known in (config_path, root / "training_metadata.json"):
         if present(known):
             safe_member(root, known)
-    config = _read_json(config_path) if config_path.is_file() else None
+    if config_path.is_file():
+        from eagle3conv._jsonfile import read_json_file
+
+        config = read_json_file(config_path, "config.json", allow_nonfinite=True)  # NaN: named by the validator
+    else:
+        config = None
     if config is None:
         config_path = None
 

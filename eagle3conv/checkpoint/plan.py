@@ -7,14 +7,15 @@ bytes except the small vocab maps (`d2t`, `t2d`). ``inspect`` and
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from eagle3conv.checkpoint import dtypes
-from eagle3conv.checkpoint.canonical import Architecture, architecture_for, eval_dim, symbols_from_config
+from eagle3conv.checkpoint.config_check import validate_drafter_config
+from eagle3conv.checkpoint.canonical import (Architecture, architecture_for, drafter_uses_own_embedding, eval_dim,
+                                             symbols_from_config)
 from eagle3conv.checkpoint.formats import DetectContext, FormatMatch, detect, get_format, load_formats
 from eagle3conv.checkpoint.index import CheckpointIndex
 from eagle3conv.checkpoint.vocab import check_vocab
@@ -212,6 +213,7 @@ def build_plan(
         fmt.name, None if config_override is not None else fmt.config_from, src_config, fmt.config_required
     )
     notices += cfg_notices
+    validate_drafter_config(drafter_cfg)
 
     # 1. every key's fate
     decisions: list[Decision] = []
@@ -302,7 +304,16 @@ def build_plan(
                 errors.append(f"{new}: both a fused and an unfused source provide it")
             wanted[new] = Output(new, src.dtype, src.shape, d.source, src.dtype)
 
-    if EMBED in wanted and not keep_embed:
+    own_embed = drafter_uses_own_embedding(sym["H"], sym["T"])
+    if own_embed and EMBED not in wanted:
+        errors.append(
+            f"{EMBED}: required but missing: target_hidden_size {sym['T']} differs from hidden_size {sym['H']}, "
+            "so SGLang embeds tokens with the drafter's own embed_tokens instead of the target's, and this "
+            "checkpoint has none")
+    elif own_embed and not keep_embed:
+        notices.append(f"{EMBED} kept: target_hidden_size {sym['T']} differs from hidden_size {sym['H']}, so "
+                       "SGLang embeds tokens with the drafter's own table, not the target's")
+    if EMBED in wanted and not keep_embed and not own_embed:
         src = wanted.pop(EMBED).source
         final_decisions = [
             Decision(d.source, "dropped", (), "embed_tokens dropped: SGLang replaces it with the target's, and vLLM would use a stale copy; --keep-embed keeps it")
@@ -410,12 +421,6 @@ def load_config_file(path: str | Path) -> dict:
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    try:
-        data = json.loads(p.read_text())
-    except OSError as e:
-        raise CheckpointReadError(f"{p}: cannot read: {e.strerror}") from e
-    except json.JSONDecodeError as e:
-        raise CheckpointReadError(f"{p}: not valid JSON ({e})") from e
-    if not isinstance(data, dict):
-        raise CheckpointReadError(f"{p}: expected a JSON object")
-    return data
+    from eagle3conv._jsonfile import read_json_file
+
+    return read_json_file(p, "config.json", allow_nonfinite=True)  # NaN: named by the config validator

@@ -292,7 +292,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _write_json(path: Path, data: dict, durable: bool = True) -> None:
-    raw = (json.dumps(data, indent=2, sort_keys=False) + "\n").encode()
+    raw = (json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         _pwrite_all(fd, raw, 0)

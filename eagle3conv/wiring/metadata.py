@@ -451,19 +451,9 @@ def from_dump_manifest(folder: str | os.PathLike, *, with_norms: bool = False) -
 
 
 def _read_json_object(path: Path) -> dict:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise CheckpointReadError(f"{path}: cannot read: {e.strerror}") from e
-    except UnicodeDecodeError as e:
-        raise CheckpointReadError(f"{path}: not UTF-8 text ({e})") from e
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise CheckpointReadError(f"{path}: not valid JSON ({e})") from e
-    if not isinstance(obj, dict):
-        raise CheckpointReadError(f"{path}: expected a JSON object, got {type(obj).__name__}")
-    return obj
+    from eagle3conv._jsonfile import read_json_file
+
+    return read_json_file(path)
 
 
 def _opt(obj: dict, key: str, kinds: tuple[type, ...], what: str, path: Path) -> Any:
@@ -636,7 +626,7 @@ def write_metadata_file(path: str | os.PathLike, record: TrainingRecord) -> Path
     p = Path(path)
     if p.is_dir():
         p = p / METADATA_FILE
-    text = json.dumps(metadata_dict(record), indent=2) + "\n"
+    text = json.dumps(metadata_dict(record), indent=2, allow_nan=False) + "\n"
     try:
         atomic_write_text(p, text)
     except OSError as e:

@@ -1,0 +1,165 @@
+"""One validator for the drafter config fields the engines read: types and ranges.
+
+A table, not code per field: each entry names the field, what it must be, and
+whether the engines need it. ``check_drafter_config`` lists every violation
+(field, value, what is expected); ``validate_drafter_config`` raises them as one
+:class:`InvalidCheckpointError` (exit 3). inspect, fix-keys, config, verify and
+push's gate all go through it, so a config no engine can load is never written
+or served.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from eagle3conv.errors import InvalidCheckpointError
+
+# kind: "pos_int" (integer >= 1), "pos_num" (finite number > 0), "bool", "str", "dict", "str_list",
+# "int_list"; required: the drafter cannot be built without it. null counts as absent (the third column
+# records which fields HF configs write as null).
+FIELDS: dict[str, tuple[str, bool, bool]] = {
+    "hidden_size": ("pos_int", True, False),
+    "num_attention_heads": ("pos_int", True, False),
+    "intermediate_size": ("pos_int", True, False),
+    "num_key_value_heads": ("pos_int", False, True),
+    "head_dim": ("pos_int", False, True),
+    "vocab_size": ("pos_int", False, True),
+    "draft_vocab_size": ("pos_int", False, True),
+    "target_hidden_size": ("pos_int", False, True),
+    "num_hidden_layers": ("pos_int", False, True),
+    "max_position_embeddings": ("pos_int", False, True),
+    "rms_norm_eps": ("pos_num", False, True),
+    "rope_theta": ("pos_num", False, True),
+    "rope_scaling": ("dict", False, True),
+    "rope_parameters": ("dict", False, True),
+    # MLA (DeepSeek-style) drafters; q_lora_rank is null in models without a query LoRA
+    "q_lora_rank": ("pos_int", False, True),
+    "kv_lora_rank": ("pos_int", False, True),
+    "qk_nope_head_dim": ("pos_int", False, True),
+    "qk_rope_head_dim": ("pos_int", False, True),
+    "v_head_dim": ("pos_int", False, True),
+    "tie_word_embeddings": ("bool", False, True),
+    "norm_before_residual": ("bool", False, True),
+    "norm_output": ("bool", False, True),
+    "fc_norm": ("bool", False, True),
+    "use_aux_norm": ("bool", False, True),
+    "norm_before_fc": ("bool", False, True),
+    "bias": ("bool", False, True),
+    "attention_bias": ("bool", False, True),
+    "mlp_bias": ("bool", False, True),
+    "hidden_act": ("str", False, True),
+    "model_type": ("str", False, True),
+    "architectures": ("str_list", False, True),
+    "eagle_aux_hidden_state_layer_ids": ("int_list", False, True),
+}
+# numbers inside rope_scaling / rope_parameters that must be finite and positive when present
+ROPE_NUMBERS = ("factor", "rope_theta", "original_max_position_embeddings", "beta_fast", "beta_slow",
+                "low_freq_factor", "high_freq_factor", "mscale", "mscale_all_dim", "attention_factor")
+EXPECTED = {
+    "pos_int": "an integer >= 1",
+    "pos_num": "a finite number > 0",
+    "bool": "true or false",
+    "str": "a string",
+    "dict": "an object",
+    "str_list": "a list of strings",
+    "int_list": "a list of integers",
+}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _ok(kind: str, v: Any) -> bool:
+    if kind == "pos_int":
+        return _is_int(v) and v >= 1
+    if kind == "pos_num":
+        return (_is_int(v) or isinstance(v, float)) and math.isfinite(v) and v > 0
+    if kind == "bool":
+        return isinstance(v, bool)
+    if kind == "str":
+        return isinstance(v, str)
+    if kind == "dict":
+        return isinstance(v, dict)
+    if kind == "str_list":
+        return isinstance(v, list) and all(isinstance(x, str) for x in v)
+    if kind == "int_list":
+        return isinstance(v, list) and all(_is_int(x) for x in v)
+    raise AssertionError(kind)
+
+
+def _show(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _nonfinite(config: Mapping[str, Any], where: str) -> list[str]:
+    """NaN / Infinity anywhere in the config: no engine's JSON parser reads them back."""
+    out, stack = [], [("", config)]
+    while stack:
+        prefix, node = stack.pop()
+        items = node.items() if isinstance(node, Mapping) else enumerate(node) if isinstance(node, list) else ()
+        for k, v in items:
+            name = f"{prefix}.{k}" if isinstance(k, str) and prefix else f"{prefix}[{k}]" if not isinstance(k, str) else k
+            if isinstance(v, float) and not math.isfinite(v):
+                out.append(f"{where}: {name} is {v!r}; expected a finite number (NaN and Infinity are not JSON)")
+            elif isinstance(v, (Mapping, list)):
+                stack.append((name, v))
+    return sorted(set(out))
+
+
+def check_drafter_config(config: Mapping[str, Any], where: str = "config.json") -> list[str]:
+    """Every violation in ``config``, each naming the field, its value and what is expected."""
+    if not isinstance(config, Mapping):
+        return [f"{where}: expected a JSON object, got {type(config).__name__}"]
+    problems: list[str] = []
+    for name, (kind, required, _nullable) in FIELDS.items():
+        if name not in config or config[name] is None:
+            if required:
+                problems.append(f"{where}: {name} is missing; expected {EXPECTED[kind]}")
+            continue
+        v = config[name]
+        if not _ok(kind, v):
+            problems.append(f"{where}: {name} is {_show(v)}; expected {EXPECTED[kind]}")
+    for block in ("rope_scaling", "rope_parameters"):
+        rope = config.get(block)
+        if isinstance(rope, dict):
+            for key in ROPE_NUMBERS:
+                if rope.get(key) is not None and not _ok("pos_num", rope[key]):
+                    problems.append(f"{where}: {block}.{key} is {_show(rope[key])}; expected {EXPECTED['pos_num']}")
+    eagle = config.get("eagle_config")
+    if isinstance(eagle, dict):
+        ids = eagle.get("eagle_aux_hidden_state_layer_ids")
+        if ids is not None and not _ok("int_list", ids):
+            problems.append(f"{where}: eagle_config.eagle_aux_hidden_state_layer_ids is {_show(ids)}; "
+                            f"expected {EXPECTED['int_list']}")
+    named = {p.split(" is ", 1)[0] for p in problems}
+    problems += [p for p in _nonfinite(config, where) if p.split(" is ", 1)[0] not in named]
+    if problems:
+        return problems
+    # relations between valid fields
+    h, nh, nkv = config["hidden_size"], config["num_attention_heads"], config.get("num_key_value_heads")
+    mla = any("Deepseek" in a for a in config.get("architectures") or []) or config.get("kv_lora_rank") is not None
+    if config.get("head_dim") is None and not mla and h % nh:
+        problems.append(f"{where}: hidden_size {h} is not divisible by num_attention_heads {nh} and there is no "
+                        "head_dim; expected head_dim, or heads that divide hidden_size")
+    if nkv is not None and nh % nkv:
+        problems.append(f"{where}: num_attention_heads {nh} is not a multiple of num_key_value_heads {nkv}")
+    vocab, draft = config.get("vocab_size"), config.get("draft_vocab_size")
+    if vocab is not None and draft is not None and draft > vocab:
+        problems.append(f"{where}: draft_vocab_size {draft} is larger than vocab_size {vocab}")
+    return problems
+
+
+def validate_drafter_config(config: Mapping[str, Any], where: str = "config.json") -> None:
+    """Raise :class:`InvalidCheckpointError` (exit 3) listing every violation, if any."""
+    problems = check_drafter_config(config, where)
+    if problems:
+        first = problems[0]
+        raise InvalidCheckpointError(
+            f"{first}" + (f" (and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''})"
+                          if len(problems) > 1 else ""),
+            details=problems,
+            hint="correct these fields in the drafter's config.json (or pass a correct one with --config)",
+        )
