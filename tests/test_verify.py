@@ -446,3 +446,44 @@ def test_report_has_no_local_paths(world, tmp_path):
     verify(ck, captured)
     text = (ck / REPORT_FILE).read_text()
     assert str(tmp_path) not in text and str(captured.parent) not in text
+
+
+def test_mapped_views_equal_the_states_reader(world):
+    """The feeder's zero-copy views (offsets from the validated header reader) hold
+    exactly the rows StatesFile reads, for every stored layer."""
+    from eagle3conv.verify.feed import mapped_states
+
+    _, captured, _ = world
+    with StatesFile(captured) as st:
+        views = mapped_states(st)
+        assert set(views) == set(st.layers)
+        for ref in st.layers:
+            assert torch.equal(views[ref], st.hidden(ref)), ref
+    assert mapped_states(object()) is None  # other sources: the plain path
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU feeder needs CUDA")
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_gpu_feeder_equals_the_plain_path(world, tmp_path, dtype):
+    """On CUDA, the double-buffered feeder and the plain batch path give identical counts and
+    norms (layers scaled apart, so a slot mix-up would show); 3 batches of 5, the last short."""
+    from eagle3conv.verify import Candidate, build_drafter, evaluate
+
+    _, captured, drafter = world
+    path = tmp_path / f"scaled-{dtype}.safetensors"
+    with StatesFile(captured) as st:
+        hidden = {r: st.hidden(r) * (1 + r.output_of) for r in st.layers}
+        write_states(path, input_ids=st.input_ids, attention_mask=st.attention_mask, target_next=st.target_next,
+                     hidden=hidden, num_layers=st.num_layers, vocab_size=st.vocab_size, loss_mask=st.loss_mask,
+                     dtype=dtype)
+    config, tensors = load_drafter_weights(drafter)
+    model, target_embeds = build_drafter(config, tensors, "cuda", torch.float32)
+    cand = Candidate("t", outputs(1, 3, 4), "t")
+    runs = [evaluate(model, StatesFile(path), cand, steps=3, batch_size=5, target_embeds=target_embeds, feeder=f)
+            for f in (True, False)]
+    fast, plain = runs
+    assert fast.tokens > 50
+    assert fast.matched == plain.matched and fast.counted == plain.counted
+    assert fast.chains == plain.chains and fast.chain_accepted == plain.chain_accepted
+    assert fast.replay_accepted == plain.replay_accepted and fast.norms == plain.norms
+    assert len({round(n["median"], 3) for n in fast.norms}) == 3
