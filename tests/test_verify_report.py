@@ -186,3 +186,24 @@ def test_save_and_load_round_trip(world, ck):
     path = VerifyReport.from_dict(doc).save(ck, local_paths=(str(ck),))
     assert str(ck) not in path.read_text() and '"could not save drafter/x"' in path.read_text()
     assert VerifyReport.load(path).main == report.main
+
+
+def test_verify_package_layers_have_no_circle():
+    """Each module of eagle3conv/verify imports (at any depth, lazily too) only modules
+    below it in this order: no import circle inside the package."""
+    import ast
+    from pathlib import Path
+
+    import eagle3conv.verify as pkg
+
+    order = ["stats", "feed", "evaluate", "search", "report", "inputs", "run"]
+    folder = Path(pkg.__file__).parent
+    assert sorted(p.stem for p in folder.glob("*.py")) == sorted(order + ["__init__"])
+    for i, name in enumerate(order):
+        tree = ast.parse((folder / f"{name}.py").read_text())
+        used = {n.module.split(".")[2] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+                and n.module.startswith("eagle3conv.verify.")}
+        used |= {a.name.split(".")[2] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+                 if a.name.startswith("eagle3conv.verify.")}
+        assert used <= set(order[:i]), f"verify/{name}.py imports {sorted(used - set(order[:i]))}"
+        assert not any(isinstance(n, ast.ImportFrom) and n.module == "eagle3conv.verify" for n in ast.walk(tree))

@@ -10,7 +10,8 @@ one generated block between :data:`BEGIN` and :data:`END`:
   engine's ids for it (SGLang ``eagle_config`` ids, vLLM input-of-layer ids,
   TensorRT-LLM ``eagle3_layers_to_capture``), with what config.json holds;
 - the training record (``training_metadata.json`` or trainer metadata);
-- the latest ``eagle3conv-verify.json`` results, or "not verified";
+- the figures ``eagle3conv verify`` reported for this wiring (``eagle3conv-verify.json``, read through
+  :class:`eagle3conv.verify.VerifyReport`), or why none are shown;
 - the pre-push checks (and, with ``--force``, which ones failed);
 - launch lines for SGLang, vLLM and TensorRT-LLM.
 
