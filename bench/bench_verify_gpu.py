@@ -574,15 +574,9 @@ def main() -> int:
         ev[label] = {"seconds": round(sc.seconds, 3), "token_steps_per_s": round(sc.tokens * steps / sc.seconds)}
     # the pipelined GPU feeder (memory-mapped rows -> pinned buffers -> side-stream upload) against
     # the plain batch path: identical counts and norms, and how much faster
-    import eagle3conv.verify as vmod
-
     fast = evaluate(drafter, open_states(path_e), cand, steps=steps, batch_size=8, target_embeds=target_embeds)
-    orig_map = vmod._mapped_states
-    vmod._mapped_states = lambda st: None
-    try:
-        plain = evaluate(drafter, open_states(path_e), cand, steps=steps, batch_size=8, target_embeds=target_embeds)
-    finally:
-        vmod._mapped_states = orig_map
+    plain = evaluate(drafter, open_states(path_e), cand, steps=steps, batch_size=8, target_embeds=target_embeds,
+                     feeder=False)
     ev["feeder_vs_plain"] = {
         "feeder_s": round(fast.seconds, 3), "plain_s": round(plain.seconds, 3),
         "plain_token_steps_per_s": round(plain.tokens * steps / plain.seconds),

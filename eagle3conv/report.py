@@ -291,14 +291,13 @@ def verify_text(d: dict) -> str:
         lo, hi = pd["ci95"]
         lines.append(f"best vs {pd['wiring']} ({pd['layers']}): accept length +{pd['accept_length_gap']:.3f} "
                      f"[{lo:+.3f}, {hi:+.3f}] (paired)")
-    if v.get("best"):
+    status = v.get("status")  # eagle3conv.verify.search.Verdict: named / stands / ambiguous / undecided / None
+    if status in ("named", "stands"):
         lines.append(f"trained on (most likely): {v['best_layers']} — decided by {v['decided_by']}")
-    elif v.get("decided_by"):
-        lines.append(f"wiring search: {v['decided_by']}")
         if v.get("advice"):
             lines.append(f"fix: {v['advice']}")
-        elif v.get("config_is_best") and not v["decided_by"].startswith("ambiguous"):
-            lines.append("that is the config's wiring")
+    elif status in ("ambiguous", "undecided"):
+        lines.append(f"wiring search: {v['decided_by']}")
     if d["min_accept"] is not None:
         lines.append(f"threshold: step-1 acceptance >= {d['min_accept']}: {'passed' if d['passed'] else 'FAILED'}")
     s = d["seconds"]

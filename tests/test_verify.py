@@ -105,6 +105,7 @@ def test_step1_alignment_is_exact(world):
     main_ = res.main
     assert main_.candidate.layers == outputs(1, 3, 4)
     assert main_.acceptance[0] == 1.0 and main_.tokens > 50
+    assert res.reference == "target" and "target's greedy next tokens" in res.to_dict()["statistic"]
     # the same drafter on the real target tokens: a random drafter is never right
     real = verify(drafter, world[1], steps=3, save=False)
     assert real.main.acceptance[0] < 0.05
@@ -119,9 +120,14 @@ def test_search_names_the_wiring_the_labels_came_from(world, tmp_path):
     best = max(res.scores, key=lambda s: s.accept_length)
     assert best.candidate.layers == outputs(0, 2, 3) and best.acceptance[0] == 1.0
     v = res.verdict
-    assert v["best_layers"] == "outputs of layers 0, 2, 3" and v["decided_by"] == "acceptance" and v["separated"]
-    assert v["advice"].endswith("--trained-on 0,2,3 --captured-at output")
-    assert not v["config_is_best"]
+    assert v.best_layers == "outputs of layers 0, 2, 3" and v.decided_by == "acceptance" and v.separated
+    assert v.status == "named"
+    assert v.advice.endswith("--trained-on 0,2,3 --captured-at output")
+    assert not v.config_is_best
+    # the text report names it and prints the command that writes it
+    text = run("verify", drafter, "--states", labelled, "--steps", "2", "--search-wiring", "--no-save").stdout
+    assert "trained on (most likely): outputs of layers 0, 2, 3 — decided by acceptance" in text
+    assert f"fix: {v.advice}" in text
 
 
 def test_cli_report_saved_and_min_accept_exit_4(world, tmp_path):
@@ -137,7 +143,7 @@ def test_cli_report_saved_and_min_accept_exit_4(world, tmp_path):
     from eagle3conv.hub.card import read_verify_report
 
     summary = read_verify_report(ck)
-    assert summary is not None and summary.acceptance == tuple(saved["acceptance_per_position"])
+    assert summary is not None and summary.figures.acceptance == tuple(saved["acceptance_per_position"])
     ok = run("verify", ck, "--states", captured, "--json", "--steps", "2", "--no-save")
     d = json.loads(ok.stdout)
     assert d["steps"] == 2 and d["results"][0]["ci_method"].startswith("bootstrap")
@@ -172,7 +178,7 @@ def test_norms_exclude_position_zero_and_compare_with_training(world, tmp_path):
     cmp = res.comparisons[0]
     assert [c["flagged"] for c in cmp] == [True, False, False]
     assert cmp[0]["ratio"] == pytest.approx(0.1, rel=1e-3)
-    assert "norm_flags" in res.verdict
+    assert res.verdict.norm_flags and "norm_flags" in res.to_dict()["verdict"]
 
 
 def test_layers_not_captured(world, tmp_path):
@@ -275,6 +281,8 @@ def test_specforge_records_score_like_the_states_file(world, specforge_records):
     assert got.chains == reference.chains and got.chain_accepted == reference.chain_accepted
     assert got.tokens > 50
     assert any("data's next tokens" in n for n in res.states["verify_notes"])
+    assert res.reference == "data" and res.to_dict()["reference"] == "data"
+    assert "against the data's next tokens" in res.to_dict()["statistic"]
     # unnamed slots: taken to be the scored wiring, and said so; no embeddings: a clear error
     unnamed = verify(drafter, folder, embeddings=emb_file, save=False)
     assert unnamed.main.counted == reference.counted
@@ -369,8 +377,9 @@ def test_bad_device_and_unfixed_checkpoint(world, tmp_path):
 def test_search_needs_enough_sequences(world, tmp_path):
     _, captured, drafter = world
     res = verify(drafter, captured, search=True, max_sequences=3, save=False)
-    assert res.verdict["decided_by"].startswith("not decided") and "advice" not in res.verdict
-    assert "best" not in res.verdict
+    assert res.verdict.decided_by.startswith("not decided") and res.verdict.advice is None
+    assert res.verdict.status == "undecided" and res.verdict.best is None
+    assert "best" not in res.to_dict()["verdict"] and "advice" not in res.to_dict()["verdict"]
 
 
 def _score(name, layers, per_seq_accepted, chains=100):
@@ -383,7 +392,7 @@ def _score(name, layers, per_seq_accepted, chains=100):
 
 
 def test_verdict_rules():
-    from eagle3conv.verify import _verdict
+    from eagle3conv.verify import decide
 
     def cmp(flag):
         return [{"slot": 0, "layer": "x", "inference_median": 1.0, "training_median": 1.0, "ratio": 3.0 if flag else 1.0,
@@ -395,33 +404,36 @@ def test_verdict_rules():
     neighbour = _score("slot 1 moved -1", (1, 13, 26), [150 + (10 if i % 2 else -9) for i in range(seqs)])
     far = _score("config shifted by +1", (2, 15, 27), [120] * seqs)
     # a tie, the config's norms in line: the config stands (the fingerprint cannot tell neighbours apart)
-    v = _verdict([config, neighbour, far], [cmp(False), cmp(False), cmp(False)], True, "ck", None)
-    assert v["best_layers"] == "outputs of layers 1, 14, 26" and "stands" in v["decided_by"] and "advice" not in v
+    v = decide([config, neighbour, far], [cmp(False), cmp(False), cmp(False)], True, "ck", None)
+    assert v.best_layers == "outputs of layers 1, 14, 26" and "stands" in v.decided_by and v.advice is None
+    assert v.status == "stands"
     # the config's norms out of line: the fingerprint picks the neighbour in line
-    v = _verdict([config, neighbour, far], [cmp(True), cmp(False), cmp(False)], True, "ck", None)
-    assert v["best_layers"] == "outputs of layers 1, 13, 26" and v["decided_by"].startswith("norm fingerprint")
-    assert "--trained-on 1,13,26" in v["advice"]
+    v = decide([config, neighbour, far], [cmp(True), cmp(False), cmp(False)], True, "ck", None)
+    assert v.best_layers == "outputs of layers 1, 13, 26" and v.decided_by.startswith("norm fingerprint")
+    assert "--trained-on 1,13,26" in v.advice and v.status == "named"
     # the config clearly behind, two leaders tied, no norms: nothing is named
     lead1 = _score("a", (3, 14, 26), [180] * seqs)
     lead2 = _score("b", (4, 14, 26), [180 + (10 if i % 2 else -9) for i in range(seqs)])
-    v = _verdict([far, lead1, lead2], [None, None, None], True, "ck", None)
-    assert v["best"] is None and v["decided_by"].startswith("ambiguous")
+    v = decide([far, lead1, lead2], [None, None, None], True, "ck", None)
+    assert v.best is None and v.decided_by.startswith("ambiguous") and v.status == "ambiguous"
     # separated by acceptance
-    v = _verdict([far, _score("c", (1, 14, 26), [190] * seqs)], [None, None], True, "ck", "smollm2-135m")
-    assert v["decided_by"] == "acceptance" and v["separated"]
-    assert v["advice"].endswith("--target smollm2-135m --trained-on 1,14,26 --captured-at output")
+    v = decide([far, _score("c", (1, 14, 26), [190] * seqs)], [None, None], True, "ck", "smollm2-135m")
+    assert v.decided_by == "acceptance" and v.separated and v.status == "named"
+    assert v.advice.endswith("--target smollm2-135m --trained-on 1,14,26 --captured-at output")
 
 
 def test_replay_follows_greedy_rounds():
-    from eagle3conv.verify import _replay
+    import numpy as np
+
+    from eagle3conv.verify.stats import replay
 
     # chain starts 0..7 of one sequence; A = leading accepted drafts; the last 3 starts lack references
-    a = torch.tensor([[2, 9, 9, 0, 3, 9, 9, 9, 1, 1]], dtype=torch.int16)
-    full = torch.tensor([[True, True, True, True, True, True, True, False, False, False]])
-    acc, rounds = _replay([a], [full])
+    a = np.array([[2, 9, 9, 0, 3, 9, 9, 9, 1, 1]], dtype=np.int16)
+    full = np.array([[True, True, True, True, True, True, True, False, False, False]])
+    acc, rounds = replay(a, full)
     # rounds start at 0 (accept 2, +target token) -> 3 (0) -> 4 (3) -> 8: no reference, stop
     assert rounds == [3] and acc == [(1 + 2) + (1 + 0) + (1 + 3)]
-    acc, rounds = _replay([torch.zeros(1, 4, dtype=torch.int16)], [torch.zeros(1, 4, dtype=torch.bool)])
+    acc, rounds = replay(np.zeros((1, 4), dtype=np.int16), np.zeros((1, 4), dtype=bool))
     assert rounds == [0] and acc == [0]
 
 
@@ -434,3 +446,44 @@ def test_report_has_no_local_paths(world, tmp_path):
     verify(ck, captured)
     text = (ck / REPORT_FILE).read_text()
     assert str(tmp_path) not in text and str(captured.parent) not in text
+
+
+def test_mapped_views_equal_the_states_reader(world):
+    """The feeder's zero-copy views (offsets from the validated header reader) hold
+    exactly the rows StatesFile reads, for every stored layer."""
+    from eagle3conv.verify.feed import mapped_states
+
+    _, captured, _ = world
+    with StatesFile(captured) as st:
+        views = mapped_states(st)
+        assert set(views) == set(st.layers)
+        for ref in st.layers:
+            assert torch.equal(views[ref], st.hidden(ref)), ref
+    assert mapped_states(object()) is None  # other sources: the plain path
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU feeder needs CUDA")
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_gpu_feeder_equals_the_plain_path(world, tmp_path, dtype):
+    """On CUDA, the double-buffered feeder and the plain batch path give identical counts and
+    norms (layers scaled apart, so a slot mix-up would show); 3 batches of 5, the last short."""
+    from eagle3conv.verify import Candidate, build_drafter, evaluate
+
+    _, captured, drafter = world
+    path = tmp_path / f"scaled-{dtype}.safetensors"
+    with StatesFile(captured) as st:
+        hidden = {r: st.hidden(r) * (1 + r.output_of) for r in st.layers}
+        write_states(path, input_ids=st.input_ids, attention_mask=st.attention_mask, target_next=st.target_next,
+                     hidden=hidden, num_layers=st.num_layers, vocab_size=st.vocab_size, loss_mask=st.loss_mask,
+                     dtype=dtype)
+    config, tensors = load_drafter_weights(drafter)
+    model, target_embeds = build_drafter(config, tensors, "cuda", torch.float32)
+    cand = Candidate("t", outputs(1, 3, 4), "t")
+    runs = [evaluate(model, StatesFile(path), cand, steps=3, batch_size=5, target_embeds=target_embeds, feeder=f)
+            for f in (True, False)]
+    fast, plain = runs
+    assert fast.tokens > 50
+    assert fast.matched == plain.matched and fast.counted == plain.counted
+    assert fast.chains == plain.chains and fast.chain_accepted == plain.chain_accepted
+    assert fast.replay_accepted == plain.replay_accepted and fast.norms == plain.norms
+    assert len({round(n["median"], 3) for n in fast.norms}) == 3

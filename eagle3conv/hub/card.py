@@ -10,7 +10,8 @@ one generated block between :data:`BEGIN` and :data:`END`:
   engine's ids for it (SGLang ``eagle_config`` ids, vLLM input-of-layer ids,
   TensorRT-LLM ``eagle3_layers_to_capture``), with what config.json holds;
 - the training record (``training_metadata.json`` or trainer metadata);
-- the latest ``eagle3conv-verify.json`` results, or "not verified";
+- the figures ``eagle3conv verify`` reported for this wiring (``eagle3conv-verify.json``, read through
+  :class:`eagle3conv.verify.VerifyReport`), or why none are shown;
 - the pre-push checks (and, with ``--force``, which ones failed);
 - launch lines for SGLang, vLLM and TensorRT-LLM.
 
@@ -34,11 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eagle3conv.verify.report import REPORT_FILE, VerifyReport, WiringFigures
+
 BEGIN = "<!-- eagle3conv:begin -->"
 END = "<!-- eagle3conv:end -->"
 TAGS = ("eagle3", "speculative-decoding", "sglang", "vllm", "tensorrt-llm", "eagle3conv")
 LIBRARY_NAME = "sglang"  # the weights use SGLang's names; transformers cannot load this class
-VERIFY_REPORT = "eagle3conv-verify.json"
 NUM_STEPS = 3  # the speculative settings the launch lines use
 
 
@@ -47,28 +49,14 @@ NUM_STEPS = 3  # the speculative settings the launch lines use
 
 @dataclass(frozen=True)
 class VerifySummary:
-    """What the card shows of ``eagle3conv-verify.json``. Every field is optional."""
+    """What the card shows of ``eagle3conv-verify.json`` (read through
+    :class:`eagle3conv.verify.VerifyReport`, the one report contract): the figures
+    verify reported for the card's wiring, or why none are shown."""
 
-    acceptance: tuple[float, ...] | None = None  # per draft position, 0..1
-    accept_length: float | None = None  # expected accepted tokens per step, incl. the bonus token
-    passed: bool | None = None
-    engine: str | None = None
-    target: str | None = None
-    dataset: str | None = None
-    samples: int | None = None
-    problem: str | None = None  # why the file could not be read fully
-    layers: tuple[int, ...] | None = None  # output-of-layer ids the figures were measured with
-    statistic: str | None = None
-    tokens: int | None = None
-    other_layers: bool = False  # the report only holds figures for another wiring than the card's
-
-
-_ACCEPT_KEYS = ("acceptance_per_position", "acceptance_rates", "acceptance_rate_per_position",
-                "per_position_acceptance", "position_acceptance", "acceptance", "accept_rates",
-                "acceptance_rate")
-_LENGTH_KEYS = ("expected_accept_length", "accept_length", "mean_accept_length",
-                "average_accept_length", "avg_accept_length", "acceptance_length", "tau")
-_NESTS = ("results", "summary", "metrics", "result", "verify")
+    report: VerifyReport | None = None
+    figures: WiringFigures | None = None  # the report's own figures for the card's wiring
+    problem: str | None = None  # the file is not a verify report this eagle3conv reads
+    other_layers: tuple[int, ...] | None = None  # the report scored only other wirings (this one first)
 
 
 def _number(v: Any) -> float | None:
@@ -77,122 +65,35 @@ def _number(v: Any) -> float | None:
     return float(v) if math.isfinite(v) else None
 
 
-def _rates(v: Any) -> tuple[float, ...] | None:
-    if isinstance(v, Mapping):  # {"0": 0.8, "1": 0.6} or {"position_1": ...}
-        try:
-            v = [v[k] for k in sorted(v, key=lambda k: int("".join(c for c in str(k) if c.isdigit()) or 0))]
-        except (TypeError, ValueError):
-            return None
-    if isinstance(v, Sequence) and not isinstance(v, (str, bytes)):
-        out = []
-        for item in v:
-            if isinstance(item, Mapping):
-                item = next((item[k] for k in ("acceptance", "rate", "accept_rate", "value") if k in item), None)
-            n = _number(item)
-            if n is None:
-                return None
-            out.append(n / 100.0 if n > 1.0 else n)  # tolerate percentages
-        return tuple(out) or None
-    return None
-
-
-def _find(obj: Mapping, keys: Sequence[str]) -> Any:
-    for k in keys:
-        if k in obj:
-            return obj[k]
-    for nest in _NESTS:
-        inner = obj.get(nest)
-        if isinstance(inner, Mapping):
-            found = _find(inner, keys)
-            if found is not None:
-                return found
-    return None
-
-
 def read_verify_report(folder: str | Path) -> VerifySummary | None:
-    """Read ``eagle3conv-verify.json`` tolerantly; None when the folder has none.
+    """The verify report of ``folder``: None when it has none; a summary with
+    ``problem`` set (never an exception) when the file is not a report this
+    eagle3conv reads (another format or version, malformed); else the report and
+    its main figures."""
+    from eagle3conv.errors import Eagle3ConvError
 
-    Accepts per-position acceptance under any of a few names (a list of rates,
-    percentages, or ``{"position": rate}`` items) and the accept length likewise,
-    at the top level or under ``results``/``summary``/``metrics``. When
-    ``acceptance`` is known and the accept length is not, it is computed as
-    ``1 + sum of cumulative products`` (the expected accepted tokens per
-    verification step, counting the target's own token). A file that cannot be
-    parsed gives a summary with ``problem`` set instead of raising.
-    """
-    p = Path(folder) / VERIFY_REPORT
+    p = Path(folder) / REPORT_FILE
     if not p.is_file():
         return None
     try:
-        obj = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        return VerifySummary(problem=f"{VERIFY_REPORT} could not be read: {e}")
-    if not isinstance(obj, Mapping):
-        return VerifySummary(problem=f"{VERIFY_REPORT} is not a JSON object")
-    acceptance = _rates(_find(obj, _ACCEPT_KEYS))
-    length = _number(_find(obj, _LENGTH_KEYS))
-    if length is None and acceptance:
-        run, total = 1.0, 1.0
-        for a in acceptance:
-            run *= a
-            total += run
-        length = total
-    passed = _find(obj, ("passed", "ok", "pass"))
-
-    def text(keys):
-        v = _find(obj, keys)
-        return v if isinstance(v, str) and v else None
-
-    states = obj.get("states") if isinstance(obj.get("states"), Mapping) else {}
-    samples = _find(obj, ("samples", "num_samples", "prompts", "num_prompts", "sequences"))
-    if samples is None and isinstance(states.get("sequences"), int):
-        samples = states["sequences"]
-    layers = None
-    results = obj.get("results") if isinstance(obj.get("results"), list) else []
-    if results and isinstance(results[0], Mapping) and isinstance(results[0].get("layers"), list):
-        try:
-            layers = tuple(int(x["output_of"]) for x in results[0]["layers"])
-        except (KeyError, TypeError, ValueError):
-            layers = None
-    problem = None
-    if acceptance is None and length is None:
-        problem = f"{VERIFY_REPORT} holds no acceptance figures eagle3conv recognises"
-    return VerifySummary(
-        acceptance=acceptance,
-        accept_length=length,
-        passed=passed if isinstance(passed, bool) else None,
-        engine=text(("engine", "backend")),
-        target=text(("target", "target_model")),
-        dataset=text(("dataset", "data", "prompts_file")),
-        samples=samples if isinstance(samples, int) and not isinstance(samples, bool) else None,
-        problem=problem,
-        layers=layers,
-        statistic=text(("statistic",)),
-        tokens=states.get("tokens") if isinstance(states.get("tokens"), int) else None,
-    )
+        report = VerifyReport.load(p)
+    except Eagle3ConvError as err:
+        return VerifySummary(problem=err.message)
+    return VerifySummary(report=report, figures=report.main)
 
 
-def verify_for_layers(summary: VerifySummary | None, folder: Path, layers) -> VerifySummary | None:
-    """The report's figures for the card's own wiring: the main result when it was
-    measured with ``layers``, else a matching entry of a wiring search; otherwise the
-    summary is marked ``other_layers`` and the card shows no figures as this drafter's."""
+def verify_for_layers(summary: VerifySummary | None, layers) -> VerifySummary | None:
+    """The report's figures for the card's own wiring (``layers``, LayerRefs): the main
+    result when it was measured with them, else a matching entry of a wiring search;
+    otherwise no figures, and ``other_layers`` says which wiring was scored."""
     import dataclasses
 
-    if summary is None or summary.layers is None or layers is None:
+    if summary is None or summary.report is None or layers is None:
         return summary
-    want = tuple(r.output_of for r in layers)
-    if summary.layers == want:
-        return summary
-    try:
-        obj = json.loads((Path(folder) / VERIFY_REPORT).read_text(encoding="utf-8"))
-        for r in obj.get("results") or []:
-            if tuple(int(x["output_of"]) for x in r.get("layers") or []) == want:
-                acc = _rates(r.get("acceptance_per_position"))
-                return dataclasses.replace(summary, acceptance=acc, accept_length=_number(r.get("accept_length")),
-                                           layers=want)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
-    return dataclasses.replace(summary, other_layers=True)
+    figures = summary.report.figures_for(tuple(r.output_of for r in layers))
+    if figures is None:
+        return dataclasses.replace(summary, figures=None, other_layers=summary.report.main.layers)
+    return dataclasses.replace(summary, figures=figures)
 
 
 # --------------------------------------------------------------------------- facts
@@ -315,7 +216,7 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
                     continue
             if facts.layers is not None:
                 facts.layers_source = "config.json eagle_config ids, as SGLang reads them"
-    facts.verify = verify_for_layers(facts.verify, root, facts.layers)
+    facts.verify = verify_for_layers(facts.verify, facts.layers)
     return facts
 
 
@@ -408,30 +309,29 @@ def _verify_section(facts: CardFacts) -> list[str]:
     out = ["### Verification", ""]
     v = facts.verify
     if v is None:
-        return out + ["Not verified: the checkpoint had no `eagle3conv-verify.json` when it was pushed."]
-    if v.problem and v.acceptance is None and v.accept_length is None:
+        return out + [f"Not verified: the checkpoint had no `{REPORT_FILE}` when it was pushed."]
+    if v.problem or v.report is None:
         return out + [f"Not verified: {v.problem}."]
-    if v.other_layers:
+    if v.figures is None:
         return out + [f"Not shown: the last `eagle3conv verify` scored another wiring "
-                      f"(outputs of layers {', '.join(map(str, v.layers or ()))}) than the one this card states; "
-                      "run verify on this wiring before publishing figures."]
-    about = [x for x in (f"engine {v.engine}" if v.engine else None, f"target `{v.target}`" if v.target else None,
-                         f"data {v.dataset}" if v.dataset else None,
-                         f"{v.samples} sequences" if v.samples is not None else None,
-                         f"{v.tokens} tokens" if v.tokens is not None else None) if x]
-    out.append("From `eagle3conv-verify.json`" + (f" ({', '.join(about)})" if about else "") + ":")
-    out.append("")
-    if v.statistic:
-        out += [f"Statistic: {v.statistic}. Acceptance at draft position k is per position "
-                "(not conditional on the earlier drafts).", ""]
-    if v.acceptance:
-        out += ["| draft position | " + " | ".join(str(i + 1) for i in range(len(v.acceptance))) + " |",
-                "|---|" + "---|" * len(v.acceptance),
-                "| acceptance | " + " | ".join(f"{a:.1%}" for a in v.acceptance) + " |", ""]
-    if v.accept_length is not None:
-        out.append(f"Expected accept length: **{v.accept_length:.2f}** tokens per verification step.")
-    if v.passed is not None:
-        out.append(f"Verify verdict: {'passed' if v.passed else 'FAILED'}.")
+                      f"(outputs of layers {', '.join(map(str, v.other_layers or ()))}) than the one this card "
+                      "states; run verify on this wiring before publishing figures."]
+    r, f = v.report, v.figures
+    about = [x for x in (f"{r.sequences} sequences" if r.sequences is not None else None,
+                         f"{r.tokens} tokens" if r.tokens is not None else None,
+                         f"{f.positions_scored} positions scored") if x]
+    out += [f"From `{REPORT_FILE}` ({', '.join(about)}):", "",
+            f"Statistic: {r.statistic}. Acceptance at draft position k is per position "
+            "(not conditional on the earlier drafts).", ""]
+    if f.acceptance:
+        out += ["| draft position | " + " | ".join(str(i + 1) for i in range(len(f.acceptance))) + " |",
+                "|---|" + "---|" * len(f.acceptance),
+                "| acceptance | " + " | ".join(f"{a:.1%}" for a in f.acceptance) + " |", ""]
+    lo, hi = f.accept_length_ci95
+    out.append(f"Expected accept length: **{f.accept_length:.2f}** tokens per verification step "
+               f"(95% interval {lo:.2f} to {hi:.2f}; greedy chain decoding replayed over {f.rounds} rounds).")
+    if f is r.main:  # the threshold was checked on the main wiring's step-1 acceptance
+        out.append(f"Verify verdict: {'passed' if r.passed else 'FAILED'}.")
     return out
 
 
@@ -559,6 +459,6 @@ def render_card(facts: CardFacts, existing: str | None = None) -> str:
 
 
 __all__ = [
-    "BEGIN", "END", "LIBRARY_NAME", "TAGS", "VERIFY_REPORT", "CardFacts", "Check", "VerifySummary",
+    "BEGIN", "END", "LIBRARY_NAME", "TAGS", "CardFacts", "Check", "VerifySummary",
     "gather_facts", "merge_body", "read_verify_report", "render_block", "render_card",
 ]

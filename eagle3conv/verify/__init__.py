@@ -1,0 +1,84 @@
+"""``verify``: the drafter forward on captured target states, acceptance, and the wiring diagnosis.
+
+Data flow::
+
+    drafter folder ──load──▶ Eagle3Drafter (strict)          states (eagle3conv file, SGLang dumps,
+    config + records ──gather/check──▶ the config's wiring    SpecForge records) ──batches──▶
+    candidates (config, ±1, with embedding, defaults, …) ──evaluate each──▶ Score ──▶ report
+
+What is measured, for a wiring (the aux layers fed to ``fc``, in slot order):
+
+* **Teacher-forced top-1 acceptance per draft position.** The chain started at
+  position t (after the target emitted token t+1) drafts tokens t+2, t+3, …
+  exactly as SGLang runs it (step 1 from the aux states, steps 2+ from the
+  drafter's own state, EAGLE-3 training-time-test attention, ``d2t`` mapping).
+  Draft k is compared with ``target_next[t+k]``, the target's own greedy token
+  at that position. A position counts when it is a real token and (when the
+  states mark one) inside the loss mask, e.g. the target's generated response.
+* **Accept length**: tokens per target forward of greedy chain decoding,
+  replayed on the teacher-forced results from each sequence's first full
+  chain (a round accepts its leading matches plus the target's own token; the
+  next round starts after them). The average of ``1 + leading matches`` over
+  every chain start is reported too and ranks wirings (same positions for
+  every wiring). Conditional acceptance of draft k given drafts 1..k-1 too.
+* **Confidence intervals**: 95%, by bootstrap over sequences (positions in one
+  sequence are correlated); with fewer than 5 sequences, Wilson intervals over
+  positions, and the report says so.
+* **Norm fingerprint**: per aux slot, the per-token L2 norm of the inference
+  states (median, p10, p90; **position 0 of every sequence excluded**, as its
+  massive activations dominate plain means) next to the training statistics
+  from ``training_metadata.json``; a slot whose median differs by more than 2x
+  is flagged. The embedding output's norm is far from a deep layer's.
+* **Wiring search** (``search=True``): scores the config's wiring, the training
+  record's, each shifted by one either way, the embedding-included variant,
+  each engine's default, and per-slot moves of 1 and 2, among the layers the
+  states hold. The best by accept length is named when the paired 95% interval
+  of its lead over the runner-up (both scored on the same sequences, resampled
+  together) excludes zero. Otherwise the training record's or the config's
+  wiring stands when it is among the leaders and its norms are in line; the
+  norm fingerprint overturns it only when they are out of line (a coarse
+  signal: embedding vs deep layer, not neighbours); else "ambiguous". Fewer than
+  ``MIN_SEARCH_SEQUENCES`` sequences: nothing is named. The report says which
+  evidence decided.
+
+The package, bottom up (each module imports only those above it)::
+
+    stats      wilson, bootstrap, paired_difference, replay: pure numpy
+    feed       prefetch thread, CUDA double-buffered feeder over memory-mapped states
+    evaluate   Candidate, Score, evaluate: one wiring over every batch        (stats, feed)
+    search     config_candidate, candidates, norm_comparison, Verdict, decide   (evaluate, stats)
+    report     VerifyResult, VerifyReport: the eagle3conv-verify.json contract  (evaluate, search)
+    inputs     drafter loading, device/dtype, target embeddings, data labels
+    run        verify() and smoke(): input checks, then the above in order
+"""
+
+from __future__ import annotations
+
+from eagle3conv.verify.evaluate import Candidate, Progress, Score, evaluate
+from eagle3conv.verify.inputs import (
+    build_drafter,
+    data_labels,
+    load_drafter_weights,
+    load_target_embeddings,
+    resolve_device,
+    resolve_dtype,
+)
+from eagle3conv.verify.report import REPORT_FILE, VerifyReport, VerifyResult, WiringFigures
+from eagle3conv.verify.run import smoke, verify
+from eagle3conv.verify.search import (
+    MIN_SEARCH_SEQUENCES,
+    NORM_FLAG_RATIO,
+    Verdict,
+    candidates,
+    config_candidate,
+    decide,
+    norm_comparison,
+)
+from eagle3conv.verify.stats import bootstrap, paired_difference, replay, wilson
+
+__all__ = [
+    "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "REPORT_FILE", "Candidate", "Progress", "Score", "Verdict",
+    "VerifyReport", "VerifyResult", "WiringFigures", "bootstrap", "build_drafter", "candidates", "config_candidate",
+    "data_labels", "decide", "evaluate", "load_drafter_weights", "load_target_embeddings", "norm_comparison",
+    "paired_difference", "replay", "resolve_device", "resolve_dtype", "smoke", "verify", "wilson",
+]

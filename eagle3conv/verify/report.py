@@ -1,0 +1,344 @@
+"""The verify report: :class:`VerifyResult` (in memory) and :class:`VerifyReport` (the file contract).
+
+``verify`` saves ``eagle3conv-verify.json`` (:data:`REPORT_FILE`) in the
+checkpoint folder; ``push`` uploads it and the model card
+(:mod:`eagle3conv.hub.card`) shows its figures. Both sides go through
+:class:`VerifyReport`: the writer with :meth:`VerifyReport.save`, the card with
+:meth:`VerifyReport.load`, which refuses a file that is not a verify report
+eagle3conv can read (another format, another version, a field missing or of the
+wrong type) with a message naming the file and the field. The card never
+guesses key names and never recomputes a figure.
+
+The document (a JSON object; version 1)::
+
+    format                 "eagle3conv-verify"
+    version                1 (a reader refuses other versions)
+    checkpoint             the checkpoint folder's name (no local paths: the report is pushed)
+    states                 what was scored: path (a name), source, sequences, tokens, target, notes…
+    device, dtype, steps   where and how it ran; steps = draft steps per chain
+    reference              "target": drafts compared with the target's greedy next tokens;
+                           "data": with the data's next tokens (states without target predictions)
+    statistic              the same, in words
+    wiring, acceptance_per_position, acceptance_ci95, accept_length, accept_length_ci95
+                           the scored wiring's figures (= results[0])
+    min_accept, passed     the --min-accept threshold on step-1 acceptance, and its outcome
+    results                one object per scored wiring, the config's (or --layers') first:
+                           layers [{"output_of": i}], described, why, acceptance_per_position,
+                           acceptance_ci95, conditional_acceptance, accept_length (greedy chain
+                           decoding replayed: tokens per target forward), accept_length_ci95,
+                           rounds, accept_length_all_starts(_ci95), positions_scored, chains,
+                           sequences, ci_method, norms, norm_comparison, seconds
+    verdict                :class:`eagle3conv.verify.search.Verdict` (``status`` decides, never the text)
+    wiring_check, seconds, saved, save_error
+
+Intervals are 95% ``[low, high]``; acceptance is a fraction (0..1).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from eagle3conv.errors import CheckpointReadError
+from eagle3conv.verify.evaluate import Score
+from eagle3conv.verify.search import Verdict
+
+REPORT_FILE = "eagle3conv-verify.json"
+REPORT_FORMAT = "eagle3conv-verify"
+REPORT_VERSION = 1
+REFERENCES = ("target", "data")
+Reference = Literal["target", "data"]
+
+
+# --------------------------------------------------------------------------- the file contract
+
+
+@dataclass(frozen=True)
+class WiringFigures:
+    """One scored wiring's figures, exactly as the report states them."""
+
+    name: str
+    layers: tuple[int, ...]  # output-of-layer ids, slot order (-1: the embedding output)
+    described: str
+    acceptance: tuple[float, ...]  # per draft position
+    acceptance_ci95: tuple[tuple[float, float], ...]
+    accept_length: float  # tokens per target forward of greedy chain decoding (replayed)
+    accept_length_ci95: tuple[float, float]
+    positions_scored: int
+    sequences: int
+    rounds: int
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """A verify report document, validated. ``document`` is the JSON object itself;
+    the other fields are typed views of it."""
+
+    document: dict
+    results: tuple[WiringFigures, ...]
+    steps: int
+    statistic: str
+    reference: Reference | None  # None: written before the field existed
+    passed: bool
+    min_accept: float | None
+    sequences: int | None  # of the states
+    tokens: int | None  # real tokens in the states
+    verdict: Verdict
+
+    @property
+    def main(self) -> WiringFigures:
+        """The wiring verify was asked to score (the config's, or ``--layers``)."""
+        return self.results[0]
+
+    def figures_for(self, layers: Sequence[int] | None) -> WiringFigures | None:
+        """The figures measured with ``layers`` (output-of ids): the main result when it
+        matches, else a wiring search's entry; None when the report scored no such wiring.
+        ``layers`` None: the main result."""
+        if layers is None:
+            return self.main
+        want = tuple(int(i) for i in layers)
+        return next((r for r in self.results if r.layers == want), None)
+
+    # -- (de)serialisation
+    def to_dict(self) -> dict:
+        return json.loads(json.dumps(self.document))
+
+    def to_json(self) -> str:
+        return json.dumps(self.document, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, source: str = REPORT_FILE) -> VerifyReport:
+        try:
+            obj = json.loads(text)
+        except ValueError as err:
+            raise CheckpointReadError(f"{source}: not valid JSON ({err})", hint=_RERUN) from None
+        return cls.from_dict(obj, source)
+
+    @classmethod
+    def from_dict(cls, obj: Any, source: str = REPORT_FILE) -> VerifyReport:
+        """Validate a report document; :class:`CheckpointReadError` names the field that is wrong."""
+        if not isinstance(obj, dict):
+            raise CheckpointReadError(f"{source}: not a verify report (a JSON {type(obj).__name__}, not an object)",
+                                      hint=_RERUN)
+        if obj.get("format") != REPORT_FORMAT:
+            raise CheckpointReadError(f"{source}: not an eagle3conv verify report (its 'format' is "
+                                      f"{obj.get('format')!r}, not {REPORT_FORMAT!r})", hint=_RERUN)
+        version = obj.get("version")
+        if version != REPORT_VERSION or isinstance(version, bool):
+            raise CheckpointReadError(f"{source}: report version {version!r}; this eagle3conv reads version "
+                                      f"{REPORT_VERSION}", hint="upgrade eagle3conv, or " + _RERUN)
+        f = _Fields(source)
+        results = f.get(obj, "results", list)
+        if not results:
+            raise CheckpointReadError(f"{source}: 'results' is empty: no wiring was scored", hint=_RERUN)
+        states = f.get(obj, "states", dict)
+        reference = obj.get("reference")
+        if reference is not None and reference not in REFERENCES:
+            raise CheckpointReadError(f"{source}: 'reference' is {reference!r}, not one of {REFERENCES}",
+                                      hint=_RERUN)
+        verdict = f.get(obj, "verdict", dict)
+        status = verdict.get("status")
+        try:
+            parsed_verdict = Verdict.from_dict(verdict)
+        except (TypeError, ValueError) as err:
+            raise CheckpointReadError(f"{source}: 'verdict' is malformed ({err}; status {status!r})",
+                                      hint=_RERUN) from None
+        return cls(
+            document=obj,
+            results=tuple(f.figures(r, i) for i, r in enumerate(results)),
+            steps=f.get(obj, "steps", int),
+            statistic=f.get(obj, "statistic", str),
+            reference=reference,
+            passed=f.get(obj, "passed", bool),
+            min_accept=f.number(obj, "min_accept", optional=True),
+            sequences=f.get(states, "sequences", int, optional=True, where="states."),
+            tokens=f.get(states, "tokens", int, optional=True, where="states."),
+            verdict=parsed_verdict,
+        )
+
+    # -- files
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> VerifyReport:
+        """Read ``path`` (a report file, or a folder holding :data:`REPORT_FILE`)."""
+        p = Path(path)
+        if p.is_dir():
+            p = p / REPORT_FILE
+        try:
+            text = p.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise CheckpointReadError(f"{p}: no verify report there", hint=_RERUN) from None
+        except (OSError, UnicodeDecodeError) as err:
+            raise CheckpointReadError(f"{p}: cannot read: {getattr(err, 'strerror', None) or err}") from None
+        return cls.from_json(text, p.name)
+
+    def save(self, folder: str | os.PathLike, *, local_paths: Sequence[str] = ()) -> Path:
+        """Write :data:`REPORT_FILE` into ``folder`` atomically; every string of
+        ``local_paths`` in the text is replaced by the folder's name (a pushed report
+        carries no local paths). Raises OSError when the folder cannot be written."""
+        from eagle3conv._fs import atomic_write_text
+
+        root = Path(folder)
+        text = self.to_json()
+        for local in set(local_paths) - {"", "."}:
+            text = text.replace(json.dumps(local)[1:-1], root.name)
+        return atomic_write_text(root / REPORT_FILE, text, durable=False)
+
+
+_RERUN = "run eagle3conv verify CKPT --states STATES again to write a report this eagle3conv reads"
+
+
+class _Fields:
+    """Typed field reads that raise :class:`CheckpointReadError` naming ``source`` and the field."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def _bad(self, where: str, key: str, want: str, got: Any) -> CheckpointReadError:
+        return CheckpointReadError(f"{self.source}: '{where}{key}' must be {want}, it is {got!r}"[:400],
+                                   hint=_RERUN)
+
+    def get(self, obj: dict, key: str, kind: type, *, optional: bool = False, where: str = "") -> Any:
+        v = obj.get(key)
+        if v is None and optional:
+            return None
+        ok = isinstance(v, kind) and (kind is bool or not isinstance(v, bool))
+        if not ok:
+            raise self._bad(where, key, f"a JSON {_KIND_NAMES[kind]}", v)
+        return v
+
+    def number(self, obj: dict, key: str, *, optional: bool = False, where: str = "") -> float | None:
+        v = obj.get(key)
+        if v is None and optional:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise self._bad(where, key, "a finite number", v)
+        return float(v)
+
+    def numbers(self, obj: dict, key: str, *, where: str = "", fraction: bool = False) -> tuple[float, ...]:
+        v = obj.get(key)
+        if not isinstance(v, list):
+            raise self._bad(where, key, "a list of numbers", v)
+        out = tuple(self.number({key: x}, key, where=where) for x in v)
+        if fraction and not all(0.0 <= x <= 1.0 for x in out):
+            raise self._bad(where, key, "fractions between 0 and 1", v)
+        return out
+
+    def interval(self, obj: dict, key: str, *, where: str = "") -> tuple[float, float]:
+        v = self.numbers(obj, key, where=where)
+        if len(v) != 2 or v[0] > v[1]:
+            raise self._bad(where, key, "an interval [low, high]", obj.get(key))
+        return (v[0], v[1])
+
+    def figures(self, r: Any, i: int) -> WiringFigures:
+        where = f"results[{i}]."
+        if not isinstance(r, dict):
+            raise self._bad("", f"results[{i}]", "an object", r)
+        layers = self.get(r, "layers", list, where=where)
+        ids = []
+        for x in layers:
+            o = x.get("output_of") if isinstance(x, dict) else None
+            if isinstance(o, bool) or not isinstance(o, int) or o < -1:
+                raise self._bad(where, "layers", 'a list of {"output_of": id >= -1}', layers)
+            ids.append(o)
+        acceptance = self.numbers(r, "acceptance_per_position", where=where, fraction=True)
+        cis = r.get("acceptance_ci95")
+        if not isinstance(cis, list) or len(cis) != len(acceptance):
+            raise self._bad(where, "acceptance_ci95", f"{len(acceptance)} intervals, one per position", cis)
+        return WiringFigures(
+            name=self.get(r, "wiring", str, where=where),
+            layers=tuple(ids),
+            described=self.get(r, "described", str, where=where),
+            acceptance=acceptance,
+            acceptance_ci95=tuple(self.interval({"acceptance_ci95": c}, "acceptance_ci95", where=where)
+                                  for c in cis),
+            accept_length=self.number(r, "accept_length", where=where),
+            accept_length_ci95=self.interval(r, "accept_length_ci95", where=where),
+            positions_scored=self.get(r, "positions_scored", int, where=where),
+            sequences=self.get(r, "sequences", int, where=where),
+            rounds=self.get(r, "rounds", int, where=where),
+        )
+
+
+_KIND_NAMES = {list: "list", dict: "object", int: "integer", str: "string", bool: "true/false"}
+
+
+# --------------------------------------------------------------------------- the result in memory
+
+
+@dataclass
+class VerifyResult:
+    """What :func:`eagle3conv.verify.verify` returns: the scores themselves, and
+    :meth:`to_dict` / :meth:`report`, the document the report file holds."""
+
+    checkpoint: Path
+    states: dict
+    device: str
+    dtype: str
+    steps: int
+    wiring_check: dict
+    scores: list[Score]
+    comparisons: list[list[dict] | None]
+    verdict: Verdict
+    training_norms: dict | None
+    seconds: dict
+    min_accept: float | None
+    saved: Path | None = None
+    save_error: str | None = None
+    reference: Reference = "target"  # what drafts were compared with: the target's or the data's next tokens
+
+    @property
+    def main(self) -> Score:
+        return self.scores[0]
+
+    @property
+    def wiring_check_ok(self) -> bool:
+        return bool(self.wiring_check.get("ok", True))
+
+    @property
+    def passed(self) -> bool:
+        return self.min_accept is None or self.main.acceptance[0] >= self.min_accept
+
+    def to_dict(self) -> dict:
+        m = self.main.to_dict()
+        return {
+            "format": REPORT_FORMAT,
+            "version": REPORT_VERSION,
+            "checkpoint": self.checkpoint.name,  # no local paths: the report travels with pushes
+            "states": dict(self.states, path=Path(str(self.states.get("path", ""))).name),
+            "device": self.device,
+            "dtype": self.dtype,
+            "steps": self.steps,
+            "wiring": m["described"],
+            "acceptance_per_position": m["acceptance_per_position"],
+            "acceptance_ci95": m["acceptance_ci95"],
+            "accept_length": m["accept_length"],
+            "accept_length_ci95": m["accept_length_ci95"],
+            "min_accept": self.min_accept,
+            "passed": self.passed,
+            "reference": self.reference,
+            "statistic": ("teacher-forced top-1 acceptance against the "
+                          + ("data's next tokens (the states hold no target predictions)" if self.reference == "data"
+                             else "target's greedy next tokens")
+                          + "; norms: per-token L2, position 0 excluded"),
+            "results": [dict(s.to_dict(), norm_comparison=c) for s, c in zip(self.scores, self.comparisons)],
+            "verdict": self.verdict.to_dict(),
+            "wiring_check": self.wiring_check,
+            "seconds": self.seconds,
+            "saved": None if self.saved is None else str(self.saved),
+            "save_error": self.save_error,
+        }
+
+    def report(self) -> VerifyReport:
+        """The report document, validated (what :meth:`VerifyReport.load` reads back)."""
+        return VerifyReport.from_dict(self.to_dict())
+
+
+__all__ = [
+    "REFERENCES", "REPORT_FILE", "REPORT_FORMAT", "REPORT_VERSION", "Reference", "VerifyReport", "VerifyResult",
+    "WiringFigures",
+]

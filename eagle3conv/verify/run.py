@@ -1,0 +1,223 @@
+"""The ``verify`` and ``smoke`` operations: input checks, then load, score, decide, report.
+
+:func:`verify` checks its arguments and the inputs (drafter, states, wiring,
+embeddings) before any scoring, then evaluates the config's (or ``--layers'``)
+wiring, and with ``search`` the candidates around it, decides
+(:func:`eagle3conv.verify.search.decide`) and saves the report
+(:class:`eagle3conv.verify.report.VerifyReport`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from eagle3conv.errors import CheckpointReadError, FolderBusyError, UsageError, VerifyFailedError, WiringError
+from eagle3conv.verify.evaluate import Candidate, Score, evaluate
+from eagle3conv.verify.inputs import (
+    build_drafter,
+    data_labels,
+    load_drafter_weights,
+    load_target_embeddings,
+    resolve_device,
+    resolve_dtype,
+)
+from eagle3conv.verify.report import REPORT_FILE, VerifyResult
+from eagle3conv.verify.search import candidates, config_candidate, decide, norm_comparison
+from eagle3conv.wiring.layers import LayerRef, LayerSet, describe, to_refs
+
+
+def _out_refs(ids: Sequence[int] | None) -> LayerSet | None:
+    return None if ids is None else tuple(LayerRef(int(i)) for i in ids)
+
+
+def verify(
+    path: str | os.PathLike,
+    states_path: str | os.PathLike,
+    *,
+    wiring_options=None,
+    steps: int = 3,
+    device: str = "auto",
+    dtype: str = "auto",
+    search: bool = False,
+    layers: Sequence[int] | None = None,
+    min_accept: float | None = None,
+    batch_size: int = 8,
+    max_sequences: int | None = None,
+    save: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
+    states_layers: Sequence[int] | None = None,
+    embeddings: str | os.PathLike | None = None,
+) -> VerifyResult:
+    """Run the drafter on captured states and measure acceptance (see the module docstring).
+
+    ``layers`` (output-of-layer ids) overrides the config's wiring.
+    ``states_layers`` names the aux slots of sources that do not record them
+    (SpecForge records, dumps without a manifest); without it they are taken to
+    be the config's wiring, and the report says so. ``embeddings``: the target's
+    safetensors, for states without the embedding output. States without the
+    target's next tokens (SpecForge) are scored against the data's next tokens,
+    and the report says so. Raises
+    :class:`VerifyFailedError` (exit 4) when step-1 acceptance is below
+    ``min_accept``, after saving the report.
+    """
+    from eagle3conv.states.readers import open_states
+    from eagle3conv.wiring.apply import WiringOptions, check_only, gather
+    from eagle3conv.wiring.check import sglang_preference
+
+    t_start = time.perf_counter()
+    if steps < 1 or steps > 16:
+        raise UsageError(f"--steps must be between 1 and 16, got {steps}")
+    if min_accept is not None and not 0 <= min_accept <= 1:
+        raise UsageError(f"--min-accept is a fraction between 0 and 1, got {min_accept}")
+    if max_sequences is not None and max_sequences < 1:
+        raise UsageError(f"--max-sequences must be at least 1, got {max_sequences}")
+    if batch_size < 1:
+        raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    root = Path(path)
+    opts = wiring_options or WiringOptions()
+    config, tensors = load_drafter_weights(root)
+    t_loaded = time.perf_counter()
+    notes: list[str] = []
+    states = open_states(states_path, layers=_out_refs(states_layers))
+    if states.input_ids is None:
+        raise CheckpointReadError(
+            f"{states_path}: these states hold no token ids; verify compares drafts with the target's tokens",
+            hint="capture with eagle3conv capture, or add input_ids.pt and target_next.pt to the dumps")
+    labels, reference = None, "target"
+    if states.target_next is None:
+        labels, reference = data_labels(states.input_ids, states.attention_mask), "data"
+        notes.append("these states hold no target next tokens: drafts are scored against the data's next tokens "
+                     "(a lower bound on acceptance unless the data is the target's own output)")
+    ev = gather(root, None, config, opts)
+    if ev.target is None and states.num_layers is not None:
+        from eagle3conv.wiring.targets import TargetProfile
+
+        ev.target = TargetProfile(name=states.target or "the captured target", hidden_size=states.hidden_size,
+                                  num_hidden_layers=states.num_layers, vocab_size=states.vocab_size or 0)
+    n = ev.target.num_hidden_layers if ev.target else states.num_layers
+    prefer = sglang_preference(ev.target.architectures if ev.target else None,
+                               ev.target.model_type if ev.target else None)
+    fc = tensors.get("fc.weight")
+    from eagle3conv.model.drafter import DrafterConfig
+
+    dc = DrafterConfig.from_config(config)
+    check = check_only(config, ev, fc_in=int(fc.shape[1]) if fc is not None else None,
+                       target_hidden=dc.target_hidden_size, source_format="sglang",
+                       fix_command=f"eagle3conv config {path}")
+    if states.hidden_size != dc.target_hidden_size:
+        raise WiringError(f"the states are {states.hidden_size} wide but the drafter reads target states of "
+                          f"width {dc.target_hidden_size}: they come from another target")
+    if layers is not None:
+        base = Candidate("given", to_refs(list(layers), "output", n), f"--layers {','.join(map(str, layers))}")
+    else:
+        base = config_candidate(config, n, prefer)
+    if len(base.layers) != dc.num_aux:
+        raise WiringError(f"the wiring names {len(base.layers)} layers ({describe(base.layers)}) but fc reads "
+                          f"{dc.num_aux}")
+    if states.layers is None:  # SpecForge records, dumps without a manifest: the slots are unnamed
+        states = open_states(states_path, layers=base.layers)
+        notes.append(f"the states do not say which layers their aux slots are: taken to be {describe(base.layers)} "
+                     "(the wiring scored); pass --states-layers to name them")
+        if search:
+            notes.append("--search-wiring needs states that name their layers: only the stored slots were scored")
+            search = False
+    table = None
+    if embeddings is not None:
+        table = load_target_embeddings(embeddings, dc.vocab_size, dc.hidden_size).to(dt)
+    elif not states.has_embeddings and dc.target_hidden_size == dc.hidden_size:
+        raise UsageError(f"{states_path}: these states hold no embedding output, and the drafter embeds with "
+                         "the target's table", hint="pass the target's weights: --embeddings TARGET_DIR")
+    drafter, target_embeds = build_drafter(config, tensors, dev, dt, embeddings=table)
+    del tensors, table
+    t_built = time.perf_counter()
+    truth = ev.truth.layers if ev.truth else None
+    cands = [base]
+    if search:
+        avail = [r for r in states.layers]
+        cands = candidates(base, truth, avail, n)
+        if not cands or cands[0] is not base:
+            states.check_refs(base.layers)  # explains what is missing
+    else:
+        states.check_refs(base.layers)
+    training = next((r for r in ev.records if r.norms), None)
+    scores: list[Score] = []
+    first_result = None
+    for i, cand in enumerate(cands):
+        cb = None
+        if progress:
+            def cb(done, total, _i=i, _c=cand):
+                progress(f"{_c.name} ({_i + 1}/{len(cands)})", done, total)
+        scores.append(evaluate(drafter, states, cand, steps=steps, batch_size=batch_size,
+                               target_embeds=target_embeds, max_sequences=max_sequences, progress=cb,
+                               labels=labels))
+        if first_result is None:
+            first_result = time.perf_counter()
+            if scores[0].tokens == 0:
+                raise CheckpointReadError(
+                    f"{states_path}: nothing to score: no position has a reference token inside the loss mask "
+                    f"({states.num_sequences} sequences, {states.num_tokens} real tokens)",
+                    hint="capture longer sequences or with --generate N (the generated part is scored)")
+        bad = [i for i, nm in enumerate(scores[-1].norms) if nm["median"] is not None
+               and not all(math.isfinite(nm[k]) for k in ("median", "p10", "p90"))]
+        if bad:
+            raise CheckpointReadError(
+                f"{states_path}: the hidden states of slot {bad[0]} ({cand.layers[bad[0]]}) are not finite "
+                "(NaN or Inf): the capture went wrong", hint="capture again (a bf16 overflow? try --dtype fp32)")
+    comparisons = []
+    for s in scores:
+        same = training is not None and training.layers == s.candidate.layers
+        comparisons.append(norm_comparison(s, training.norms) if same or (
+            training is not None and len(training.layers or ()) == len(s.candidate.layers)) else None)
+    verdict = decide(scores, comparisons, search, path, ev.target.name if ev.target else None)
+    t_end = time.perf_counter()
+    result = VerifyResult(
+        checkpoint=root, states=dict(states.summary(), verify_notes=notes), device=dev, dtype=str(dt).removeprefix("torch."),
+        steps=steps, wiring_check=check.to_dict(), scores=scores, comparisons=comparisons, verdict=verdict,
+        training_norms=None if training is None else training.norms,
+        seconds={"load_drafter": round(t_loaded - t_start, 3), "build": round(t_built - t_loaded, 3),
+                 "first_result": round((first_result or t_end) - t_start, 3), "total": round(t_end - t_start, 3)},
+        min_accept=min_accept, reference=reference)
+    if save:
+        from eagle3conv._fs import folder_lock
+
+        try:  # no local paths in a pushed report
+            with folder_lock(root, exclusive=False, command="verify"):
+                result.saved = result.report().save(root, local_paths=(str(path), str(root), str(root.resolve())))
+        except OSError as err:  # a read-only checkpoint: keep the results, say so
+            result.save_error = f"could not save {root / REPORT_FILE}: {err.strerror or err} (use --no-save)"
+        except FolderBusyError as err:
+            result.save_error = f"could not save {root / REPORT_FILE}: {err.message}"
+    if not result.passed:
+        raise VerifyFailedError(
+            f"step-1 acceptance {result.main.acceptance[0]:.3f} is below --min-accept {min_accept}",
+            hint=verdict.advice or (f"see the report: {result.saved}" if result.saved else None),
+            details=[f"{s.candidate.name}: {describe(s.candidate.layers)}: accept length {s.accept_length:.3f}"
+                     for s in scores[:5]])
+    return result
+
+
+def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto") -> dict:
+    """The structural smoke test (no states): strict load, random inputs at step 1
+    (k*T wide) and step 2 (H wide), finite outputs, logits Vd wide, d2t in range."""
+    from eagle3conv.model.drafter import check_mla_shapes, smoke_test
+
+    config, tensors = load_drafter_weights(Path(path))
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    t0 = time.perf_counter()
+    if "Eagle3DeepseekV2ForCausalLM" in (config.get("architectures") or []):
+        check_mla_shapes(config, tensors)
+        return {"checkpoint": str(path), "ok": True, "device": dev, "kind": "MLA drafter: tensor shapes checked "
+                "(its forward is not implemented)", "seconds": round(time.perf_counter() - t0, 3)}
+    r = smoke_test(config, tensors, dev, dtype=dt)
+    return {"checkpoint": str(path), "ok": r.ok, "problems": list(r.problems), "device": dev,
+            "dtype": str(dt).removeprefix("torch."), "step1_input_width": r.step1_input_width,
+            "step2_input_width": r.step2_input_width, "logits_width": r.logits_width,
+            "vocab_size": r.vocab_size, "embedding": r.embedding_source,
+            "seconds": round(time.perf_counter() - t0, 3)}

@@ -1,0 +1,279 @@
+"""The wiring search: which wirings to score, how scores compare with training, and the verdict.
+
+:func:`config_candidate` is the wiring an engine would use with the config;
+:func:`candidates` adds the wirings worth scoring around it (the training
+record's, each shifted by one, the embedding-included variant, each engine's
+default, per-slot moves of 1 and 2), among the layers the states hold.
+:func:`norm_comparison` puts a score's per-slot norms next to training's.
+:func:`decide` turns the scores into a :class:`Verdict`, whose ``status`` says
+what the search concluded (callers branch on it, never on the wording):
+
+``named``      acceptance separates a leader from every other wiring, or, where it
+               cannot, the norm fingerprint picks the one leader clearly in line
+``stands``     acceptance cannot separate the leaders; the training record's or the
+               config's wiring is among them (norms not out of line), so it stands
+``ambiguous``  neither acceptance nor the norms decide: nothing is named
+``undecided``  fewer than :data:`MIN_SEARCH_SEQUENCES` sequences: no search verdict
+``None``       no search was run (one wiring scored)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from eagle3conv.errors import UsageError, WiringError
+from eagle3conv.verify.evaluate import Candidate, Score
+from eagle3conv.verify.stats import paired_difference
+from eagle3conv.wiring.layers import EMBEDDING, LayerRef, LayerSet, describe, engine_defaults, to_ids, to_refs
+
+MIN_SEARCH_SEQUENCES = 10  # below this, sequence-bootstrap intervals are not worth naming a wiring on
+NORM_FLAG_RATIO = 2.0
+
+Status = Literal["named", "stands", "ambiguous", "undecided"]
+STATUSES: tuple[str, ...] = ("named", "stands", "ambiguous", "undecided")
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+def config_candidate(config: dict, num_layers: int | None, prefer: str) -> Candidate:
+    """The wiring an engine would use with this config: eagle3conv's provenance if
+    written, else the SGLang ids as the preferred version reads them, else the default."""
+    prov = ((config.get("eagle3conv") or {}).get("aux_layers") or {}).get("layers")
+    if isinstance(prov, list) and prov:
+        return Candidate("config", tuple(LayerRef(x["output_of"]) for x in prov),
+                         "config.json's eagle3conv.aux_layers (as written for every engine)")
+    ids = ((config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids"))
+    if isinstance(ids, list) and ids:
+        if -1 in ids:  # what the seed incident's author meant: [-1, 2, 30] = embedding + outputs 2, 30
+            return Candidate("config", to_refs(ids, "output", num_layers),
+                             f"config.json eagle_config ids {ids}, -1 read as the embedding output "
+                             "(SGLang itself cannot capture it)")
+        try:
+            return Candidate("config", to_refs(ids, prefer, num_layers),
+                             f"config.json eagle_config ids {ids} as {prefer} reads them")
+        except WiringError as err:
+            raise WiringError(f"config.json eagle_config ids {ids}: {err.message}",
+                              hint="score a wiring explicitly with --layers, or fix it with eagle3conv config") from None
+    top = config.get("eagle_aux_hidden_state_layer_ids")
+    if isinstance(top, list) and top:
+        return Candidate("config", to_refs(top, "input", num_layers), f"config.json top-level ids {top} (vLLM)")
+    if num_layers is None:
+        raise UsageError("config.json names no aux layers and the target's layer count is unknown",
+                         hint="pass --target, or write the wiring with eagle3conv config")
+    d = engine_defaults(num_layers)["output"]
+    return Candidate("config", d.refs, "no ids in config.json: every engine's default")
+
+
+def candidates(base: Candidate, trained: LayerSet | None, available: Sequence[LayerRef], num_layers: int | None,
+               *, wide: bool = True) -> list[Candidate]:
+    """The wirings worth scoring, among the layers the states hold."""
+    have = set(available)
+    out: list[Candidate] = []
+    seen: set[LayerSet] = set()
+
+    def add(name: str, layers: Sequence[LayerRef], why: str) -> None:
+        layers = tuple(layers)
+        if (layers in seen or len(set(layers)) != len(layers) or not all(r in have for r in layers)
+                or any(a.output_of >= b.output_of for a, b in zip(layers, layers[1:]))):
+            return
+        seen.add(layers)
+        out.append(Candidate(name, layers, why))
+
+    base_layers = base.layers
+    add(base.name, base_layers, base.why)
+    if trained is not None:
+        add("training record", trained, "the layers the training record names")
+    for shift in (-1, 1):
+        shifted = [LayerRef(r.output_of + shift) for r in base_layers if r.output_of + shift >= -1]
+        if len(shifted) == len(base_layers):
+            add(f"config shifted by {shift:+d}", shifted,
+                "the off-by-one of engines numbering layer inputs vs outputs")
+    emb = (EMBEDDING, *base_layers[:-1])
+    add("with the embedding output", emb, "the seed incident's belief: training included the embedding output")
+    if num_layers is not None and num_layers >= 4:
+        d = engine_defaults(num_layers)
+        add("engine default", d["output"].refs, f"what every engine captures with no ids ({d['output'].note})")
+        add("SpecForge 2025-09 default", d["specforge-2025-09"].refs, d["specforge-2025-09"].note)
+    if wide:
+        for slot in range(len(base_layers)):
+            for delta in (-2, -1, 1, 2):
+                moved = list(base_layers)
+                o = moved[slot].output_of + delta
+                if o < -1:
+                    continue
+                moved[slot] = LayerRef(o)
+                add(f"slot {slot} moved {delta:+d}", moved, "a wider search around the config's wiring")
+    return out
+
+
+# --------------------------------------------------------------------------- norms
+
+
+def norm_comparison(score: Score, training_norms: dict | None) -> list[dict] | None:
+    """Slot by slot: inference median next to training median; flagged beyond 2x."""
+    if not training_norms or not training_norms.get("slots"):
+        return None
+    slots = training_norms["slots"]
+    if len(slots) != len(score.norms):
+        return None
+    out = []
+    for i, (inf, tr) in enumerate(zip(score.norms, slots)):
+        a, b = inf.get("median"), tr.get("median")
+        ratio = (a / b) if a and b else None
+        flagged = ratio is not None and (ratio > NORM_FLAG_RATIO or ratio < 1 / NORM_FLAG_RATIO)
+        out.append({"slot": i, "layer": str(score.candidate.layers[i]), "inference_median": a,
+                    "training_median": b, "ratio": None if ratio is None else round(ratio, 4), "flagged": flagged})
+    return out
+
+
+def norm_mismatch(cmp: list[dict] | None) -> float | None:
+    if not cmp:
+        return None
+    vals = [abs(math.log(c["ratio"])) for c in cmp if c["ratio"]]
+    return sum(vals) / len(vals) if vals else None
+
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+@dataclass
+class Verdict:
+    """What the scores say about the wiring. ``status``: see the module docstring."""
+
+    config_accept_length: float
+    status: Status | None = None
+    norm_flags: list[str] = field(default_factory=list)  # the config's slots whose norms are out of line
+    decided_by: str | None = None  # for people: which evidence decided (never parsed)
+    config_is_best: bool | None = None
+    paired_differences: list[dict] = field(default_factory=list)  # the leader vs every other wiring
+    best: str | None = None  # the wiring named (None unless named or stands)
+    best_layers: str | None = None
+    best_accept_length: float | None = None
+    tied: int | None = None  # wirings acceptance cannot separate from the leader (itself included)
+    separated: bool | None = None
+    runner_up: str | None = None
+    advice: str | None = None  # the command that writes the named wiring, when it is not the config's
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.status not in STATUSES:
+            raise ValueError(f"verdict status {self.status!r} is not one of {STATUSES}")
+
+    @property
+    def names_a_wiring(self) -> bool:
+        return self.status in ("named", "stands")
+
+    def to_dict(self) -> dict:
+        """The report's ``verdict`` object (keys present only where they apply)."""
+        out: dict = {"config_accept_length": self.config_accept_length, "status": self.status}
+        if self.norm_flags:
+            out["norm_flags"] = list(self.norm_flags)
+        if self.status is None:
+            return out
+        if self.status == "undecided":
+            out.update({"decided_by": self.decided_by, "config_is_best": self.config_is_best})
+            return out
+        out["paired_differences"] = list(self.paired_differences)
+        out.update({
+            "best": self.best, "best_layers": self.best_layers, "best_accept_length": self.best_accept_length,
+            "decided_by": self.decided_by, "tied": self.tied, "separated": self.separated,
+            "runner_up": self.runner_up, "config_is_best": self.config_is_best,
+        })
+        if self.advice is not None:
+            out["advice"] = self.advice
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Verdict:
+        """The inverse of :meth:`to_dict` (unknown keys are ignored)."""
+        names = {f for f in cls.__dataclass_fields__}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["norm_flags"] = list(kw.get("norm_flags") or [])
+        kw["paired_differences"] = list(kw.get("paired_differences") or [])
+        return cls(**kw)
+
+
+def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search: bool, path,
+           target: str | None) -> Verdict:
+    """The verdict on ``scores`` (``scores[0]``: the config's or the given wiring;
+    ``comparisons[i]``: :func:`norm_comparison` of ``scores[i]``, or None).
+    ``path`` and ``target`` go into the advice's ``eagle3conv config`` command."""
+    main = scores[0]
+    out = Verdict(config_accept_length=round(main.accept_length, 4))
+    flagged = [c for c in (comparisons[0] or []) if c["flagged"]]
+    out.norm_flags = [f"slot {c['slot']} ({c['layer']}): inference median {c['inference_median']:.3g} vs "
+                      f"training {c['training_median']:.3g} ({c['ratio']:.2f}x)" for c in flagged]
+    if not search or len(scores) < 2:
+        return out
+    if main.effective_sequences < MIN_SEARCH_SEQUENCES:
+        out.status = "undecided"
+        out.decided_by = (f"not decided: a wiring search needs at least {MIN_SEARCH_SEQUENCES} "
+                          f"sequences with full chains (these states have {main.effective_sequences}); capture more")
+        return out
+    # rank by the every-chain-start accept length: same positions for every wiring, lowest variance
+    ranked = sorted(range(len(scores)), key=lambda i: -scores[i].accept_length_all)
+    best, second = scores[ranked[0]], scores[ranked[1]]
+    diffs = {i: paired_difference(best, scores[i]) for i in ranked[1:]}
+    tied = [ranked[0]] + [i for i in ranked[1:] if diffs[i][1] <= 0]
+    separated = len(tied) == 1  # the leader's paired interval excludes 0 against every other wiring
+    chosen, decided_by, status = ranked[0], "acceptance", "named"
+    out.paired_differences = [
+        {"wiring": scores[i].candidate.name, "layers": describe(scores[i].candidate.layers),
+         "accept_length_gap": round(d, 4), "ci95": [round(lo, 4), round(hi, 4)]}
+        for i, (d, lo, hi) in diffs.items()]
+    if not separated:
+        # Acceptance cannot tell the leaders apart. The norm fingerprint tells an embedding
+        # output from a deep layer, not layer 13 from 14 (adjacent layers' norms differ by
+        # less than two datasets' medians do), so it only overturns the config's (or the
+        # training record's) wiring when that one's norms are out of line and another
+        # leader's are clearly in line.
+
+        def in_line(i: int) -> bool | None:
+            cmp = comparisons[i]
+            return None if cmp is None else not any(c["flagged"] for c in cmp)
+
+        def clearly_in_line(i: int) -> bool:
+            cmp = comparisons[i]
+            return bool(cmp) and all(c["ratio"] and 0.8 <= c["ratio"] <= 1.25 for c in cmp)
+
+        anchors = [i for i in tied if scores[i].candidate.name == "training record"] + ([0] if 0 in tied else [])
+        anchor = next((i for i in anchors if in_line(i) is not False), None)
+        ok = [i for i in tied if clearly_in_line(i)]
+        if anchor is not None:
+            chosen, status = anchor, "stands"
+            who = "the training record's" if scores[anchor].candidate.name == "training record" else "the config's"
+            decided_by = (f"acceptance cannot separate {len(tied)} wirings; {who} wiring is among them"
+                          + (" and its norms match training" if in_line(anchor) else "") + ", so it stands")
+        elif ok:
+            chosen = min(ok, key=lambda i: norm_mismatch(comparisons[i]) or 0.0)
+            decided_by = ("norm fingerprint (acceptance cannot separate the leaders; the config's norms are out "
+                          "of line, this wiring's within 25% of training)")
+        else:
+            status = "ambiguous"
+            decided_by = (f"ambiguous: acceptance cannot separate {len(tied)} wirings and the norms do not decide; "
+                          "capture more tokens")
+    win = scores[chosen]
+    out.status, out.decided_by = status, decided_by
+    out.best, out.best_layers = win.candidate.name, describe(win.candidate.layers)
+    out.best_accept_length, out.tied, out.separated = round(win.accept_length, 4), len(tied), separated
+    out.runner_up = second.candidate.name if chosen == ranked[0] else best.candidate.name
+    out.config_is_best = win is main
+    if status == "ambiguous":
+        out.best = out.best_layers = None
+        return out
+    if win is not main:
+        ids = ",".join(map(str, to_ids(win.candidate.layers, "output")))
+        tgt = f" --target {target}" if target else ""
+        out.advice = (f"the drafter was most likely trained on {describe(win.candidate.layers)}; write it: "
+                      f"eagle3conv config {path}{tgt} --trained-on {ids} --captured-at output")
+    return out
+
+
+__all__ = [
+    "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "STATUSES", "Status", "Verdict", "candidates", "config_candidate",
+    "decide", "norm_comparison", "norm_mismatch",
+]
