@@ -30,6 +30,7 @@ from eagle3conv.checkpoint.writer import (
     write_out,
 )
 from eagle3conv.errors import UsageError, WiringError
+from eagle3conv.findings import AUX_LAYERS, EVIDENCE_NOTE, WIRING_WRITTEN, Finding
 from eagle3conv.wiring import apply as wiring
 from eagle3conv.wiring.apply import WiringOptions
 
@@ -125,8 +126,8 @@ def _wire_plan(plan: Plan, opts: WiringOptions, ckpt: str) -> None:
     fix = f"eagle3conv fix-keys {ckpt}{' ' + flags if flags else ''} --rewire"
     w = wiring.wire(plan.config, ev, opts, fc_in=fc_in, target_hidden=t,
                     source_format=plan.format.format.name, fix_command=fix)
-    if w.refused:
-        plan.errors += [f"aux layers: {m}" for m in w.refused]
+    if w.conflicts:
+        plan.findings += w.conflicts
         plan.wiring_hint = (f"the training record is what the drafter learned from; to write its layers: {fix}"
                             " (or correct the record)")
     else:
@@ -134,17 +135,17 @@ def _wire_plan(plan: Plan, opts: WiringOptions, ckpt: str) -> None:
             plan.config_edits = [*plan.config_edits, *w.plan.edits]
             plan.config = w.config
             plan.aux_ids = cfgmod_aux(w.config)
-            plan.notices.append(
-                f"aux layers: {w.plan.to_dict()['described']} (from {w.plan.record.source}) written as SGLang "
+            plan.findings.append(Finding(
+                "notice", AUX_LAYERS, WIRING_WRITTEN,
+                f"{w.plan.to_dict()['described']} (from {w.plan.record.source}) written as SGLang "
                 f"{list(w.plan.sglang.ids)}, vLLM {list(w.plan.vllm_ids)}; TensorRT-LLM eagle3_layers_to_capture "
-                f"{sorted(w.plan.trtllm_ids)}")
+                f"{sorted(w.plan.trtllm_ids)}"))
         errs = w.report.errors
-        plan.errors += [f"aux layers: {f.message}" for f in errs]
+        plan.findings += errs
         if errs:
             plan.wiring_hint = next((f.fix for f in errs if f.fix), None)
-    plan.notices += [f"aux layers: {f.message}" + (f" (fix: {f.fix})" if f.fix else "")
-                     for f in w.report.warnings]
-    plan.notices += [f"aux layers: {n}" for n in ev.notes]
+    plan.findings += w.report.warnings
+    plan.findings += [Finding("notice", AUX_LAYERS, EVIDENCE_NOTE, n) for n in ev.notes]
     plan.wiring = w.to_dict(str(plan.index.root))
 
 
@@ -240,8 +241,9 @@ def _fix_keys(path, recovered: str | None, *, out, source_format, config, keep_e
         dtype=dtype,
     )
     _wire_plan(plan, wiring_options or WiringOptions(), str(path))
-    if plan.errors and all(e.startswith("aux layers: ") for e in plan.errors):
-        first, *rest = (e.removeprefix("aux layers: ") for e in plan.errors)
+    errs = [f for f in plan.findings if f.level == "error"]
+    if errs and all(f.area == AUX_LAYERS for f in errs):
+        first, *rest = (f.message for f in errs)
         raise WiringError(f"{index.root}: {first}; nothing was written", details=rest, hint=plan.wiring_hint)
     plan.raise_for_errors()
     size = parse_size(max_shard_size) if isinstance(max_shard_size, str) else max_shard_size

@@ -20,6 +20,32 @@ from eagle3conv.checkpoint.formats import DetectContext, FormatMatch, detect, ge
 from eagle3conv.checkpoint.index import CheckpointIndex
 from eagle3conv.checkpoint.vocab import check_vocab
 from eagle3conv.errors import CheckpointReadError, InvalidCheckpointError, UsageError
+from eagle3conv.findings import (
+    AUX_LAYERS,
+    CONFIG,
+    CONFIG_REPLACED,
+    CONFIG_SOURCE,
+    EMBED_DROPPED,
+    EMBED_KEPT,
+    MISSING_EMBEDDING,
+    EXTRACTED,
+    FC_NORM_KEPT,
+    FUSED_AND_UNFUSED,
+    KEY_COLLISION,
+    KEYS,
+    MISSING_KEY,
+    NO_VOCAB_SIZE,
+    NORM_OUTPUT,
+    REFUSED_KEY,
+    SHAPE_MISMATCH,
+    SHAPES,
+    SPLIT_SHAPE,
+    UNMAPPED_KEY,
+    VOCAB,
+    VOCAB_MAP_DTYPE,
+    WEIGHT_DTYPE,
+    Finding,
+)
 from eagle3conv.wiring import config as cfgmod
 
 EMBED = "embed_tokens.weight"
@@ -78,16 +104,26 @@ class Plan:
     config: dict
     config_edits: list[cfgmod.ConfigEdit]
     symbols: dict
-    errors: list[str] = field(default_factory=list)
-    notices: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    """Every problem (level ``error``) and notice (``warning``/``notice``) about keys, shapes,
+    vocab maps, config and aux layers (the last added by :mod:`eagle3conv.api`)."""
     aux_ids: dict = field(default_factory=dict)
     out_dtype: str | None = None
     wiring: dict | None = None  # set by eagle3conv.wiring.apply (api.fix_keys / inspect)
     wiring_hint: str | None = None
 
     @property
+    def errors(self) -> list[str]:
+        """The errors as printed (``details`` of the error raised, ``errors`` in ``--json``)."""
+        return [line(f) for f in self.findings if f.level == "error"]
+
+    @property
+    def notices(self) -> list[str]:
+        return [line(f) for f in self.findings if f.level in ("warning", "notice")]
+
+    @property
     def ok(self) -> bool:
-        return not self.errors
+        return not any(f.level == "error" for f in self.findings)
 
     @property
     def output_bytes(self) -> int:
@@ -140,6 +176,13 @@ class Plan:
             "symbols": self.symbols,
             "identity": self.ok and self.is_identity(),
         }
+
+
+def line(f: Finding) -> str:
+    """A plan finding as one line of ``errors``/``notices`` (aux-layer ones are labelled,
+    and a warning or notice carries its fix)."""
+    label = "aux layers: " if f.area == AUX_LAYERS else ""
+    return label + f.message + (f" (fix: {f.fix})" if f.fix and f.level != "error" else "")
 
 
 def _hint(plan: Plan) -> str:
@@ -203,16 +246,16 @@ def build_plan(
     fmt = match.format
     _, common = load_formats()
     rules = fmt.rules + common.rules
-    notices: list[str] = []
-    errors: list[str] = []
+    notices: list[Finding] = []
+    errors: list[Finding] = []
 
     src_config = config_override if config_override is not None else index.config
     if config_override is not None and index.config is not None:
-        notices.append("config.json in the checkpoint replaced by --config")
+        notices.append(Finding("notice", CONFIG, CONFIG_REPLACED, "config.json in the checkpoint replaced by --config"))
     drafter_cfg, cfg_notices = cfgmod.source_drafter_config(
         fmt.name, None if config_override is not None else fmt.config_from, src_config, fmt.config_required
     )
-    notices += cfg_notices
+    notices += [Finding("notice", CONFIG, CONFIG_SOURCE, n) for n in cfg_notices]
     validate_drafter_config(drafter_cfg)
 
     # 1. every key's fate
@@ -259,7 +302,7 @@ def build_plan(
         if d.action in ("dropped", "refused"):
             final_decisions.append(d)
             if d.action == "refused":
-                errors.append(f"{d.source}: {d.why}")
+                errors.append(Finding("error", KEYS, REFUSED_KEY, f"{d.source}: {d.why}", subject=d.source))
             continue
         new = d.targets[0]
         if new in fused:
@@ -269,9 +312,11 @@ def build_plan(
         else:
             shown = f" (maps to {new})" if new != d.source else ""
             final_decisions.append(Decision(d.source, "unmapped", (), f"no engine loads this name{shown}"))
-            errors.append(f"{d.source}: unmapped{shown}: SGLang would skip it silently")
+            errors.append(Finding("error", KEYS, UNMAPPED_KEY, f"{d.source}: unmapped{shown}: SGLang would skip it silently",
+                                  subject=d.source))
     for target, sources in sorted(collisions.items()):
-        errors.append(f"{target}: {len(sources)} source keys map to it: {', '.join(sources)}")
+        errors.append(Finding("error", KEYS, KEY_COLLISION,
+                              f"{target}: {len(sources)} source keys map to it: {', '.join(sources)}", subject=target))
 
     # 3. outputs, with splits expanded
     out_dtype = None
@@ -286,56 +331,65 @@ def build_plan(
             f = fused[mapped_name(d, mapped)]
             rows = [eval_dim(r, sym) for r in f.rows]
             if any(r is None for r in rows) or len(src.shape) != 2 or sum(rows) != src.shape[0]:
-                errors.append(
+                errors.append(Finding(
+                    "error", SHAPES, SPLIT_SHAPE,
                     f"{d.source}: cannot split {list(src.shape)} into {', '.join(f.into)} "
-                    f"(rows {f.rows} = {rows} from the config)"
-                )
+                    f"(rows {f.rows} = {rows} from the config)", subject=d.source,
+                ))
                 continue
             start = 0
             for part, r in zip(f.into, rows):
                 if part in wanted:
-                    errors.append(f"{part}: both a fused and an unfused source provide it")
+                    errors.append(Finding("error", KEYS, FUSED_AND_UNFUSED,
+                                          f"{part}: both a fused and an unfused source provide it", subject=part))
                 wanted[part] = Output(part, src.dtype, (r, src.shape[1]), d.source, src.dtype, start, start + r)
                 start += r
         elif d.action in ("kept", "renamed"):
             src = index.tensors[d.source]
             new = d.targets[0]
             if new in wanted:
-                errors.append(f"{new}: both a fused and an unfused source provide it")
+                errors.append(Finding("error", KEYS, FUSED_AND_UNFUSED,
+                                      f"{new}: both a fused and an unfused source provide it", subject=new))
             wanted[new] = Output(new, src.dtype, src.shape, d.source, src.dtype)
 
     own_embed = drafter_uses_own_embedding(sym["H"], sym["T"])
     if own_embed and EMBED not in wanted:
-        errors.append(
+        errors.append(Finding(
+            "error", KEYS, MISSING_EMBEDDING,
             f"{EMBED}: required but missing: target_hidden_size {sym['T']} differs from hidden_size {sym['H']}, "
             "so SGLang embeds tokens with the drafter's own embed_tokens instead of the target's, and this "
-            "checkpoint has none")
+            "checkpoint has none", subject=EMBED))
     elif own_embed and not keep_embed:
-        notices.append(f"{EMBED} kept: target_hidden_size {sym['T']} differs from hidden_size {sym['H']}, so "
-                       "SGLang embeds tokens with the drafter's own table, not the target's")
+        notices.append(Finding(
+            "notice", KEYS, EMBED_KEPT,
+            f"{EMBED} kept: target_hidden_size {sym['T']} differs from hidden_size {sym['H']}, so "
+            "SGLang embeds tokens with the drafter's own table, not the target's", subject=EMBED))
     if EMBED in wanted and not keep_embed and not own_embed:
         src = wanted.pop(EMBED).source
         final_decisions = [
             Decision(d.source, "dropped", (), "embed_tokens dropped: SGLang replaces it with the target's, and vLLM would use a stale copy; --keep-embed keeps it")
             if d.source == src else d for d in final_decisions
         ]
-        notices.append(
+        notices.append(Finding(
+            "notice", KEYS, EMBED_DROPPED,
             f"{src} dropped: SGLang overwrites the drafter's embedding with the target's, vLLM would serve this copy "
-            "if it differs from the target's; pass --keep-embed to keep it"
-        )
+            "if it differs from the target's; pass --keep-embed to keep it", subject=src,
+        ))
 
     # 4. shapes against the config
     for name, ct in canon.items():
         if ct.required and name not in wanted:
-            errors.append(f"{name}: required but missing ({ct.why})")
+            errors.append(Finding("error", KEYS, MISSING_KEY, f"{name}: required but missing ({ct.why})", subject=name))
     for name, o in wanted.items():
         ct = canon[name]
         expect = [eval_dim(d, sym) for d in ct.shape]
         if len(expect) != len(o.shape) or any(e is not None and e != s for e, s in zip(expect, o.shape)):
             shown = "[" + ", ".join(f"{d}={e}" for d, e in zip(ct.shape, expect)) + "]"
-            errors.append(f"{name}: shape {list(o.shape)} but the config implies {shown}")
+            errors.append(Finding("error", SHAPES, SHAPE_MISMATCH,
+                                  f"{name}: shape {list(o.shape)} but the config implies {shown}", subject=name))
         if name not in ("d2t", "t2d") and o.dtype not in dtypes.FLOAT_DTYPES:
-            errors.append(f"{name}: dtype {o.dtype}, expected a floating-point weight")
+            errors.append(Finding("error", SHAPES, WEIGHT_DTYPE, f"{name}: dtype {o.dtype}, expected a floating-point weight",
+                                  subject=name))
 
     # 5. vocab maps
     vocab = drafter_cfg.get("vocab_size")
@@ -344,13 +398,15 @@ def build_plan(
         bad = [(n, wanted[n].dtype) for n in ("d2t", "t2d") if n in wanted
                and wanted[n].dtype not in dtypes.INT_DTYPES | ({"BOOL"} if n == "t2d" else set())]
         for n, dt in bad:
-            errors.append(f"{n} has dtype {dt}; it must hold integer {'offsets' if n == 'd2t' else 'flags'}")
+            errors.append(Finding("error", VOCAB, VOCAB_MAP_DTYPE,
+                                  f"{n} has dtype {dt}; it must hold integer {'offsets' if n == 'd2t' else 'flags'}",
+                                  subject=n))
             wanted.pop(n)
         d2t = index.read_array(wanted["d2t"].source) if "d2t" in wanted else None
         t2d = index.read_array(wanted["t2d"].source) if "t2d" in wanted else None
         vr = check_vocab(d2t, t2d, vocab, vd) if not bad else check_vocab(None, None, None, vd)
-        errors += vr.errors
-        notices += vr.notices
+        errors += [f for f in vr.findings if f.level == "error"]
+        notices += [f for f in vr.findings if f.level != "error"]
         if vr.d2t is not None and vr.d2t_changed:
             src = wanted["d2t"].source
             wanted["d2t"] = Output("d2t", "I64", vr.d2t.shape, src, wanted["d2t"].source_dtype, data=vr.d2t)
@@ -358,7 +414,7 @@ def build_plan(
             src = wanted["t2d"].source if "t2d" in wanted else None
             wanted["t2d"] = Output("t2d", "BOOL", vr.t2d.shape, src, wanted["t2d"].source_dtype if src else None, data=vr.t2d)
     if vocab is None:
-        errors.append("config.json has no vocab_size (the target's vocab)")
+        errors.append(Finding("error", CONFIG, NO_VOCAB_SIZE, "config.json has no vocab_size (the target's vocab)"))
 
     # 6. dtype
     outputs = []
@@ -382,15 +438,17 @@ def build_plan(
     new_config = cfgmod.apply_edits(drafter_cfg, edits)
     aux = cfgmod.aux_ids_in(new_config)
     if any(o.name.startswith("fc_norm.") for o in outputs):
-        notices.append(
+        notices.append(Finding(
+            "notice", CONFIG, FC_NORM_KEPT,
             "fc_norm.* kept (EAGLE-3.1 per-slot norms before fc): vLLM applies them, but SGLang's "
             "LlamaForCausalLMEagle3 in the versions read does not load them and would skip them silently; "
-            "check your SGLang version before serving there")
+            "check your SGLang version before serving there"))
     if new_config.get("norm_output"):
-        notices.append("norm_output is true: SGLang's LlamaForCausalLMEagle3 in the versions read does not "
-                       "honour it (steps 2+ would get the pre-norm state); verify runs it as configured")
+        notices.append(Finding("notice", CONFIG, NORM_OUTPUT,
+                               "norm_output is true: SGLang's LlamaForCausalLMEagle3 in the versions read does not "
+                               "honour it (steps 2+ would get the pre-norm state); verify runs it as configured"))
     if fmt.extracts:
-        notices.append(f"drafter extracted from a whole-model checkpoint; {sum(1 for d in final_decisions if d.action == 'dropped')} tensors dropped unread")
+        notices.append(Finding("notice", KEYS, EXTRACTED, f"drafter extracted from a whole-model checkpoint; {sum(1 for d in final_decisions if d.action == 'dropped')} tensors dropped unread"))
 
     return Plan(
         index=index,
@@ -403,8 +461,7 @@ def build_plan(
         config=new_config,
         config_edits=edits,
         symbols=sym,
-        errors=errors,
-        notices=notices,
+        findings=errors + notices,
         aux_ids=aux,
         out_dtype=out_dtype,
     )

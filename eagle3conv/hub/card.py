@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eagle3conv.findings import GATE, GATE_FAILED, GATE_PASSED, Finding
 from eagle3conv.verify.report import REPORT_FILE, VerifyReport, WiringFigures
 
 BEGIN = "<!-- eagle3conv:begin -->"
@@ -99,13 +100,13 @@ def verify_for_layers(summary: VerifySummary | None, layers) -> VerifySummary | 
 # --------------------------------------------------------------------------- facts
 
 
-@dataclass(frozen=True)
-class Check:
-    """One pre-push check and its outcome."""
+class Check(Finding):
+    """One pre-push check and its outcome: a :class:`~eagle3conv.findings.Finding` of area
+    ``gate``, code ``passed`` or ``failed``, the check's name as its subject
+    (``.name``, ``.ok`` and ``.detail`` read them back)."""
 
-    name: str
-    ok: bool
-    detail: str = ""
+    def __init__(self, name: str, ok: bool, detail: str = "") -> None:
+        super().__init__("ok" if ok else "error", GATE, GATE_PASSED if ok else GATE_FAILED, detail, subject=name)
 
 
 @dataclass
@@ -188,8 +189,8 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
         records = find_training_record(root, None, config or None)
         prov = provenance_record(config or None)
         if prov is not None:  # eagle3conv's own record of the layers, above the config's raw ids
-            records = [r for r in records if not r.source.startswith("config.json")]
-            records.insert(1 if records and records[0].source.startswith("training_metadata") else 0, prov)
+            records = [r for r in records if r.kind != "config"]
+            records.insert(1 if records and records[0].kind == "metadata" else 0, prov)
     except Eagle3ConvError:
         records = []
     target = base_model or next((r.target for r in records if r.target), None) or _config_target(config)

@@ -59,6 +59,7 @@ from eagle3conv.errors import (
     UsageError,
     WriteError,
 )
+from eagle3conv.findings import AUX_LAYERS
 from eagle3conv.hub.card import Check, gather_facts, render_card
 
 logger = logging.getLogger(__name__)
@@ -184,10 +185,10 @@ def default_gate(path: Path) -> list[Check]:
     if plan is None:
         why = getattr(result.plan_error, "message", str(result.plan_error))
         return [Check("canonical", False, f"no conversion plan: {why}")]
-    wiring_errors = [e for e in plan.errors if e.startswith("aux layers: ")]
-    key_errors = [e for e in plan.errors if not e.startswith("aux layers: ")]
+    wiring_errors = [f.message for f in plan.findings if f.level == "error" and f.area == AUX_LAYERS]
+    key_errors = [f.message for f in plan.findings if f.level == "error" and f.area != AUX_LAYERS]
     if wiring_errors:
-        checks.append(Check("aux-layers", False, "; ".join(e.removeprefix("aux layers: ") for e in wiring_errors)))
+        checks.append(Check("aux-layers", False, "; ".join(wiring_errors)))
     elif plan.wiring is not None:
         warned = [f["message"] for f in plan.wiring.get("findings", []) if f["level"] == "warning"]
         what = ("config agrees with the training record and the weights" if plan.wiring.get("trained_on")

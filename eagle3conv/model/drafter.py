@@ -41,6 +41,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from eagle3conv.errors import InvalidCheckpointError, UsageError
+from eagle3conv.findings import (
+    LOGITS_SHAPE,
+    NONFINITE_HIDDEN,
+    NONFINITE_LOGITS,
+    PREDICTION_OUT_OF_VOCAB,
+    SMOKE,
+    STATE_WIDTH,
+    Finding,
+)
 
 __all__ = [
     "DraftChain",
@@ -731,15 +740,20 @@ class Eagle3Drafter:
 
 @dataclass(frozen=True)
 class SmokeTestResult:
-    """What :func:`smoke_test` saw. ``ok`` is true when ``problems`` is empty."""
+    """What :func:`smoke_test` saw. ``ok`` is true when ``findings`` is empty."""
 
     ok: bool
-    problems: tuple[str, ...]
+    findings: tuple[Finding, ...]
+    """One error (area ``smoke``) per problem; ``subject`` is the step."""
     step1_input_width: int  # k*T
     step2_input_width: int  # H
     logits_width: int  # Vd
     vocab_size: int  # V
     embedding_source: str  # "caller", "checkpoint" or "random"
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        return tuple(f.message for f in self.findings)
 
 
 @torch.inference_mode()
@@ -771,23 +785,27 @@ def smoke_test(
     )
     aux = torch.randn(batch, seq_len, c.fc_in_features, generator=gen)
     ids = torch.randint(0, c.vocab_size, (batch, seq_len), generator=gen)
-    problems: list[str] = []
+    problems: list[Finding] = []
+
+    def problem(code: str, step: str, message: str) -> None:
+        problems.append(Finding("error", SMOKE, code, message, subject=step))
+
     out1 = drafter.forward(aux, ids)
     out2 = drafter.forward(out1.hidden, ids, position_offset=1)
     for name, out in (("step 1", out1), ("step 2", out2)):
         if out.logits.shape != (batch, seq_len, c.draft_vocab_size):
-            problems.append(f"{name}: logits shape {list(out.logits.shape)}")
+            problem(LOGITS_SHAPE, name, f"{name}: logits shape {list(out.logits.shape)}")
         if not torch.isfinite(out.logits).all():
-            problems.append(f"{name}: non-finite logits")
+            problem(NONFINITE_LOGITS, name, f"{name}: non-finite logits")
         if not torch.isfinite(out.hidden).all():
-            problems.append(f"{name}: non-finite hidden state")
+            problem(NONFINITE_HIDDEN, name, f"{name}: non-finite hidden state")
         if out.hidden.shape[-1] != c.hidden_size:
-            problems.append(f"{name}: state width {out.hidden.shape[-1]} != {c.hidden_size}")
+            problem(STATE_WIDTH, name, f"{name}: state width {out.hidden.shape[-1]} != {c.hidden_size}")
         if ((out.target_ids < 0) | (out.target_ids >= c.vocab_size)).any():
-            problems.append(f"{name}: d2t maps a prediction outside [0, {c.vocab_size})")
+            problem(PREDICTION_OUT_OF_VOCAB, name, f"{name}: d2t maps a prediction outside [0, {c.vocab_size})")
     return SmokeTestResult(
         ok=not problems,
-        problems=tuple(problems),
+        findings=tuple(problems),
         step1_input_width=c.fc_in_features,
         step2_input_width=c.hidden_size,
         logits_width=c.draft_vocab_size,

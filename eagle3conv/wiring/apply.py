@@ -14,15 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from eagle3conv.errors import UsageError, WiringError
+from eagle3conv.findings import AUX_LAYERS, CONFLICTS, TARGET_HIDDEN, Finding
 from eagle3conv.wiring import metadata as meta
-from eagle3conv.wiring.check import Finding, WiringReport, check_wiring, sglang_preference
+from eagle3conv.wiring.check import WiringReport, check_wiring, sglang_preference
 from eagle3conv.wiring.config import apply_edits
 from eagle3conv.wiring.embed import WiringPlan, plan_wiring, provenance_record, sglang_version_for
 from eagle3conv.wiring.layers import describe
 from eagle3conv.wiring.targets import TargetProfile, load_target, target_from_config
-
-# Findings that mean "the config's own ids contradict what the drafter was trained on".
-CONFLICTS = ("disagrees-with-training", "embedding-for-sglang", "records-disagree")
 
 
 @dataclass
@@ -119,7 +117,7 @@ def gather(root: Path | None, extras: dict | None, config: dict | None, opts: Wi
     if (config_record is not None and config_record.layers is None and config_record.raw_ids and numbering):
         # the trainer is known from the weights' names, and with it the numbering of its ids
         n_cfg = target.num_hidden_layers if target else None
-        field_name = config_record.source.split(" (", 1)[0]
+        field_name = f"config.json {config_record.config_field}"
         config_record = meta.TrainingRecord(
             **{**config_record.__dict__,
                "layers": meta._decode(list(config_record.raw_ids), numbering, n_cfg, field_name),
@@ -160,8 +158,13 @@ class Wiring:
     config: dict
     plan: WiringPlan | None
     report: WiringReport
-    refused: list[str] = field(default_factory=list)
-    """Messages when the config's ids contradict the training record and --rewire was not given."""
+    conflicts: list[Finding] = field(default_factory=list)
+    """The findings (codes in :data:`~eagle3conv.findings.CONFLICTS`) when the config's ids
+    contradict the training record and --rewire was not given: nothing was written then."""
+
+    @property
+    def refused(self) -> list[str]:
+        return [f.message for f in self.conflicts]
 
     def to_dict(self, drafter: str | None = None) -> dict:
         d = self.report.to_dict()
@@ -187,21 +190,20 @@ def wire(config: dict, ev: Evidence, opts: WiringOptions, *, fc_in: int | None, 
     kw = dict(fc_in=fc_in, target_hidden=target_hidden, num_layers=n, target=tname,
               source_format=source_format, fix_command=fix_command, sglang_prefer=family)
     truth = ev.truth
-    refused: list[str] = []
     plan = None
     if truth is not None:
         independent = truth is not ev.config_record
         if independent and not (opts.rewire or force_write):
             pre = check_wiring(config, records=ev.records, **kw)
-            refused = [f.message for f in pre.errors if f.code in CONFLICTS]
-            if refused:
-                return Wiring(config, None, pre, refused)
+            conflicts = [f for f in pre.errors if f.code in CONFLICTS]
+            if conflicts:
+                return Wiring(config, None, pre, conflicts)
         version = sglang_version_for(config, truth.layers, n, opts.sglang_version, family)
         plan = plan_wiring(config, truth, num_layers=n, target=tname,
                            target_repo=target.hf_repo if target else None, sglang_version=version)
         config = apply_edits(config, plan.edits)
     report = _check(config, ev, kw, target_hidden)
-    return Wiring(config, plan, report, refused)
+    return Wiring(config, plan, report)
 
 
 def _check(config: dict, ev: Evidence, kw: dict, target_hidden: int | None) -> WiringReport:
@@ -209,7 +211,7 @@ def _check(config: dict, ev: Evidence, kw: dict, target_hidden: int | None) -> W
     target = ev.target
     if target is not None and target_hidden and target.hidden_size != target_hidden:
         report.findings.insert(0, Finding(
-            "error", "target-hidden",
+            "error", AUX_LAYERS, TARGET_HIDDEN,
             f"the drafter reads target states of width {target_hidden}, but {target.name}'s hidden size is "
             f"{target.hidden_size}: this drafter belongs to another target"))
     return report

@@ -29,6 +29,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eagle3conv.errors import UsageError, WiringError
+from eagle3conv.findings import (
+    AUX_LAYERS,
+    BAD_EAGLE_CONFIG,
+    BAD_IDS,
+    DEFAULTS_DISAGREE,
+    DISAGREES_WITH_TRAINING,
+    DUPLICATE_IDS,
+    EMBEDDING_FOR_SGLANG,
+    FC_WIDTH,
+    ID_COUNT,
+    IDS_UNREADABLE,
+    NO_IDS,
+    RECORD_COUNT,
+    RECORD_RANGE,
+    RECORDS_DISAGREE,
+    SGLANG_DEFAULT,
+    SGLANG_IDS,
+    SGLANG_VERSION,
+    SPECFORGE_WINDOW,
+    TRAINED_ON_EMBEDDING,
+    UNSORTED_IDS,
+    UNVERIFIED_IDS,
+    VLLM_DEFAULT,
+    Finding,
+)
 from eagle3conv.wiring.layers import (
     LayerSet,
     describe,
@@ -49,15 +74,9 @@ SGLANG_VERSIONS = {
 _SPECFORGE_FORMATS = ("specforge", "specforge-runtime")
 
 
-@dataclass(frozen=True)
-class Finding:
-    level: str  # "error" | "warning" | "ok"
-    code: str
-    message: str
-    fix: str | None = None
-
-    def to_dict(self) -> dict:
-        return {"level": self.level, "code": self.code, "message": self.message, "fix": self.fix}
+def _f(level: str, code: str, message: str, fix: str | None = None) -> Finding:
+    """A finding of the wiring check (area ``aux-layers``)."""
+    return Finding(level, AUX_LAYERS, code, message, fix)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -108,7 +127,8 @@ class WiringReport:
             "target": self.target,
             "target_num_layers": self.num_layers,
             "config_reads": self.reads,
-            "findings": [f.to_dict() for f in self.findings],
+            "findings": [{"level": f.level, "code": f.code, "message": f.message, "fix": f.fix}
+                         for f in self.findings],
         }
 
 
@@ -153,7 +173,7 @@ def check_wiring(
     # 1. what fc reads
     if fc_in is not None and target_hidden:
         if fc_in % target_hidden:
-            add(Finding("error", "fc-width",
+            add(_f("error", FC_WIDTH,
                         f"fc reads {fc_in} features, not a multiple of the target hidden size {target_hidden}"))
         else:
             rep.num_aux = fc_in // target_hidden
@@ -164,8 +184,8 @@ def check_wiring(
         rep.record, rep.layers = named[0], named[0].layers
         for other in named[1:]:
             if other.layers != rep.layers:
-                add(Finding(
-                    "error", "records-disagree",
+                add(_f(
+                    "error", RECORDS_DISAGREE,
                     f"training records disagree: {rep.record.describe()} but {other.describe()}",
                     "remove or correct the wrong record (training_metadata.json is read first)",
                 ))
@@ -175,16 +195,16 @@ def check_wiring(
             try:
                 validate_refs(truth, n)
             except WiringError as err:
-                add(Finding("error", "record-range", f"the training record does not fit the target: {err.message}"))
+                add(_f("error", RECORD_RANGE, f"the training record does not fit the target: {err.message}"))
         if rep.num_aux is not None and len(truth) != rep.num_aux:
-            add(Finding(
-                "error", "record-count",
+            add(_f(
+                "error", RECORD_COUNT,
                 f"training captured {len(truth)} layers ({describe(truth)}) but fc reads {rep.num_aux} "
                 f"({fc_in} in-features / T {target_hidden}): the record belongs to another drafter",
             ))
         if any(r.is_embedding for r in truth):
-            add(Finding(
-                "error", "trained-on-embedding",
+            add(_f(
+                "error", TRAINED_ON_EMBEDDING,
                 f"training captured {describe(truth)}: SGLang cannot capture the embedding output "
                 "(no residual before layer 0), so SGLang cannot serve this drafter as trained",
                 "serve it on vLLM (its ids count the embedding as 0) or retrain on layer outputs",
@@ -192,7 +212,7 @@ def check_wiring(
     truth = rep.layers
 
     if config.get("eagle_config") is not None and not isinstance(config.get("eagle_config"), Mapping):
-        add(Finding("error", "bad-eagle-config",
+        add(_f("error", BAD_EAGLE_CONFIG,
                     f"eagle_config must be an object holding eagle_aux_hidden_state_layer_ids, got "
                     f"{config['eagle_config']!r}: SGLang cannot read its aux ids from it", fix_command))
     nested = config.get("eagle_config") if isinstance(config.get("eagle_config"), Mapping) else {}
@@ -203,18 +223,18 @@ def check_wiring(
         ok = True
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
-            add(Finding("error", "duplicate-ids", f"{fld} = {ids} repeats id {dup[0]}: each slot needs its own state",
+            add(_f("error", DUPLICATE_IDS, f"{fld} = {ids} repeats id {dup[0]}: each slot needs its own state",
                         fix_command))
             ok = False
         elif not is_ascending(ids):
-            add(Finding(
-                "error", "unsorted-ids",
+            add(_f(
+                "error", UNSORTED_IDS,
                 f"{fld} = {ids} is not ascending: {who} concatenates the captured states in layer order, "
                 "so the slots would not be the order fc was trained on", fix_command))
             ok = False
         if rep.num_aux is not None and len(ids) != rep.num_aux:
-            add(Finding(
-                "error", "id-count",
+            add(_f(
+                "error", ID_COUNT,
                 f"{fld} names {len(ids)} layers but fc reads {rep.num_aux} "
                 f"({fc_in} in-features / T {target_hidden})", fix_command))
             ok = False
@@ -224,7 +244,7 @@ def check_wiring(
     if sg_raw is not None:
         ids = _int_ids(sg_raw)
         if ids is None or not ids:
-            add(Finding("error", "bad-ids", f"{SGLANG_FIELD} must be a non-empty list of integers, got {sg_raw!r}",
+            add(_f("error", BAD_IDS, f"{SGLANG_FIELD} must be a non-empty list of integers, got {sg_raw!r}",
                         fix_command))
         else:
             list_checks(SGLANG_FIELD, ids, "SGLang")
@@ -239,19 +259,19 @@ def check_wiring(
             rep.reads[SGLANG_FIELD] = reads
             if -1 in ids:
                 told = f"; training captured {describe(truth)} ({rep.record.source})" if truth else ""
-                add(Finding(
-                    "error", "embedding-for-sglang",
+                add(_f(
+                    "error", EMBEDDING_FOR_SGLANG,
                     f"config includes the embedding output ({SGLANG_FIELD} = {ids}, id -1){told}. "
                     "SGLang cannot capture the embedding output (no residual before layer 0)",
                     fix_command))
             elif not means:
-                add(Finding("error", "ids-unreadable",
+                add(_f("error", IDS_UNREADABLE,
                             f"{SGLANG_FIELD} = {ids}: no SGLang version can use these ids ({reads['sglang-old']})",
                             fix_command))
             elif truth is not None:
                 right = [v for v, m in means.items() if m == truth]
                 if len(right) == 2:
-                    add(Finding("ok", "sglang-ids",
+                    add(_f("ok", SGLANG_IDS,
                                 f"{SGLANG_FIELD} = {ids} means {describe(truth)} in old and new SGLang, as trained"))
                 elif right:
                     (good,) = right
@@ -261,21 +281,21 @@ def check_wiring(
                     except WiringError:
                         need = "cannot capture them"
                     got = reads[bad] if bad in means else "nothing usable"
-                    add(Finding(
-                        "warning", "sglang-version",
+                    add(_f(
+                        "warning", SGLANG_VERSION,
                         f"{SGLANG_FIELD} = {ids} means {describe(truth)} (as trained) only in "
                         f"{SGLANG_VERSIONS[good]}; {SGLANG_VERSIONS[bad]} reads {got} and {need}",
                         f"{fix_command} --sglang-version {bad.removeprefix('sglang-')}"))
                 else:
                     words = "; ".join(f"{SGLANG_VERSIONS[v]} reads {reads[v]}" for v in SGLANG_VERSIONS)
-                    add(Finding(
-                        "error", "disagrees-with-training",
+                    add(_f(
+                        "error", DISAGREES_WITH_TRAINING,
                         f"config ids {SGLANG_FIELD} = {ids} do not mean the trained layers: {words}; "
                         f"training captured {describe(truth)} ({rep.record.source})",
                         fix_command))
             else:
-                add(Finding(
-                    "warning", "unverified-ids",
+                add(_f(
+                    "warning", UNVERIFIED_IDS,
                     f"{SGLANG_FIELD} = {ids} ({'; '.join(f'{SGLANG_VERSIONS[v]}: {reads[v]}' for v in reads)}); "
                     "no training record says which layers the drafter was trained on",
                     "record them: eagle3conv config CKPT --target TARGET --trained-on IDS --captured-at input|output"))
@@ -284,7 +304,7 @@ def check_wiring(
     if vl_raw is not None:
         ids = _int_ids(vl_raw)
         if ids is None or not ids:
-            add(Finding("error", "bad-ids", f"{VLLM_FIELD} must be a non-empty list of integers, got {vl_raw!r}",
+            add(_f("error", BAD_IDS, f"{VLLM_FIELD} must be a non-empty list of integers, got {vl_raw!r}",
                         fix_command))
         else:
             list_checks(VLLM_FIELD, ids, "vLLM")
@@ -292,13 +312,13 @@ def check_wiring(
                 meant = to_refs(ids, "input", n)
                 rep.reads[VLLM_FIELD] = {"vllm": describe(meant)}
                 if truth is not None and meant != truth:
-                    add(Finding(
-                        "error", "disagrees-with-training",
+                    add(_f(
+                        "error", DISAGREES_WITH_TRAINING,
                         f"config ids {VLLM_FIELD} = {ids} mean {describe(meant)} to vLLM (input-of-layer ids); "
                         f"training captured {describe(truth)} ({rep.record.source})", fix_command))
             except (WiringError, UsageError) as err:
                 rep.reads[VLLM_FIELD] = {"vllm": f"fails: {err.message}"}
-                add(Finding("error", "ids-unreadable", f"{VLLM_FIELD} = {ids}: {err.message}", fix_command))
+                add(_f("error", IDS_UNREADABLE, f"{VLLM_FIELD} = {ids}: {err.message}", fix_command))
 
     # 5. engines falling back to their defaults
     defaults = None
@@ -313,8 +333,8 @@ def check_wiring(
             ids_line = (f" (SGLang's fallback {list(defaults['sglang'].ids)} used raw, vLLM "
                         f"{list(defaults['input'].ids)}, TensorRT-LLM {list(defaults['output'].ids)})")
         if truth is not None and default_refs is not None and truth != default_refs:
-            add(Finding(
-                "error", "defaults-disagree",
+            add(_f(
+                "error", DEFAULTS_DISAGREE,
                 f"config has no aux-layer ids, so every engine uses its default, the {default_words}{ids_line}; "
                 f"training captured {describe(truth)} ({rep.record.source})", fix_command))
         else:
@@ -324,30 +344,30 @@ def check_wiring(
                 what = f"training captured {describe(truth)}; give --target to tell whether they agree"
             else:
                 what = "that matches the training record, but write it down"
-            add(Finding(
-                "warning", "no-ids",
+            add(_f(
+                "warning", NO_IDS,
                 f"config has no aux-layer ids: every engine will use its default, the {default_words}{ids_line}; {what}",
                 fix_command if truth is not None else
                 "eagle3conv config CKPT --target TARGET --trained-on IDS --captured-at input|output"))
             if source_format in _SPECFORGE_FORMATS and truth is None:
                 mid = f"{n // 2}" if n else "N//2"
-                add(Finding(
-                    "warning", "specforge-window",
+                add(_f(
+                    "warning", SPECFORGE_WINDOW,
                     f"a SpecForge drafter with no recorded layers: online runs between 2025-09-01 and 2025-10-20 "
                     f"captured middle layer {mid} instead of {n // 2 - 1 if n else 'N//2-1'} (SpecForge #240), "
                     "which no engine default matches; check its training date or run verify --search-wiring"))
     elif sg_raw is None:
         if truth is not None and default_refs is not None and truth != default_refs:
-            add(Finding(
-                "error", "sglang-default",
+            add(_f(
+                "error", SGLANG_DEFAULT,
                 f"SGLang reads aux ids only from {SGLANG_FIELD}, which is absent: SGLang will capture its default, "
                 f"the {default_words}; training captured {describe(truth)} ({rep.record.source})", fix_command))
         else:
-            add(Finding("warning", "sglang-default",
+            add(_f("warning", SGLANG_DEFAULT,
                         f"SGLang reads aux ids only from {SGLANG_FIELD}, which is absent: it will use its default, "
                         f"the {default_words}", fix_command))
     elif vl_raw is None:
-        add(Finding("warning", "vllm-default",
+        add(_f("warning", VLLM_DEFAULT,
                     f"vLLM reads the top-level {VLLM_FIELD}, which is absent: vLLM will use its default, the "
                     f"{default_words}", fix_command))
     return rep

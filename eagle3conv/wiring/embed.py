@@ -123,7 +123,7 @@ def provenance_record(config: Mapping | None) -> TrainingRecord | None:
         raise WiringError(f"config.json {PROVENANCE_KEY}.{AUX_KEY}.layers is empty")
     src = aux.get("source")
     return _record(refs, f"config.json {PROVENANCE_KEY}.{AUX_KEY}" + (f" (first from {src})" if src else ""),
-                   target=aux.get("target") if isinstance(aux.get("target"), str) else None)
+                   target=aux.get("target") if isinstance(aux.get("target"), str) else None, kind="provenance")
 
 
 def sglang_version_for(config: Mapping | None, layers: LayerSet, num_layers: int | None, choice: str,

@@ -77,7 +77,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from eagle3conv._fs import atomic_write_text
 from eagle3conv.errors import CheckpointReadError, UsageError, WiringError, WriteError
@@ -100,6 +100,8 @@ NORM_STATISTIC = "per-token L2 norm, position 0 excluded"
 
 _AUX_FILE = re.compile(r"^aux_(\d+)\.pt$")
 
+RecordKind = Literal["user", "metadata", "provenance", "specforge", "config", "dumps"]
+
 
 @dataclass(frozen=True)
 class TrainingRecord:
@@ -119,6 +121,13 @@ class TrainingRecord:
     norms: dict | None = None
     tokens: int | None = None
     includes_embedding: bool | None = None
+    kind: RecordKind | None = None
+    """Where the record comes from: ``user`` (--trained-on), ``metadata`` (training_metadata.json),
+    ``provenance`` (eagle3conv's block in config.json), ``specforge`` (training_state.pt),
+    ``config`` (the config's own ids), ``dumps`` (aux dumps). Branch on this, not on ``source``."""
+    config_field: str | None = None
+    """``kind == "config"``: the config field the ids were read from, e.g.
+    ``eagle_config.eagle_aux_hidden_state_layer_ids``."""
 
     def describe(self) -> str:
         """Plain words, e.g. ``"outputs of layers 2, 30, 58 (captured-at-input ids
@@ -217,12 +226,13 @@ def _from_provenance(extras: Mapping) -> TrainingRecord | None:
     if ids is None:
         if target is None:
             return None
-        return _record(None, f"{where} (no capture_layers: an offline run, layers not recorded)",
+        return _record(None, f"{where} (no capture_layers: an offline run, layers not recorded)", kind="specforge",
                        target=str(target), draft_vocab_size=vocab if isinstance(vocab, int) else None)
     raw = _int_list(ids, f"{where}.capture_layers")
     return _record(
         _decode(raw, "output", None, f"{where}.capture_layers"),
         f"{where}.capture_layers",
+        kind="specforge",
         convention="output",
         raw_ids=raw,
         target=None if target is None else str(target),
@@ -243,6 +253,7 @@ def _from_args(extras: Mapping) -> TrainingRecord | None:
             return _record(
                 _decode(raw, "output", None, where),
                 f"{where} (SpecForge numbering: output of layer)",
+                kind="specforge",
                 convention="output",
                 raw_ids=raw,
                 target=None if target is None else str(target),
@@ -312,16 +323,18 @@ def from_config(config: Mapping | None) -> TrainingRecord | None:
     vocab = vocab if isinstance(vocab, int) and not isinstance(vocab, bool) else None
     nested = config.get("eagle_config")
     if config.get("speculators_model_type") is not None and config.get("eagle_aux_hidden_state_layer_ids") is not None:
-        where = "config.json eagle_aux_hidden_state_layer_ids"
+        fld = "eagle_aux_hidden_state_layer_ids"
+        where = f"config.json {fld}"
         raw = _int_list(config["eagle_aux_hidden_state_layer_ids"], where)
         verifier = ((config.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
         return _record(
             _decode(raw, "input", None, where),
             f"{where} (speculators: input-of-layer numbering)",
-            convention="input", raw_ids=raw, target=verifier, draft_vocab_size=vocab,
+            convention="input", raw_ids=raw, target=verifier, draft_vocab_size=vocab, kind="config", config_field=fld,
         )
     if isinstance(nested, Mapping) and nested.get("eagle_aux_hidden_state_layer_ids") is not None:
-        where = "config.json eagle_config.eagle_aux_hidden_state_layer_ids"
+        fld = "eagle_config.eagle_aux_hidden_state_layer_ids"
+        where = f"config.json {fld}"
         raw = _int_list(nested["eagle_aux_hidden_state_layer_ids"], where)
         nvocab = nested.get("draft_vocab_size")
         if vocab is None and isinstance(nvocab, int) and not isinstance(nvocab, bool):
@@ -332,26 +345,27 @@ def from_config(config: Mapping | None) -> TrainingRecord | None:
                 _decode(raw, "output", n, where),
                 f"{where} (Model Optimizer training config: output-of-layer numbering)",
                 convention="output", raw_ids=raw, target=config.get("_name_or_path") or None,
-                draft_vocab_size=vocab,
+                draft_vocab_size=vocab, kind="config", config_field=fld,
             )
         flag = next((f for f in _MODELOPT_FLAGS if f in nested), None)
         if flag is not None:
             return _record(
                 _decode(raw, "output", None, where),
                 f"{where} (Model Optimizer export, eagle_config.{flag} present: output-of-layer numbering)",
-                convention="output", raw_ids=raw, draft_vocab_size=vocab,
+                convention="output", raw_ids=raw, draft_vocab_size=vocab, kind="config", config_field=fld,
             )
         return _record(
             None,
             f"{where} (numbering unknown: the config does not say which trainer wrote it; "
             "SGLang, SpecForge and Model Optimizer exports all use this field)",
-            raw_ids=raw, draft_vocab_size=vocab,
+            raw_ids=raw, draft_vocab_size=vocab, kind="config", config_field=fld,
         )
     if config.get("eagle_aux_hidden_state_layer_ids") is not None:
-        where = "config.json eagle_aux_hidden_state_layer_ids"
+        fld = "eagle_aux_hidden_state_layer_ids"
+        where = f"config.json {fld}"
         raw = _int_list(config["eagle_aux_hidden_state_layer_ids"], where)
         return _record(None, f"{where} (numbering unknown: no speculators_model_type beside it)",
-                       raw_ids=raw, draft_vocab_size=vocab)
+                       raw_ids=raw, draft_vocab_size=vocab, kind="config", config_field=fld)
     return None
 
 
@@ -444,7 +458,7 @@ def from_dump_manifest(folder: str | os.PathLike, *, with_norms: bool = False) -
         norms = {"statistic": NORM_STATISTIC,
                  "slots": [{k: s[k] for k in ("median", "p10", "p90")} for s in stats]}
     return _record(layers, source, convention="captured-at-input" if raw is not None else None,
-                   raw_ids=raw, target=target, norms=norms, tokens=tokens)
+                   raw_ids=raw, target=target, norms=norms, tokens=tokens, kind="dumps")
 
 
 # --------------------------------------------------------------------------- metadata file
@@ -580,7 +594,7 @@ def from_metadata_file(path: str | os.PathLike) -> TrainingRecord | None:
     note = obj.get("source")
     source = f"{p.name}" + (f" ({note})" if isinstance(note, str) and note else "")
     return _record(layers, source, convention=convention, raw_ids=raw_ids, target=target,
-                   draft_vocab_size=vocab, norms=norms, tokens=tokens, includes_embedding=includes)
+                   draft_vocab_size=vocab, norms=norms, tokens=tokens, includes_embedding=includes, kind="metadata")
 
 
 def metadata_dict(record: TrainingRecord) -> dict:
@@ -653,7 +667,7 @@ def from_user(ids: str, captured_at: str, num_layers: int | None = None) -> Trai
         raise UsageError("--trained-on needs at least one layer id, e.g. --trained-on 3,31,59")
     layers = to_refs(raw, key, num_layers)
     return _record(layers, f"--trained-on {','.join(map(str, raw))} --captured-at {key}",
-                   convention=key, raw_ids=raw)
+                   convention=key, raw_ids=raw, kind="user")
 
 
 # --------------------------------------------------------------------------- all of them

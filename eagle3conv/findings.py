@@ -1,0 +1,167 @@
+"""One type for what a check found: :class:`Finding`.
+
+Every check that reports an outcome (key names, tensor shapes, vocab maps,
+config, aux-layer wiring, the smoke forward, the push gate) gives a
+:class:`Finding` with a ``level``, an ``area`` and a ``code``. Decisions are
+taken on those three; ``message`` and ``fix`` are for people and may be
+reworded freely (``tests/test_findings.py`` rewords every message and checks
+that no decision changes).
+
+Codes are declared here, once, as module constants: a check imports the ones
+it emits, so a misspelt code is an import error, and :class:`Finding` refuses
+a code, level or area not declared here.
+
+This module imports nothing from the rest of the package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+Level = Literal["error", "warning", "notice", "ok"]
+LEVELS: tuple[str, ...] = ("error", "warning", "notice", "ok")
+
+Area = Literal["keys", "shapes", "vocab", "config", "aux-layers", "smoke", "gate"]
+KEYS, SHAPES, VOCAB, CONFIG, AUX_LAYERS, SMOKE, GATE = AREAS = (
+    "keys", "shapes", "vocab", "config", "aux-layers", "smoke", "gate")
+
+# --------------------------------------------------------------------------- codes
+# keys: which source tensor becomes which SGLang name
+REFUSED_KEY = "refused-key"
+UNMAPPED_KEY = "unmapped-key"
+KEY_COLLISION = "key-collision"
+FUSED_AND_UNFUSED = "fused-and-unfused"
+MISSING_KEY = "missing-key"
+EMBED_DROPPED = "embed-dropped"
+EMBED_KEPT = "embed-kept"
+MISSING_EMBEDDING = "missing-embedding"
+EXTRACTED = "extracted"
+# shapes: each tensor against the config
+SPLIT_SHAPE = "split-shape"
+SHAPE_MISMATCH = "shape-mismatch"
+WEIGHT_DTYPE = "weight-dtype"
+# vocab: d2t and t2d
+VOCAB_MAP_DTYPE = "vocab-map-dtype"
+NO_D2T = "no-d2t"
+D2T_SHAPE = "d2t-shape"
+D2T_DTYPE = "d2t-dtype"
+D2T_CAST = "d2t-cast"
+D2T_UNCHECKED = "d2t-unchecked"
+D2T_AMBIGUOUS = "d2t-ambiguous"
+D2T_ABSOLUTE = "d2t-absolute"
+D2T_OUT_OF_VOCAB = "d2t-out-of-vocab"
+D2T_NOT_INCREASING = "d2t-not-increasing"
+T2D_SHAPE = "t2d-shape"
+T2D_REBUILT = "t2d-rebuilt"
+T2D_DISAGREES = "t2d-disagrees"
+# config: the drafter's config.json
+CONFIG_REPLACED = "config-replaced"
+CONFIG_SOURCE = "config-source"
+NO_VOCAB_SIZE = "no-vocab-size"
+FC_NORM_KEPT = "fc-norm-kept"
+NORM_OUTPUT = "norm-output"
+# aux-layers: the wiring check (eagle3conv.wiring.check) and its glue
+FC_WIDTH = "fc-width"
+RECORDS_DISAGREE = "records-disagree"
+RECORD_RANGE = "record-range"
+RECORD_COUNT = "record-count"
+TRAINED_ON_EMBEDDING = "trained-on-embedding"
+BAD_EAGLE_CONFIG = "bad-eagle-config"
+DUPLICATE_IDS = "duplicate-ids"
+UNSORTED_IDS = "unsorted-ids"
+ID_COUNT = "id-count"
+BAD_IDS = "bad-ids"
+EMBEDDING_FOR_SGLANG = "embedding-for-sglang"
+IDS_UNREADABLE = "ids-unreadable"
+SGLANG_IDS = "sglang-ids"
+SGLANG_VERSION = "sglang-version"
+DISAGREES_WITH_TRAINING = "disagrees-with-training"
+UNVERIFIED_IDS = "unverified-ids"
+DEFAULTS_DISAGREE = "defaults-disagree"
+NO_IDS = "no-ids"
+SPECFORGE_WINDOW = "specforge-window"
+SGLANG_DEFAULT = "sglang-default"
+VLLM_DEFAULT = "vllm-default"
+TARGET_HIDDEN = "target-hidden"
+WIRING_WRITTEN = "wiring-written"
+EVIDENCE_NOTE = "evidence-note"
+# smoke: the drafter forward on random inputs
+LOGITS_SHAPE = "logits-shape"
+NONFINITE_LOGITS = "nonfinite-logits"
+NONFINITE_HIDDEN = "nonfinite-hidden"
+STATE_WIDTH = "state-width"
+PREDICTION_OUT_OF_VOCAB = "prediction-out-of-vocab"
+# gate: one pre-push check's outcome
+GATE_PASSED = "passed"
+GATE_FAILED = "failed"
+
+CODES: frozenset[str] = frozenset(
+    v for k, v in dict(globals()).items()
+    if k.isupper() and isinstance(v, str) and k not in ("KEYS", "SHAPES", "VOCAB", "CONFIG", "AUX_LAYERS", "SMOKE", "GATE")
+)
+"""Every declared code."""
+
+# The wiring codes that mean "the config's own ids contradict what the drafter was trained on".
+CONFLICTS: frozenset[str] = frozenset({DISAGREES_WITH_TRAINING, EMBEDDING_FOR_SGLANG, RECORDS_DISAGREE})
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One outcome of one check. Branch on ``level``, ``area`` and ``code``, never on ``message``."""
+
+    level: Level
+    area: Area
+    code: str
+    message: str
+    fix: str | None = None
+    """The command or edit that fixes it, when one does."""
+    subject: str | None = None
+    """What it is about, when that is one thing: a tensor name, a forward step, a gate check's name."""
+
+    def __post_init__(self) -> None:
+        if self.level not in LEVELS:
+            raise ValueError(f"finding level {self.level!r} is not one of {LEVELS}")
+        if self.area not in AREAS:
+            raise ValueError(f"finding area {self.area!r} is not one of {AREAS}")
+        if self.code not in CODES:
+            raise ValueError(f"finding code {self.code!r} is not declared in eagle3conv.findings")
+
+    @property
+    def ok(self) -> bool:
+        """Not an error."""
+        return self.level != "error"
+
+    # the pre-push gate's names for its checks (``name: detail`` in messages and the card)
+    @property
+    def name(self) -> str:
+        return self.subject or self.area
+
+    @property
+    def detail(self) -> str:
+        return self.message
+
+    def to_dict(self) -> dict:
+        return {"level": self.level, "area": self.area, "code": self.code, "message": self.message,
+                "fix": self.fix, "subject": self.subject}
+
+
+def errors(findings: Iterable[Finding]) -> list[Finding]:
+    return [f for f in findings if f.level == "error"]
+
+
+def warnings(findings: Iterable[Finding]) -> list[Finding]:
+    return [f for f in findings if f.level == "warning"]
+
+
+def by_area(findings: Iterable[Finding], *areas: str) -> list[Finding]:
+    return [f for f in findings if f.area in areas]
+
+
+def with_code(findings: Iterable[Finding], *codes: str) -> list[Finding]:
+    return [f for f in findings if f.code in codes]
+
+
+__all__ = ["Finding", "Level", "Area", "LEVELS", "AREAS", "CODES", "CONFLICTS", "errors", "warnings", "by_area",
+           "with_code"]
