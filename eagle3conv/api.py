@@ -192,18 +192,18 @@ def _inspect(path, recovered: str | None, *, source_format, config, keep_embed, 
 def fix_keys(path: str | Path, *, follow_symlinks: bool = False, **kwargs) -> FixResult:
     """Rename a drafter checkpoint to the names SGLang loads, strictly, and prove the result.
 
-    In place unless ``out`` is given; the keyword arguments are those of :func:`_fix_keys`.
+    In place unless ``out`` is given; the keyword arguments are those of :func:`_fix_keys_locked`.
     A file of the folder that is a symlink leaving it is refused
     (:class:`eagle3conv.checkpoint.links.UnsafeLinkError`) unless ``follow_symlinks``;
     then it is read through the link and listed in ``FixResult.followed_symlinks``.
     """
     with following() if follow_symlinks else nullcontext() as followed:
-        result = _fix_keys(path, **kwargs)
+        result = _fix_keys_locked(path, **kwargs)
     result.followed_symlinks = list(followed or [])
     return result
 
 
-def _fix_keys(
+def _fix_keys_locked(
     path: str | Path,
     *,
     out: str | Path | None = None,
