@@ -297,8 +297,9 @@ def test_ctrl_c_after_the_commit_tells_the_truth(ref, work):
 
 def test_ctrl_c_before_the_commit_leaves_the_old_files(ref, work):
     _, old, new = ref
-    p = start_cli(["fix-keys", str(work)], EAGLE3CONV_STALL_AT="before-journal:30")
+    p = start_cli(["fix-keys", str(work)], EAGLE3CONV_STALL_AT="before-journal:60")
     wait_for(lambda: (work / STAGING / "config.json").exists() or p.poll() is not None)
+    time.sleep(1.0)  # well into the stall just before the commit point (the last moment to roll back)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130 and "as they were" in err, err
