@@ -7,7 +7,8 @@ random delay of 0-300 ms, the other command; no test hooks, real timing. A
 trial is counted "ok" when neither command hit an internal error, every
 non-zero exit is a clear refusal (FolderBusyError, exit 1) and the folder ends
 fully converted and self-consistent (``eagle3conv fix-keys --dry-run`` plans no
-change, ``config --check`` passes where config ran). Prints a table of outcomes.
+change; config's edit and the re-shard both present where they ran) or, where
+fix-keys refused, exactly as it was. Prints a table of outcomes.
 """
 
 from __future__ import annotations
@@ -69,7 +70,14 @@ def trial(kind: str, base: Path, work: Path, rng: random.Random) -> tuple[str, s
         if a.returncode == 0 and not (work / "model.safetensors.index.json").exists():
             converted = False  # fix-keys claimed a re-shard that is not there
     leftovers = [p.name for p in work.iterdir() if p.name.startswith(".eagle3conv")]
-    return oa, ob, "consistent" if converted and not leftovers else f"INCONSISTENT {leftovers}"
+    if leftovers:
+        return oa, ob, f"INCONSISTENT: left {leftovers}"
+    if converted:
+        return oa, ob, "converted"
+    if a.returncode != 0 and not check.returncode and not json.loads(check.stdout)["unchanged"] \
+            and not (kind == "fix-keys" and b.returncode == 0):
+        return oa, ob, "not converted (fix-keys refused; the folder is as it was)"
+    return oa, ob, "INCONSISTENT"
 
 
 def main() -> None:

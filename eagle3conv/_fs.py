@@ -221,15 +221,22 @@ def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
 # --- a test hook: stall at a named point ------------------------------------------------------
 
 def stall(point: str) -> None:
-    """``EAGLE3CONV_STALL_AT=POINT:SECONDS[,POINT:SECONDS]`` sleeps at ``POINT`` (tests use it
-    to make races between two commands deterministic)."""
+    """``EAGLE3CONV_STALL_AT=POINT:SECONDS[,POINT:SECONDS]`` sleeps at ``POINT``;
+    ``POINT:@FILE`` waits there until FILE exists (at most 10 minutes). Tests use it to
+    make races between two commands deterministic."""
     raw = os.environ.get("EAGLE3CONV_STALL_AT")
     if not raw:
         return
     for item in raw.split(","):
-        name, _, secs = item.partition(":")
-        if name.strip() == point:
-            try:
-                time.sleep(float(secs or 0))
-            except ValueError:
-                pass
+        name, _, arg = item.partition(":")
+        if name.strip() != point:
+            continue
+        if arg.startswith("@"):
+            deadline = time.monotonic() + 600
+            while not os.path.exists(arg[1:]) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            continue
+        try:
+            time.sleep(float(arg or 0))
+        except ValueError:
+            pass

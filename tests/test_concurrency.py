@@ -193,14 +193,19 @@ def test_command_beside_a_stalled_in_place_fix_keys_refuses_clearly(ref, work, o
     """A second command while fix-keys stages the folder never deletes its staging folder:
     it waits, then refuses naming the writer; fix-keys then commits the real conversion."""
     _, old, new = ref
-    w = start_cli(["fix-keys", str(work)], EAGLE3CONV_STALL_AT="before-journal:4")
-    wait_for(lambda: (work / STAGING / "config.json").exists() or w.poll() is not None)
-    assert w.poll() is None
-    args = [other[0], str(work), *other[1:]]
-    r = run_cli(args, EAGLE3CONV_LOCK_WAIT="0.5")
-    _busy(r, w.pid)
-    if "--json" in other:
-        assert one_json(r.stdout)["error"] == "FolderBusyError"
+    release = work.parent / "release"
+    w = start_cli(["fix-keys", str(work)], EAGLE3CONV_STALL_AT=f"before-journal:@{release}")
+    try:
+        wait_for(lambda: (work / STAGING / "config.json").exists() or w.poll() is not None)
+        assert w.poll() is None
+        args = [other[0], str(work), *other[1:]]
+        r = run_cli(args, EAGLE3CONV_LOCK_WAIT="0.5")
+        assert w.poll() is None  # the writer was live (stalled) during the whole second command
+        _busy(r, w.pid)
+        if "--json" in other:
+            assert one_json(r.stdout)["error"] == "FolderBusyError"
+    finally:
+        release.touch()
     out, err = w.communicate(timeout=120)
     assert w.returncode == 0, err
     assert snapshot(work) == new  # converted, not silently left trainer-named
@@ -240,13 +245,17 @@ def test_config_during_fix_keys_is_not_lost(tmp_path):
 def test_two_out_runs_to_one_folder(ref, tmp_path):
     src, old, new = ref
     dest = tmp_path / "dest"
-    a = start_cli(["fix-keys", str(src), "--out", str(dest)], EAGLE3CONV_STALL_AT="out-before-rename:3")
-    wait_for(lambda: any(tmp_path.glob(".dest.eagle3conv-tmp-*/config.json")) or a.poll() is not None)
-    assert a.poll() is None
-    r = run_cli(["fix-keys", str(src), "--out", str(dest), "--json"])
-    assert r.returncode == 1, (r.stdout, r.stderr)
-    d = one_json(r.stdout)
-    assert d["error"] == "FolderBusyError" and f"pid {a.pid}" in d["message"], d
+    release = tmp_path / "release"
+    a = start_cli(["fix-keys", str(src), "--out", str(dest)], EAGLE3CONV_STALL_AT=f"out-before-rename:@{release}")
+    try:
+        wait_for(lambda: any(tmp_path.glob(".dest.eagle3conv-tmp-*/config.json")) or a.poll() is not None)
+        assert a.poll() is None
+        r = run_cli(["fix-keys", str(src), "--out", str(dest), "--json"])
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        d = one_json(r.stdout)
+        assert d["error"] == "FolderBusyError" and f"pid {a.pid}" in d["message"], d
+    finally:
+        release.touch()
     assert a.wait(timeout=120) == 0
     r = run_cli(["fix-keys", str(src), "--out", str(dest)])
     assert r.returncode == 2 and "already exists" in r.stderr, r.stderr
@@ -274,9 +283,12 @@ def test_read_only_commands_finish_a_committed_conversion(ref, work, args):
 
 def test_ctrl_c_after_the_commit_tells_the_truth(ref, work):
     _, old, new = ref
-    p = start_cli(["fix-keys", str(work)], EAGLE3CONV_STALL_AT="after-commit:2")
+    release = work.parent / "release"
+    p = start_cli(["fix-keys", str(work)], EAGLE3CONV_STALL_AT=f"after-commit:@{release}")
     wait_for(lambda: (work / JOURNAL).exists() or p.poll() is not None)
     p.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    release.touch()
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     assert "holds the new checkpoint" in err and "as they were" not in err, err
@@ -285,8 +297,9 @@ def test_ctrl_c_after_the_commit_tells_the_truth(ref, work):
 
 def test_ctrl_c_before_the_commit_leaves_the_old_files(ref, work):
     _, old, new = ref
-    p = start_cli(["fix-keys", str(work)], EAGLE3CONV_STALL_AT="before-journal:30")
+    p = start_cli(["fix-keys", str(work)], EAGLE3CONV_STALL_AT="before-journal:60")
     wait_for(lambda: (work / STAGING / "config.json").exists() or p.poll() is not None)
+    time.sleep(1.0)  # well into the stall just before the commit point (the last moment to roll back)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130 and "as they were" in err, err

@@ -679,14 +679,14 @@ def write_in_place(plan: Plan, **kw) -> WriteResult:
         for name, mode in _modes(plan, result.files).items():
             os.chmod(staging / name, mode)
         entries = [_entry(staging / n) for n in result.files]
-    except BaseException:
+        replace = sorted(
+            {p.name for p in plan.index.weight_files if p.name != "training_state.pt"}
+            | {n for n in (SAFETENSORS_INDEX, BIN_INDEX, "config.json") if (root / n).exists()}
+        )
+        stall("before-journal")
+    except BaseException:  # before the commit point: the old checkpoint stands, the staging goes
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    replace = sorted(
-        {p.name for p in plan.index.weight_files if p.name != "training_state.pt"}
-        | {n for n in (SAFETENSORS_INDEX, BIN_INDEX, "config.json") if (root / n).exists()}
-    )
-    stall("before-journal")
     tmp = root / (JOURNAL + ".tmp")
     journal = {"version": JOURNAL_VERSION, "writer": WRITER_ID, "install": entries, "replace": replace}
     held: list[int] = []
