@@ -61,8 +61,8 @@ def _edit_cfg(ck: Path, fn) -> None:
 
 OK_ENTRY = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
 HEADERS = {
-    "dtype-list": (json.dumps({"a": {**OK_ENTRY, "dtype": ["F32"]}}).encode(), "unknown dtype"),
-    "dtype-dict": (json.dumps({"a": {**OK_ENTRY, "dtype": {"x": 1}}}).encode(), "unknown dtype"),
+    "dtype-list": (json.dumps({"a": {**OK_ENTRY, "dtype": ["F32"]}}).encode(), "an unknown dtype"),
+    "dtype-dict": (json.dumps({"a": {**OK_ENTRY, "dtype": {"x": 1}}}).encode(), "an unknown dtype"),
     "shape-2^63": (json.dumps({"a": {**OK_ENTRY, "shape": [2**63]}}).encode(), "shape must be a list of integers"),
     "shape-2^64": (json.dumps({"a": {**OK_ENTRY, "shape": [2**64, 2]}}).encode(), "shape must be a list of integers"),
     "metadata-list": (json.dumps({"__metadata__": ["format", "pt"], "a": OK_ENTRY}).encode(), "__metadata__"),
