@@ -91,23 +91,20 @@ class _Group(click.Group):
             message, hint = _os_error_message(e, _target_of(argv))
             if e.filename is None and _target_of(argv):
                 message = f"{_target_of(argv)}: {message}"
-            err = FileSystemError(f"cannot complete: {message}; the input files were left as they were", hint=hint)
+            err = FileSystemError(f"cannot complete: {message}", hint=hint)
             _report(ctx, err)
         except RecursionError:
-            from eagle3conv.errors import Eagle3ConvError as _E
+            from eagle3conv.errors import CheckpointReadError
 
-            _report(ctx, _E("an input is nested too deeply to read (a hostile or corrupt file)",
-                            hint="check the files named on the command line"))
+            _report(ctx, CheckpointReadError("an input is nested too deeply to read (a hostile or corrupt file)",
+                                             hint="check the files named on the command line"))
         except MemoryError:
-            from eagle3conv.errors import Eagle3ConvError as _E
-
-            _report(ctx, _E("ran out of memory", hint="close other programs or run on a machine with more memory"))
+            _report(ctx, Eagle3ConvError("ran out of memory",
+                                         hint="close other programs or run on a machine with more memory"))
         except Exception as e:  # noqa: BLE001 - an eagle3conv bug: say so, show the trace with --debug
-            from eagle3conv.errors import Eagle3ConvError as _E
-
             if ctx.meta.get("eagle3conv.debug", False):
                 traceback.print_exc()
-            err = _E(f"internal error ({type(e).__name__}: {e}); rerun with --debug and report it")
+            err = Eagle3ConvError(f"internal error ({type(e).__name__}: {e}); rerun with --debug and report it")
             if ctx.meta.get("eagle3conv.json", False):
                 click.echo(json.dumps(err.to_dict(), indent=2, default=str))
             click.echo(f"error: {err.message}", err=True)

@@ -56,8 +56,9 @@ FIELDS: dict[str, tuple[str, bool, bool]] = {
 # numbers inside rope_scaling / rope_parameters that must be finite and positive when present
 ROPE_NUMBERS = ("factor", "rope_theta", "original_max_position_embeddings", "beta_fast", "beta_slow",
                 "low_freq_factor", "high_freq_factor", "mscale", "mscale_all_dim", "attention_factor")
+MAX_INT = 2**31 - 1  # engines keep sizes in 32-bit ints
 EXPECTED = {
-    "pos_int": "an integer >= 1",
+    "pos_int": "an integer from 1 to 2^31-1",
     "pos_num": "a finite number > 0",
     "bool": "true or false",
     "str": "a string",
@@ -73,7 +74,7 @@ def _is_int(v: Any) -> bool:
 
 def _ok(kind: str, v: Any) -> bool:
     if kind == "pos_int":
-        return _is_int(v) and v >= 1
+        return _is_int(v) and 1 <= v <= MAX_INT
     if kind == "pos_num":
         return (_is_int(v) or isinstance(v, float)) and math.isfinite(v) and v > 0
     if kind == "bool":
@@ -107,6 +108,19 @@ def _nonfinite(config: Mapping[str, Any], where: str) -> list[str]:
             elif isinstance(v, (Mapping, list)):
                 stack.append((name, v))
     return sorted(set(out))
+
+
+def check_fields(config: Any, names, where: str = "config.json") -> list[str]:
+    """Only the named fields' types and ranges (for a raw source config read before the drafter's
+    own config is known, e.g. ``architectures`` during format detection)."""
+    if not isinstance(config, Mapping):
+        return []
+    out = []
+    for name in names:
+        kind = FIELDS[name][0]
+        if config.get(name) is not None and not _ok(kind, config[name]):
+            out.append(f"{where}: {name} is {_show(config[name])}; expected {EXPECTED[kind]}")
+    return out
 
 
 def check_drafter_config(config: Mapping[str, Any], where: str = "config.json") -> list[str]:
@@ -152,9 +166,11 @@ def check_drafter_config(config: Mapping[str, Any], where: str = "config.json") 
     return problems
 
 
-def validate_drafter_config(config: Mapping[str, Any], where: str = "config.json") -> None:
-    """Raise :class:`InvalidCheckpointError` (exit 3) listing every violation, if any."""
-    problems = check_drafter_config(config, where)
+def validate_drafter_config(config: Mapping[str, Any], where: str = "config.json", *,
+                            only: tuple[str, ...] | None = None) -> None:
+    """Raise :class:`InvalidCheckpointError` (exit 3) listing every violation, if any
+    (``only``: just those fields)."""
+    problems = check_drafter_config(config, where) if only is None else check_fields(config, only, where)
     if problems:
         first = problems[0]
         raise InvalidCheckpointError(

@@ -242,6 +242,9 @@ def build_plan(
     keep_embed: bool = False,
     dtype: str | None = None,
 ) -> Plan:
+    for raw in (config_override, index.config):  # format detection reads these before the drafter config
+        if raw is not None:
+            validate_drafter_config(raw, only=("architectures",))
     match, candidates = choose_format(index, source_format)
     fmt = match.format
     _, common = load_formats()
