@@ -462,6 +462,7 @@ def test_mapped_views_equal_the_states_reader(world):
     assert mapped_states(object()) is None  # other sources: the plain path
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU feeder needs CUDA")
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_gpu_feeder_equals_the_plain_path(world, tmp_path, dtype):
