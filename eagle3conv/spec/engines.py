@@ -459,10 +459,13 @@ def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine
         if not isinstance(raw[key], list):
             raise _fail(path, f"'{key}' must be a list")
     sources = tuple(_parse_ids_source(path, i, s, runners) for i, s in enumerate(raw["capture_ids"]))
+    fc = tuple(_parse_fc(path, i, f) for i, f in enumerate(raw["fc_width"]))
+    rules = tuple(_parse_rule(path, i, r, families) for i, r in enumerate(raw["rules"]))
+    if not releases and any(x.releases.text != ANY for x in (*rules, *sources, *fc)):
+        raise _fail(path, "an engine with no releases read can only have '*' release ranges")
     for runner in tuple(runners) or (None,):
         picked = [s.releases for s in sources if s.runners is None or runner in s.runners]
         _check_cover(path, picked, f"capture_ids for runner {runner or 'any'}", full=True)
-    fc = tuple(_parse_fc(path, i, f) for i, f in enumerate(raw["fc_width"]))
     for drafter in DRAFTER_KINDS:
         picked = [f.releases for f in fc if drafter in f.drafters]
         _check_cover(path, picked, f"fc_width for {drafter} drafters", full=bool(fc))
@@ -471,12 +474,9 @@ def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine
     for term in default_ids:
         if not _DEFAULT_TERM.match(term):
             raise _fail(path, f"'default_ids.ids': '{term}' is not a number, N, N//2, or one of those +/- a number")
-    rules = tuple(_parse_rule(path, i, r, families) for i, r in enumerate(raw["rules"]))
     for fam in {r.family for r in rules}:
         _check_cover(path, [r.releases for r in rules if r.family == fam], f"rules for family '{fam}'",
                      full=fam == ANY)
-    if not releases and any(x.releases.text != ANY for x in (*rules, *sources, *fc)):
-        raise _fail(path, "an engine with no releases read can only have '*' release ranges")
     return Engine(
         name=name,
         title=_text(path, raw, "title", "the file"),
