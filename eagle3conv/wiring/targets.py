@@ -15,6 +15,9 @@ Profile file schema (validated at load; unknown keys are errors)::
     model_type           str        top-level config.json "model_type"
     text_config_key      str|null   where the language model's numbers live
                                     (Kimi-K2.5: "text_config"); null = top level
+    family               str        the engine model-file family
+                                    (mappings/engines/families.json); must be
+                                    the one its architectures/model_type name
     hidden_size, num_hidden_layers, vocab_size                 int > 0
     num_attention_heads, num_key_value_heads, intermediate_size int > 0 | null
     head_dim             int > 0 | null (null: MLA, no single head size)
@@ -46,7 +49,7 @@ log = logging.getLogger(__name__)
 REQUIRED_NUMBERS = ("hidden_size", "num_hidden_layers", "vocab_size")
 OPTIONAL_NUMBERS = ("num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size")
 NUMBERS = REQUIRED_NUMBERS + OPTIONAL_NUMBERS
-_STRING_KEYS = ("name", "description", "hf_repo", "model_type")
+_STRING_KEYS = ("name", "description", "hf_repo", "model_type", "family")
 _KEYS = frozenset(
     _STRING_KEYS + NUMBERS + ("aliases", "architectures", "text_config_key", "sources")
 )
@@ -73,6 +76,8 @@ class TargetProfile:
     description: str = ""
     hf_repo: str | None = None
     text_config_key: str | None = None
+    family: str | None = None
+    """The engine model-file family (docs/facts.md §9); None when the table does not know it."""
     sources: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def engine_defaults(self) -> Mapping[str, EngineDefault]:
@@ -127,6 +132,18 @@ def _check_sources(path: Path, data: Mapping[str, Any]) -> None:
         )
 
 
+def _check_family(path: Path, data: Mapping[str, Any]) -> None:
+    from eagle3conv.spec.engines import families, family_for
+
+    family = data["family"]
+    if family not in families():
+        raise _bad(path, f"'family' is '{family}', not a family of mappings/engines/families.json "
+                         f"({', '.join(sorted(families()))})")
+    implied = family_for(data["architectures"], data["model_type"])
+    if implied is not None and implied != family:
+        raise _bad(path, f"'family' is '{family}' but its architectures/model_type belong to '{implied}'")
+
+
 def _validate(path: Path, data: object) -> TargetProfile:
     if not isinstance(data, dict):
         raise _bad(path, "the top level must be an object")
@@ -153,6 +170,7 @@ def _validate(path: Path, data: object) -> TargetProfile:
             kind = "a positive integer or null" if allowed_null else "a positive integer"
             raise _bad(path, f"'{key}' must be {kind}, got {value!r}")
     _check_sources(path, data)
+    _check_family(path, data)
     return TargetProfile(
         name=data["name"],
         aliases=tuple(data["aliases"]),
@@ -161,6 +179,7 @@ def _validate(path: Path, data: object) -> TargetProfile:
         architectures=tuple(data["architectures"]),
         model_type=data["model_type"],
         text_config_key=data["text_config_key"],
+        family=data["family"],
         sources=MappingProxyType(data["sources"]),
         **{key: data[key] for key in NUMBERS},
     )
@@ -312,6 +331,10 @@ def target_from_config(path: str | Path) -> TargetProfile:
             raise CheckpointReadError(f"{file}: '{key}' must be a positive integer, got {value!r}")
     values: dict[str, Any] = {key: numbers.get(key) for key in NUMBERS}
     architectures = raw.get("architectures") or ()
+    from eagle3conv.spec.engines import family_for
+
+    model_types = [m for m in (raw.get("model_type"), text_raw.get("model_type")) if isinstance(m, str)]
+    family = family_for([a for a in architectures if isinstance(a, str)], *model_types)
     folder = file.parent.resolve()
     name = folder.name if file.name == "config.json" else file.stem
     return TargetProfile(
@@ -320,6 +343,7 @@ def target_from_config(path: str | Path) -> TargetProfile:
         architectures=tuple(str(a) for a in architectures),
         model_type=raw.get("model_type"),
         text_config_key=text_key,
+        family=family,
         sources=MappingProxyType({"config": str(file)}),
         **values,
     )

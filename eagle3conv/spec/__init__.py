@@ -1,0 +1,1 @@
+"""Specifications: what engines, trainers and targets mean by the fields eagle3conv reads and writes."""
