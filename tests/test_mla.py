@@ -182,32 +182,47 @@ class Oracle:
         at positions k-1 .. k-1+S-1, keys of all steps so far, TTT mask."""
         from transformers import DynamicCache
 
-        b, s, _ = aux.shape
+        s = aux.shape[1]
         cache = DynamicCache()
         state = self.project_aux(aux)
         logits, states = [], []
         for k in range(steps):
-            embeds = F.embedding(tokens[k], self.sd["embed_tokens.weight"])
-            x = torch.cat(
-                (self.norms["input_layernorm"](embeds), self.norms["hidden_norm"](state)), dim=-1
-            )
-            position_ids = torch.arange(k, k + s)[None].expand(b, s)
-            cos, sin = self.rotary(x, position_ids)
             # query t sees step 1's keys 0..t and its own chain's keys of steps 2..k+1
             allowed = torch.cat(
                 [torch.ones(s, s, dtype=torch.bool).tril()]
                 + [torch.eye(s, dtype=torch.bool)] * k,
                 dim=1,
             )
-            mask = torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))[None, None]
-            out, _ = self.attn(x, (cos, sin), mask, cache=cache)
-            h = state + out
-            h = h + self.mlp(self.norms["post_attention_layernorm"](h))
-            normed = self.norms["norm"](h)
-            logits.append(F.linear(normed, self.sd["lm_head.weight"]))
-            state = normed if self.config.get("norm_output") else h
+            step_logits, state = self.step(state, tokens[k], k, allowed, cache)
+            logits.append(step_logits)
             states.append(state)
         return logits, states
+
+    @torch.no_grad()
+    def step(
+        self,
+        state: torch.Tensor,
+        tokens: torch.Tensor,
+        offset: int,
+        allowed: torch.Tensor | None = None,
+        cache: Any = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer pass over an H-wide state; plain causal attention by default."""
+        b, s, _ = state.shape
+        if allowed is None:
+            allowed = torch.ones(s, s, dtype=torch.bool).tril()
+        embeds = F.embedding(tokens, self.sd["embed_tokens.weight"])
+        x = torch.cat(
+            (self.norms["input_layernorm"](embeds), self.norms["hidden_norm"](state)), dim=-1
+        )
+        cos, sin = self.rotary(x, torch.arange(offset, offset + s)[None].expand(b, s))
+        mask = torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))[None, None]
+        out, _ = self.attn(x, (cos, sin), mask, cache=cache)
+        h = state + out  # residual: the un-normed state
+        h = h + self.mlp(self.norms["post_attention_layernorm"](h))
+        normed = self.norms["norm"](h)
+        logits = F.linear(normed, self.sd["lm_head.weight"])
+        return logits, normed if self.config.get("norm_output") else h
 
 
 VARIANTS = {
@@ -278,6 +293,12 @@ def test_oracle_transformers_deepseek_v3(variant: dict[str, Any]) -> None:
         out2 = drafter._finish(residual, drafter._ttt_attention(q2, [k1, k2], [v1, v2], 5))
     torch.testing.assert_close(out2.hidden, want_states[1], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out2.logits, want_logits[1], atol=1e-5, rtol=1e-5)
+
+    # forward() on an H-wide state skips fc (SGLang's width test) and is plain causal
+    plain = drafter.forward(out1.hidden, tokens[1], position_offset=1)
+    want_plain_logits, want_plain_state = oracle.step(want_states[0], tokens[1], 1)
+    torch.testing.assert_close(plain.logits, want_plain_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(plain.hidden, want_plain_state, atol=1e-5, rtol=1e-5)
 
 
 def test_oracle_is_sensitive_to_the_rope_layout() -> None:
@@ -393,7 +414,8 @@ def test_expected_tensors_come_from_the_canonical_table() -> None:
     assert not any("q_a_" in k or "q_b_" in k for k in no_lora)
     with_norm = expected_mla_tensors(MLAConfig.from_config(make_config(fc_norm=True, bias=True)))
     assert with_norm["fc.bias"] == (H,)
-    assert [k for k in with_norm if k.startswith("fc_norm")] == [f"fc_norm.{i}.weight" for i in range(3)]
+    fc_norms = [k for k in with_norm if k.startswith("fc_norm")]
+    assert fc_norms == [f"fc_norm.{i}.weight" for i in range(3)]
 
 
 @pytest.mark.parametrize(
@@ -461,7 +483,8 @@ def test_no_q_lora_loads_but_notes_that_sglang_refuses_it() -> None:
 def test_build_drafter_picks_the_class_by_architecture() -> None:
     config = make_config()
     assert drafter_class(config) is Eagle3MLADrafter
-    assert drafter_class(make_config(architectures=["Eagle3DeepseekV3ForCausalLM"])) is Eagle3MLADrafter
+    v3 = make_config(architectures=["Eagle3DeepseekV3ForCausalLM"])
+    assert drafter_class(v3) is Eagle3MLADrafter
     assert drafter_class({"architectures": ["LlamaForCausalLMEagle3"]}) is Eagle3Drafter
     drafter = build_drafter(config, make_state_dict(config), dtype=torch.float32)
     assert type(drafter) is Eagle3MLADrafter

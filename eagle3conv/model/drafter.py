@@ -27,7 +27,8 @@ Two entry points:
 
 :func:`smoke_test` is a structural check on random inputs;
 :func:`check_mla_shapes` checks the tensor shapes of MLA drafters
-(``Eagle3DeepseekV2ForCausalLM``), whose forward is not implemented here.
+(``Eagle3DeepseekV2ForCausalLM``), whose forward is
+:class:`eagle3conv.model.mla.Eagle3MLADrafter` (a subclass of this one).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ One step (``u`` is the 2H-wide ``cat(input_layernorm(embed), hidden_norm(g))``):
     q              = q_b_proj(q_a_layernorm(c_q))      # per head [nope | rope]
     k_nope, v      = split(kv_b_proj(kv_a_layernorm(c_kv)), [nope, VH]) per head
     q_pe, k_pe     = DeepSeek-yarn RoPE (interleaved unless rope_interleave: false); k_pe shared
-    attn           = softmax(scale * q.k) v,  scale = (nope+rope)^-0.5 * yarn_mscale(factor, mscale_all_dim)^2
+    attn           = softmax(scale * q.k) v
+    scale          = (nope+rope)^-0.5 * yarn_mscale(factor, mscale_all_dim)^2
     h1 = o_proj(attn) + g;  h2 = h1 + mlp(post_attention_layernorm(h1));  logits = lm_head(norm(h2))
 
 Strict loading uses the "mla" table of mappings/canonical.json.
@@ -232,7 +233,8 @@ def mla_rope(config: Mapping[str, Any], c: MLAConfig) -> MLARope:
         original = int(params["original_max_position_embeddings"])
     except KeyError as exc:
         raise InvalidCheckpointError(
-            f"config.json: yarn rope scaling needs {exc.args[0]!r} (SGLang reads it unconditionally)"
+            f"config.json: yarn rope scaling needs {exc.args[0]!r} "
+            "(SGLang reads it unconditionally)"
         ) from None
     beta_fast = float(params.get("beta_fast", 32))
     beta_slow = float(params.get("beta_slow", 1))
@@ -359,7 +361,8 @@ class Eagle3MLADrafter(Eagle3Drafter):
         if self.q_proj is not None:
             q = F.linear(x, self.q_proj)
         else:
-            q = F.linear(_rms_norm(F.linear(x, self.q_a_proj), self.q_a_layernorm, eps), self.q_b_proj)
+            c_q = _rms_norm(F.linear(x, self.q_a_proj), self.q_a_layernorm, eps)
+            q = F.linear(c_q, self.q_b_proj)
         q = q.view(b, s, nh, nope + rope).transpose(1, 2)
         q_nope, q_pe = q.split([nope, rope], dim=-1)
         c_kv, k_pe = F.linear(x, self.kv_a_proj_with_mqa).split([c.kv_lora_rank, rope], dim=-1)
