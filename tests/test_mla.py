@@ -480,6 +480,19 @@ def test_no_q_lora_loads_but_notes_that_sglang_refuses_it() -> None:
     assert Eagle3MLADrafter(make_config(), make_state_dict(make_config())).engine_notes == []
 
 
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"rope_interleave": False}, "vLLM ignores the flag"),
+        ({"norm_before_residual": True}, "SGLang's MLA layer ignores it"),
+    ],
+)
+def test_engine_notes_name_what_one_engine_ignores(overrides: dict, expected: str) -> None:
+    config = make_config(**overrides)
+    drafter = Eagle3MLADrafter(config, make_state_dict(config), norm_before_residual=False)
+    assert len(drafter.engine_notes) == 1 and expected in drafter.engine_notes[0]
+
+
 def test_build_drafter_picks_the_class_by_architecture() -> None:
     config = make_config()
     assert drafter_class(config) is Eagle3MLADrafter

@@ -289,8 +289,9 @@ class Eagle3MLADrafter(Eagle3Drafter):
 
     def __init__(self, config: Mapping[str, Any], state_dict: Mapping[str, Tensor], **kwargs: Any):
         super().__init__(config, state_dict, **kwargs)
-        #: where SGLang and vLLM differ on this config (SGLang refuses q_lora_rank: null)
-        self.engine_notes: list[str] = self.config.engine_notes()
+        #: where SGLang and vLLM differ on this config (SGLang refuses q_lora_rank: null);
+        #: read from the config itself, whatever norm_before_residual override was passed
+        self.engine_notes: list[str] = MLAConfig.from_config(config).engine_notes()
 
     @staticmethod
     def _parse_config(config: Mapping[str, Any]) -> MLAConfig:
