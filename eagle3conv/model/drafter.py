@@ -27,7 +27,8 @@ Two entry points:
 
 :func:`smoke_test` is a structural check on random inputs;
 :func:`check_mla_shapes` checks the tensor shapes of MLA drafters
-(``Eagle3DeepseekV2ForCausalLM``), whose forward is not implemented here.
+(``Eagle3DeepseekV2ForCausalLM``), whose forward is
+:class:`eagle3conv.model.mla.Eagle3MLADrafter` (a subclass of this one).
 """
 
 from __future__ import annotations
@@ -433,7 +434,7 @@ class Eagle3Drafter:
         embed_tokens: Tensor | None = None,
         norm_before_residual: bool | None = None,
     ) -> None:
-        c = DrafterConfig.from_config(config)
+        c = self._parse_config(config)
         if not c.draft_vocab_declared and "lm_head.weight" in state_dict:
             rows = state_dict["lm_head.weight"].shape[0]
             if rows != c.vocab_size:
@@ -443,7 +444,7 @@ class Eagle3Drafter:
                     "drafter's head with the target's",
                     hint=f"set draft_vocab_size: {rows} in config.json",
                 )
-        _check_tensors(state_dict, expected_shapes(c), _optional_keys(c), "drafter checkpoint")
+        self._check_state(state_dict, c)
         _check_vocab_maps(c.vocab_size, state_dict)
         if norm_before_residual is not None:
             c = replace(c, norm_before_residual=norm_before_residual)
@@ -458,9 +459,7 @@ class Eagle3Drafter:
         self.fc_bias = w("fc.bias") if c.fc_bias else None
         self.fc_norm = [w(f"fc_norm.{i}.weight") for i in range(c.num_aux)] if c.fc_norm else []
         p = "midlayer."
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
-            w(f"{p}self_attn.{n}_proj.weight") for n in "qkvo"
-        )
+        self._load_attention(w)
         self.gate_proj, self.up_proj, self.down_proj = (
             w(f"{p}mlp.{n}_proj.weight") for n in ("gate", "up", "down")
         )
@@ -501,7 +500,29 @@ class Eagle3Drafter:
             if c.hidden_act not in ACT2FN:
                 raise InvalidCheckpointError(f"config.json: unknown hidden_act {c.hidden_act!r}")
             self._act = ACT2FN[c.hidden_act]
-        inv_freq, self._rope_scale = _rope_inv_freq(config, c)
+        self._init_rope(config)
+
+    # ------------------------------------------------------------------ hooks
+    # Eagle3MLADrafter (eagle3conv/model/mla.py) overrides these; everything else
+    # (fc, the MLP, the head, d2t, SDPA and TTT attention, draft_chain) is shared.
+
+    _attn_scale: float | None = None  # softmax scale; None = SDPA's 1/sqrt(qk head dim)
+
+    @staticmethod
+    def _parse_config(config: Mapping[str, Any]) -> DrafterConfig:
+        return DrafterConfig.from_config(config)
+
+    def _check_state(self, state_dict: Mapping[str, Tensor], c: DrafterConfig) -> None:
+        _check_tensors(state_dict, expected_shapes(c), _optional_keys(c), "drafter checkpoint")
+
+    def _load_attention(self, w: Any) -> None:
+        p = "midlayer.self_attn."
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
+            w(f"{p}{n}_proj.weight") for n in "qkvo"
+        )
+
+    def _init_rope(self, config: Mapping[str, Any]) -> None:
+        inv_freq, self._rope_scale = _rope_inv_freq(config, self.config)
         self._inv_freq = inv_freq.to(self.device)
 
     # ------------------------------------------------------------------ pieces
@@ -564,7 +585,7 @@ class Eagle3Drafter:
         """o_proj + residual, SwiGLU MLP + residual, head, d2t."""
         c = self.config
         b, _, s, _ = attn.shape
-        attn = attn.transpose(1, 2).reshape(b, s, c.num_heads * c.head_dim)
+        attn = attn.transpose(1, 2).reshape(b, s, -1)  # num_heads * value head dim
         h = residual + F.linear(attn, self.o_proj)
         x = _rms_norm(h, self.post_attention_layernorm, c.rms_norm_eps)
         mlp = F.linear(
@@ -605,7 +626,9 @@ class Eagle3Drafter:
         """
         g = self._input_state(hidden)
         residual, q, k, v = self._qkv(g, input_ids, position_offset)
-        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self._gqa)
+        attn = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=self._gqa, scale=self._attn_scale
+        )
         return self._finish(residual, attn)
 
     __call__ = forward
@@ -687,7 +710,9 @@ class Eagle3Drafter:
             keys.append(k)
             values.append(v)
             if step == 0:
-                attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self._gqa)
+                attn = F.scaled_dot_product_attention(
+                    q, k, v, is_causal=True, enable_gqa=self._gqa, scale=self._attn_scale
+                )
             else:
                 attn = self._ttt_attention(q, keys, values, chunk_size)
             out = self._finish(residual, attn)
@@ -713,7 +738,7 @@ class Eagle3Drafter:
         """
         seq = q.shape[2]
         n_extra = len(keys) - 1
-        out = torch.empty_like(q)
+        out = q.new_empty(*q.shape[:-1], values[0].shape[-1])  # value head dim (MLA: != q's)
         device = q.device
         for a in range(0, seq, chunk_size):
             b = min(a + chunk_size, seq)
@@ -730,7 +755,7 @@ class Eagle3Drafter:
                 dim=1,
             )
             out[:, :, a:b] = F.scaled_dot_product_attention(
-                q[:, :, a:b], k, v, attn_mask=mask, enable_gqa=self._gqa
+                q[:, :, a:b], k, v, attn_mask=mask, enable_gqa=self._gqa, scale=self._attn_scale
             )
         return out
 
@@ -750,6 +775,7 @@ class SmokeTestResult:
     logits_width: int  # Vd
     vocab_size: int  # V
     embedding_source: str  # "caller", "checkpoint" or "random"
+    engine_notes: tuple[str, ...] = ()  # MLA: where SGLang and vLLM differ on this config
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -770,19 +796,21 @@ def smoke_test(
 ) -> SmokeTestResult:
     """Load strictly, then run random inputs at step 1 (k*T wide) and step 2 (H wide).
 
+    Llama-style and MLA drafters alike (the class follows the config's architecture).
     Checks: outputs finite, logits ``Vd`` wide, d2t-mapped targets inside ``[0, V)``,
     and the step-2 state ``H`` wide. Without any embedding, a random one is used
     (the check is structural). Loading errors are raised, not reported.
     """
-    c = DrafterConfig.from_config(config)
+    from eagle3conv.model import drafter_class
+
+    cls = drafter_class(config, state_dict.keys())  # Eagle3Drafter or Eagle3MLADrafter
+    c = cls._parse_config(config)
     gen = torch.Generator().manual_seed(seed)
     source = None
     if embed_tokens is None and "embed_tokens.weight" not in state_dict:
         embed_tokens = torch.randn(c.vocab_size, c.hidden_size, generator=gen) * 0.02
         source = "random"
-    drafter = Eagle3Drafter(
-        config, state_dict, device=device, dtype=dtype, embed_tokens=embed_tokens
-    )
+    drafter = cls(config, state_dict, device=device, dtype=dtype, embed_tokens=embed_tokens)
     aux = torch.randn(batch, seq_len, c.fc_in_features, generator=gen)
     ids = torch.randint(0, c.vocab_size, (batch, seq_len), generator=gen)
     problems: list[Finding] = []
@@ -811,6 +839,7 @@ def smoke_test(
         logits_width=c.draft_vocab_size,
         vocab_size=c.vocab_size,
         embedding_source=source or drafter.embedding_source,
+        engine_notes=tuple(getattr(drafter, "engine_notes", ())),
     )
 
 
