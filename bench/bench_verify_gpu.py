@@ -138,7 +138,7 @@ def write_drafter(folder: Path, d: dict, aux_outputs: tuple[int, ...], dev: str)
     from safetensors.torch import save_file
 
     from eagle3conv.example import Dims, llama_config
-    from eagle3conv.wiring.layers import LayerRef, to_ids
+    from eagle3conv.spec.layers import LayerRef, to_ids
 
     H, T, k, NH, NKV, HD, I, V, Vd, L = (d[x] for x in ("H", "T", "k", "NH", "NKV", "HD", "I", "V", "Vd", "L"))
     g = torch.Generator(device=dev).manual_seed(0)
@@ -554,7 +554,7 @@ def main() -> int:
 
     from eagle3conv.states.readers import open_states
     from eagle3conv.verify import Candidate, evaluate
-    from eagle3conv.wiring.layers import LayerRef
+    from eagle3conv.spec.layers import LayerRef
 
     Be = 4 if args.small else args.eval_seqs
     path_e = work / "states_eval.safetensors"

@@ -5,7 +5,7 @@ Public API::
     from eagle3conv import inspect, fix_keys, configure, WiringOptions
 """
 
-__version__ = "0.1.0"
+from eagle3conv.version import __version__
 
 
 def __getattr__(name):  # lazy: `import eagle3conv` stays cheap for the CLI
@@ -14,9 +14,9 @@ def __getattr__(name):  # lazy: `import eagle3conv` stays cheap for the CLI
 
         return getattr(api, name)
     if name in ("push", "PushResult"):
-        from eagle3conv.hub import push as _push
+        from eagle3conv import publish
 
-        return getattr(_push, name)
+        return getattr(publish, name)
     raise AttributeError(name)
 
 

@@ -1,3 +1,3 @@
-from eagle3conv._entry import run
+from eagle3conv.console import run
 
 run()

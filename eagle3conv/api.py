@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from eagle3conv._fs import stall
+from eagle3conv.io.files import stall
 from eagle3conv.checkpoint.index import CheckpointIndex, open_checkpoint
 from eagle3conv.checkpoint.links import following
 from eagle3conv.checkpoint.plan import Plan, build_plan, load_config_file
@@ -150,7 +150,7 @@ def _wire_plan(plan: Plan, opts: WiringOptions, ckpt: str) -> None:
 
 
 def cfgmod_aux(config: dict) -> dict:
-    from eagle3conv.wiring.config import aux_ids_in
+    from eagle3conv.checkpoint.config import aux_ids_in
 
     return aux_ids_in(config)
 

@@ -235,7 +235,7 @@ def inspect_cmd(checkpoint, source_format, config, keep_embed, target, trained_o
     """
     json_, debug = _setup(json_, debug)
     from eagle3conv.api import inspect
-    from eagle3conv.report import inspect_text
+    from eagle3conv.render import inspect_text
 
     res = inspect(checkpoint, source_format=source_format, config=config, keep_embed=keep_embed,
                   wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version))
@@ -283,7 +283,7 @@ def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_
     """
     json_, debug = _setup(json_, debug)
     from eagle3conv.api import fix_keys
-    from eagle3conv.report import fix_text
+    from eagle3conv.render import fix_text
 
     bar = None
     progress = None
@@ -317,7 +317,7 @@ def formats_cmd(json_, debug):
       eagle3conv formats --json
     """
     json_, debug = _setup(json_, debug)
-    from eagle3conv.checkpoint.formats import load_formats
+    from eagle3conv.spec.formats import load_formats
 
     formats, common = load_formats()
     data = [
@@ -380,7 +380,7 @@ def config_cmd(checkpoint, target, trained_on, captured_at, metadata, sglang_ver
     """
     json_, debug = _setup(json_, debug)
     from eagle3conv.api import configure
-    from eagle3conv.report import config_text
+    from eagle3conv.render import config_text
 
     res = configure(checkpoint, options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version,
                                                      dumps=dumps),
@@ -403,9 +403,9 @@ def targets_cmd(name, json_, debug):
       eagle3conv targets kimi-k2.5 --json
     """
     json_, debug = _setup(json_, debug)
-    from eagle3conv.report import targets_text
+    from eagle3conv.render import targets_text
     from eagle3conv.wiring.apply import resolve_target
-    from eagle3conv.wiring.targets import list_targets
+    from eagle3conv.spec.targets import list_targets
 
     if name is not None and not name.strip():
         from eagle3conv.errors import UsageError
@@ -417,7 +417,7 @@ def targets_cmd(name, json_, debug):
 
 
 def _target_dict(p, *, detail: bool) -> dict:
-    from eagle3conv.wiring.layers import describe, sglang_ids_for
+    from eagle3conv.spec.layers import describe, sglang_ids_for
 
     d = {
         "name": p.name, "aliases": list(p.aliases), "hf_repo": p.hf_repo, "architectures": list(p.architectures),
@@ -480,7 +480,7 @@ def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, 
     json_, debug = _setup(json_, debug)
     from pathlib import Path
 
-    from eagle3conv.hub.push import push
+    from eagle3conv.publish import push
 
     res = push(Path(checkpoint), repo_id, private=private, revision=revision, create_pr=create_pr,
                commit_message=commit_message, include=include, exclude=exclude, dry_run=dry_run, force=force,
@@ -491,7 +491,7 @@ def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, 
 
 
 def _push_text(d: dict) -> str:
-    from eagle3conv.report import human_bytes
+    from eagle3conv.render import human_bytes
 
     lines = []
     for c in d["checks"]:
@@ -558,9 +558,9 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
       eagle3conv verify ./drafter --states states.safetensors --search-wiring
     """
     json_, debug = _setup(json_, debug)
-    from eagle3conv.report import verify_text
+    from eagle3conv.render import verify_text
     from eagle3conv.verify import smoke, verify
-    from eagle3conv.wiring.layers import parse_ids
+    from eagle3conv.spec.layers import parse_ids
 
     if states is None:
         d = smoke(checkpoint, device=device, dtype=dtype)
@@ -634,7 +634,7 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
 
     from eagle3conv.states.capture import capture_states, read_prompts
     from eagle3conv.states.target_model import load_target
-    from eagle3conv.wiring.layers import parse_ids
+    from eagle3conv.spec.layers import parse_ids
 
     from pathlib import Path
 

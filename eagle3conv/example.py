@@ -127,7 +127,7 @@ def write_example(dest: str | Path, fmt: str = "modelopt-export", dims: Dims | N
     if dest.exists() and any(dest.iterdir()):
         raise UsageError(f"{dest}: already exists and is not empty", hint="choose another folder")
     dest.mkdir(parents=True, exist_ok=True)
-    from eagle3conv.checkpoint.canonical import drafter_uses_own_embedding
+    from eagle3conv.spec.canonical import drafter_uses_own_embedding
 
     t = canonical_tensors(d)
     # SGLang embeds with the drafter's own table when the target is wider: keep it then

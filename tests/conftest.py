@@ -209,7 +209,7 @@ def assert_sglang_checkpoint(path, dims: Dims = PICO, *, keep_embed: bool = Fals
     if T != H:
         assert cfg["target_hidden_size"] == T
     if expect_aux is not None:
-        from eagle3conv.wiring.config import aux_ids_in
+        from eagle3conv.checkpoint.config import aux_ids_in
 
         assert aux_ids_in(cfg) == expect_aux
     hf = _llama_config_cls().from_pretrained(str(path))

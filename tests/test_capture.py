@@ -15,7 +15,7 @@ from eagle3conv.errors import CheckpointReadError, Eagle3ConvError, UsageError
 from eagle3conv.states.capture import Prompt, capture_states, read_prompts
 from eagle3conv.states.format import StatesFile
 from eagle3conv.states.target_model import load_target
-from eagle3conv.wiring.layers import EMBEDDING, LayerRef, outputs
+from eagle3conv.spec.layers import EMBEDDING, LayerRef, outputs
 
 WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "is", "what", "two", "plus", "four", "yes", "no",
          "hello", "world", "tell", "me", "about", "it"] + [f"w{i}" for i in range(220)]

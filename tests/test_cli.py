@@ -11,7 +11,7 @@ import torch
 from click.testing import CliRunner
 
 from conftest import PICO, assert_sglang_checkpoint, eagle_config_path, load_st, save_st, snapshot
-from eagle3conv.checkpoint.formats import format_names
+from eagle3conv.spec.formats import format_names
 from eagle3conv.cli import main
 from eagle3conv.example import EXAMPLE_FORMATS, Dims
 

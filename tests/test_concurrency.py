@@ -326,7 +326,7 @@ def test_stale_temps_are_removed_by_the_next_write_but_live_ones_kept(tmp_path):
         assert live.exists()  # a live writer's is not
     finally:
         os.close(fd)
-    from eagle3conv._fs import atomic_write_text
+    from eagle3conv.io.files import atomic_write_text
 
     atomic_write_text(src / "eagle3conv-verify.json", "{}\n")
     assert not dead[1].exists()

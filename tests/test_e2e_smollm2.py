@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from eagle3conv.verify import verify
-from eagle3conv.wiring.layers import EMBEDDING, outputs
+from eagle3conv.spec.layers import EMBEDDING, outputs
 
 FIXTURE = Path(__file__).parent / "data" / "smollm2-drafter"
 HELDOUT = [  # topics the drafter never saw in training (bench/smollm2/train_drafter.py HELDOUT_TOPICS)

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from eagle3conv._data import data_path
+from eagle3conv.io.data import data_path
 from eagle3conv.errors import MappingFileError, UsageError
 from eagle3conv.spec import engines as E
-from eagle3conv.wiring.layers import EMBEDDING, LayerRef, outputs
-from eagle3conv.wiring.targets import load_target, load_target_file, target_from_config
+from eagle3conv.spec.layers import EMBEDDING, LayerRef, outputs
+from eagle3conv.spec.targets import load_target, load_target_file, target_from_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SGLANG_RELEASES = ["0.5.12", "0.5.12.post1", "0.5.13", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16",

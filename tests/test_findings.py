@@ -176,7 +176,7 @@ def test_conflict_codes_are_the_declared_ones():
 
 def test_fix_keys_tells_a_wiring_conflict_from_key_errors(wording, make_ckpt):
     incident = make_ckpt("sglang", aux_ids=(-1, 2, 30))  # SGLang cannot capture the embedding output
-    from eagle3conv.wiring.layers import outputs
+    from eagle3conv.spec.layers import outputs
     from eagle3conv.wiring.metadata import write_metadata_file
 
     write_metadata_file(incident, TrainingRecord(layers=outputs(1, 14, 26), source="dumps", convention="output",
@@ -201,7 +201,7 @@ def test_fix_keys_tells_a_wiring_conflict_from_key_errors(wording, make_ckpt):
 
 def test_rewire_and_conversion_of_trainer_ids(wording, make_ckpt, tmp_path):
     ck = make_ckpt("sglang", aux_ids=(0, 13, 25))
-    from eagle3conv.wiring.layers import outputs
+    from eagle3conv.spec.layers import outputs
     from eagle3conv.wiring.metadata import write_metadata_file
 
     write_metadata_file(ck, TrainingRecord(layers=outputs(1, 14, 26), source="dumps", convention="output",
@@ -233,7 +233,7 @@ def test_config_check_exit_codes(wording, make_ckpt):
 
 def test_push_gate_passes_and_fails_by_area(wording, tmp_path):
     from eagle3conv.errors import InvalidCheckpointError
-    from eagle3conv.hub.push import push
+    from eagle3conv.publish import push
 
     good = canonical(tmp_path / "good")
     res = push(good, "org/drafter", dry_run=True, endpoint="http://127.0.0.1:9")

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from conftest import eagle_config_path
-from eagle3conv._data import data_path
-from eagle3conv.checkpoint.canonical import architecture_for, eval_dim, load_canonical, symbols_from_config
-from eagle3conv.checkpoint.formats import (
+from eagle3conv.io.data import data_path
+from eagle3conv.spec.canonical import architecture_for, eval_dim, load_canonical, symbols_from_config
+from eagle3conv.spec.formats import (
     CONDITIONS,
     DetectContext,
     Rule,
@@ -257,7 +257,7 @@ def test_mapping_file_that_is_not_an_object(tmp_path):
 
 def test_known_conditions_all_evaluate(tmp_path):
     """Every condition name the schema accepts is one detection knows how to evaluate."""
-    from eagle3conv.checkpoint.formats import _eval
+    from eagle3conv.spec.formats import _eval
 
     ctx = DetectContext(frozenset({"x.a"}), {"architectures": ["A"], "f": 1}, "safetensors", None, tmp_path)
     args = {

@@ -139,7 +139,7 @@ def test_fifo_as_config_or_metadata_does_not_hang(make_ckpt, tmp_path, flag):
 
 
 def test_oversized_json_refused_before_reading(make_ckpt, monkeypatch):
-    import eagle3conv._jsonfile as jf
+    import eagle3conv.io.jsonfile as jf
 
     monkeypatch.setattr(jf, "MAX_JSON_BYTES", 100)
     ck = make_ckpt("sglang")
@@ -206,9 +206,9 @@ def test_outsized_pickle_record_refused_with_bounded_memory(tmp_path):
 
 
 def test_old_style_pickle_over_the_cap_refused(tmp_path, monkeypatch):
-    import eagle3conv.checkpoint.index as index
+    import eagle3conv.io.pickle as pickle_io
 
-    monkeypatch.setattr(index, "MAX_LEGACY_PICKLE", 1000)
+    monkeypatch.setattr(pickle_io, "MAX_LEGACY_PICKLE", 1000)
     ck = tmp_path / "ck"
     ck.mkdir()
     torch.save({"fc.weight": torch.ones(64, 64)}, ck / "model.pt", _use_new_zipfile_serialization=False)
@@ -377,7 +377,7 @@ def test_internal_error_with_json_still_prints_one_document(make_ckpt, monkeypat
 
 READY = (
     "import sys\n"
-    "from eagle3conv._entry import run\n"
+    "from eagle3conv.console import run\n"
     "sys.argv = ['eagle3conv'] + sys.argv[1:]\n"
     "sys.stderr.write('ready\\n'); sys.stderr.flush()\n"
     "run()\n"

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from eagle3conv.errors import UsageError, WiringError
-from eagle3conv.wiring.layers import (
+from eagle3conv.spec.layers import (
     ALIASES,
     CONVENTIONS,
     EMBEDDING,

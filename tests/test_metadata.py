@@ -12,7 +12,7 @@ import torch
 from eagle3conv.checkpoint.index import open_checkpoint
 from eagle3conv.errors import CheckpointReadError, UsageError, WiringError
 from eagle3conv.example import write_example
-from eagle3conv.wiring.layers import EMBEDDING, outputs
+from eagle3conv.spec.layers import EMBEDDING, outputs
 from eagle3conv.wiring.metadata import (
     METADATA_FILE,
     TrainingRecord,

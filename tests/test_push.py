@@ -25,7 +25,8 @@ from eagle3conv.checkpoint.links import UnsafeLinkError
 from eagle3conv.errors import EXIT_ERROR, EXIT_INVALID, EXIT_USAGE, InvalidCheckpointError, PushError, UsageError
 from eagle3conv.example import write_example
 from eagle3conv.hub.card import BEGIN, END, TAGS, read_verify_report
-from eagle3conv.hub.push import PUSH_RECORD, push, read_record, select_files
+from eagle3conv.hub.push import PUSH_RECORD, read_record, select_files
+from eagle3conv.publish import push
 from eagle3conv.verify import REPORT_FILE as VERIFY_REPORT
 
 TARGET = "org/pico-target"  # no built-in profile: the pico drafter is 32 wide
@@ -68,7 +69,7 @@ def hub(hub_env):
 def report_json(acceptance, accept_length, layers=(1, 14, 26)) -> str:
     """A verify report with these figures, in the one format verify writes (eagle3conv.verify.VerifyReport)."""
     from eagle3conv.verify import VerifyReport
-    from eagle3conv.wiring.layers import describe, outputs
+    from eagle3conv.spec.layers import describe, outputs
 
     fig = {"acceptance_per_position": list(acceptance), "acceptance_ci95": [[a, a] for a in acceptance],
            "accept_length": accept_length, "accept_length_ci95": [accept_length, accept_length]}

@@ -23,7 +23,7 @@ from eagle3conv.states.format import (
     write_states,
 )
 from eagle3conv.states.readers import DumpStates, SpecForgeStates, detect_states, open_states
-from eagle3conv.wiring.layers import EMBEDDING, LayerRef, outputs
+from eagle3conv.spec.layers import EMBEDDING, LayerRef, outputs
 
 B, S, T, N, V = 3, 7, 16, 6, 50
 LENGTHS = [7, 4, 1]

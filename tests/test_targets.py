@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from eagle3conv._data import data_path
+from eagle3conv.io.data import data_path
 from eagle3conv.errors import CheckpointReadError, MappingFileError, UsageError
-from eagle3conv.wiring import targets
-from eagle3conv.wiring.layers import engine_defaults, outputs
-from eagle3conv.wiring.targets import (
+from eagle3conv.spec import targets
+from eagle3conv.spec.layers import engine_defaults, outputs
+from eagle3conv.spec.targets import (
     NUMBERS,
     TargetProfile,
     list_targets,

@@ -22,7 +22,7 @@ from eagle3conv.cli import main
 from eagle3conv.example import Dims, write_example
 from eagle3conv.states.format import StatesFile, write_states
 from eagle3conv.verify import REPORT_FILE, load_drafter_weights, verify, wilson
-from eagle3conv.wiring.layers import outputs
+from eagle3conv.spec.layers import outputs
 
 N_LAYERS = 6
 
@@ -350,7 +350,7 @@ def test_read_only_checkpoint_still_reports(world, tmp_path, monkeypatch):
     def refuse(*a, **k):
         raise PermissionError(13, "Permission denied")
 
-    import eagle3conv._fs as fs
+    import eagle3conv.io.files as fs
 
     monkeypatch.setattr(fs.tempfile, "mkstemp", refuse)  # a read-only folder (root ignores chmod)
     res = run("verify", ck, "--states", captured, "--json")

@@ -32,10 +32,10 @@ def test_mappings_load_from_an_installed_wheel(tmp_path):
     assert r.returncode == 0, r.stderr
     probe = (
         "import eagle3conv, json\n"
-        "from eagle3conv._data import data_root\n"
-        "from eagle3conv.checkpoint.formats import load_formats\n"
-        "from eagle3conv.checkpoint.canonical import load_canonical\n"
-        "from eagle3conv.wiring.targets import list_targets\n"
+        "from eagle3conv.io.data import data_root\n"
+        "from eagle3conv.spec.formats import load_formats\n"
+        "from eagle3conv.spec.canonical import load_canonical\n"
+        "from eagle3conv.spec.targets import list_targets\n"
         "print(json.dumps({'pkg': eagle3conv.__file__, 'data': str(data_root()),"
         " 'formats': sorted(load_formats()[0]), 'arch': sorted(load_canonical()), 'targets': len(list_targets())}))\n"
     )

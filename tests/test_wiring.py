@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from conftest import snapshot
 from eagle3conv.cli import main
 from eagle3conv.wiring.check import check_wiring
-from eagle3conv.wiring.layers import EMBEDDING, outputs
+from eagle3conv.spec.layers import EMBEDDING, outputs
 from eagle3conv.wiring.metadata import TrainingRecord, from_metadata_file, write_metadata_file
 
 KIMI_DRAFTER = dict(hidden=32, target_hidden=7168, heads=4, kv_heads=2, head_dim=8, intermediate=64,
@@ -388,7 +388,7 @@ def test_empty_id_entries_are_refused(make_ckpt):
     for bad in ("1,,14,26", ",1,14,26", "1,14,26,"):
         res = run("config", ck, "--trained-on", bad, "--captured-at", "output", "--dry-run", ok=2)
         assert "empty entry" in res.stderr
-    from eagle3conv.wiring.layers import parse_ids
+    from eagle3conv.spec.layers import parse_ids
 
     assert parse_ids("[2, 30, 58]") == (2, 30, 58) and parse_ids("2 30 58") == (2, 30, 58)
 

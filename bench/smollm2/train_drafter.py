@@ -405,7 +405,7 @@ def save_fixture(model, config, d2t, t2d, states, folder: Path, args, label_coun
     record folder leaves none in ``folder``)."""
     from safetensors.torch import save_file
 
-    from eagle3conv.wiring.layers import outputs
+    from eagle3conv.spec.layers import outputs
     from eagle3conv.wiring.metadata import NORM_STATISTIC, TrainingRecord, norm_stats, write_metadata_file
 
     folder.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,6 @@ What is accepted (see README "Reading checkpoints"):
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import re
@@ -29,9 +28,10 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from eagle3conv.checkpoint import dtypes
+from eagle3conv.io import dtypes
 from eagle3conv.checkpoint.links import present, safe_member
-from eagle3conv.errors import CheckpointReadError, UnsafePickleError, UsageError
+from eagle3conv.errors import CheckpointReadError, UsageError
+from eagle3conv.io.pickle import load_pickle
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 BIN_INDEX = "pytorch_model.bin.index.json"
@@ -137,7 +137,7 @@ def read_safetensors_header(path: Path) -> tuple[dict[str, TensorInfo], dict]:
 
     Nothing read from a file that fails validation is echoed back (a link to a
     secret file must not leak its first bytes through an error message)."""
-    from eagle3conv._jsonfile import loads_strict, regular_file_size
+    from eagle3conv.io.jsonfile import loads_strict, regular_file_size
 
     size = regular_file_size(path, "safetensors file")
     try:
@@ -212,81 +212,6 @@ def read_safetensors_header(path: Path) -> tuple[dict[str, TensorInfo], dict]:
 
 
 # --- pickles -------------------------------------------------------------------
-
-MAX_PICKLE_RECORD = 16 * 1024 * 1024  # data.pkl of a zip checkpoint: tensor metadata only, never this large
-MAX_LEGACY_PICKLE = 1024 * 1024 * 1024  # a pre-zip torch.save is read whole into memory
-
-
-def check_pickle_bounds(path: Path) -> None:
-    """Refuse, before ``torch.load``, a pickle whose loading could take memory out of
-    proportion to the file: non-regular files, zip records that are compressed
-    (torch writes them stored) or claim more bytes than the file holds, an outsized
-    pickle record, and old-style (non-zip) pickles larger than ``MAX_LEGACY_PICKLE``."""
-    import zipfile
-
-    from eagle3conv._jsonfile import regular_file_size
-
-    size = regular_file_size(path, "checkpoint file")
-    resave = ("if you trust this file, re-save its state dict as safetensors where it was made "
-              "(safetensors.torch.save_file), then run eagle3conv on that")
-    if not zipfile.is_zipfile(path):
-        if size > MAX_LEGACY_PICKLE:
-            raise CheckpointReadError(
-                f"{path}: an old-style (non-zip) torch pickle of {size} bytes; it would be read whole into "
-                f"memory, and eagle3conv reads these only up to {MAX_LEGACY_PICKLE} bytes", hint=resave)
-        return
-    try:
-        with zipfile.ZipFile(path) as z:
-            infos = z.infolist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
-        raise CheckpointReadError(f"{path}: not a readable torch checkpoint (broken zip: {e})") from None
-    total = 0
-    for info in infos:
-        if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
-            raise CheckpointReadError(
-                f"{path}: zip record {info.filename!r} is compressed; torch.save stores records uncompressed, "
-                "and a compressed one could expand without bound (a zip bomb), so it is not loaded", hint=resave)
-        if info.filename.endswith(".pkl") and info.file_size > MAX_PICKLE_RECORD:
-            raise CheckpointReadError(
-                f"{path}: pickle record {info.filename!r} is {info.file_size} bytes; a state dict's is far "
-                f"smaller (limit {MAX_PICKLE_RECORD}), so it is not loaded", hint=resave)
-        total += info.file_size
-    if total > size:
-        raise CheckpointReadError(
-            f"{path}: its zip records claim {total} bytes but the file has {size}; not loaded", hint=resave)
-
-
-def load_pickle(path: Path) -> Any:
-    """torch.load, weights only. A pickle asking for anything else is refused unrun."""
-    import pickle
-
-    import torch
-
-    # argparse.Namespace is how SpecForge and DeepSpeed store training args;
-    # building one runs no code beyond setting attributes.
-    safe = [argparse.Namespace]
-    check_pickle_bounds(path)
-    try:
-        with torch.serialization.safe_globals(safe):
-            try:
-                return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            except RuntimeError as e:
-                if "mmap" not in str(e) and "zip" not in str(e):
-                    raise
-                # legacy (non-zip) serialization cannot be memory-mapped
-                return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()
-        reason = next((line for line in first if "Unsupported" in line or "global" in line.lower()), first[0] if first else "")
-        raise UnsafePickleError(
-            f"{path}: refused to unpickle: it asks for more than tensors ({reason.strip()[:200]}). "
-            "eagle3conv loads pickles weights-only, so nothing in it was run.",
-            hint="if you trust this file, re-save its state dict as safetensors where it was made "
-            "(safetensors.torch.save_file), then run eagle3conv on that",
-        ) from None
-    except (EOFError, OSError, ValueError, RuntimeError, KeyError, IndexError, TypeError, AttributeError) as e:
-        raise CheckpointReadError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: {e})") from None
-
 
 def _unwrap(obj: Any, path: Path) -> tuple[dict, str | None, dict]:
     """Find the state dict inside a pickled object. Returns (state, wrapper, extras)."""
@@ -365,7 +290,7 @@ def _safe_member(root: Path, name: str, index_file: Path) -> Path:
 
 
 def _read_json(path: Path) -> dict:
-    from eagle3conv._jsonfile import read_json_file
+    from eagle3conv.io.jsonfile import read_json_file
 
     return read_json_file(path)
 
@@ -430,7 +355,7 @@ def open_checkpoint(path: str | os.PathLike) -> CheckpointIndex:
     if not path.exists():
         raise CheckpointReadError(f"{path}: no such file or folder")
     if not path.is_file() and not path.is_dir():
-        from eagle3conv._jsonfile import regular_file_size
+        from eagle3conv.io.jsonfile import regular_file_size
 
         regular_file_size(path, "checkpoint file or folder")  # names what it is instead
     single: Path | None = None
@@ -532,7 +457,7 @@ def open_checkpoint(path: str | os.PathLike) -> CheckpointIndex:
         if present(known):
             safe_member(root, known)
     if config_path.is_file():
-        from eagle3conv._jsonfile import read_json_file
+        from eagle3conv.io.jsonfile import read_json_file
 
         config = read_json_file(config_path, "config.json", allow_nonfinite=True)  # NaN: named by the validator
     else:

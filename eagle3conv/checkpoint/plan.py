@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from eagle3conv.checkpoint import dtypes
-from eagle3conv.checkpoint.config_check import validate_drafter_config
-from eagle3conv.checkpoint.canonical import (Architecture, architecture_for, drafter_uses_own_embedding, eval_dim,
+from eagle3conv.io import dtypes
+from eagle3conv.spec.config_check import validate_drafter_config
+from eagle3conv.spec.canonical import (Architecture, architecture_for, drafter_uses_own_embedding, eval_dim,
                                              symbols_from_config)
-from eagle3conv.checkpoint.formats import DetectContext, FormatMatch, detect, get_format, load_formats
+from eagle3conv.spec.formats import DetectContext, FormatMatch, detect, get_format, load_formats
 from eagle3conv.checkpoint.index import CheckpointIndex
 from eagle3conv.checkpoint.vocab import check_vocab
 from eagle3conv.errors import CheckpointReadError, InvalidCheckpointError, UsageError
@@ -46,7 +46,7 @@ from eagle3conv.findings import (
     WEIGHT_DTYPE,
     Finding,
 )
-from eagle3conv.wiring import config as cfgmod
+from eagle3conv.checkpoint import config as cfgmod
 
 EMBED = "embed_tokens.weight"
 
@@ -481,6 +481,6 @@ def load_config_file(path: str | Path) -> dict:
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    from eagle3conv._jsonfile import read_json_file
+    from eagle3conv.io.jsonfile import read_json_file
 
     return read_json_file(p, "config.json", allow_nonfinite=True)  # NaN: named by the config validator

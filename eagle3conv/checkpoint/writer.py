@@ -53,11 +53,11 @@ from typing import Callable
 
 import numpy as np
 
-from eagle3conv.checkpoint import dtypes
+from eagle3conv.io import dtypes
 from eagle3conv.checkpoint.index import BIN_INDEX, SAFETENSORS_INDEX, CheckpointIndex
 from eagle3conv.checkpoint.links import safe_member
 from eagle3conv.checkpoint.plan import Output, Plan
-from eagle3conv._fs import folder_lock, stall, umask
+from eagle3conv.io.files import folder_lock, stall, umask
 from eagle3conv.errors import FolderBusyError, JournalError, UsageError, WriteError
 
 JOURNAL = ".eagle3conv-journal.json"

@@ -131,7 +131,7 @@ class CardFacts:
 def _target_layers(target: str | None, config: Mapping) -> int | None:
     if target:
         try:
-            from eagle3conv.wiring.targets import load_target
+            from eagle3conv.spec.targets import load_target
 
             return load_target(target).num_hidden_layers
         except Exception:  # noqa: BLE001 - an unknown target just means no layer count
@@ -148,7 +148,7 @@ def _hub_id(target: str | None) -> str | None:
     if not target:
         return target
     try:
-        from eagle3conv.wiring.targets import load_target
+        from eagle3conv.spec.targets import load_target
 
         return load_target(target).hf_repo or target
     except Exception:  # noqa: BLE001 - not a profile: keep what the user or trainer wrote
@@ -170,8 +170,8 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
                  checks: Sequence[Check] = (), checks_run: bool = True, forced: bool = False) -> CardFacts:
     """Read config.json, the training records and the verify report of ``folder``."""
     from eagle3conv.errors import Eagle3ConvError
-    from eagle3conv.wiring.config import aux_ids_in
-    from eagle3conv.wiring.layers import to_refs
+    from eagle3conv.checkpoint.config import aux_ids_in
+    from eagle3conv.spec.layers import to_refs
     from eagle3conv.wiring.metadata import find_training_record
 
     root = Path(folder)
@@ -183,7 +183,7 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
             config = loaded if isinstance(loaded, dict) else {}
         except (OSError, ValueError):
             config = {}
-    from eagle3conv.wiring.embed import provenance_record
+    from eagle3conv.wiring.config_ids import provenance_record
 
     try:
         records = find_training_record(root, None, config or None)
@@ -230,7 +230,7 @@ def _ids(ids) -> str:
 
 def _engine_rows(facts: CardFacts) -> list[tuple[str, str, str]]:
     from eagle3conv.errors import Eagle3ConvError
-    from eagle3conv.wiring.layers import sglang_ids_for, to_ids
+    from eagle3conv.spec.layers import sglang_ids_for, to_ids
 
     n, refs = facts.target_layers, facts.layers
     rows = []
@@ -252,7 +252,7 @@ def _engine_rows(facts: CardFacts) -> list[tuple[str, str, str]]:
 
 
 def _wiring_section(facts: CardFacts) -> list[str]:
-    from eagle3conv.wiring.layers import describe
+    from eagle3conv.spec.layers import describe
 
     out = ["### Target layers it reads", ""]
     n = facts.target_layers
@@ -354,7 +354,7 @@ def _checks_section(facts: CardFacts) -> list[str]:
 
 def _launch_section(facts: CardFacts) -> list[str]:
     from eagle3conv.errors import Eagle3ConvError
-    from eagle3conv.wiring.layers import to_ids
+    from eagle3conv.spec.layers import to_ids
 
     target = facts.target or "TARGET_MODEL"
     repo = facts.repo_id

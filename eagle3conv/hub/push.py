@@ -3,7 +3,7 @@
 Steps, in order (nothing is sent before step 4)::
 
     1. pick the repo id          argument > eagle3conv-push.json > training_metadata.json "hub_repo_id"
-    2. run the gate              default_gate: already canonical (fix-keys is a no-op) + smoke test
+    2. run the gate              the caller's (eagle3conv.publish.default_gate: fix-keys is a no-op + smoke test)
     3. select files, render card what a server needs; README.md rendered in memory (hub/card.py)
     4. create_repo(exist_ok)     then the branch for --revision when it does not exist yet
     5. upload LFS/xet content    preupload_lfs_files: streamed from disk, nothing committed yet
@@ -50,7 +50,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3conv._fs import atomic_write_text
+from eagle3conv.io.files import atomic_write_text
 from eagle3conv.checkpoint.links import following, present, safe_member
 from eagle3conv.errors import (
     Eagle3ConvError,
@@ -59,7 +59,6 @@ from eagle3conv.errors import (
     UsageError,
     WriteError,
 )
-from eagle3conv.findings import AUX_LAYERS
 from eagle3conv.hub.card import Check, gather_facts, render_card
 
 logger = logging.getLogger(__name__)
@@ -163,83 +162,6 @@ class PushResult:
 
 
 # --------------------------------------------------------------------------- the gate
-
-
-def default_gate(path: Path) -> list[Check]:
-    """The checks ``push`` runs unless given another gate.
-
-    - ``canonical``: ``inspect`` plans no change (``fix-keys`` would be a no-op): the
-      names, dtypes and config are exactly what SGLang loads;
-    - ``smoke-test``: the drafter forward (``eagle3conv.model.drafter.smoke_test``) runs on
-      random inputs at step 1 and step 2 with finite outputs of the right widths (MLA
-      drafters: their tensor shapes are checked instead).
-    """
-    from eagle3conv.api import inspect
-
-    checks: list[Check] = []
-    try:
-        result = inspect(path)
-    except Eagle3ConvError as e:
-        return [Check("canonical", False, e.message)]
-    plan = result.plan
-    if plan is None:
-        why = getattr(result.plan_error, "message", str(result.plan_error))
-        return [Check("canonical", False, f"no conversion plan: {why}")]
-    wiring_errors = [f.message for f in plan.findings if f.level == "error" and f.area == AUX_LAYERS]
-    key_errors = [f.message for f in plan.findings if f.level == "error" and f.area != AUX_LAYERS]
-    if wiring_errors:
-        checks.append(Check("aux-layers", False, "; ".join(wiring_errors)))
-    elif plan.wiring is not None:
-        warned = [f["message"] for f in plan.wiring.get("findings", []) if f["level"] == "warning"]
-        what = ("config agrees with the training record and the weights" if plan.wiring.get("trained_on")
-                else "no training record to check the config against; config ids agree with the weights")
-        checks.append(Check("aux-layers", True, what + ("; warnings: " + " | ".join(warned) if warned else "")))
-    if key_errors:
-        checks.append(Check("canonical", False, "; ".join(key_errors[:5])))
-    elif plan.errors:
-        pass
-    elif not plan.is_identity():
-        renamed = sum(1 for d in plan.decisions if d.action != "kept")
-        fields = [e.field for e in plan.config_edits]
-        what = ", ".join(([f"{renamed} tensor name(s)"] if renamed else []) +
-                         ([f"config.json {', '.join(fields)}"] if fields else [])) or "the file layout"
-        checks.append(Check("canonical", False,
-                            f"fix-keys would still change {what}; run `eagle3conv fix-keys {path}`"))
-    else:
-        checks.append(Check("canonical", True, "fix-keys has nothing to change"))
-    checks.append(_smoke(result.index))
-    return checks
-
-
-def _smoke(index) -> Check:
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a forward over 16 tokens: thread start-up costs more than it saves
-    try:
-        return _smoke_checked(index)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _smoke_checked(index) -> Check:
-    from eagle3conv.model import drafter
-
-    cfg = index.config or {}
-    try:
-        state = {name: index.read_torch(name) for name in index.tensors}
-        if any("Deepseek" in a for a in cfg.get("architectures") or []):
-            drafter.check_mla_shapes(cfg, state)
-            return Check("smoke-test", True, "MLA drafter: tensor shapes match the config")
-        r = drafter.smoke_test(cfg, state)
-    except Eagle3ConvError as e:
-        return Check("smoke-test", False, e.message)
-    except Exception as e:  # noqa: BLE001 - a forward that crashes is a failed check
-        return Check("smoke-test", False, f"{type(e).__name__}: {e}")
-    if not r.ok:
-        return Check("smoke-test", False, "; ".join(r.problems))
-    return Check("smoke-test", True, f"step 1 reads {r.step1_input_width} wide, step 2 {r.step2_input_width}, "
-                                     f"{r.logits_width} draft logits")
 
 
 def _run_gate(gate: Gate, path: Path) -> list[Check]:
@@ -594,7 +516,7 @@ def _push(
     endpoint: str | None = None,
     base_model: str | None = None,
     progress: Progress | None = None,
-    gate: Gate | None = default_gate,
+    gate: Gate | None,
     follow_symlinks: bool = False,
     timeout: float | None = DEFAULT_TIMEOUT,
 ) -> PushResult:
@@ -604,7 +526,8 @@ def _push(
     :class:`InvalidCheckpointError` (exit 3) when the gate fails and ``force`` is
     false, and :class:`PushError` (exit 1) when the Hub or the connection fails —
     in which case nothing was committed. ``dry_run`` sends nothing at all.
-    ``gate=None`` runs no checks (the card says so).
+    ``gate`` is the pre-push check (:func:`eagle3conv.publish.default_gate` from the
+    public ``eagle3conv.push``); ``gate=None`` runs no checks (the card says so).
 
     A file to send or read that is a symlink leaving the folder (or to a FIFO, a device, or
     nothing) is refused before anything is sent (:class:`UnsafeLinkError`, exit 1) unless
@@ -731,7 +654,7 @@ def _push(
                         pr_revision=info.pr_revision, repo_url=str(repo_url), followed_symlinks=followed)
     say("unchanged: the repo already holds these files; no commit was made" if unchanged
         else f"committed {info.oid[:12]}" + (f", pull request {info.pr_url}" if info.pr_url else ""))
-    from eagle3conv import __version__
+    from eagle3conv.version import __version__
 
     result.record = _write_record(root, {
         "format": PUSH_RECORD_FORMAT,
@@ -758,7 +681,7 @@ def _default_endpoint() -> str:
 
 
 __all__ = [
-    "DEFAULT_FILES", "PUSH_RECORD", "Gate", "PushFile", "PushResult", "default_gate", "push", "read_record",
+    "DEFAULT_FILES", "PUSH_RECORD", "Gate", "PushFile", "PushResult", "push", "read_record",
     "resolve_repo_id", "select_files",
 ]
 

@@ -18,7 +18,7 @@ __all__ = ["build_drafter", "drafter_class", "is_mla_config"]
 
 def is_mla_config(config: Mapping[str, Any], keys: Any = ()) -> bool:
     """True for an MLA drafter: an Eagle3DeepseekV2/V3 architecture, or MLA tensor names."""
-    from eagle3conv.checkpoint.canonical import architecture_for
+    from eagle3conv.spec.canonical import architecture_for
 
     return architecture_for(dict(config), list(keys)).key == "mla"
 

@@ -127,7 +127,7 @@ class DrafterConfig:
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> DrafterConfig:
         """Parse and sanity-check a drafter config; raise InvalidCheckpointError if unusable."""
-        from eagle3conv.checkpoint.config_check import validate_drafter_config
+        from eagle3conv.spec.config_check import validate_drafter_config
 
         validate_drafter_config(config)
         hidden = _require(config, "hidden_size")

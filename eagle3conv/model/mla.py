@@ -134,7 +134,7 @@ def expected_mla_tensors(c: MLAConfig) -> dict[str, tuple[int, ...]]:
     included only when the config asks for them (otherwise they are unexpected:
     the engines would not use them).
     """
-    from eagle3conv.checkpoint.canonical import eval_dim, load_canonical
+    from eagle3conv.spec.canonical import eval_dim, load_canonical
 
     arch = load_canonical()["mla"]
     symbols = {

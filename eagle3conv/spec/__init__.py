@@ -1,1 +1,1 @@
-"""Specifications: what engines, trainers and targets mean by the fields eagle3conv reads and writes."""
+"""Level 1: what engines, trainers, targets and drafters are (data in mappings/ and its readers); no torch."""

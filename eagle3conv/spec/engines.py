@@ -29,9 +29,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from eagle3conv._data import data_path
+from eagle3conv.io.data import data_path
 from eagle3conv.errors import MappingFileError, UsageError
-from eagle3conv.wiring.layers import LayerRef, LayerSet, describe, validate_refs
+from eagle3conv.spec.layers import LayerRef, LayerSet, describe, validate_refs
 
 SCHEMA = 1
 ENGINE_FILES = ("sglang", "vllm", "tensorrt-llm")

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3conv.errors import CheckpointReadError, UsageError
 from eagle3conv.states.format import StatesWriter, resolve_dtype
-from eagle3conv.wiring.layers import EMBEDDING, LayerRef
+from eagle3conv.spec.layers import EMBEDDING, LayerRef
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -270,7 +270,7 @@ def capture_states(
     """
     import torch
 
-    from eagle3conv import __version__
+    from eagle3conv.version import __version__
 
     t0 = time.perf_counter()
     for name, v, low in (("max_length", max_length, 2), ("batch_size", batch_size, 1),

@@ -65,7 +65,7 @@ The common view
 :class:`CapturedStates` is what ``verify`` reads, whatever the source:
 :class:`StatesFile` (this format), and, in :mod:`eagle3conv.states.readers`,
 SGLang-style aux dumps and SpecForge offline features. Each has
-``layers`` (the :class:`~eagle3conv.wiring.layers.LayerRef` s it can give, or
+``layers`` (the :class:`~eagle3conv.spec.layers.LayerRef` s it can give, or
 None when the source does not record them), ``aux(refs)``, ``embeddings()``,
 ``input_ids``, ``attention_mask``, ``target_next`` (None when the source has
 none), ``loss_mask`` and :meth:`CapturedStates.batches`.
@@ -83,7 +83,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3conv.errors import CheckpointReadError, UsageError, WiringError, WriteError
-from eagle3conv.wiring.layers import EMBEDDING, LayerRef, LayerSet, describe
+from eagle3conv.spec.layers import EMBEDDING, LayerRef, LayerSet, describe
 
 if TYPE_CHECKING:
     import torch
@@ -701,7 +701,7 @@ class StatesWriter:
                                              dir=self.path.parent)
             self._fd = fd
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held while writing: marks the temp as live
-            from eagle3conv._fs import umask
+            from eagle3conv.io.files import umask
 
             os.fchmod(fd, 0o666 & ~umask())  # mkstemp makes 0600; honour the user's umask like any file
             os.pwrite(fd, len(raw).to_bytes(8, "little") + raw, 0)

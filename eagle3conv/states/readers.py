@@ -75,10 +75,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eagle3conv.checkpoint.index import load_pickle
+from eagle3conv.io.pickle import load_pickle
 from eagle3conv.errors import CheckpointReadError, UnsafePickleError, UsageError, WiringError
 from eagle3conv.states.format import STATES_FILE, CapturedStates, StatesFile, _refs
-from eagle3conv.wiring.layers import EMBEDDING, LayerRef, LayerSet, describe, validate_refs
+from eagle3conv.spec.layers import EMBEDDING, LayerRef, LayerSet, describe, validate_refs
 from eagle3conv.wiring.metadata import MANIFEST_FILE, from_dump_manifest
 
 if TYPE_CHECKING:

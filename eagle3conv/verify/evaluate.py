@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from eagle3conv.verify.stats import bootstrap, replay, wilson
-from eagle3conv.wiring.layers import LayerSet, describe
+from eagle3conv.spec.layers import LayerSet, describe
 
 Progress = Callable[[int, int], None]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
-from eagle3conv.wiring.layers import EMBEDDING, LayerSet
+from eagle3conv.spec.layers import EMBEDDING, LayerSet
 
 
 def prefetch(items, depth: int = 2, pin: bool = False):

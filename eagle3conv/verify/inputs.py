@@ -115,7 +115,7 @@ def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings
 
     from eagle3conv.errors import InvalidCheckpointError
 
-    from eagle3conv.checkpoint.canonical import drafter_uses_own_embedding
+    from eagle3conv.spec.canonical import drafter_uses_own_embedding
 
     c = DrafterConfig.from_config(config)
     own = drafter_uses_own_embedding(c.hidden_size, c.target_hidden_size)

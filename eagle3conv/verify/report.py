@@ -180,7 +180,7 @@ class VerifyReport:
         """Write :data:`REPORT_FILE` into ``folder`` atomically; every string of
         ``local_paths`` in the text is replaced by the folder's name (a pushed report
         carries no local paths). Raises OSError when the folder cannot be written."""
-        from eagle3conv._fs import atomic_write_text
+        from eagle3conv.io.files import atomic_write_text
 
         root = Path(folder)
         text = self.to_json()

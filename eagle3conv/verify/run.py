@@ -27,7 +27,7 @@ from eagle3conv.verify.inputs import (
 )
 from eagle3conv.verify.report import REPORT_FILE, VerifyResult
 from eagle3conv.verify.search import candidates, config_candidate, decide, norm_comparison
-from eagle3conv.wiring.layers import LayerRef, LayerSet, describe, to_refs
+from eagle3conv.spec.layers import LayerRef, LayerSet, describe, to_refs
 
 
 def _out_refs(ids: Sequence[int] | None) -> LayerSet | None:
@@ -96,7 +96,7 @@ def verify(
                      "(a lower bound on acceptance unless the data is the target's own output)")
     ev = gather(root, None, config, opts)
     if ev.target is None and states.num_layers is not None:
-        from eagle3conv.wiring.targets import TargetProfile
+        from eagle3conv.spec.targets import TargetProfile
 
         ev.target = TargetProfile(name=states.target or "the captured target", hidden_size=states.hidden_size,
                                   num_hidden_layers=states.num_layers, vocab_size=states.vocab_size or 0)
@@ -184,7 +184,7 @@ def verify(
                  "first_result": round((first_result or t_end) - t_start, 3), "total": round(t_end - t_start, 3)},
         min_accept=min_accept, reference=reference)
     if save:
-        from eagle3conv._fs import folder_lock
+        from eagle3conv.io.files import folder_lock
 
         try:  # no local paths in a pushed report
             with folder_lock(root, exclusive=False, command="verify"):

@@ -27,7 +27,7 @@ from typing import Literal
 from eagle3conv.errors import UsageError, WiringError
 from eagle3conv.verify.evaluate import Candidate, Score
 from eagle3conv.verify.stats import paired_difference
-from eagle3conv.wiring.layers import EMBEDDING, LayerRef, LayerSet, describe, engine_defaults, to_ids, to_refs
+from eagle3conv.spec.layers import EMBEDDING, LayerRef, LayerSet, describe, engine_defaults, to_ids, to_refs
 
 MIN_SEARCH_SEQUENCES = 10  # below this, sequence-bootstrap intervals are not worth naming a wiring on
 NORM_FLAG_RATIO = 2.0

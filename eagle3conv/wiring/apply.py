@@ -17,10 +17,10 @@ from eagle3conv.errors import UsageError, WiringError
 from eagle3conv.findings import AUX_LAYERS, CONFLICTS, TARGET_HIDDEN, Finding
 from eagle3conv.wiring import metadata as meta
 from eagle3conv.wiring.check import WiringReport, check_wiring, sglang_preference
-from eagle3conv.wiring.config import apply_edits
-from eagle3conv.wiring.embed import WiringPlan, plan_wiring, provenance_record, sglang_version_for
-from eagle3conv.wiring.layers import describe
-from eagle3conv.wiring.targets import TargetProfile, load_target, target_from_config
+from eagle3conv.checkpoint.config import apply_edits
+from eagle3conv.wiring.config_ids import WiringPlan, plan_wiring, provenance_record, sglang_version_for
+from eagle3conv.spec.layers import describe
+from eagle3conv.spec.targets import TargetProfile, load_target, target_from_config
 
 
 @dataclass

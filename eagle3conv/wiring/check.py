@@ -54,7 +54,7 @@ from eagle3conv.findings import (
     VLLM_DEFAULT,
     Finding,
 )
-from eagle3conv.wiring.layers import (
+from eagle3conv.spec.layers import (
     LayerSet,
     describe,
     engine_defaults,

@@ -4,7 +4,7 @@ A drafter only works when the engine feeds it the same target hidden states it
 was trained on (docs/facts.md §5, §6, §8). Trainers rarely write
 those layers down, and when they do each uses its own numbering. The readers
 here turn every record that exists into one :class:`TrainingRecord`, whose
-``layers`` are explicit :class:`~eagle3conv.wiring.layers.LayerRef` s, so the
+``layers`` are explicit :class:`~eagle3conv.spec.layers.LayerRef` s, so the
 numbering question is answered once, here:
 
 ==================================  =================================================  ============
@@ -40,7 +40,7 @@ Written by :func:`write_metadata_file`, read (and validated) by
                                                   # embedding output
       "convention": "captured-at-input",          # str or null: the numbering the layers
                                                   # were first written in (any name
-                                                  # eagle3conv.wiring.layers knows)
+                                                  # eagle3conv.spec.layers knows)
       "raw_ids": [3, 31, 59],                     # list of int or null: the ids as first
                                                   # written; with a convention they must
                                                   # decode to "layers"
@@ -79,9 +79,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from eagle3conv._fs import atomic_write_text
+from eagle3conv.io.files import atomic_write_text
 from eagle3conv.errors import CheckpointReadError, UsageError, WiringError, WriteError
-from eagle3conv.wiring.layers import (
+from eagle3conv.spec.layers import (
     LayerRef,
     LayerSet,
     describe,
@@ -446,7 +446,7 @@ def from_dump_manifest(folder: str | os.PathLike, *, with_norms: bool = False) -
         source = f"{manifest_path} captured_at_input_of"
     norms = tokens = None
     if with_norms and slots:
-        from eagle3conv.checkpoint.index import load_pickle
+        from eagle3conv.io.pickle import load_pickle
 
         stats = []
         for slot in range(len(slots)):
@@ -465,7 +465,7 @@ def from_dump_manifest(folder: str | os.PathLike, *, with_norms: bool = False) -
 
 
 def _read_json_object(path: Path) -> dict:
-    from eagle3conv._jsonfile import read_json_file
+    from eagle3conv.io.jsonfile import read_json_file
 
     return read_json_file(path)
 

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from eagle3conv._data import data_path
+from eagle3conv.io.data import data_path
 from eagle3conv.errors import MappingFileError
 
 _TERM = re.compile(r"^[A-Za-z][A-Za-z0-9]*$|^[0-9]+$")

@@ -24,10 +24,10 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from eagle3conv import __version__
+from eagle3conv.version import __version__
 from eagle3conv.errors import WiringError
-from eagle3conv.wiring.config import ConfigEdit
-from eagle3conv.wiring.layers import (
+from eagle3conv.checkpoint.config import ConfigEdit
+from eagle3conv.spec.layers import (
     LayerRef,
     LayerSet,
     SglangIds,

@@ -40,9 +40,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from eagle3conv._data import data_path
+from eagle3conv.io.data import data_path
 from eagle3conv.errors import CheckpointReadError, MappingFileError, UsageError
-from eagle3conv.wiring.layers import EngineDefault, engine_defaults
+from eagle3conv.spec.layers import EngineDefault, engine_defaults
 
 log = logging.getLogger(__name__)
 

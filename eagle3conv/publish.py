@@ -1,0 +1,102 @@
+"""``push`` as users call it: the Hub upload (:mod:`eagle3conv.hub.push`) behind the default gate.
+
+The gate runs the same checks as ``inspect`` (so it sits above :mod:`eagle3conv.api`,
+which the Hub package must not import) plus the drafter's smoke forward:
+
+- ``canonical``: ``inspect`` plans no change (``fix-keys`` would be a no-op);
+- ``aux-layers``: the wiring check agrees with the training record and the weights;
+- ``smoke-test``: the drafter forward runs at step 1 and step 2 with finite outputs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from eagle3conv.errors import Eagle3ConvError
+from eagle3conv.findings import AUX_LAYERS
+from eagle3conv.hub.card import Check
+from eagle3conv.hub.push import PushResult
+from eagle3conv.hub.push import push as upload
+
+
+def push(path: str | os.PathLike = ".", repo_id: str | None = None, **kwargs) -> PushResult:
+    """Publish a checked drafter folder to the Hub (see :func:`eagle3conv.hub.push.push` for the
+    options). ``gate`` defaults to :func:`default_gate`; ``gate=None`` runs no checks."""
+    kwargs.setdefault("gate", default_gate)
+    return upload(path, repo_id, **kwargs)
+
+
+def default_gate(path: Path) -> list[Check]:
+    """The checks ``push`` runs unless given another gate.
+
+    - ``canonical``: ``inspect`` plans no change (``fix-keys`` would be a no-op): the
+      names, dtypes and config are exactly what SGLang loads;
+    - ``smoke-test``: the drafter forward (``eagle3conv.model.drafter.smoke_test``) runs on
+      random inputs at step 1 and step 2 with finite outputs of the right widths (MLA
+      drafters: their tensor shapes are checked instead).
+    """
+    from eagle3conv.api import inspect
+
+    checks: list[Check] = []
+    try:
+        result = inspect(path)
+    except Eagle3ConvError as e:
+        return [Check("canonical", False, e.message)]
+    plan = result.plan
+    if plan is None:
+        why = getattr(result.plan_error, "message", str(result.plan_error))
+        return [Check("canonical", False, f"no conversion plan: {why}")]
+    wiring_errors = [f.message for f in plan.findings if f.level == "error" and f.area == AUX_LAYERS]
+    key_errors = [f.message for f in plan.findings if f.level == "error" and f.area != AUX_LAYERS]
+    if wiring_errors:
+        checks.append(Check("aux-layers", False, "; ".join(wiring_errors)))
+    elif plan.wiring is not None:
+        warned = [f["message"] for f in plan.wiring.get("findings", []) if f["level"] == "warning"]
+        what = ("config agrees with the training record and the weights" if plan.wiring.get("trained_on")
+                else "no training record to check the config against; config ids agree with the weights")
+        checks.append(Check("aux-layers", True, what + ("; warnings: " + " | ".join(warned) if warned else "")))
+    if key_errors:
+        checks.append(Check("canonical", False, "; ".join(key_errors[:5])))
+    elif not plan.is_identity():
+        renamed = sum(1 for d in plan.decisions if d.action != "kept")
+        fields = [e.field for e in plan.config_edits]
+        what = ", ".join(([f"{renamed} tensor name(s)"] if renamed else []) +
+                         ([f"config.json {', '.join(fields)}"] if fields else [])) or "the file layout"
+        checks.append(Check("canonical", False,
+                            f"fix-keys would still change {what}; run `eagle3conv fix-keys {path}`"))
+    else:
+        checks.append(Check("canonical", True, "fix-keys has nothing to change"))
+    checks.append(smoke_check(result.index))
+    return checks
+
+
+def smoke_check(index) -> Check:
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a forward over 16 tokens: thread start-up costs more than it saves
+    try:
+        return _smoke_checked(index)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _smoke_checked(index) -> Check:
+    from eagle3conv.model import drafter
+
+    cfg = index.config or {}
+    try:
+        state = {name: index.read_torch(name) for name in index.tensors}
+        if any("Deepseek" in a for a in cfg.get("architectures") or []):
+            drafter.check_mla_shapes(cfg, state)
+            return Check("smoke-test", True, "MLA drafter: tensor shapes match the config")
+        r = drafter.smoke_test(cfg, state)
+    except Eagle3ConvError as e:
+        return Check("smoke-test", False, e.message)
+    except Exception as e:  # noqa: BLE001 - a forward that crashes is a failed check
+        return Check("smoke-test", False, f"{type(e).__name__}: {e}")
+    if not r.ok:
+        return Check("smoke-test", False, "; ".join(r.problems))
+    return Check("smoke-test", True, f"step 1 reads {r.step1_input_width} wide, step 2 {r.step2_input_width}, "
+                                     f"{r.logits_width} draft logits")

@@ -1,0 +1,139 @@
+"""The folders match the import graph: packages in levels, no cycle, no upward import.
+
+Every module of the package is parsed (nothing is imported or run), and every
+import it makes -- at module level or inside a function, the lazy ones the CLI
+uses to keep ``--help`` fast included -- is checked against the level table in
+docs/architecture.md. A new edge that goes up a level fails here, in CI, instead
+of waiting for a review.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "eagle3conv"
+
+# unit -> the units it may import (besides itself). A unit is a subpackage or a
+# top-level module. Kept in step with docs/architecture.md ("Levels").
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "version": set(),
+    "findings": set(),
+    "io": {"errors"},
+    "spec": {"errors", "io", "findings"},
+    "checkpoint": {"errors", "io", "spec", "findings"},
+    "model": {"errors", "spec", "findings"},
+    "wiring": {"errors", "version", "io", "spec", "findings", "checkpoint"},
+    "states": {"errors", "version", "io", "spec", "wiring"},
+    "verify": {"errors", "version", "io", "spec", "findings", "checkpoint", "model", "states", "wiring"},
+    "hub": {"errors", "version", "io", "spec", "findings", "checkpoint", "model", "wiring", "verify"},
+    "example": {"errors", "io", "spec"},
+    "api": {"errors", "version", "io", "spec", "findings", "checkpoint", "model", "wiring", "states", "verify", "hub"},
+    "publish": {"errors", "io", "spec", "findings", "checkpoint", "model", "wiring", "verify", "hub", "api"},
+    "render": {"errors", "version", "io", "spec", "findings", "wiring"},
+    "cli": {"*"},
+    "__main__": {"console"},
+    "console": {"cli"},
+    "__init__": {"*"},  # the lazy facade re-exports the public API
+}
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _modules():
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        parts = list(rel.parts)
+        is_pkg = parts[-1] == "__init__"
+        if is_pkg:
+            parts = parts[:-1]
+        yield path, ".".join(parts), is_pkg
+
+
+def _imports(path: Path, module: str, is_pkg: bool):
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield node.lineno, a.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                if not is_pkg:
+                    base = base[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            yield node.lineno, target
+            if target == "eagle3conv":  # `from eagle3conv import x`: x is a unit
+                for a in node.names:
+                    yield node.lineno, f"eagle3conv.{a.name}"
+
+
+def _edges():
+    for path, module, is_pkg in _modules():
+        src = _unit(module) if module != "eagle3conv" else "__init__"
+        for line, target in _imports(path, module, is_pkg):
+            if not target.startswith("eagle3conv.") :
+                continue
+            yield src, _unit(target), f"{path.relative_to(PKG.parent)}:{line} imports {target}"
+
+
+def test_every_unit_has_a_level():
+    units = {_unit(m) if m != "eagle3conv" else "__init__" for _, m, _ in _modules()}
+    assert units <= set(ALLOWED), f"add to ALLOWED and docs/architecture.md: {sorted(units - set(ALLOWED))}"
+
+
+def test_no_import_goes_up_a_level():
+    bad = [where for src, dst, where in _edges()
+           if dst != src and "*" not in ALLOWED.get(src, set()) and dst not in ALLOWED.get(src, set())]
+    assert not bad, "forbidden imports:\n" + "\n".join(bad)
+
+
+def test_the_level_table_has_no_cycle():
+    seen: dict[str, int] = {}
+
+    def visit(u: str, stack: tuple[str, ...]) -> None:
+        if seen.get(u) == 2:
+            return
+        assert seen.get(u) != 1, f"cycle: {' -> '.join(stack + (u,))}"
+        seen[u] = 1
+        for v in ALLOWED.get(u, set()) - {"*"}:
+            visit(v, stack + (u,))
+        seen[u] = 2
+
+    for u in ALLOWED:
+        visit(u, ())
+
+
+def test_only_the_command_line_imports_click():
+    bad = []
+    for path, module, is_pkg in _modules():
+        if module in ("eagle3conv.cli", "eagle3conv.console"):  # the command line and its entry point
+            continue
+        for line, target in _imports(path, module, is_pkg):
+            if target == "click" or target.startswith("click."):
+                bad.append(f"{path.relative_to(PKG.parent)}:{line}")
+    assert not bad, bad
+
+
+def test_no_private_name_crosses_a_module_boundary():
+    """`from x import _name` between modules (tests and bench included) hides an API nobody owns."""
+    roots = [PKG, PKG.parent / "tests", PKG.parent / "bench"]
+    bad = []
+    for root in roots:
+        for path in root.rglob("*.py"):
+            tree = ast.parse(path.read_text(), str(path))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("eagle3conv"):
+                    if any(part.startswith("_") and not part.startswith("__") for part in node.module.split(".")):
+                        bad.append(f"{path}:{node.lineno} from {node.module}")
+                    for a in node.names:
+                        if a.name.startswith("_") and not a.name.startswith("__"):
+                            bad.append(f"{path}:{node.lineno} {a.name} from {node.module}")
+    assert not bad, "private names imported across modules:\n" + "\n".join(bad)
