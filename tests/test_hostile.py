@@ -91,6 +91,18 @@ def test_header_error_does_not_leak_the_files_first_bytes(tmp_path):
     ck.mkdir()
     (ck / "model.safetensors").symlink_to(secret)
     leaked = str(struct.unpack("<Q", b"hunter2!")[0])
+    # the link leaves the folder: refused by name, the target never opened
+    res = cli("inspect", ck, rc=1)
+    assert "symlink" in res.stderr
+    assert leaked not in res.output and "hunter2" not in res.output
+    assert leaked not in cli("inspect", ck, "--json", rc=1).stdout
+    # followed on purpose, the header check runs and still echoes nothing read from the file
+    res = cli("fix-keys", ck, "--dry-run", "--follow-symlinks", rc=1)
+    assert "not a safetensors file" in res.stderr
+    assert leaked not in res.output and "hunter2" not in res.output
+    # the same bytes as a regular file inside the folder
+    (ck / "model.safetensors").unlink()
+    (ck / "model.safetensors").write_bytes(secret.read_bytes())
     res = cli("inspect", ck, rc=1)
     assert "not a safetensors file" in res.stderr
     assert leaked not in res.output and "hunter2" not in res.output
