@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -43,6 +43,7 @@ from eagle3conv.model.drafter import (
     _optional_keys,
     _require,
     _rms_norm,
+    expected_shapes,
 )
 
 __all__ = [
@@ -87,7 +88,7 @@ class MLAConfig(DrafterConfig):
             )
         # Llama-side rules that hold for the MLA drafter too (one layer, untied head);
         # head_dim is meaningless for MLA, so give the base parser a harmless one.
-        base = DrafterConfig.from_config({**config, "head_dim": 1})
+        base = DrafterConfig.from_config({**config, "head_dim": 1}, architecture="mla")
         q_lora = config.get("q_lora_rank")
         nope = _require(config, "qk_nope_head_dim")
         rope = _require(config, "qk_rope_head_dim")
@@ -95,10 +96,10 @@ class MLAConfig(DrafterConfig):
             raise InvalidCheckpointError(
                 f"config.json: qk_rope_head_dim is {rope}; RoPE needs an even number of dims"
             )
-        fields = asdict(base)
-        fields.update(head_dim=nope + rope, num_kv_heads=base.num_heads)
+        values = {f.name: getattr(base, f.name) for f in fields(base)}
+        values.update(head_dim=nope + rope, num_kv_heads=base.num_heads)
         return cls(
-            **fields,
+            **values,
             q_lora_rank=None if q_lora is None else int(q_lora),
             kv_lora_rank=_require(config, "kv_lora_rank"),
             qk_nope_head_dim=nope,
@@ -130,41 +131,11 @@ class MLAConfig(DrafterConfig):
 def expected_mla_tensors(c: MLAConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor an MLA drafter with this config can hold, canonical name -> shape.
 
-    Built from mappings/canonical.json's "mla" table; fc.bias and fc_norm.* are
-    included only when the config asks for them (otherwise they are unexpected:
+    mappings/canonical.json's "mla" rows (:func:`eagle3conv.spec.canonical.expected`); fc.bias
+    and fc_norm.* belong only when the config asks for them (otherwise they are unexpected:
     the engines would not use them).
     """
-    from eagle3conv.spec.canonical import eval_dim, load_canonical
-
-    arch = load_canonical()["mla"]
-    symbols = {
-        "H": c.hidden_size,
-        "T": c.target_hidden_size,
-        "NH": c.num_heads,
-        "I": c.intermediate_size,
-        "V": c.vocab_size,
-        "Vd": c.draft_vocab_size,
-        "k": c.num_aux,
-        "QL": c.q_lora_rank,
-        "KL": c.kv_lora_rank,
-        "QR": c.qk_rope_head_dim,
-        "VH": c.v_head_dim,
-        "QK": c.qk_nope_head_dim + c.qk_rope_head_dim,
-        "NV": c.qk_nope_head_dim + c.v_head_dim,
-    }
-    shapes: dict[str, tuple[int, ...]] = {}
-    for name, tensor in arch.expand(symbols).items():
-        if name == "fc.bias" and not c.fc_bias:
-            continue
-        if name.startswith("fc_norm.") and not c.fc_norm:
-            continue
-        dims = [eval_dim(d, symbols) for d in tensor.shape]
-        if any(d is None for d in dims):  # a symbol this module does not set: a table bug
-            raise InvalidCheckpointError(
-                f"mappings/canonical.json: cannot size {name} {list(tensor.shape)} from the config"
-            )
-        shapes[name] = tuple(int(d) for d in dims)  # type: ignore[arg-type]
-    return shapes
+    return expected_shapes(c)
 
 
 # --------------------------------------------------------------------------- rope
