@@ -1,0 +1,210 @@
+"""One drafter contract: the strict loaders accept exactly what fix-keys writes.
+
+Driven by mappings/canonical.json: for every architecture (llama, mla) and every optional or
+variant row of its table (a row that is not plainly required: fc.bias, fc_norm.*, q/k/v biases,
+embed_tokens, d2t, t2d, MLA's q_lora_rank rows and its direct q_proj), a pico checkpoint
+holding that tensor is written as real safetensors in SGLang's names, put through
+``eagle3conv fix-keys``, and the output is loaded with :func:`eagle3conv.model.build_drafter`
+(the strict loader verify and push's gate use). It must load; one extra tensor and one missing
+tensor must each be refused.
+
+Then attention biases end to end (fix-keys -> verify -> push --dry-run through the CLI), and
+the biased forward against an independent computation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from safetensors.torch import load_file, save_file
+
+from eagle3conv.cli import main
+from eagle3conv.errors import InvalidCheckpointError
+from eagle3conv.example import Dims, llama_config
+from eagle3conv.io.data import data_path
+from eagle3conv.model import build_drafter
+from eagle3conv.spec.canonical import expected, load_canonical
+from eagle3conv.spec.drafter import DrafterSpec
+
+PICO = Dims(hidden=32, target_hidden=32, heads=4, kv_heads=2, head_dim=8, intermediate=64, vocab=512,
+            draft_vocab=128, aux_ids=(1, 14, 26))
+SWITCH_FIELDS = {"fc_bias": "bias", "fc_norm": "fc_norm", "attention_bias": "attention_bias"}
+
+
+def mla_config(**overrides) -> dict:
+    config = {
+        "architectures": ["Eagle3DeepseekV2ForCausalLM"],
+        "model_type": "kimi_k2",
+        "hidden_size": 32,
+        "num_attention_heads": 4,
+        "q_lora_rank": 24,
+        "kv_lora_rank": 16,
+        "qk_nope_head_dim": 8,
+        "qk_rope_head_dim": 4,
+        "v_head_dim": 8,
+        "intermediate_size": 64,
+        "vocab_size": 512,
+        "draft_vocab_size": 128,
+        "num_hidden_layers": 1,
+        "rms_norm_eps": 1e-5,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 2048,
+        "tie_word_embeddings": False,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 14, 26]},
+    }
+    config.update(overrides)
+    return config
+
+
+def base_config(arch: str) -> dict:
+    return llama_config(PICO) if arch == "llama" else mla_config()
+
+
+def variant_rows() -> list[tuple[str, str]]:
+    """(architecture, row name) for every row that is optional, gated (`when`) or conditionally
+    required (`required_if`)."""
+    raw = json.loads(data_path("canonical.json").read_text())
+    out = []
+    for arch, table in raw["architectures"].items():
+        for row in table["tensors"]:
+            if not row["required"] or row.get("when") or row.get("required_if"):
+                out.append((arch, row["name"]))
+    return out
+
+
+def row_of(arch: str, name: str):
+    table = load_canonical()[arch]
+    return next(t for t in table.tensors + table.templated if t.name == name)
+
+
+def matches(row_name: str, name: str) -> bool:
+    return re.fullmatch(re.escape(row_name).replace(re.escape("{slot}"), "[0-9]+"), name) is not None
+
+
+def case(arch: str, name: str) -> tuple[dict, dict, DrafterSpec]:
+    """(config as written, config the row needs, the spec the tensors follow) for one variant row.
+
+    A row gated on a config switch gets its tensor but NOT the switch: fix-keys must set it from
+    the weights. A row gated on a symbol (MLA's QL) gets a config where the symbol fits."""
+    written = base_config(arch)
+    row = row_of(arch, name)
+    needed = dict(written)
+    if row.when in SWITCH_FIELDS:
+        needed[SWITCH_FIELDS[row.when]] = True
+    elif row.when == "!QL":
+        written["q_lora_rank"] = needed["q_lora_rank"] = None
+    spec = DrafterSpec.from_config(needed)
+    return written, needed, spec
+
+
+def tensors_for(spec: DrafterSpec, extra_row: str, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Every tensor the spec requires plus those of ``extra_row``, real values (valid vocab maps)."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, e in expected(spec).items():
+        if not (e.required or matches(extra_row, name)):
+            continue
+        shape = tuple(int(d) for d in e.shape)
+        if name == "d2t":
+            out[name] = torch.zeros(shape, dtype=torch.int64)  # draft id i -> target id i
+        elif name == "t2d":
+            t2d = torch.zeros(shape, dtype=torch.bool)
+            t2d[: spec.Vd] = True
+            out[name] = t2d
+        elif name.endswith("norm.weight") or re.search(r"norm\.[0-9]+\.weight$", name):
+            out[name] = (1 + 0.1 * torch.randn(shape, generator=g)).to(torch.bfloat16)
+        else:
+            out[name] = (0.05 * torch.randn(shape, generator=g)).to(torch.bfloat16)
+    return out
+
+
+def fix_keys(src: Path, out: Path, *flags: str) -> None:
+    res = CliRunner().invoke(main, ["fix-keys", str(src), "--out", str(out), *flags])
+    assert res.exit_code == 0, f"fix-keys exit {res.exit_code}\n{res.stdout}\n{res.stderr}"
+
+
+def write(folder: Path, config: dict, tensors: dict) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"),
+              metadata={"format": "pt"})
+    return folder
+
+
+def load(folder: Path, state: dict | None = None):
+    config = json.loads((folder / "config.json").read_text())
+    state = load_file(str(folder / "model.safetensors")) if state is None else state
+    embed = torch.randn(config["vocab_size"], config["hidden_size"]) * 0.02
+    return build_drafter(config, state, dtype=torch.float32, embed_tokens=embed)
+
+
+def all_table_names(spec: DrafterSpec) -> list[str]:
+    """Every tensor name either architecture's table can produce at this spec's k, sorted."""
+    names = set()
+    for arch in load_canonical().values():
+        names |= set(arch.expand({"k": spec.k}, {"fc_bias": True, "fc_norm": True, "attention_bias": True}))
+        for t in arch.tensors:
+            names.add(t.name)
+    return sorted(names)
+
+
+@pytest.mark.parametrize("arch,name", variant_rows(), ids=lambda v: v)
+def test_loader_accepts_exactly_what_fix_keys_writes(tmp_path, arch, name):
+    written, needed, spec = case(arch, name)
+    src = write(tmp_path / "src", written, tensors_for(spec, name))
+    out = tmp_path / "out"
+    fix_keys(src, out, *(["--keep-embed"] if name == "embed_tokens.weight" else []))
+    config = json.loads((out / "config.json").read_text())
+    state = load_file(str(out / "model.safetensors"))
+    assert any(matches(name, k) for k in state), f"fix-keys dropped {name}"
+    row = row_of(arch, name)
+    if row.when in SWITCH_FIELDS:  # fix-keys wrote the switch the tensor needs
+        assert config[SWITCH_FIELDS[row.when]] is True
+    out_spec = DrafterSpec.from_config(config)
+    table = expected(out_spec.with_(k=out_spec.k or 3))
+    assert set(state) <= set(table) and {n for n, e in table.items() if e.required} <= set(state)
+
+    load(out)  # the strict loader takes fix-keys' output as it is
+
+    extra = next(n for n in all_table_names(out_spec) if n not in table)
+    shape = (4,)
+    with pytest.raises(InvalidCheckpointError, match=re.escape(f"unexpected: {extra}")):
+        load(out, {**state, extra: torch.zeros(shape)})
+    # missing: the row's own tensor where the contract requires it, else fc.weight
+    own = sorted(n for n in state if matches(name, n) and table[n].required)
+    gone = own[0] if own else "fc.weight"
+    with pytest.raises(InvalidCheckpointError, match=re.escape(f"missing: {gone}")):
+        load(out, {k: v for k, v in state.items() if k != gone})
+
+
+@pytest.mark.parametrize("arch", ["llama", "mla"])
+def test_minimal_drafter_round_trips(tmp_path, arch):
+    """Only the plainly required tensors, Vd == V: no d2t, t2d or embedding; loads after fix-keys."""
+    config = {**base_config(arch), "draft_vocab_size": None}
+    config.pop("draft_vocab_size")
+    spec = DrafterSpec.from_config(config)
+    tensors = {k: v for k, v in tensors_for(spec, "").items() if k != "d2t"}
+    src = write(tmp_path / "src", config, tensors)
+    fix_keys(src, tmp_path / "out")
+    load(tmp_path / "out")
+
+
+def test_bias_without_the_switch_is_named(tmp_path):
+    """Half a set of biases (q only) with attention_bias turned on by fix-keys: k/v biases are
+    missing, and fix-keys says so before writing anything."""
+    config = llama_config(PICO)
+    spec = DrafterSpec.from_config({**config, "attention_bias": True})
+    tensors = tensors_for(spec, "midlayer.self_attn.q_proj.bias")
+    for p in "kv":
+        tensors.pop(f"midlayer.self_attn.{p}_proj.bias")
+    src = write(tmp_path / "src", config, tensors)
+    res = CliRunner().invoke(main, ["fix-keys", str(src), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 3
+    assert "midlayer.self_attn.k_proj.bias: required but missing" in res.output
+    assert not (tmp_path / "out").exists()
