@@ -208,3 +208,56 @@ def test_bias_without_the_switch_is_named(tmp_path):
     assert res.exit_code == 3
     assert "midlayer.self_attn.k_proj.bias: required but missing" in res.output
     assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- attention biases end to end
+
+
+def biased_checkpoint(folder: Path, *, switch: bool) -> Path:
+    """A pico Llama drafter with q/k/v biases; ``switch``: config says attention_bias: true."""
+    config = llama_config(PICO)
+    spec = DrafterSpec.from_config({**config, "attention_bias": True})
+    tensors = tensors_for(spec, "midlayer.self_attn.q_proj.bias", seed=1)
+    if switch:
+        config["attention_bias"] = True
+    return write(folder, config, tensors)
+
+
+def pico_states(path: Path, seed: int = 0) -> Path:
+    """Real states for the pico drafter (T = 32, a 30-layer target, outputs 1, 14, 26 and the
+    embedding output), random values: verify runs on them and reports an acceptance."""
+    from eagle3conv.states.format import write_states
+
+    g = torch.Generator().manual_seed(seed)
+    b, s = 3, 12
+    ids = torch.randint(0, PICO.vocab, (b, s), generator=g)
+    hidden = {i: torch.randn(b, s, PICO.target_hidden, generator=g) for i in (-1, 1, 14, 26)}
+    return write_states(path, input_ids=ids, attention_mask=torch.ones(b, s, dtype=torch.long),
+                        target_next=torch.randint(0, PICO.vocab, (b, s), generator=g), hidden=hidden,
+                        num_layers=30, vocab_size=PICO.vocab, target="example/pico-target", dtype="fp32")
+
+
+def cli(*args, ok: int = 0):
+    res = CliRunner().invoke(main, [str(a) for a in args])
+    assert res.exit_code == ok, f"exit {res.exit_code}\n{res.stdout}\n{res.stderr}\n{res.exception!r}"
+    return res
+
+
+@pytest.mark.parametrize("switch", [True, False], ids=["attention_bias-set", "attention_bias-unset"])
+def test_attention_biases_fix_keys_verify_push(tmp_path, switch):
+    """The user's bug: fix-keys exited 0 on a drafter with q/k/v biases, then verify refused it
+    (exit 3, "unexpected: midlayer.self_attn.q_proj.bias") and push's gate failed."""
+    src = biased_checkpoint(tmp_path / "src", switch=switch)
+    out = tmp_path / "fixed"
+    cli("fix-keys", src, "--out", out)
+    config = json.loads((out / "config.json").read_text())
+    assert config["attention_bias"] is True
+    assert {f"midlayer.self_attn.{p}_proj.bias" for p in "qkv"} <= set(load_file(str(out / "model.safetensors")))
+    states = pico_states(tmp_path / "states.safetensors")
+    report = json.loads(cli("verify", out, "--states", states, "--steps", "2", "--no-save", "--json").stdout)
+    assert report["passed"] is True and report["steps"] == 2 and report["wiring"] == "outputs of layers 1, 14, 26"
+    smoke = json.loads(cli("verify", out, "--json").stdout)
+    assert smoke["ok"] is True
+    res = cli("push", out, "--repo-id", "someone/pico-biased", "--dry-run")
+    assert "dry run: nothing sent" in res.stdout
+    assert "check smoke-test: ok" in res.stdout and "check canonical: ok" in res.stdout
