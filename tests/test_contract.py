@@ -261,3 +261,69 @@ def test_attention_biases_fix_keys_verify_push(tmp_path, switch):
     res = cli("push", out, "--repo-id", "someone/pico-biased", "--dry-run")
     assert "dry run: nothing sent" in res.stdout
     assert "check smoke-test: ok" in res.stdout and "check canonical: ok" in res.stdout
+
+
+def reference_step1(config: dict, sd: dict, aux: torch.Tensor, ids: torch.Tensor, embed: torch.Tensor) -> torch.Tensor:
+    """Step-1 logits with transformers' LlamaAttention (attention_bias=True) as the attention,
+    built with hidden_size 2H so q/k/v read cat(embed, hidden) as the drafter's do, its o_proj
+    replaced by the drafter's [H, NH*HD] one; transformers' RMSNorm, MLP and rotary embedding."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import (LlamaAttention, LlamaMLP, LlamaRMSNorm,
+                                                          LlamaRotaryEmbedding)
+
+    h, eps = config["hidden_size"], config["rms_norm_eps"]
+    wide = LlamaConfig(hidden_size=2 * h, num_attention_heads=config["num_attention_heads"],
+                       num_key_value_heads=config["num_key_value_heads"], head_dim=config["head_dim"],
+                       attention_bias=True, rope_theta=config["rope_theta"],
+                       max_position_embeddings=config["max_position_embeddings"])
+    wide._attn_implementation = "sdpa"
+    attn = LlamaAttention(wide, layer_idx=0)
+    attn.o_proj = torch.nn.Linear(config["num_attention_heads"] * config["head_dim"], h, bias=False)
+    p = "midlayer.self_attn."
+    with torch.no_grad():
+        for n in "qkv":
+            getattr(attn, f"{n}_proj").weight.copy_(sd[f"{p}{n}_proj.weight"])
+            getattr(attn, f"{n}_proj").bias.copy_(sd[f"{p}{n}_proj.bias"])
+        attn.o_proj.weight.copy_(sd[f"{p}o_proj.weight"])
+    mlp = LlamaMLP(LlamaConfig(hidden_size=h, intermediate_size=config["intermediate_size"], hidden_act="silu"))
+    with torch.no_grad():
+        for n in ("gate", "up", "down"):
+            getattr(mlp, f"{n}_proj").weight.copy_(sd[f"midlayer.mlp.{n}_proj.weight"])
+
+    def norm(key: str) -> LlamaRMSNorm:
+        m = LlamaRMSNorm(h, eps=eps)
+        with torch.no_grad():
+            m.weight.copy_(sd[key])
+        return m
+
+    with torch.no_grad():
+        g = aux @ sd["fc.weight"].T
+        x = torch.cat((norm("midlayer.input_layernorm.weight")(embed[ids]),
+                       norm("midlayer.hidden_norm.weight")(g)), dim=-1)
+        positions = torch.arange(ids.shape[1])[None]
+        cos_sin = LlamaRotaryEmbedding(wide)(x, positions)
+        out, _ = attn(x, position_embeddings=cos_sin, attention_mask=None)
+        hs = g + out
+        hs = hs + mlp(norm("midlayer.post_attention_layernorm.weight")(hs))
+        return norm("norm.weight")(hs) @ sd["lm_head.weight"].T
+
+
+def test_biased_forward_matches_transformers_attention():
+    config = {**llama_config(PICO), "attention_bias": True}
+    spec = DrafterSpec.from_config(config)
+    sd = {k: v.float() if v.is_floating_point() else v
+          for k, v in tensors_for(spec, "midlayer.self_attn.q_proj.bias", seed=2).items()}
+    g = torch.Generator().manual_seed(3)
+    for n in "qkv":  # biases large enough to move the logits
+        sd[f"midlayer.self_attn.{n}_proj.bias"] = torch.randn(sd[f"midlayer.self_attn.{n}_proj.bias"].shape, generator=g)
+    embed = torch.randn(PICO.vocab, PICO.hidden, generator=g) * 0.5
+    aux = torch.randn(2, 9, 3 * PICO.target_hidden, generator=g)
+    ids = torch.randint(0, PICO.vocab, (2, 9), generator=g)
+    drafter = build_drafter(config, sd, dtype=torch.float32, embed_tokens=embed)
+    got = drafter.forward(aux, ids).logits
+    want = reference_step1(config, sd, aux, ids, embed)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # the biases are used: without them the logits move well beyond the tolerance
+    unbiased = {k: (torch.zeros_like(v) if k.endswith("_proj.bias") else v) for k, v in sd.items()}
+    moved = (build_drafter(config, unbiased, dtype=torch.float32, embed_tokens=embed).forward(aux, ids).logits - got)
+    assert moved.abs().max() > 1e-2
