@@ -327,3 +327,47 @@ def test_biased_forward_matches_transformers_attention():
     unbiased = {k: (torch.zeros_like(v) if k.endswith("_proj.bias") else v) for k, v in sd.items()}
     moved = (build_drafter(config, unbiased, dtype=torch.float32, embed_tokens=embed).forward(aux, ids).logits - got)
     assert moved.abs().max() > 1e-2
+
+
+def test_attention_bias_declared_but_absent_is_refused(tmp_path):
+    """attention_bias: true and no biases: SGLang would serve uninitialised biases; fix-keys
+    names all three and writes nothing."""
+    config = {**llama_config(PICO), "attention_bias": True}
+    spec = DrafterSpec.from_config(llama_config(PICO))
+    src = write(tmp_path / "src", config, tensors_for(spec, ""))
+    res = cli("fix-keys", src, "--out", tmp_path / "out", "--json", ok=3)
+    errors = json.loads(res.stdout)["details"]
+    for p in "qkv":
+        assert any(e.startswith(f"midlayer.self_attn.{p}_proj.bias: required but missing") for e in errors), errors
+    assert not (tmp_path / "out").exists()
+
+
+def test_biases_kept_with_a_notice_about_vllm(tmp_path):
+    src = biased_checkpoint(tmp_path / "src", switch=True)
+    d = json.loads(cli("inspect", src, "--json").stdout)
+    plan = d.get("plan", d)
+    assert any("q/k/v biases kept" in n and "vLLM" in n for n in plan["notices"]), plan["notices"]
+
+
+def test_spec_reads_a_config_once():
+    """DrafterSpec: dims, architecture (by name or by MLA tensor names), aux ids in both places."""
+    config = {**llama_config(PICO), "eagle_aux_hidden_state_layer_ids": [2, 15, 27], "attention_bias": True,
+              "bias": True, "use_aux_norm": True}
+    spec = DrafterSpec.from_config(config)
+    assert (spec.architecture, spec.H, spec.T, spec.k, spec.NH, spec.NKV, spec.HD, spec.I, spec.V, spec.Vd) == (
+        "llama", 32, 32, 3, 4, 2, 8, 64, 512, 128)
+    assert spec.aux.nested == [1, 14, 26] and spec.aux.top_level == [2, 15, 27] and spec.aux.ids == [1, 14, 26]
+    assert spec.aux.fields() == {"eagle_config.eagle_aux_hidden_state_layer_ids": [1, 14, 26],
+                                 "eagle_aux_hidden_state_layer_ids": [2, 15, 27]}
+    assert (spec.attention_bias, spec.fc_bias, spec.fc_norm) == (True, True, True)
+    assert DrafterSpec.from_config(mla_config()).architecture == "mla"
+    assert DrafterSpec.from_config(mla_config(architectures=["Eagle3DeepseekV3ForCausalLM"])).architecture == "mla"
+    keys = ["midlayer.self_attn.kv_a_proj_with_mqa.weight"]
+    assert DrafterSpec.from_config(llama_config(PICO), keys).architecture == "mla"
+    mla = DrafterSpec.from_config(mla_config())
+    assert mla.symbols()["QK"] == 12 and mla.symbols()["NV"] == 16
+    with pytest.raises(InvalidCheckpointError, match="hidden_size"):
+        DrafterSpec.from_config({**config, "hidden_size": -1})
+    # k and T from fc's width when the config leaves them out
+    bare = DrafterSpec.from_config({k: v for k, v in llama_config(PICO).items() if k != "eagle_config"})
+    assert (bare.k, bare.inferred_from_fc(96).k, bare.inferred_from_fc(96).T) == (None, 3, 32)

@@ -21,6 +21,7 @@ from eagle3conv.checkpoint.index import CheckpointIndex
 from eagle3conv.checkpoint.vocab import check_vocab
 from eagle3conv.errors import CheckpointReadError, InvalidCheckpointError, UsageError
 from eagle3conv.findings import (
+    ATTENTION_BIAS_KEPT,
     AUX_LAYERS,
     CONFIG,
     CONFIG_REPLACED,
@@ -441,6 +442,12 @@ def build_plan(
             "fc_norm.* kept (EAGLE-3.1 per-slot norms before fc): vLLM applies them, but SGLang's "
             "LlamaForCausalLMEagle3 in the versions read does not load them and would skip them silently; "
             "check your SGLang version before serving there"))
+    if any(o.name.startswith("midlayer.self_attn.") and o.name.endswith("_proj.bias") for o in outputs):
+        notices.append(Finding(
+            "notice", CONFIG, ATTENTION_BIAS_KEPT,
+            "q/k/v biases kept (attention_bias: true): SGLang's LlamaForCausalLMEagle3 loads and adds them, and "
+            "verify runs them; vLLM's loader skips .bias names (docs/facts.md §2), so vLLM would serve this "
+            "drafter without them"))
     if new_config.get("norm_output"):
         notices.append(Finding("notice", CONFIG, NORM_OUTPUT,
                                "norm_output is true: SGLang's LlamaForCausalLMEagle3 in the versions read does not "
