@@ -235,7 +235,7 @@ def _check_tensors(
         f"{what} does not match its config ({', '.join(parts)} tensors): " + "; ".join(listed),
         hint="rename keys to eagle3conv's canonical (SGLang) spelling and check config.json "
         "(hidden_size, heads, head_dim, intermediate_size, draft_vocab_size, "
-        "target_hidden_size, eagle_aux_hidden_state_layer_ids, fc_norm, bias)",
+        "target_hidden_size, eagle_aux_hidden_state_layer_ids, fc_norm, bias, attention_bias)",
         details=details,
     )
 

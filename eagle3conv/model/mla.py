@@ -89,23 +89,25 @@ class MLAConfig(DrafterConfig):
         # Llama-side rules that hold for the MLA drafter too (one layer, untied head);
         # head_dim is meaningless for MLA, so give the base parser a harmless one.
         base = DrafterConfig.from_config({**config, "head_dim": 1}, architecture="mla")
-        q_lora = config.get("q_lora_rank")
+        spec = base.spec  # the config as eagle3conv.spec.drafter read it, MLA dims included
         nope = _require(config, "qk_nope_head_dim")
         rope = _require(config, "qk_rope_head_dim")
         if rope % 2:
             raise InvalidCheckpointError(
                 f"config.json: qk_rope_head_dim is {rope}; RoPE needs an even number of dims"
             )
+        _require(config, "kv_lora_rank")
+        _require(config, "v_head_dim")
         values = {f.name: getattr(base, f.name) for f in fields(base)}
         values.update(head_dim=nope + rope, num_kv_heads=base.num_heads)
         return cls(
             **values,
-            q_lora_rank=None if q_lora is None else int(q_lora),
-            kv_lora_rank=_require(config, "kv_lora_rank"),
-            qk_nope_head_dim=nope,
-            qk_rope_head_dim=rope,
-            v_head_dim=_require(config, "v_head_dim"),
-            rope_interleave=bool(config.get("rope_interleave", True)),
+            q_lora_rank=spec.QL,
+            kv_lora_rank=int(spec.KL),  # type: ignore[arg-type]
+            qk_nope_head_dim=int(spec.QN),  # type: ignore[arg-type]
+            qk_rope_head_dim=int(spec.QR),  # type: ignore[arg-type]
+            v_head_dim=int(spec.VH),  # type: ignore[arg-type]
+            rope_interleave=spec.rope_interleave,
         )
 
     def engine_notes(self) -> list[str]:
