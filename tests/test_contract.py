@@ -29,11 +29,10 @@ from eagle3conv.example import Dims, llama_config
 from eagle3conv.io.data import data_path
 from eagle3conv.model import build_drafter
 from eagle3conv.spec.canonical import expected, load_canonical
-from eagle3conv.spec.drafter import DrafterSpec
+from eagle3conv.spec.drafter import SWITCH_FIELDS, DrafterSpec
 
 PICO = Dims(hidden=32, target_hidden=32, heads=4, kv_heads=2, head_dim=8, intermediate=64, vocab=512,
             draft_vocab=128, aux_ids=(1, 14, 26))
-SWITCH_FIELDS = {"fc_bias": "bias", "fc_norm": "fc_norm", "attention_bias": "attention_bias"}
 
 
 def mla_config(**overrides) -> dict:

@@ -15,7 +15,7 @@ import numpy as np
 from eagle3conv.io import dtypes
 from eagle3conv.spec.config_check import validate_drafter_config
 from eagle3conv.spec.canonical import Architecture, architecture_for, drafter_uses_own_embedding, eval_dim, expected
-from eagle3conv.spec.drafter import DrafterSpec
+from eagle3conv.spec.drafter import SWITCH_FIELDS, DrafterSpec
 from eagle3conv.spec.formats import DetectContext, FormatMatch, detect, get_format, load_formats
 from eagle3conv.checkpoint.index import CheckpointIndex
 from eagle3conv.checkpoint.vocab import check_vocab
@@ -472,8 +472,7 @@ def build_plan(
     )
 
 
-# config switches that decide whether a canonical tensor belongs (canonical.json "when"), their config field
-SWITCH_FIELDS = {"fc_bias": "bias", "fc_norm": "fc_norm", "attention_bias": "attention_bias"}
+# why fix-keys sets each config switch (spec.drafter.SWITCH_FIELDS) that the weights reveal
 SWITCH_WHY = {
     "fc_bias": "the checkpoint has fc.bias; SGLang and vLLM build fc with a bias only when bias is true",
     "fc_norm": "the checkpoint has fc_norm.* (EAGLE-3.1 per-slot norms before fc); the drafter applies them only "

@@ -16,12 +16,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["AuxIds", "DrafterSpec", "MLA_ARCHITECTURES", "architecture_key", "aux_ids", "flag"]
+__all__ = ["AuxIds", "DrafterSpec", "MLA_ARCHITECTURES", "SWITCH_FIELDS", "architecture_key", "aux_ids", "flag"]
 
 # SGLang registers Eagle3DeepseekV2ForCausalLM (kimi_k25_eagle3.py); V3 is the same class under a later name
 MLA_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
 AUX_KEY = "eagle_aux_hidden_state_layer_ids"
 NESTED_AUX_FIELD = f"eagle_config.{AUX_KEY}"
+# the switches canonical.json's "when" may name (DrafterSpec.flags) -> the config field that sets each
+SWITCH_FIELDS = {"fc_bias": "bias", "fc_norm": "fc_norm", "attention_bias": "attention_bias"}
 
 
 @dataclass(frozen=True)
