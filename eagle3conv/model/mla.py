@@ -35,12 +35,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from eagle3conv.errors import InvalidCheckpointError
+from eagle3conv.spec.drafter import flag
 from eagle3conv.model.drafter import (
     DrafterConfig,
     Eagle3Drafter,
     _check_tensors,
-    _flag,
-    _optional_keys,
     _require,
     _rms_norm,
     expected_shapes,
@@ -80,7 +79,7 @@ class MLAConfig(DrafterConfig):
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> MLAConfig:
-        if _flag(config, "norm_before_fc"):
+        if flag(config, "norm_before_fc"):
             raise InvalidCheckpointError(
                 "config.json: norm_before_fc (one RMSNorm over the concatenated aux states) is "
                 "applied by neither SGLang's nor vLLM's MLA drafter and is not supported here "
@@ -274,7 +273,10 @@ class Eagle3MLADrafter(Eagle3Drafter):
         assert isinstance(c, MLAConfig)
         try:
             _check_tensors(
-                state_dict, expected_mla_tensors(c), _optional_keys(c), "MLA drafter checkpoint"
+                state_dict,
+                expected_mla_tensors(c),
+                {name for name, e in c.expected().items() if not e.required},
+                "MLA drafter checkpoint",
             )
         except InvalidCheckpointError as err:
             if _FUSED_QKV_A not in state_dict:
