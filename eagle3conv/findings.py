@@ -61,6 +61,7 @@ CONFIG_REPLACED = "config-replaced"
 CONFIG_SOURCE = "config-source"
 NO_VOCAB_SIZE = "no-vocab-size"
 FC_NORM_KEPT = "fc-norm-kept"
+ATTENTION_BIAS_KEPT = "attention-bias-kept"
 NORM_OUTPUT = "norm-output"
 # aux-layers: the wiring check (eagle3conv.wiring.check) and its glue
 FC_WIDTH = "fc-width"

@@ -84,11 +84,12 @@ def smoke_check(index) -> Check:
 
 def _smoke_checked(index) -> Check:
     from eagle3conv.model import drafter
+    from eagle3conv.spec.drafter import architecture_key
 
     cfg = index.config or {}
     try:
         state = {name: index.read_torch(name) for name in index.tensors}
-        if any("Deepseek" in a for a in cfg.get("architectures") or []):
+        if architecture_key(cfg, state) == "mla":
             drafter.check_mla_shapes(cfg, state)
             return Check("smoke-test", True, "MLA drafter: tensor shapes match the config")
         r = drafter.smoke_test(cfg, state)

@@ -369,10 +369,11 @@ def test_canonical_json_loads():
     llama = table["llama"]
     assert llama.architecture == "LlamaForCausalLMEagle3"
     assert table["mla"].architecture == "Eagle3DeepseekV2ForCausalLM"
-    required = sorted(t.name for t in llama.tensors if t.required)
+    required = sorted(t.name for t in llama.tensors if t.required and not t.when)  # gated rows: see test_contract
     assert required == sorted(set(GOLDEN) - {"d2t", "t2d"})
     assert {f.name for f in llama.fused} == {"midlayer.self_attn.qkv_proj.weight", "midlayer.mlp.gate_up_proj.weight"}
-    expanded = llama.expand({"k": 3})
+    assert "fc_norm.0.weight" not in llama.expand({"k": 3})  # only with the fc_norm switch
+    expanded = llama.expand({"k": 3}, {"fc_norm": True})
     assert {"fc_norm.0.weight", "fc_norm.1.weight", "fc_norm.2.weight"} <= set(expanded)
     assert "fc_norm.3.weight" not in expanded
     # every shape expression parses and names known symbols only

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eagle3conv.errors import InvalidCheckpointError, UsageError
+from eagle3conv.spec.drafter import aux_ids
 
 LLAMA_EAGLE3 = "LlamaForCausalLMEagle3"
 # fields of a base (target) config that a Model Optimizer eagle_config inherits
@@ -36,16 +37,9 @@ class ConfigEdit:
 
 
 def aux_ids_in(config: dict | None) -> dict[str, list]:
-    """Every place a config stores aux-layer ids, by dotted field name."""
-    out = {}
-    if not config:
-        return out
-    nested = config.get("eagle_config")
-    if isinstance(nested, dict) and nested.get("eagle_aux_hidden_state_layer_ids") is not None:
-        out["eagle_config.eagle_aux_hidden_state_layer_ids"] = nested["eagle_aux_hidden_state_layer_ids"]
-    if config.get("eagle_aux_hidden_state_layer_ids") is not None:
-        out["eagle_aux_hidden_state_layer_ids"] = config["eagle_aux_hidden_state_layer_ids"]
-    return out
+    """Every place a config stores aux-layer ids, by dotted field name
+    (:func:`eagle3conv.spec.drafter.aux_ids`)."""
+    return aux_ids(config).fields()
 
 
 def source_drafter_config(format_name: str, config_from: str | None, config: dict | None, required_why: str | None) -> tuple[dict, list[str]]:

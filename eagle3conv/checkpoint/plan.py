@@ -14,13 +14,14 @@ import numpy as np
 
 from eagle3conv.io import dtypes
 from eagle3conv.spec.config_check import validate_drafter_config
-from eagle3conv.spec.canonical import (Architecture, architecture_for, drafter_uses_own_embedding, eval_dim,
-                                             symbols_from_config)
+from eagle3conv.spec.canonical import Architecture, architecture_for, drafter_uses_own_embedding, eval_dim, expected
+from eagle3conv.spec.drafter import SWITCH_FIELDS, DrafterSpec
 from eagle3conv.spec.formats import DetectContext, FormatMatch, detect, get_format, load_formats
 from eagle3conv.checkpoint.index import CheckpointIndex
 from eagle3conv.checkpoint.vocab import check_vocab
 from eagle3conv.errors import CheckpointReadError, InvalidCheckpointError, UsageError
 from eagle3conv.findings import (
+    ATTENTION_BIAS_KEPT,
     AUX_LAYERS,
     CONFIG,
     CONFIG_REPLACED,
@@ -276,28 +277,20 @@ def build_plan(
         decisions.append(Decision(name, action, (new,), why))
 
     arch = architecture_for(drafter_cfg, mapped)
-    sym = symbols_from_config(drafter_cfg, arch)
+    spec = DrafterSpec.from_config(drafter_cfg, mapped, validate=False, architecture=arch.key)
     fused = {f.name: f for f in arch.fused}
 
     # infer what the config leaves out, from the weights themselves
+    switched = _switches_from_weights(arch, spec, [n for n in mapped if n not in fused])
+    spec = spec.with_(**switched)
     fc = index.tensors.get(mapped.get("fc.weight", ""))
     if fc is not None and len(fc.shape) == 2:
-        fc_in = fc.shape[1]
-        explicit_t = drafter_cfg.get("target_hidden_size")
-        if explicit_t:
-            if fc_in % explicit_t == 0:
-                sym["k"] = sym["k"] or fc_in // explicit_t
-        elif sym["k"]:
-            if fc_in % sym["k"] == 0:
-                sym["T"] = fc_in // sym["k"]
-        elif fc_in % 3 == 0:  # EAGLE-3 reads three aux layers almost always; SGLang builds fc as 3*T
-            sym["k"], sym["T"] = 3, fc_in // 3
-        elif sym["H"] and fc_in % sym["H"] == 0:
-            sym["k"], sym["T"] = fc_in // sym["H"], sym["H"]
+        spec = spec.inferred_from_fc(fc.shape[1])
+    sym = spec.symbols()
     head = index.tensors.get(mapped.get("lm_head.weight", ""))
     if head is not None and len(head.shape) == 2 and not drafter_cfg.get("draft_vocab_size"):
         sym["Vd"] = head.shape[0]
-    canon = arch.expand(sym)
+    canon = {name: e.row for name, e in expected(spec, sym).items()}
 
     # 2. classify mapped names
     final_decisions: list[Decision] = []
@@ -438,6 +431,9 @@ def build_plan(
         has_lm_head="lm_head.weight" in wanted,
         out_dtype=out_dtype,
     )
+    for name, value in switched.items():
+        edits.append(cfgmod.ConfigEdit(SWITCH_FIELDS[name], drafter_cfg.get(SWITCH_FIELDS[name]), value,
+                                       SWITCH_WHY[name]))
     new_config = cfgmod.apply_edits(drafter_cfg, edits)
     aux = cfgmod.aux_ids_in(new_config)
     if any(o.name.startswith("fc_norm.") for o in outputs):
@@ -446,6 +442,12 @@ def build_plan(
             "fc_norm.* kept (EAGLE-3.1 per-slot norms before fc): vLLM applies them, but SGLang's "
             "LlamaForCausalLMEagle3 in the versions read does not load them and would skip them silently; "
             "check your SGLang version before serving there"))
+    if any(o.name.startswith("midlayer.self_attn.") and o.name.endswith("_proj.bias") for o in outputs):
+        notices.append(Finding(
+            "notice", CONFIG, ATTENTION_BIAS_KEPT,
+            "q/k/v biases kept (attention_bias: true): SGLang's LlamaForCausalLMEagle3 loads and adds them, and "
+            "verify runs them; vLLM's loader skips .bias names (docs/facts.md §2), so vLLM would serve this "
+            "drafter without them"))
     if new_config.get("norm_output"):
         notices.append(Finding("notice", CONFIG, NORM_OUTPUT,
                                "norm_output is true: SGLang's LlamaForCausalLMEagle3 in the versions read does not "
@@ -468,6 +470,28 @@ def build_plan(
         aux_ids=aux,
         out_dtype=out_dtype,
     )
+
+
+# why fix-keys sets each config switch (spec.drafter.SWITCH_FIELDS) that the weights reveal
+SWITCH_WHY = {
+    "fc_bias": "the checkpoint has fc.bias; SGLang and vLLM build fc with a bias only when bias is true",
+    "fc_norm": "the checkpoint has fc_norm.* (EAGLE-3.1 per-slot norms before fc); the drafter applies them only "
+               "when fc_norm is true",
+    "attention_bias": "the checkpoint has q/k/v biases; SGLang builds q/k/v with biases only when attention_bias "
+                      "is true, and skips them silently otherwise",
+}
+
+
+def _switches_from_weights(arch: Architecture, spec: DrafterSpec, names) -> dict[str, bool]:
+    """Config switches the weights reveal: a tensor gated on a switch the config leaves off turns
+    it on (fix-keys then writes the switch into config.json, so every engine loads the tensor)."""
+    flags = spec.flags()
+    out: dict[str, bool] = {}
+    for name in names:
+        row = arch.gated(name)
+        if row is not None and row.when in flags and not flags[row.when]:
+            out[row.when] = True
+    return out
 
 
 def mapped_name(d: Decision, mapped: dict[str, str]) -> str:

@@ -37,6 +37,7 @@ from typing import Any
 
 from eagle3conv.findings import GATE, GATE_FAILED, GATE_PASSED, Finding
 from eagle3conv.verify.report import REPORT_FILE, VerifyReport, WiringFigures
+from eagle3conv.spec.drafter import aux_ids
 
 BEGIN = "<!-- eagle3conv:begin -->"
 END = "<!-- eagle3conv:end -->"
@@ -203,7 +204,7 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
     if trained is not None:
         facts.layers, facts.layers_source, facts.layers_trained = trained.layers, trained.source, True
     else:
-        nested = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+        nested = aux_ids(config).nested
         if isinstance(nested, list) and nested:
             for conv in ("sglang-old", "sglang-new"):
                 try:

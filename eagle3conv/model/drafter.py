@@ -34,7 +34,7 @@ Two entry points:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -42,6 +42,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from eagle3conv.errors import InvalidCheckpointError, UsageError
+from eagle3conv.spec.canonical import ExpectedTensor, expected
+from eagle3conv.spec.drafter import DrafterSpec, flag
 from eagle3conv.findings import (
     LOGITS_SHAPE,
     NONFINITE_HIDDEN,
@@ -72,20 +74,8 @@ _MAX_LISTED = 20  # offending keys named in an error message before "... and N m
 
 
 def _flag(config: Mapping[str, Any], name: str) -> bool:
-    """A boolean drafter option: top level first (vLLM, speculators), then ``eagle_config``."""
-    if config.get(name) is not None:
-        return bool(config[name])
-    eagle = config.get("eagle_config") or {}
-    return bool(eagle.get(name, False))
-
-
-def _aux_layer_ids(config: Mapping[str, Any]) -> list[int] | None:
-    """Aux ids as SGLang reads them (nested ``eagle_config``), else vLLM's top-level key."""
-    eagle = config.get("eagle_config") or {}
-    ids = eagle.get("eagle_aux_hidden_state_layer_ids")
-    if ids is None:
-        ids = config.get("eagle_aux_hidden_state_layer_ids")
-    return None if ids is None else list(ids)
+    """A boolean drafter option (:func:`eagle3conv.spec.drafter.flag`)."""
+    return flag(config, name)
 
 
 def _require(config: Mapping[str, Any], name: str) -> int:
@@ -119,100 +109,95 @@ class DrafterConfig:
     norm_output: bool
     norm_before_residual: bool
     draft_vocab_declared: bool
+    attention_bias: bool
+    spec: DrafterSpec = field(compare=False, repr=False)
+    """The parsed contract (:class:`~eagle3conv.spec.drafter.DrafterSpec`) with ``k`` = ``num_aux``."""
 
     @property
     def fc_in_features(self) -> int:
         return self.num_aux * self.target_hidden_size
 
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> DrafterConfig:
-        """Parse and sanity-check a drafter config; raise InvalidCheckpointError if unusable."""
-        from eagle3conv.spec.config_check import validate_drafter_config
+    def expected(self) -> dict[str, ExpectedTensor]:
+        """The tensors the strict loader accepts: :func:`eagle3conv.spec.canonical.expected`."""
+        return expected(self.spec)
 
-        validate_drafter_config(config)
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], *, architecture: str = "llama") -> DrafterConfig:
+        """Parse and sanity-check a drafter config; raise InvalidCheckpointError if unusable.
+
+        The config is read once, by :meth:`DrafterSpec.from_config`; ``architecture`` is the
+        canonical table the loader holds the tensors to ("llama", or "mla" for the MLA class)."""
+        spec = DrafterSpec.from_config(config, architecture=architecture)
         hidden = _require(config, "hidden_size")
         heads = _require(config, "num_attention_heads")
-        layers = config.get("num_hidden_layers", 1)
+        layers = spec.num_hidden_layers
         if layers != 1:
             raise InvalidCheckpointError(
                 f"config.json: num_hidden_layers is {layers}; EAGLE-3 drafters have exactly 1 "
                 "(SGLang raises 'EAGLE3 currently only supports 1 layer')"
             )
-        if config.get("tie_word_embeddings"):
+        if spec.tie_word_embeddings:
             raise InvalidCheckpointError(
                 "config.json: tie_word_embeddings is true, so SGLang would use the embedding as "
                 "lm_head and ignore the drafter's pruned head",
                 hint="set tie_word_embeddings to false in the drafter's config.json",
             )
-        if _flag(config, "norm_before_fc"):
+        if spec.norm_before_fc:
             raise InvalidCheckpointError(
                 "config.json: norm_before_fc (one RMSNorm over the concatenated aux states) is "
                 "not part of SGLang's LlamaForCausalLMEagle3 and is not supported here"
             )
-        ids = _aux_layer_ids(config)
-        vocab = _require(config, "vocab_size")
-        draft_vocab = config.get("draft_vocab_size")
-        target_hidden = config.get("target_hidden_size") or hidden
+        _require(config, "vocab_size")
+        _require(config, "intermediate_size")
+        num_aux = spec.k or 3
+        spec = spec.with_(k=num_aux)
         return cls(
             hidden_size=hidden,
             num_heads=heads,
-            num_kv_heads=int(config.get("num_key_value_heads") or heads),
-            head_dim=int(config.get("head_dim") or hidden // heads),
-            intermediate_size=_require(config, "intermediate_size"),
-            vocab_size=vocab,
-            draft_vocab_size=int(draft_vocab) if draft_vocab is not None else vocab,
-            target_hidden_size=int(target_hidden),
-            num_aux=len(ids) if ids else 3,
-            rms_norm_eps=float(config.get("rms_norm_eps") or 1e-6),
-            hidden_act=str(config.get("hidden_act") or "silu"),
-            fc_bias=bool(config.get("bias", False)),
-            fc_norm=_flag(config, "fc_norm") or _flag(config, "use_aux_norm"),
-            norm_output=_flag(config, "norm_output"),
-            norm_before_residual=_flag(config, "norm_before_residual"),
-            draft_vocab_declared=draft_vocab is not None,
+            num_kv_heads=int(spec.NKV),  # type: ignore[arg-type]
+            head_dim=int(spec.HD),  # type: ignore[arg-type]
+            intermediate_size=int(spec.I),  # type: ignore[arg-type]
+            vocab_size=int(spec.V),  # type: ignore[arg-type]
+            draft_vocab_size=int(spec.Vd),  # type: ignore[arg-type]
+            target_hidden_size=int(spec.T),  # type: ignore[arg-type]
+            num_aux=num_aux,
+            rms_norm_eps=spec.rms_norm_eps,
+            hidden_act=spec.hidden_act,
+            fc_bias=spec.fc_bias,
+            fc_norm=spec.fc_norm,
+            norm_output=spec.norm_output,
+            norm_before_residual=spec.norm_before_residual,
+            draft_vocab_declared=spec.draft_vocab_declared,
+            attention_bias=spec.attention_bias,
+            spec=spec,
         )
 
 
 def expected_shapes(config: Mapping[str, Any] | DrafterConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor a Llama-style drafter with this config needs, canonical name -> shape.
+    """Every tensor a Llama-style drafter with this config may hold, canonical name -> shape.
 
-    Optional tensors (``t2d``, ``embed_tokens.weight``, and ``d2t`` when the draft
-    vocab is the full vocab) are included; :class:`Eagle3Drafter` tells them apart.
+    From mappings/canonical.json (:func:`eagle3conv.spec.canonical.expected`). Optional tensors
+    (``t2d``, ``embed_tokens.weight``, and ``d2t`` when the draft vocab is the full vocab) are
+    included; :class:`Eagle3Drafter` tells them apart (:func:`_optional_keys`).
     """
     c = config if isinstance(config, DrafterConfig) else DrafterConfig.from_config(config)
-    h, q, kv = c.hidden_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-    shapes: dict[str, tuple[int, ...]] = {"fc.weight": (h, c.fc_in_features)}
-    if c.fc_bias:
-        shapes["fc.bias"] = (h,)
-    if c.fc_norm:
-        shapes.update({f"fc_norm.{i}.weight": (c.target_hidden_size,) for i in range(c.num_aux)})
-    shapes.update(
-        {
-            "midlayer.self_attn.q_proj.weight": (q, 2 * h),
-            "midlayer.self_attn.k_proj.weight": (kv, 2 * h),
-            "midlayer.self_attn.v_proj.weight": (kv, 2 * h),
-            "midlayer.self_attn.o_proj.weight": (h, q),
-            "midlayer.mlp.gate_proj.weight": (c.intermediate_size, h),
-            "midlayer.mlp.up_proj.weight": (c.intermediate_size, h),
-            "midlayer.mlp.down_proj.weight": (h, c.intermediate_size),
-            "midlayer.input_layernorm.weight": (h,),
-            "midlayer.hidden_norm.weight": (h,),
-            "midlayer.post_attention_layernorm.weight": (h,),
-            "norm.weight": (h,),
-            "lm_head.weight": (c.draft_vocab_size, h),
-            "d2t": (c.draft_vocab_size,),
-            "t2d": (c.vocab_size,),
-            "embed_tokens.weight": (c.vocab_size, h),
-        }
-    )
+    return _shapes(c.expected())
+
+
+def _shapes(table: Mapping[str, ExpectedTensor]) -> dict[str, tuple[int, ...]]:
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, e in table.items():
+        if any(d is None for d in e.shape):  # a symbol the config does not set: a table bug
+            raise InvalidCheckpointError(
+                f"mappings/canonical.json: cannot size {name} {list(e.row.shape)} from the config"
+            )
+        shapes[name] = tuple(int(d) for d in e.shape)  # type: ignore[arg-type]
     return shapes
 
 
 def _optional_keys(c: DrafterConfig) -> set[str]:
-    optional = {"t2d", "embed_tokens.weight"}
-    if c.draft_vocab_size == c.vocab_size:
-        optional.add("d2t")  # identity map; TensorRT-LLM and SGLang MLA accept its absence
-    return optional
+    """The expected tensors the loader does not require (canonical.json's ``required``)."""
+    return {name for name, e in c.expected().items() if not e.required}
 
 
 def _check_tensors(
@@ -250,7 +235,7 @@ def _check_tensors(
         f"{what} does not match its config ({', '.join(parts)} tensors): " + "; ".join(listed),
         hint="rename keys to eagle3conv's canonical (SGLang) spelling and check config.json "
         "(hidden_size, heads, head_dim, intermediate_size, draft_vocab_size, "
-        "target_hidden_size, eagle_aux_hidden_state_layer_ids, fc_norm, bias)",
+        "target_hidden_size, eagle_aux_hidden_state_layer_ids, fc_norm, bias, attention_bias)",
         details=details,
     )
 
@@ -520,6 +505,10 @@ class Eagle3Drafter:
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
             w(f"{p}{n}_proj.weight") for n in "qkvo"
         )
+        # attention_bias: SGLang's q/k/v projections add these (canonical.json: present iff set)
+        self.q_bias, self.k_bias, self.v_bias = (
+            w(f"{p}{n}_proj.bias") if self.config.attention_bias else None for n in "qkv"
+        )
 
     def _init_rope(self, config: Mapping[str, Any]) -> None:
         inv_freq, self._rope_scale = _rope_inv_freq(config, self.config)
@@ -574,9 +563,9 @@ class Eagle3Drafter:
         embeds = F.embedding(input_ids.to(self.device), self.embed_tokens)
         x = torch.cat((_rms_norm(embeds, self.input_layernorm, eps), normed_g), dim=-1)
         b, s, _ = x.shape
-        q = F.linear(x, self.q_proj).view(b, s, c.num_heads, c.head_dim).transpose(1, 2)
-        k = F.linear(x, self.k_proj).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
-        v = F.linear(x, self.v_proj).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        q = F.linear(x, self.q_proj, self.q_bias).view(b, s, c.num_heads, c.head_dim).transpose(1, 2)
+        k = F.linear(x, self.k_proj, self.k_bias).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        v = F.linear(x, self.v_proj, self.v_bias).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
         positions = torch.arange(position_offset, position_offset + s, device=self.device)
         cos, sin = self._rope(positions)
         return residual, _apply_rope(q, cos, sin), _apply_rope(k, cos, sin), v
@@ -854,53 +843,21 @@ def expected_mla_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]
     wide ``cat(input_layernorm(embed), hidden_norm(h))``; a dense SwiGLU MLP of
     ``intermediate_size``; ``fc`` over ``k`` aux states (k from the aux ids, else 3);
     per-chunk ``fc_norm`` when ``fc_norm`` (or legacy ``use_aux_norm``) is set.
+    The table is mappings/canonical.json's "mla" rows (:func:`eagle3conv.spec.canonical.expected`).
     """
-    h = _require(config, "hidden_size")
-    heads = _require(config, "num_attention_heads")
-    q_rank = config.get("q_lora_rank")
-    if q_rank is None:
+    if config.get("q_lora_rank") is None:
         raise InvalidCheckpointError(
             "config.json: q_lora_rank is missing; SGLang's Eagle3 MLA layer requires it"
         )
-    kv_rank = _require(config, "kv_lora_rank")
-    nope = _require(config, "qk_nope_head_dim")
-    rope = _require(config, "qk_rope_head_dim")
-    v_dim = _require(config, "v_head_dim")
-    inter = _require(config, "intermediate_size")
-    vocab = _require(config, "vocab_size")
-    draft_vocab = int(config.get("draft_vocab_size") or vocab)
-    target = int(config.get("target_hidden_size") or h)
-    ids = _aux_layer_ids(config)
-    k = len(ids) if ids else 3
-    a = "midlayer.self_attn."
-    shapes: dict[str, tuple[int, ...]] = {"fc.weight": (h, k * target)}
-    if config.get("bias"):
-        shapes["fc.bias"] = (h,)
-    if _flag(config, "fc_norm") or _flag(config, "use_aux_norm"):
-        shapes.update({f"fc_norm.{i}.weight": (target,) for i in range(k)})
-    shapes.update(
-        {
-            f"{a}q_a_proj.weight": (int(q_rank), 2 * h),
-            f"{a}q_a_layernorm.weight": (int(q_rank),),
-            f"{a}q_b_proj.weight": (heads * (nope + rope), int(q_rank)),
-            f"{a}kv_a_proj_with_mqa.weight": (kv_rank + rope, 2 * h),
-            f"{a}kv_a_layernorm.weight": (kv_rank,),
-            f"{a}kv_b_proj.weight": (heads * (nope + v_dim), kv_rank),
-            f"{a}o_proj.weight": (h, heads * v_dim),
-            "midlayer.mlp.gate_proj.weight": (inter, h),
-            "midlayer.mlp.up_proj.weight": (inter, h),
-            "midlayer.mlp.down_proj.weight": (h, inter),
-            "midlayer.input_layernorm.weight": (h,),
-            "midlayer.hidden_norm.weight": (h,),
-            "midlayer.post_attention_layernorm.weight": (h,),
-            "norm.weight": (h,),
-            "lm_head.weight": (draft_vocab, h),
-            "d2t": (draft_vocab,),
-            "t2d": (vocab,),
-            "embed_tokens.weight": (vocab, h),
-        }
-    )
-    return shapes
+    for name in ("hidden_size", "num_attention_heads", "kv_lora_rank", "qk_nope_head_dim",
+                 "qk_rope_head_dim", "v_head_dim", "intermediate_size", "vocab_size"):
+        _require(config, name)
+    return _shapes(_mla_table(config))
+
+
+def _mla_table(config: Mapping[str, Any]) -> dict[str, ExpectedTensor]:
+    spec = DrafterSpec.from_config(config, validate=False, architecture="mla")
+    return expected(spec.with_(k=spec.k or 3))
 
 
 def check_mla_shapes(config: Mapping[str, Any], state_dict: Mapping[str, Tensor]) -> None:
@@ -913,8 +870,6 @@ def check_mla_shapes(config: Mapping[str, Any], state_dict: Mapping[str, Tensor]
     """
     shapes = expected_mla_shapes(config)
     vocab = int(config["vocab_size"])
-    optional = {"t2d", "embed_tokens.weight"}
-    if shapes["d2t"] == (vocab,):
-        optional.add("d2t")
+    optional = {name for name, e in _mla_table(config).items() if not e.required}
     _check_tensors(state_dict, shapes, optional, "MLA drafter checkpoint")
     _check_vocab_maps(vocab, state_dict)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -35,14 +35,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from eagle3conv.errors import InvalidCheckpointError
+from eagle3conv.spec.drafter import flag
 from eagle3conv.model.drafter import (
     DrafterConfig,
     Eagle3Drafter,
     _check_tensors,
-    _flag,
-    _optional_keys,
     _require,
     _rms_norm,
+    expected_shapes,
 )
 
 __all__ = [
@@ -79,7 +79,7 @@ class MLAConfig(DrafterConfig):
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> MLAConfig:
-        if _flag(config, "norm_before_fc"):
+        if flag(config, "norm_before_fc"):
             raise InvalidCheckpointError(
                 "config.json: norm_before_fc (one RMSNorm over the concatenated aux states) is "
                 "applied by neither SGLang's nor vLLM's MLA drafter and is not supported here "
@@ -87,24 +87,26 @@ class MLAConfig(DrafterConfig):
             )
         # Llama-side rules that hold for the MLA drafter too (one layer, untied head);
         # head_dim is meaningless for MLA, so give the base parser a harmless one.
-        base = DrafterConfig.from_config({**config, "head_dim": 1})
-        q_lora = config.get("q_lora_rank")
+        base = DrafterConfig.from_config({**config, "head_dim": 1}, architecture="mla")
+        spec = base.spec  # the config as eagle3conv.spec.drafter read it, MLA dims included
         nope = _require(config, "qk_nope_head_dim")
         rope = _require(config, "qk_rope_head_dim")
         if rope % 2:
             raise InvalidCheckpointError(
                 f"config.json: qk_rope_head_dim is {rope}; RoPE needs an even number of dims"
             )
-        fields = asdict(base)
-        fields.update(head_dim=nope + rope, num_kv_heads=base.num_heads)
+        _require(config, "kv_lora_rank")
+        _require(config, "v_head_dim")
+        values = {f.name: getattr(base, f.name) for f in fields(base)}
+        values.update(head_dim=nope + rope, num_kv_heads=base.num_heads)
         return cls(
-            **fields,
-            q_lora_rank=None if q_lora is None else int(q_lora),
-            kv_lora_rank=_require(config, "kv_lora_rank"),
-            qk_nope_head_dim=nope,
-            qk_rope_head_dim=rope,
-            v_head_dim=_require(config, "v_head_dim"),
-            rope_interleave=bool(config.get("rope_interleave", True)),
+            **values,
+            q_lora_rank=spec.QL,
+            kv_lora_rank=int(spec.KL),  # type: ignore[arg-type]
+            qk_nope_head_dim=int(spec.QN),  # type: ignore[arg-type]
+            qk_rope_head_dim=int(spec.QR),  # type: ignore[arg-type]
+            v_head_dim=int(spec.VH),  # type: ignore[arg-type]
+            rope_interleave=spec.rope_interleave,
         )
 
     def engine_notes(self) -> list[str]:
@@ -130,41 +132,11 @@ class MLAConfig(DrafterConfig):
 def expected_mla_tensors(c: MLAConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor an MLA drafter with this config can hold, canonical name -> shape.
 
-    Built from mappings/canonical.json's "mla" table; fc.bias and fc_norm.* are
-    included only when the config asks for them (otherwise they are unexpected:
+    mappings/canonical.json's "mla" rows (:func:`eagle3conv.spec.canonical.expected`); fc.bias
+    and fc_norm.* belong only when the config asks for them (otherwise they are unexpected:
     the engines would not use them).
     """
-    from eagle3conv.spec.canonical import eval_dim, load_canonical
-
-    arch = load_canonical()["mla"]
-    symbols = {
-        "H": c.hidden_size,
-        "T": c.target_hidden_size,
-        "NH": c.num_heads,
-        "I": c.intermediate_size,
-        "V": c.vocab_size,
-        "Vd": c.draft_vocab_size,
-        "k": c.num_aux,
-        "QL": c.q_lora_rank,
-        "KL": c.kv_lora_rank,
-        "QR": c.qk_rope_head_dim,
-        "VH": c.v_head_dim,
-        "QK": c.qk_nope_head_dim + c.qk_rope_head_dim,
-        "NV": c.qk_nope_head_dim + c.v_head_dim,
-    }
-    shapes: dict[str, tuple[int, ...]] = {}
-    for name, tensor in arch.expand(symbols).items():
-        if name == "fc.bias" and not c.fc_bias:
-            continue
-        if name.startswith("fc_norm.") and not c.fc_norm:
-            continue
-        dims = [eval_dim(d, symbols) for d in tensor.shape]
-        if any(d is None for d in dims):  # a symbol this module does not set: a table bug
-            raise InvalidCheckpointError(
-                f"mappings/canonical.json: cannot size {name} {list(tensor.shape)} from the config"
-            )
-        shapes[name] = tuple(int(d) for d in dims)  # type: ignore[arg-type]
-    return shapes
+    return expected_shapes(c)
 
 
 # --------------------------------------------------------------------------- rope
@@ -301,7 +273,10 @@ class Eagle3MLADrafter(Eagle3Drafter):
         assert isinstance(c, MLAConfig)
         try:
             _check_tensors(
-                state_dict, expected_mla_tensors(c), _optional_keys(c), "MLA drafter checkpoint"
+                state_dict,
+                expected_mla_tensors(c),
+                {name for name, e in c.expected().items() if not e.required},
+                "MLA drafter checkpoint",
             )
         except InvalidCheckpointError as err:
             if _FUSED_QKV_A not in state_dict:

@@ -9,6 +9,7 @@ from functools import lru_cache
 
 from eagle3conv.io.data import data_path
 from eagle3conv.errors import MappingFileError
+from eagle3conv.spec.drafter import MLA_ARCHITECTURES, DrafterSpec, architecture_key  # noqa: F401 (re-exported)
 
 _TERM = re.compile(r"^[A-Za-z][A-Za-z0-9]*$|^[0-9]+$")
 
@@ -19,7 +20,8 @@ class CanonicalTensor:
     shape: tuple[str, ...]
     required: bool
     why: str
-    when: str | None = None  # symbol that must be set (or "!SYM": unset) for the tensor to belong
+    when: str | None = None  # condition for the tensor to belong: "SYM" set/true, "!SYM" unset/false
+    required_if: str | None = None  # condition ("A!=B", "SYM") that makes an optional tensor required by the loader
 
 
 @dataclass(frozen=True)
@@ -38,22 +40,41 @@ class Architecture:
     fused: tuple[Fused, ...]
     templated: tuple[CanonicalTensor, ...]  # names with {slot}, expanded once k is known
 
-    def expand(self, symbols: dict) -> dict[str, CanonicalTensor]:
-        """Canonical tensors for a concrete config (slots expanded, `when` applied)."""
+    def expand(self, symbols: dict, flags: dict | None = None) -> dict[str, CanonicalTensor]:
+        """Canonical tensors for a concrete config (slots expanded, `when` applied).
+
+        ``flags`` are the config's switches (:meth:`DrafterSpec.flags`) that `when` may name."""
+        values = {**symbols, **(flags or {})}
         out = {}
         for t in self.tensors:
-            if t.when:
-                sym = t.when.lstrip("!")
-                present = symbols.get(sym) not in (None, 0)
-                if present == t.when.startswith("!"):
-                    continue
+            if t.when and not holds(t.when, values):
+                continue
             out[t.name] = t
         k = symbols.get("k") or 0
         for t in self.templated:
+            if t.when and not holds(t.when, values):
+                continue
             for slot in range(int(k)):
                 name = t.name.replace("{slot}", str(slot))
-                out[name] = CanonicalTensor(name, t.shape, t.required, t.why)
+                out[name] = CanonicalTensor(name, t.shape, t.required, t.why, t.when, t.required_if)
         return out
+
+    def gated(self, name: str) -> CanonicalTensor | None:
+        """The row of a tensor name whose `when` condition names a switch (None if no such row)."""
+        for t in self.tensors + self.templated:
+            pattern = re.escape(t.name).replace(re.escape("{slot}"), "[0-9]+")
+            if t.when and re.fullmatch(pattern, name):
+                return t
+        return None
+
+
+def holds(condition: str, values: dict) -> bool:
+    """A canonical.json condition: "SYM" (set and not 0/false), "!SYM" (unset or 0/false), "A!=B"."""
+    if "!=" in condition:
+        a, b = (values.get(x.strip()) for x in condition.split("!="))
+        return a is not None and b is not None and a != b
+    present = values.get(condition.lstrip("!")) not in (None, 0, False)
+    return present != condition.startswith("!")
 
 
 def eval_dim(expr: str, symbols: dict) -> int | None:
@@ -88,7 +109,8 @@ def _load_arch(key: str, raw: dict, path) -> Architecture:
         names.add(t["name"])
         for d in t["shape"]:
             eval_dim(d, {})  # syntax check
-        ct = CanonicalTensor(t["name"], tuple(t["shape"]), bool(t["required"]), t["why"], t.get("when"))
+        ct = CanonicalTensor(t["name"], tuple(t["shape"]), bool(t["required"]), t["why"], t.get("when"),
+                             t.get("required_if"))
         (templated if "{slot}" in ct.name else tensors).append(ct)
     for f in raw.get("fused", []):
         if len(f["into"]) != len(f["rows"]) or not set(f["into"]) <= names:
@@ -109,46 +131,40 @@ def load_canonical() -> dict[str, Architecture]:
     return {k: _load_arch(k, v, path) for k, v in raw["architectures"].items()}
 
 
-MLA_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
-
-
 def architecture_for(config: dict | None, keys) -> Architecture:
-    table = load_canonical()
-    archs = (config or {}).get("architectures") or []
-    if any(a in MLA_ARCHITECTURES for a in archs) or any("kv_a_proj_with_mqa" in k for k in keys):
-        return table["mla"]
-    return table["llama"]
+    """The table of a drafter's architecture (:func:`eagle3conv.spec.drafter.architecture_key`)."""
+    return load_canonical()[architecture_key(config, keys)]
 
 
 def symbols_from_config(config: dict, arch: Architecture) -> dict:
-    """Shape symbols from a drafter config. Missing values stay None."""
-    c = config
-    h = c.get("hidden_size")
-    nh = c.get("num_attention_heads")
-    eagle = c.get("eagle_config") if isinstance(c.get("eagle_config"), dict) else {}
-    ids = eagle.get("eagle_aux_hidden_state_layer_ids") or c.get("eagle_aux_hidden_state_layer_ids")
-    sym = {
-        "H": h,
-        "T": c.get("target_hidden_size") or h,
-        "NH": nh,
-        "NKV": c.get("num_key_value_heads") or nh,
-        "HD": c.get("head_dim") or (h // nh if h and nh else None),
-        "I": c.get("intermediate_size"),
-        "V": c.get("vocab_size"),
-        "Vd": c.get("draft_vocab_size") or c.get("vocab_size"),
-        "k": len(ids) if isinstance(ids, list) and ids else None,
-    }
-    if arch.key == "mla":
-        qn, qr, vh = c.get("qk_nope_head_dim"), c.get("qk_rope_head_dim"), c.get("v_head_dim")
-        sym.update(
-            QL=c.get("q_lora_rank"),
-            KL=c.get("kv_lora_rank"),
-            QR=qr,
-            VH=vh,
-            QK=(qn + qr) if qn is not None and qr is not None else None,
-            NV=(qn + vh) if qn is not None and vh is not None else None,
-        )
-    return sym
+    """Shape symbols from a drafter config (:meth:`DrafterSpec.symbols`). Missing values stay None."""
+    return DrafterSpec.from_config(config, validate=False, architecture=arch.key).symbols()
+
+
+@dataclass(frozen=True)
+class ExpectedTensor:
+    """One tensor a drafter spec implies: its shape (None where a symbol is unknown), whether the
+    strict loader requires it, and the canonical.json row it comes from."""
+
+    shape: tuple[int | None, ...]
+    required: bool
+    row: CanonicalTensor
+
+
+def expected(spec: DrafterSpec, symbols: dict | None = None) -> dict[str, ExpectedTensor]:
+    """Every tensor a drafter with this spec may hold, canonical name -> :class:`ExpectedTensor`.
+
+    Slots expanded, `when` applied, shapes from the spec's symbols (``symbols`` overrides them:
+    fix-keys fills in what the weights reveal). ``required``: the row's, or its ``required_if``
+    condition holds. Nothing else belongs: this is the strict loaders' contract and fix-keys'."""
+    arch = load_canonical()[spec.architecture]
+    sym = symbols if symbols is not None else spec.symbols()
+    values = {**sym, **spec.flags()}
+    out = {}
+    for name, row in arch.expand(sym, spec.flags()).items():
+        required = row.required or (row.required_if is not None and holds(row.required_if, values))
+        out[name] = ExpectedTensor(tuple(eval_dim(d, sym) for d in row.shape), required, row)
+    return out
 
 
 def drafter_uses_own_embedding(hidden_size: int | None, target_hidden_size: int | None) -> bool:

@@ -14,6 +14,7 @@ import math
 from typing import Any, Mapping
 
 from eagle3conv.errors import InvalidCheckpointError
+from eagle3conv.spec.drafter import architecture_key
 
 # kind: "pos_int" (integer >= 1), "pos_num" (finite number > 0), "bool", "str", "dict", "str_list",
 # "int_list"; required: the drafter cannot be built without it. null counts as absent (the third column
@@ -154,7 +155,7 @@ def check_drafter_config(config: Mapping[str, Any], where: str = "config.json") 
         return problems
     # relations between valid fields
     h, nh, nkv = config["hidden_size"], config["num_attention_heads"], config.get("num_key_value_heads")
-    mla = any("Deepseek" in a for a in config.get("architectures") or []) or config.get("kv_lora_rank") is not None
+    mla = architecture_key(config) == "mla" or config.get("kv_lora_rank") is not None
     if config.get("head_dim") is None and not mla and h % nh:
         problems.append(f"{where}: hidden_size {h} is not divisible by num_attention_heads {nh} and there is no "
                         "head_dim; expected head_dim, or heads that divide hidden_size")

@@ -32,6 +32,7 @@ from typing import Any
 from eagle3conv.io.data import data_path
 from eagle3conv.errors import MappingFileError, UsageError
 from eagle3conv.spec.layers import LayerRef, LayerSet, describe, validate_refs
+from eagle3conv.spec.drafter import architecture_key
 
 SCHEMA = 1
 ENGINE_FILES = ("sglang", "vllm", "tensorrt-llm")
@@ -83,7 +84,6 @@ KIND_WORDS: Mapping[str, str] = MappingProxyType(
 )
 
 DRAFTER_KINDS = ("llama", "mla")
-_MLA_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM",)
 
 # --------------------------------------------------------------------------- versions
 
@@ -708,8 +708,7 @@ def _int_list(value: Any) -> tuple[int, ...] | None:
 
 def drafter_kind(config: Mapping[str, Any] | None) -> str:
     """``mla`` for the MLA drafter architecture, else ``llama``."""
-    archs = (config or {}).get("architectures") or ()
-    return "mla" if isinstance(archs, list) and any(a in _MLA_ARCHITECTURES for a in archs) else "llama"
+    return architecture_key(config)
 
 
 def _fc(eng: Engine, rel: EngineRelease, config: Mapping[str, Any] | None) -> tuple[str | None, int | None]:

@@ -206,12 +206,13 @@ def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto")
     """The structural smoke test (no states): strict load, random inputs at step 1
     (k*T wide) and step 2 (H wide), finite outputs, logits Vd wide, d2t in range."""
     from eagle3conv.model.drafter import check_mla_shapes, smoke_test
+    from eagle3conv.spec.drafter import architecture_key
 
     config, tensors = load_drafter_weights(Path(path))
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     t0 = time.perf_counter()
-    if "Eagle3DeepseekV2ForCausalLM" in (config.get("architectures") or []):
+    if architecture_key(config, tensors) == "mla":
         check_mla_shapes(config, tensors)
         return {"checkpoint": str(path), "ok": True, "device": dev, "kind": "MLA drafter: tensor shapes checked "
                 "(its forward is not implemented)", "seconds": round(time.perf_counter() - t0, 3)}

@@ -28,6 +28,7 @@ from eagle3conv.errors import UsageError, WiringError
 from eagle3conv.verify.evaluate import Candidate, Score
 from eagle3conv.verify.stats import paired_difference
 from eagle3conv.spec.layers import EMBEDDING, LayerRef, LayerSet, describe, engine_defaults, to_ids, to_refs
+from eagle3conv.spec.drafter import aux_ids
 
 MIN_SEARCH_SEQUENCES = 10  # below this, sequence-bootstrap intervals are not worth naming a wiring on
 NORM_FLAG_RATIO = 2.0
@@ -46,7 +47,7 @@ def config_candidate(config: dict, num_layers: int | None, prefer: str) -> Candi
     if isinstance(prov, list) and prov:
         return Candidate("config", tuple(LayerRef(x["output_of"]) for x in prov),
                          "config.json's eagle3conv.aux_layers (as written for every engine)")
-    ids = ((config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids"))
+    ids = aux_ids(config).nested
     if isinstance(ids, list) and ids:
         if -1 in ids:  # what the seed incident's author meant: [-1, 2, 30] = embedding + outputs 2, 30
             return Candidate("config", to_refs(ids, "output", num_layers),
@@ -58,7 +59,7 @@ def config_candidate(config: dict, num_layers: int | None, prefer: str) -> Candi
         except WiringError as err:
             raise WiringError(f"config.json eagle_config ids {ids}: {err.message}",
                               hint="score a wiring explicitly with --layers, or fix it with eagle3conv config") from None
-    top = config.get("eagle_aux_hidden_state_layer_ids")
+    top = aux_ids(config).top_level
     if isinstance(top, list) and top:
         return Candidate("config", to_refs(top, "input", num_layers), f"config.json top-level ids {top} (vLLM)")
     if num_layers is None:

@@ -64,6 +64,7 @@ from eagle3conv.spec.layers import (
     validate_refs,
 )
 from eagle3conv.wiring.metadata import TrainingRecord
+from eagle3conv.spec.drafter import aux_ids
 
 SGLANG_FIELD = "eagle_config.eagle_aux_hidden_state_layer_ids"
 VLLM_FIELD = "eagle_aux_hidden_state_layer_ids"
@@ -216,8 +217,8 @@ def check_wiring(
                     f"eagle_config must be an object holding eagle_aux_hidden_state_layer_ids, got "
                     f"{config['eagle_config']!r}: SGLang cannot read its aux ids from it", fix_command))
     nested = config.get("eagle_config") if isinstance(config.get("eagle_config"), Mapping) else {}
-    sg_raw = nested.get("eagle_aux_hidden_state_layer_ids") if nested else None
-    vl_raw = config.get("eagle_aux_hidden_state_layer_ids")
+    declared = aux_ids(config)
+    sg_raw, vl_raw = declared.nested, declared.top_level
 
     def list_checks(fld: str, ids: list[int], who: str) -> bool:
         ok = True

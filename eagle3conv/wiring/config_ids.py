@@ -38,6 +38,7 @@ from eagle3conv.spec.layers import (
     validate_refs,
 )
 from eagle3conv.wiring.metadata import TrainingRecord, _record
+from eagle3conv.spec.drafter import aux_ids
 
 PROVENANCE_KEY = "eagle3conv"
 AUX_KEY = "aux_layers"
@@ -132,8 +133,7 @@ def sglang_version_for(config: Mapping | None, layers: LayerSet, num_layers: int
     config's existing SGLang ids already mean ``layers``; else the target family's."""
     if choice in ("old", "new"):
         return f"sglang-{choice}"
-    nested = (config or {}).get("eagle_config")
-    ids = nested.get("eagle_aux_hidden_state_layer_ids") if isinstance(nested, Mapping) else None
+    ids = aux_ids(config).nested
     if isinstance(ids, list) and ids and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         for version in (family_default, "sglang-old", "sglang-new"):
             try:
