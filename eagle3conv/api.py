@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from eagle3conv.io.files import stall
 from eagle3conv.checkpoint.index import CheckpointIndex, open_checkpoint
 from eagle3conv.checkpoint.links import following
 from eagle3conv.checkpoint.plan import Plan, build_plan, load_config_file
@@ -318,7 +317,7 @@ def configure(path: str | Path, *, options: WiringOptions | None = None, check: 
 
 
 def _configure(path, recovered: str | None, *, options, check, dry_run, write_metadata) -> ConfigResult:
-    from eagle3conv.checkpoint.writer import _write_json
+    from eagle3conv.io.files import atomic_write_json
     from eagle3conv.wiring.metadata import METADATA_FILE, TrainingRecord, write_metadata_file
 
     p = Path(path)
@@ -328,7 +327,7 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
     if index.config is None:
         raise UsageError(f"{root}: no config.json", hint=f"eagle3conv fix-keys {path} writes a loadable one")
     if not (check or dry_run) and os.path.lexists(root / ".config.json.eagle3conv-tmp"):
-        (root / ".config.json.eagle3conv-tmp").unlink()  # left by a killed earlier run (we hold the lock)
+        (root / ".config.json.eagle3conv-tmp").unlink()  # left by a killed run of an older version
     plan = build_plan(index)
     if plan.format.format.name == "sglang" and not plan.ok:
         plan.raise_for_errors()  # shapes or vocab maps disagree with the config: exit 3, named
@@ -362,14 +361,10 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
         # file is written leaves a complete, self-describing config
         truth = ev.truth
         if w.config != index.config:
-            tmp = root / ".config.json.eagle3conv-tmp"
             try:
-                _write_json(tmp, w.config, True)
-                os.chmod(tmp, (root / "config.json").stat().st_mode & 0o7777)  # keep the file's mode
-                stall("config-before-replace")
-                os.replace(tmp, root / "config.json")
+                keep_mode = (root / "config.json").stat().st_mode & 0o7777
+                atomic_write_json(root / "config.json", w.config, mode=keep_mode)
             except OSError as e:
-                tmp.unlink(missing_ok=True)
                 from eagle3conv.errors import WriteError
 
                 raise WriteError(f"{root / 'config.json'}: cannot write: {e.strerror or e}") from e

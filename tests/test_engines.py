@@ -157,11 +157,11 @@ def _edit(folder, name, fn):
 
 
 def _load(folder):
-    E._load_all.cache_clear()
+    E.load_rules_folder.cache_clear()
     try:
-        return E._load_all(folder)
+        return E.load_rules_folder(folder)
     finally:
-        E._load_all.cache_clear()
+        E.load_rules_folder.cache_clear()
 
 
 def test_copied_rules_load(rules_dir):

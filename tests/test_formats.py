@@ -257,7 +257,7 @@ def test_mapping_file_that_is_not_an_object(tmp_path):
 
 def test_known_conditions_all_evaluate(tmp_path):
     """Every condition name the schema accepts is one detection knows how to evaluate."""
-    from eagle3conv.spec.formats import _eval
+    from eagle3conv.spec.formats import evaluate_condition
 
     ctx = DetectContext(frozenset({"x.a"}), {"architectures": ["A"], "f": 1}, "safetensors", None, tmp_path)
     args = {
@@ -267,7 +267,7 @@ def test_known_conditions_all_evaluate(tmp_path):
     }
     assert set(args) == CONDITIONS
     for kind, arg in args.items():
-        hit, why = _eval({kind: arg}, ctx)
+        hit, why = evaluate_condition({kind: arg}, ctx)
         assert hit, kind
         assert isinstance(why, str) and why
 

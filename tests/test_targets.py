@@ -202,7 +202,7 @@ def test_alias_claimed_twice_is_an_error(tmp_path):
     other["hf_repo"] = "someone/else"
     _write(tmp_path, other, "qwen3-8b-copy")  # same alias Qwen/Qwen3-8B-Base
     with pytest.raises(MappingFileError, match="claimed by both"):
-        targets._index(tmp_path)
+        targets.index_targets(tmp_path)
 
 
 # --------------------------------------------------------------------------- target_from_config

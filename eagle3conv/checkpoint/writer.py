@@ -57,7 +57,8 @@ from eagle3conv.io import dtypes
 from eagle3conv.checkpoint.index import BIN_INDEX, SAFETENSORS_INDEX, CheckpointIndex
 from eagle3conv.checkpoint.links import safe_member
 from eagle3conv.checkpoint.plan import Output, Plan
-from eagle3conv.io.files import folder_lock, stall, umask
+from eagle3conv.io.files import folder_lock, stall, umask, write_json_file
+from eagle3conv.io.safetensors import header_layout, pwrite_all
 from eagle3conv.errors import FolderBusyError, JournalError, UsageError, WriteError
 
 JOURNAL = ".eagle3conv-journal.json"
@@ -147,28 +148,14 @@ def plan_shards(plan: Plan, max_shard_size: int | None = None) -> list[tuple[str
 def _layout(outputs: list[Output]) -> tuple[bytes, list[tuple[Output, int]]]:
     """Header bytes and each tensor's data offset. Largest items first keeps every tensor aligned."""
     ordered = sorted(outputs, key=lambda o: (-dtypes.itemsize(o.dtype), o.name))
-    header: dict = {"__metadata__": {"format": "pt"}}
-    pos = 0
-    placed = []
-    for o in ordered:
-        header[o.name] = {"dtype": o.dtype, "shape": list(o.shape), "data_offsets": [pos, pos + o.nbytes]}
-        placed.append((o, pos))
-        pos += o.nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    return struct.pack("<Q", len(raw)) + raw, placed
+    header, offsets = header_layout(((o.name, o.dtype, o.shape) for o in ordered), {"format": "pt"})
+    return header, [(o, pos) for o, (pos, _) in zip(ordered, offsets, strict=True)]
 
 
 # --- byte movers ------------------------------------------------------------------------
 
 def _pwrite_all(fd: int, data, offset: int) -> None:
-    mv = memoryview(data).cast("B")
-    while mv:
-        n = os.pwrite(fd, mv[:CHUNK], offset)
-        if n <= 0:
-            raise OSError("short write")
-        mv, offset = mv[n:], offset + n
-        _step()
+    pwrite_all(fd, data, offset, chunk=CHUNK, after_chunk=_step)
 
 
 class _Mover:
@@ -292,14 +279,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _write_json(path: Path, data: dict, durable: bool = True) -> None:
-    raw = (json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        _pwrite_all(fd, raw, 0)
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_json_file(path, data, durable=durable)
     _step()
 
 

@@ -120,7 +120,7 @@ def gather(root: Path | None, extras: dict | None, config: dict | None, opts: Wi
         field_name = f"config.json {config_record.config_field}"
         config_record = meta.TrainingRecord(
             **{**config_record.__dict__,
-               "layers": meta._decode(list(config_record.raw_ids), numbering, n_cfg, field_name),
+               "layers": meta.decode_ids(list(config_record.raw_ids), numbering, n_cfg, field_name),
                "convention": numbering,
                "includes_embedding": None,
                "source": f"{field_name} ({source_format.title}: {numbering}-of-layer numbering)"})

@@ -37,7 +37,7 @@ from eagle3conv.spec.layers import (
     to_refs,
     validate_refs,
 )
-from eagle3conv.wiring.metadata import TrainingRecord, _record
+from eagle3conv.wiring.metadata import TrainingRecord, make_record
 
 PROVENANCE_KEY = "eagle3conv"
 AUX_KEY = "aux_layers"
@@ -122,7 +122,7 @@ def provenance_record(config: Mapping | None) -> TrainingRecord | None:
     if not refs:
         raise WiringError(f"config.json {PROVENANCE_KEY}.{AUX_KEY}.layers is empty")
     src = aux.get("source")
-    return _record(refs, f"config.json {PROVENANCE_KEY}.{AUX_KEY}" + (f" (first from {src})" if src else ""),
+    return make_record(refs, f"config.json {PROVENANCE_KEY}.{AUX_KEY}" + (f" (first from {src})" if src else ""),
                    target=aux.get("target") if isinstance(aux.get("target"), str) else None, kind="provenance")
 
 
