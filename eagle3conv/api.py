@@ -4,7 +4,7 @@ The CLI is a thin layer over these; a Python user gets the same behaviour::
 
     from eagle3conv import fix_keys
     result = fix_keys("ckpt/", out="ckpt-sglang/")
-    print(result.plan.format.format.name, result.written.files)
+    print(result.plan.format.name, result.written.files)
 
 ``configure`` writes (or checks) the aux-layer wiring of a fixed drafter.
 """
@@ -120,25 +120,25 @@ def _wire_plan(plan: Plan, opts: WiringOptions, ckpt: str) -> None:
     fc = next((o for o in plan.outputs if o.name == "fc.weight"), None)
     fc_in = int(fc.shape[1]) if fc is not None and len(fc.shape) == 2 else None
     t = plan.symbols.get("T") or plan.symbols.get("H")
-    ev = wiring.gather(plan.index.root, plan.index.extras, plan.index.config, opts, plan.format.format)
+    ev = wiring.gather(plan.index.root, plan.index.extras, plan.index.config, opts, plan.format)
     flags = opts.flags()
     fix = f"eagle3conv fix-keys {ckpt}{' ' + flags if flags else ''} --rewire"
     w = wiring.wire(plan.config, ev, opts, fc_in=fc_in, target_hidden=t,
-                    source_format=plan.format.format.name, fix_command=fix)
+                    source_format=plan.format.name, fix_command=fix)
     if w.conflicts:
         plan.findings += w.conflicts
         plan.wiring_hint = (f"the training record is what the drafter learned from; to write its layers: {fix}"
                             " (or correct the record)")
     else:
-        if w.plan is not None:
-            plan.config_edits = [*plan.config_edits, *w.plan.edits]
+        if w.edits is not None:
+            plan.config_edits = [*plan.config_edits, *w.edits.config_edits]
             plan.config = w.config
             plan.aux_ids = cfgmod_aux(w.config)
             plan.findings.append(Finding(
                 "notice", AUX_LAYERS, WIRING_WRITTEN,
-                f"{w.plan.to_dict()['described']} (from {w.plan.record.source}) written as SGLang "
-                f"{list(w.plan.sglang.ids)}, vLLM {list(w.plan.vllm_ids)}; TensorRT-LLM eagle3_layers_to_capture "
-                f"{sorted(w.plan.trtllm_ids)}"))
+                f"{w.edits.to_dict()['described']} (from {w.edits.record.source}) written as SGLang "
+                f"{list(w.edits.sglang.ids)}, vLLM {list(w.edits.vllm_ids)}; TensorRT-LLM eagle3_layers_to_capture "
+                f"{sorted(w.edits.trtllm_ids)}"))
         errs = w.report.errors
         plan.findings += errs
         if errs:
@@ -254,10 +254,10 @@ def _fix_keys(path, recovered: str | None, *, out, source_format, config, keep_e
         return FixResult(plan, "out", Path(out), False, result, recovered, shards)
     if plan.is_identity() and size is None:
         return FixResult(plan, "in-place", index.root, True, None, recovered, shards)
-    if plan.format.format.extracts:
+    if plan.format.extracts:
         dropped = sum(1 for d in plan.decisions if d.action == "dropped")
         raise UsageError(
-            f"{index.root}: a whole-model {plan.format.format.name} checkpoint; fixing it in place would delete "
+            f"{index.root}: a whole-model {plan.format.name} checkpoint; fixing it in place would delete "
             f"{dropped} base-model tensors",
             hint=f"write the drafter to a new folder: eagle3conv fix-keys {path} --out DIR",
         )
@@ -329,11 +329,11 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
     if not (check or dry_run) and os.path.lexists(root / ".config.json.eagle3conv-tmp"):
         (root / ".config.json.eagle3conv-tmp").unlink()  # left by a killed run of an older version
     plan = build_plan(index)
-    if plan.format.format.name == "sglang" and not plan.ok:
+    if plan.format.name == "sglang" and not plan.ok:
         plan.raise_for_errors()  # shapes or vocab maps disagree with the config: exit 3, named
-    if plan.format.format.name != "sglang":
+    if plan.format.name != "sglang":
         raise UsageError(
-            f"{root}: not yet in SGLang's layout ({plan.format.format.name} format); "
+            f"{root}: not yet in SGLang's layout ({plan.format.name} format); "
             "config edits a fixed drafter's config.json",
             hint=f"eagle3conv fix-keys {path} {opts.flags()} (it takes the same wiring options)".replace("  ", " "))
     fc_in = wiring.fc_width(index.tensors)

@@ -633,13 +633,13 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
     from tqdm import tqdm
 
     from eagle3conv.states.capture import capture_states, read_prompts
-    from eagle3conv.states.target_model import load_target
+    from eagle3conv.states.target_model import load_target_model
     from eagle3conv.spec.layers import parse_ids
 
     from pathlib import Path
 
     from eagle3conv.errors import UsageError
-    from eagle3conv.verify import resolve_device
+    from eagle3conv.io.devices import resolve_device
 
     dev = resolve_device(device)
     out_p = Path(out)
@@ -649,7 +649,7 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
                              hint="write the states to a new file")
     if not out_p.parent.is_dir():
         raise UsageError(f"--out {out}: the folder {out_p.parent} does not exist")
-    t = load_target(target, device=dev)
+    t = load_target_model(target, device=dev)
     bars: dict = {}
 
     def progress(stage, done, total):

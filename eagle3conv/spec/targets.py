@@ -235,7 +235,7 @@ def target_names() -> tuple[str, ...]:
     return tuple(p.name for p in list_targets())
 
 
-def load_target(name_or_alias: str) -> TargetProfile:
+def get_target(name_or_alias: str) -> TargetProfile:
     """A built-in profile by name, alias or Hugging Face repo id (case-insensitive)."""
     found = index_targets(_targets_folder())[1].get(name_or_alias.strip().lower())
     if found is None:

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3conv.errors import CheckpointReadError, UsageError
-from eagle3conv.states.format import StatesWriter, resolve_dtype
+from eagle3conv.io.devices import resolve_dtype
+from eagle3conv.states.format import StatesWriter
 from eagle3conv.spec.layers import EMBEDDING, LayerRef
 
 if TYPE_CHECKING:
@@ -277,7 +278,7 @@ def capture_states(
                          ("generate_tokens", generate_tokens, 0)):
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise UsageError(f"{name} must be an integer >= {low}, got {v!r}")
-    store_dtype = resolve_dtype(dtype)
+    store_dtype = resolve_dtype(dtype, what="states dtype")
     items = [Prompt.of(p, f"prompt {i}") for i, p in enumerate(prompts)]
     if not items:
         raise UsageError("no prompts to capture")

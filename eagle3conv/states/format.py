@@ -84,12 +84,12 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3conv.errors import CheckpointReadError, UsageError, WiringError, WriteError
 from eagle3conv.io import dtypes
+from eagle3conv.io.devices import FLOAT_CHOICES, resolve_dtype
 from eagle3conv.io.files import remove_stale_temps, umask
 from eagle3conv.io.safetensors import header_layout, pwrite_all
 from eagle3conv.spec.layers import EMBEDDING, LayerRef, LayerSet, describe
 
 if TYPE_CHECKING:
-    import torch
     from torch import Tensor
 
 STATES_FORMAT = "eagle3conv-states"
@@ -102,31 +102,15 @@ _TOKEN_KEYS = ("input_ids", "target_next")
 _MASK_KEYS = ("attention_mask", "loss_mask")
 _META_REQUIRED = ("format", "version", "target", "num_layers", "hidden_size", "vocab_size", "layers", "capture")
 
-# safetensors dtype names <-> torch dtypes (only the ones this format uses)
-_FLOAT_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
-_MASK_DTYPES = {"BOOL": "bool", "I8": "int8", "U8": "uint8"}
-DTYPE_NAMES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
-               "half": "float16", "fp32": "float32", "float32": "float32", "float": "float32"}
+# the safetensors dtypes this format allows (eagle3conv.io.dtypes has the names and sizes)
+_FLOAT_DTYPES = FLOAT_CHOICES  # hidden states
+_MASK_DTYPES = ("BOOL", "I8", "U8")
 
 
 def hidden_key(ref: LayerRef | int) -> str:
     """The tensor name of one hidden state: ``hidden.embedding`` or ``hidden.output_of.{i}``."""
     i = ref.output_of if isinstance(ref, LayerRef) else int(ref)
     return EMBEDDING_KEY if i == -1 else f"{_HIDDEN_PREFIX}{i}"
-
-
-def resolve_dtype(dtype: Any) -> torch.dtype:
-    """``"bf16"``/``"fp16"``/``"fp32"`` (or a torch float dtype) -> torch dtype."""
-    import torch
-
-    if isinstance(dtype, torch.dtype):
-        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise UsageError(f"states dtype must be bf16, fp16 or fp32, got {dtype}")
-        return dtype
-    name = DTYPE_NAMES.get(str(dtype).strip().lower())
-    if name is None:
-        raise UsageError(f"states dtype must be bf16, fp16 or fp32, got {dtype!r}")
-    return getattr(torch, name)
 
 
 def as_layer_refs(refs: Iterable[LayerRef | int]) -> LayerSet:
@@ -264,7 +248,7 @@ class CapturedStates:
         else:
             wanted = self.check_refs(refs)
             out = self._aux_rows(wanted, start, stop)
-        return out if dtype is None else out.to(resolve_dtype(dtype))
+        return out if dtype is None else out.to(resolve_dtype(dtype, what="states dtype"))
 
     def embeddings(self, rows: slice | None = None, *, dtype: Any = None) -> Tensor:
         """The embedding output ``[b, S, T]`` (the drafter embeds the same tokens
@@ -276,7 +260,7 @@ class CapturedStates:
             )
         start, stop = self._rows(rows)
         out = self._embed_rows(start, stop)
-        return out if dtype is None else out.to(resolve_dtype(dtype))
+        return out if dtype is None else out.to(resolve_dtype(dtype, what="states dtype"))
 
     def batches(self, refs: Sequence[LayerRef | int] | None = (), *, batch_size: int = 8,
                 with_embeddings: bool = False, dtype: Any = None) -> Iterator[StatesBatch]:
@@ -528,7 +512,7 @@ class StatesFile(CapturedStates):
                 hidden_dtype = dt
             elif dt != hidden_dtype:
                 raise self._err(name, f"is {dt} but the other hidden states are {hidden_dtype}")
-        self.dtype = getattr(torch, _FLOAT_DTYPES[hidden_dtype])
+        self.dtype = dtypes.torch_dtype(hidden_dtype)
 
         mask = f.get_tensor("attention_mask")
         check_right_padded(mask, str(self.path))
@@ -620,7 +604,7 @@ class StatesWriter:
         if bad:
             raise UsageError(f"layers {bad} do not exist in a {num_layers}-layer target (0..{num_layers - 1})")
         self.path = Path(path)
-        self.dtype = resolve_dtype(dtype)
+        self.dtype = resolve_dtype(dtype, what="states dtype")
         self.layers = tuple(LayerRef(i) for i in ids)
         self.shape = (num_sequences, seq_len)
         self.hidden_size = hidden_size

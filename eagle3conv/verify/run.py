@@ -17,13 +17,12 @@ from pathlib import Path
 
 from eagle3conv.errors import CheckpointReadError, FolderBusyError, UsageError, VerifyFailedError, WiringError
 from eagle3conv.verify.evaluate import Candidate, Score, evaluate
+from eagle3conv.io.devices import resolve_device, resolve_dtype
 from eagle3conv.verify.inputs import (
     build_drafter,
     data_labels,
     load_drafter_weights,
     load_target_embeddings,
-    resolve_device,
-    resolve_dtype,
 )
 from eagle3conv.verify.report import REPORT_FILE, VerifyResult
 from eagle3conv.verify.search import candidates, config_candidate, decide, norm_comparison
