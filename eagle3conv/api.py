@@ -15,10 +15,11 @@ import os
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
+from eagle3conv.io.progress import Progress
 from eagle3conv.checkpoint.index import CheckpointIndex, open_checkpoint
 from eagle3conv.checkpoint.links import following
+from eagle3conv.checkpoint.config import aux_ids_in
 from eagle3conv.checkpoint.plan import Plan, build_plan, load_config_file
 from eagle3conv.checkpoint.writer import (
     WriteResult,
@@ -28,7 +29,7 @@ from eagle3conv.checkpoint.writer import (
     write_in_place,
     write_out,
 )
-from eagle3conv.errors import UsageError, WiringError
+from eagle3conv.errors import Eagle3ConvError, UsageError, WiringError
 from eagle3conv.findings import AUX_LAYERS, EVIDENCE_NOTE, WIRING_WRITTEN, Finding
 from eagle3conv.wiring import apply as wiring
 from eagle3conv.wiring.apply import WiringOptions
@@ -133,7 +134,7 @@ def _wire_plan(plan: Plan, opts: WiringOptions, ckpt: str) -> None:
         if w.edits is not None:
             plan.config_edits = [*plan.config_edits, *w.edits.config_edits]
             plan.config = w.config
-            plan.aux_ids = cfgmod_aux(w.config)
+            plan.aux_ids = aux_ids_in(w.config)
             plan.findings.append(Finding(
                 "notice", AUX_LAYERS, WIRING_WRITTEN,
                 f"{w.edits.to_dict()['described']} (from {w.edits.record.source}) written as SGLang "
@@ -146,12 +147,6 @@ def _wire_plan(plan: Plan, opts: WiringOptions, ckpt: str) -> None:
     plan.findings += w.report.warnings
     plan.findings += [Finding("notice", AUX_LAYERS, EVIDENCE_NOTE, n) for n in ev.notes]
     plan.wiring = w.to_dict(str(plan.index.root))
-
-
-def cfgmod_aux(config: dict) -> dict:
-    from eagle3conv.checkpoint.config import aux_ids_in
-
-    return aux_ids_in(config)
 
 
 def inspect(path: str | Path, *, source_format: str | None = None, config: str | Path | None = None,
@@ -177,13 +172,7 @@ def _inspect(path, recovered: str | None, *, source_format, config, keep_embed, 
             dtype=dtype,
         )
         _wire_plan(plan, wiring_options or WiringOptions(), str(path))
-    except UsageError as e:
-        err = e
-    except Exception as e:  # noqa: BLE001 - inspect shows why planning failed
-        from eagle3conv.errors import Eagle3ConvError
-
-        if not isinstance(e, Eagle3ConvError):
-            raise
+    except Eagle3ConvError as e:  # inspect shows why planning failed
         err = e
     return InspectResult(index, plan, err, recovered)
 
@@ -212,7 +201,7 @@ def _fix_keys_locked(
     dtype: str | None = None,
     max_shard_size: str | int | None = None,
     dry_run: bool = False,
-    progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
     wiring_options: WiringOptions | None = None,
 ) -> FixResult:
     """Rename a drafter checkpoint to the names SGLang loads, strictly, and prove the result.

@@ -49,7 +49,6 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -57,6 +56,7 @@ from eagle3conv.io import dtypes
 from eagle3conv.checkpoint.index import BIN_INDEX, SAFETENSORS_INDEX, CheckpointIndex
 from eagle3conv.checkpoint.links import safe_member
 from eagle3conv.checkpoint.plan import Output, Plan
+from eagle3conv.io.progress import Progress
 from eagle3conv.io.files import folder_lock, stall, umask, write_json_file
 from eagle3conv.io.safetensors import header_layout, pwrite_all
 from eagle3conv.errors import FolderBusyError, JournalError, UsageError, WriteError
@@ -66,7 +66,6 @@ STAGING = ".eagle3conv-staging"
 BACKUP = ".eagle3conv-backup"
 CHUNK = int(os.environ.get("EAGLE3CONV_CHUNK_BYTES", 2 << 20))  # cache-sized: the proof re-reads it while hot
 
-Progress = Callable[[int], None]
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
 _memcmp = _libc.memcmp
@@ -168,12 +167,14 @@ class _Mover:
     ``cp``'s, and memory use is two chunk buffers whatever the checkpoint's size.
     """
 
-    def __init__(self, progress: Progress | None):
+    def __init__(self, progress: Progress | None, total: int | None = None):
         self.buf = bytearray(CHUNK)
         self.back = bytearray(CHUNK)
         self._pa = ctypes.addressof((ctypes.c_char * CHUNK).from_buffer(self.buf))
         self._pb = ctypes.addressof((ctypes.c_char * CHUNK).from_buffer(self.back))
         self.progress = progress
+        self.done = 0  # bytes written and proven, for progress("write", done, total)
+        self.total = total
         self.errors: list[str] = []
         self.kernel_copy = hasattr(os, "copy_file_range")
 
@@ -210,8 +211,7 @@ class _Mover:
             if not self._prove(chk_fd, mv[:done], dst_off, name):
                 return
             src_off, dst_off, count = src_off + done, dst_off + done, count - done
-            if self.progress:
-                self.progress(done)
+            self._advance(done)
 
     def write(self, chunks, dst_fd: int, chk_fd: int, dst_off: int, name: str) -> None:
         for whole in chunks:
@@ -222,8 +222,12 @@ class _Mover:
                 if not self._prove(chk_fd, chunk, dst_off, name):
                     return
                 dst_off += len(chunk)
-                if self.progress:
-                    self.progress(len(chunk))
+                self._advance(len(chunk))
+
+    def _advance(self, n: int) -> None:
+        self.done += n
+        if self.progress:
+            self.progress("write", self.done, self.total)
 
 
 def _expected_chunks(index: CheckpointIndex, o: Output):
@@ -296,7 +300,7 @@ def write_checkpoint(plan: Plan, folder: Path, *, max_shard_size: int | None = N
     # before a byte is written): a tokenizer.json linking to a stored token is refused by name
     copies = [safe_member(index.root, p) for p in index.other_files] if copy_other else []
     shards = plan_shards(plan, max_shard_size)
-    mover = _Mover(progress)
+    mover = _Mover(progress, sum(o.nbytes for _, outs in shards for o in outs))
     written: list[str] = []
     total = 0
     src_fds: dict[Path, int] = {}

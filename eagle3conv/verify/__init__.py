@@ -54,7 +54,8 @@ The package, bottom up (each module imports only those above it)::
 
 from __future__ import annotations
 
-from eagle3conv.verify.evaluate import Candidate, Progress, Score, evaluate
+from eagle3conv.io.progress import Progress
+from eagle3conv.verify.evaluate import Candidate, Score, evaluate
 from eagle3conv.io.devices import resolve_device, resolve_dtype
 from eagle3conv.verify.inputs import (
     build_drafter,
