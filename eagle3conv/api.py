@@ -306,6 +306,7 @@ def configure(path: str | Path, *, options: WiringOptions | None = None, check: 
 
 
 def _configure(path, recovered: str | None, *, options, check, dry_run, write_metadata) -> ConfigResult:
+    from eagle3conv.checkpoint.writer import count_step
     from eagle3conv.io.files import atomic_write_json
     from eagle3conv.wiring.metadata import METADATA_FILE, TrainingRecord, write_metadata_file
 
@@ -352,7 +353,7 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
         if w.config != index.config:
             try:
                 keep_mode = (root / "config.json").stat().st_mode & 0o7777
-                atomic_write_json(root / "config.json", w.config, mode=keep_mode)
+                atomic_write_json(root / "config.json", w.config, mode=keep_mode, before_replace=count_step)
             except OSError as e:
                 from eagle3conv.errors import WriteError
 

@@ -89,6 +89,12 @@ class _Steps:
 _step = _Steps()
 
 
+def count_step() -> None:
+    """One filesystem step of a write: ``EAGLE3CONV_KILL_AT_STEP=N`` SIGKILLs the process at
+    the N-th (the crash tests); ``config`` counts one before replacing config.json."""
+    _step()
+
+
 def steps_taken() -> int:
     return _step.count
 

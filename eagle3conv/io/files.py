@@ -8,6 +8,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,13 +20,15 @@ def umask() -> int:
     return old
 
 
-def atomic_write_text(path: str | os.PathLike, text: str, *, durable: bool = True, mode: int | None = None) -> Path:
+def atomic_write_text(path: str | os.PathLike, text: str, *, durable: bool = True, mode: int | None = None,
+                      before_replace: Callable[[], None] | None = None) -> Path:
     """Write ``text`` to ``path`` through a temporary file in the same folder and a
     rename: readers see the old file or the new one, never half of one. The file
     gets ``mode``, else the mode any new file would (``0666 & ~umask``; mkstemp alone
     gives 0600). ``durable`` fsyncs before the rename. Raises :class:`OSError`; the
     temporary file never outlives a failure, and one a killed writer left is removed
-    by the next write of the same file."""
+    by the next write of the same file. ``before_replace`` runs once the temporary file
+    is complete, just before the rename (the crash tests count a step there)."""
     p = Path(path)
     remove_stale_temps(p)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
@@ -37,6 +40,8 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, durable: bool = Tru
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -50,10 +55,10 @@ def json_text(data: object) -> str:
 
 
 def atomic_write_json(path: str | os.PathLike, data: object, *, durable: bool = True,
-                      mode: int | None = None) -> Path:
+                      mode: int | None = None, before_replace: Callable[[], None] | None = None) -> Path:
     """:func:`atomic_write_text` of :func:`json_text` (raises ValueError for NaN/Infinity
     before anything is written)."""
-    return atomic_write_text(path, json_text(data), durable=durable, mode=mode)
+    return atomic_write_text(path, json_text(data), durable=durable, mode=mode, before_replace=before_replace)
 
 
 def write_json_file(path: str | os.PathLike, data: object, *, durable: bool = True) -> None:
