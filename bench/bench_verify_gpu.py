@@ -229,7 +229,7 @@ def rms_norm_fused(x, weight, eps):
 
 def qkv_no_cat(self, g, input_ids, position_offset):
     """_qkv with fused RMSNorms written straight into the two halves of x (no cat)."""
-    from eagle3conv.model.drafter import _apply_rope
+    from eagle3conv.model.ops import apply_rope
 
     c = self.config
     eps = c.rms_norm_eps
@@ -245,7 +245,7 @@ def qkv_no_cat(self, g, input_ids, position_offset):
     v = F.linear(x, self.v_proj).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
     positions = torch.arange(position_offset, position_offset + s, device=self.device)
     cos, sin = self._rope(positions)
-    return residual, _apply_rope(q, cos, sin), _apply_rope(k, cos, sin), v
+    return residual, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
 def main() -> int:
@@ -429,8 +429,8 @@ def main() -> int:
 
     for cs in (256, 1024, 2048):
         try_variant(f"chunk_size={cs}", lambda cs=cs: drafter.draft_chain(aux, ids, steps, chunk_size=cs))
-    orig_ttt = drafter_mod.Eagle3Drafter._ttt_attention
-    orig_norm_fn, orig_qkv = drafter_mod._rms_norm, drafter_mod.Eagle3Drafter._qkv
+    orig_ttt = drafter_mod.Eagle3Drafter.ttt_attention
+    orig_norm_fn, orig_qkv = drafter_mod.rms_norm, drafter_mod.Eagle3Drafter._qkv
     xn = torch.randn(4, 512, H, device=dev).to(torch.bfloat16) * 3
     wn = drafter.norm
     RESULT["fused_rmsnorm_bitwise_equal_frac"] = float(
@@ -438,10 +438,10 @@ def main() -> int:
     del xn
 
     def set_fused():
-        drafter_mod._rms_norm = rms_norm_fused
+        drafter_mod.rms_norm = rms_norm_fused
 
     def unset_fused():
-        drafter_mod._rms_norm = orig_norm_fn
+        drafter_mod.rms_norm = orig_norm_fn
 
     try_variant("fused rmsnorm (F.rms_norm)", lambda: drafter.draft_chain(aux, ids, steps), set_fused, unset_fused)
 
@@ -469,19 +469,19 @@ def main() -> int:
             RESULT["flash_lse_max_abs_diff"] = f"{type(exc).__name__}: {exc}"[:300]
 
         def set_flash():
-            drafter_mod.Eagle3Drafter._ttt_attention = ttt_attention_flash_lse
+            drafter_mod.Eagle3Drafter.ttt_attention = ttt_attention_flash_lse
 
         def unset():
-            drafter_mod.Eagle3Drafter._ttt_attention = orig_ttt
+            drafter_mod.Eagle3Drafter.ttt_attention = orig_ttt
 
         try_variant("ttt_attention=flash+lse", lambda: drafter.draft_chain(aux, ids, steps), set_flash, unset)
 
         if not args.no_compile:
-            orig_norm, orig_rope = drafter_mod._rms_norm, drafter_mod._apply_rope
+            orig_norm, orig_rope = drafter_mod.rms_norm, drafter_mod.apply_rope
 
             def set_compiled():
-                drafter_mod._rms_norm = torch.compile(orig_norm, dynamic=False)
-                drafter_mod._apply_rope = torch.compile(orig_rope, dynamic=False)
+                drafter_mod.rms_norm = torch.compile(orig_norm, dynamic=False)
+                drafter_mod.apply_rope = torch.compile(orig_rope, dynamic=False)
                 t0 = time.perf_counter()
                 drafter.draft_chain(aux, ids, steps)
                 sync(dev)
@@ -491,7 +491,7 @@ def main() -> int:
                 RESULT["dynamo_stats"] = {k: dict(v) for k, v in counters.items() if k in ("stats", "frames")}
 
             def unset_compiled():
-                drafter_mod._rms_norm, drafter_mod._apply_rope = orig_norm, orig_rope
+                drafter_mod.rms_norm, drafter_mod.apply_rope = orig_norm, orig_rope
 
             try_variant("compiled rmsnorm+rope", lambda: drafter.draft_chain(aux, ids, steps),
                         set_compiled, unset_compiled)

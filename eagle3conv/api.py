@@ -4,7 +4,7 @@ The CLI is a thin layer over these; a Python user gets the same behaviour::
 
     from eagle3conv import fix_keys
     result = fix_keys("ckpt/", out="ckpt-sglang/")
-    print(result.plan.format.format.name, result.written.files)
+    print(result.plan.format.name, result.written.files)
 
 ``configure`` writes (or checks) the aux-layer wiring of a fixed drafter.
 """
@@ -15,11 +15,11 @@ import os
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from eagle3conv.io.files import stall
+from eagle3conv.io.progress import Progress
 from eagle3conv.checkpoint.index import CheckpointIndex, open_checkpoint
 from eagle3conv.checkpoint.links import following
+from eagle3conv.checkpoint.config import aux_ids_in
 from eagle3conv.checkpoint.plan import Plan, build_plan, load_config_file
 from eagle3conv.checkpoint.writer import (
     WriteResult,
@@ -29,7 +29,7 @@ from eagle3conv.checkpoint.writer import (
     write_in_place,
     write_out,
 )
-from eagle3conv.errors import UsageError, WiringError
+from eagle3conv.errors import Eagle3ConvError, UsageError, WiringError
 from eagle3conv.findings import AUX_LAYERS, EVIDENCE_NOTE, WIRING_WRITTEN, Finding
 from eagle3conv.wiring import apply as wiring
 from eagle3conv.wiring.apply import WiringOptions
@@ -121,25 +121,25 @@ def _wire_plan(plan: Plan, opts: WiringOptions, ckpt: str) -> None:
     fc = next((o for o in plan.outputs if o.name == "fc.weight"), None)
     fc_in = int(fc.shape[1]) if fc is not None and len(fc.shape) == 2 else None
     t = plan.symbols.get("T") or plan.symbols.get("H")
-    ev = wiring.gather(plan.index.root, plan.index.extras, plan.index.config, opts, plan.format.format)
+    ev = wiring.gather(plan.index.root, plan.index.extras, plan.index.config, opts, plan.format)
     flags = opts.flags()
     fix = f"eagle3conv fix-keys {ckpt}{' ' + flags if flags else ''} --rewire"
     w = wiring.wire(plan.config, ev, opts, fc_in=fc_in, target_hidden=t,
-                    source_format=plan.format.format.name, fix_command=fix)
+                    source_format=plan.format.name, fix_command=fix)
     if w.conflicts:
         plan.findings += w.conflicts
         plan.wiring_hint = (f"the training record is what the drafter learned from; to write its layers: {fix}"
                             " (or correct the record)")
     else:
-        if w.plan is not None:
-            plan.config_edits = [*plan.config_edits, *w.plan.edits]
+        if w.edits is not None:
+            plan.config_edits = [*plan.config_edits, *w.edits.config_edits]
             plan.config = w.config
-            plan.aux_ids = cfgmod_aux(w.config)
+            plan.aux_ids = aux_ids_in(w.config)
             plan.findings.append(Finding(
                 "notice", AUX_LAYERS, WIRING_WRITTEN,
-                f"{w.plan.to_dict()['described']} (from {w.plan.record.source}) written as SGLang "
-                f"{list(w.plan.sglang.ids)}, vLLM {list(w.plan.vllm_ids)}; TensorRT-LLM eagle3_layers_to_capture "
-                f"{sorted(w.plan.trtllm_ids)}"))
+                f"{w.edits.to_dict()['described']} (from {w.edits.record.source}) written as SGLang "
+                f"{list(w.edits.sglang.ids)}, vLLM {list(w.edits.vllm_ids)}; TensorRT-LLM eagle3_layers_to_capture "
+                f"{sorted(w.edits.trtllm_ids)}"))
         errs = w.report.errors
         plan.findings += errs
         if errs:
@@ -147,12 +147,6 @@ def _wire_plan(plan: Plan, opts: WiringOptions, ckpt: str) -> None:
     plan.findings += w.report.warnings
     plan.findings += [Finding("notice", AUX_LAYERS, EVIDENCE_NOTE, n) for n in ev.notes]
     plan.wiring = w.to_dict(str(plan.index.root))
-
-
-def cfgmod_aux(config: dict) -> dict:
-    from eagle3conv.checkpoint.config import aux_ids_in
-
-    return aux_ids_in(config)
 
 
 def inspect(path: str | Path, *, source_format: str | None = None, config: str | Path | None = None,
@@ -178,13 +172,7 @@ def _inspect(path, recovered: str | None, *, source_format, config, keep_embed, 
             dtype=dtype,
         )
         _wire_plan(plan, wiring_options or WiringOptions(), str(path))
-    except UsageError as e:
-        err = e
-    except Exception as e:  # noqa: BLE001 - inspect shows why planning failed
-        from eagle3conv.errors import Eagle3ConvError
-
-        if not isinstance(e, Eagle3ConvError):
-            raise
+    except Eagle3ConvError as e:  # inspect shows why planning failed
         err = e
     return InspectResult(index, plan, err, recovered)
 
@@ -213,7 +201,7 @@ def _fix_keys_locked(
     dtype: str | None = None,
     max_shard_size: str | int | None = None,
     dry_run: bool = False,
-    progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
     wiring_options: WiringOptions | None = None,
 ) -> FixResult:
     """Rename a drafter checkpoint to the names SGLang loads, strictly, and prove the result.
@@ -255,10 +243,10 @@ def _fix_keys(path, recovered: str | None, *, out, source_format, config, keep_e
         return FixResult(plan, "out", Path(out), False, result, recovered, shards)
     if plan.is_identity() and size is None:
         return FixResult(plan, "in-place", index.root, True, None, recovered, shards)
-    if plan.format.format.extracts:
+    if plan.format.extracts:
         dropped = sum(1 for d in plan.decisions if d.action == "dropped")
         raise UsageError(
-            f"{index.root}: a whole-model {plan.format.format.name} checkpoint; fixing it in place would delete "
+            f"{index.root}: a whole-model {plan.format.name} checkpoint; fixing it in place would delete "
             f"{dropped} base-model tensors",
             hint=f"write the drafter to a new folder: eagle3conv fix-keys {path} --out DIR",
         )
@@ -318,7 +306,8 @@ def configure(path: str | Path, *, options: WiringOptions | None = None, check: 
 
 
 def _configure(path, recovered: str | None, *, options, check, dry_run, write_metadata) -> ConfigResult:
-    from eagle3conv.checkpoint.writer import _write_json
+    from eagle3conv.checkpoint.writer import count_step
+    from eagle3conv.io.files import atomic_write_json
     from eagle3conv.wiring.metadata import METADATA_FILE, TrainingRecord, write_metadata_file
 
     p = Path(path)
@@ -328,13 +317,13 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
     if index.config is None:
         raise UsageError(f"{root}: no config.json", hint=f"eagle3conv fix-keys {path} writes a loadable one")
     if not (check or dry_run) and os.path.lexists(root / ".config.json.eagle3conv-tmp"):
-        (root / ".config.json.eagle3conv-tmp").unlink()  # left by a killed earlier run (we hold the lock)
+        (root / ".config.json.eagle3conv-tmp").unlink()  # left by a killed run of an older version
     plan = build_plan(index)
-    if plan.format.format.name == "sglang" and not plan.ok:
+    if plan.format.name == "sglang" and not plan.ok:
         plan.raise_for_errors()  # shapes or vocab maps disagree with the config: exit 3, named
-    if plan.format.format.name != "sglang":
+    if plan.format.name != "sglang":
         raise UsageError(
-            f"{root}: not yet in SGLang's layout ({plan.format.format.name} format); "
+            f"{root}: not yet in SGLang's layout ({plan.format.name} format); "
             "config edits a fixed drafter's config.json",
             hint=f"eagle3conv fix-keys {path} {opts.flags()} (it takes the same wiring options)".replace("  ", " "))
     fc_in = wiring.fc_width(index.tensors)
@@ -362,14 +351,10 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
         # file is written leaves a complete, self-describing config
         truth = ev.truth
         if w.config != index.config:
-            tmp = root / ".config.json.eagle3conv-tmp"
             try:
-                _write_json(tmp, w.config, True)
-                os.chmod(tmp, (root / "config.json").stat().st_mode & 0o7777)  # keep the file's mode
-                stall("config-before-replace")
-                os.replace(tmp, root / "config.json")
+                keep_mode = (root / "config.json").stat().st_mode & 0o7777
+                atomic_write_json(root / "config.json", w.config, mode=keep_mode, before_replace=count_step)
             except OSError as e:
-                tmp.unlink(missing_ok=True)
                 from eagle3conv.errors import WriteError
 
                 raise WriteError(f"{root / 'config.json'}: cannot write: {e.strerror or e}") from e

@@ -27,6 +27,41 @@ def _emit(as_json: bool, data: dict, text: str) -> None:
         click.echo(text)
 
 
+class _ProgressBars:
+    """The one progress display of every long command: ``progress(stage, done, total)``
+    (:mod:`eagle3conv.io.progress`) on stderr. Each stage gets a tqdm bar (the previous
+    stage's bar closes when the next begins); a stage announced with nothing to count
+    (done 0, total None: push's steps) is printed as a line instead."""
+
+    def __init__(self, **bar_options):
+        self.options = bar_options
+        self.bars: dict = {}
+
+    def __call__(self, stage: str, done: int, total: int | None) -> None:
+        bar = self.bars.get(stage)
+        if bar is None:
+            if done == 0 and total is None:
+                click.echo(stage, err=True)
+                return
+            from tqdm import tqdm
+
+            self.close()
+            bar = self.bars[stage] = tqdm(total=total, desc=stage, file=sys.stderr, disable=None, leave=False,
+                                          **self.options)
+        bar.update(done - bar.n)
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            bar.close()
+        self.bars.clear()
+
+    def __enter__(self) -> _ProgressBars:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def _os_error_message(e: OSError, target: str | None = None) -> tuple[str, str | None]:
     """An OSError from the file system, as the user needs it: the path and what the errno means."""
     import errno as _errno
@@ -69,8 +104,17 @@ def _target_of(argv: list[str]) -> str | None:
 class _Group(click.Group):
     """One catch for the whole tool: our errors become a message and an exit code."""
 
+    argv: list[str] = []  # the command and its arguments, as given (kept by main() for messages)
+
+    def main(self, args=None, *rest, **kw):
+        given = list(sys.argv[1:] if args is None else args)
+        while given and given[0].startswith("-"):  # the group's own flags (--json, --debug) come first
+            given.pop(0)
+        self.argv = given
+        return super().main(args, *rest, **kw)
+
     def invoke(self, ctx: click.Context):
-        argv = [*getattr(ctx, "_protected_args", []), *ctx.args]  # click empties these while dispatching
+        argv = self.argv
         try:
             return super().invoke(ctx)
         except Eagle3ConvError as e:
@@ -285,22 +329,11 @@ def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_
     from eagle3conv.api import fix_keys
     from eagle3conv.render import fix_text
 
-    bar = None
-    progress = None
-    if not dry_run:
-        from tqdm import tqdm
-
-        bar = tqdm(total=None, unit="B", unit_scale=True, unit_divisor=1024, desc="fix-keys", file=sys.stderr,
-                   disable=None, leave=False)
-        progress = bar.update
-    try:
+    with _ProgressBars(unit="B", unit_scale=True, unit_divisor=1024) as progress:
         res = fix_keys(checkpoint, out=out, source_format=source_format, config=config, keep_embed=keep_embed,
                        dtype=dtype, max_shard_size=max_shard_size, dry_run=dry_run, progress=progress,
                        wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version, rewire),
                        follow_symlinks=follow_symlinks)
-    finally:
-        if bar is not None:
-            bar.close()
     for link, target_path in res.followed_symlinks:
         click.echo(f"followed symlink {link} -> {target_path} (--follow-symlinks)", err=True)
     d = res.to_dict()
@@ -482,10 +515,10 @@ def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, 
 
     from eagle3conv.publish import push
 
-    res = push(Path(checkpoint), repo_id, private=private, revision=revision, create_pr=create_pr,
-               commit_message=commit_message, include=include, exclude=exclude, dry_run=dry_run, force=force,
-               base_model=base_model, progress=lambda m: click.echo(m, err=True), follow_symlinks=follow_symlinks,
-               timeout=timeout)
+    with _ProgressBars() as progress:
+        res = push(Path(checkpoint), repo_id, private=private, revision=revision, create_pr=create_pr,
+                   commit_message=commit_message, include=include, exclude=exclude, dry_run=dry_run, force=force,
+                   base_model=base_model, progress=progress, follow_symlinks=follow_symlinks, timeout=timeout)
     d = res.to_dict()
     _emit(json_, d, _push_text(d))
 
@@ -569,28 +602,13 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
             click.get_current_context().exit(3)
         return
 
-    bar = {}
-
-    def progress(label, done, total):
-        from tqdm import tqdm
-
-        b = bar.get(label)
-        if b is None:
-            for old in bar.values():
-                old.close()
-            b = bar[label] = tqdm(total=total, desc=label, unit="seq", file=sys.stderr, disable=None, leave=False)
-        b.update(done - b.n)
-
-    try:
+    with _ProgressBars(unit="seq") as progress:
         res = verify(checkpoint, states,
                      wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version),
                      steps=steps, device=device, dtype=dtype, search=search_wiring,
                      layers=parse_ids(layers) if layers else None, min_accept=min_accept, batch_size=batch_size,
                      max_sequences=max_sequences, save=not no_save, progress=progress,
                      states_layers=parse_ids(states_layers) if states_layers else None, embeddings=embeddings)
-    finally:
-        for b in bar.values():
-            b.close()
     d = res.to_dict()
     _emit(json_, d, "" if json_ else verify_text(d))
     if res.save_error:
@@ -630,16 +648,14 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
       eagle3conv capture --target smollm2-135m --prompts prompts.jsonl --generate 64 --out states.safetensors
     """
     json_, debug = _setup(json_, debug)
-    from tqdm import tqdm
-
     from eagle3conv.states.capture import capture_states, read_prompts
-    from eagle3conv.states.target_model import load_target
+    from eagle3conv.states.target_model import load_target_model
     from eagle3conv.spec.layers import parse_ids
 
     from pathlib import Path
 
     from eagle3conv.errors import UsageError
-    from eagle3conv.verify import resolve_device
+    from eagle3conv.io.devices import resolve_device
 
     dev = resolve_device(device)
     out_p = Path(out)
@@ -649,23 +665,12 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
                              hint="write the states to a new file")
     if not out_p.parent.is_dir():
         raise UsageError(f"--out {out}: the folder {out_p.parent} does not exist")
-    t = load_target(target, device=dev)
-    bars: dict = {}
-
-    def progress(stage, done, total):
-        b = bars.get(stage)
-        if b is None:
-            b = bars[stage] = tqdm(total=total, desc=stage, file=sys.stderr, disable=None, leave=False)
-        b.update(done - b.n)
-
-    try:
+    t = load_target_model(target, device=dev)
+    with _ProgressBars(unit="seq") as progress:
         res = capture_states(t.model, t.tokenizer, read_prompts(prompts), out,
                              layers=parse_ids(layers) if layers else None, max_length=max_length,
                              batch_size=batch_size, generate_tokens=generate, chat_template=not no_chat_template,
                              dtype=dtype, device=dev, target=t.name, progress=progress,
                              capture_info={"prompts_file": str(prompts)})
-    finally:
-        for b in bars.values():
-            b.close()
     d = dict(res.to_dict(), target_load_seconds=round(t.load_seconds, 3))
     _emit(json_, d, "\n".join(f"{k}: {v}" for k, v in d.items()))

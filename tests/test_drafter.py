@@ -390,10 +390,10 @@ def test_rope_matches_transformers_rotary_embedding() -> None:
     )
     positions = torch.arange(0, 300, 7)
     cos, sin = ref(torch.zeros(1, dtype=torch.float32), positions[None])
-    mine_cos, mine_sin = drafter._rope(positions)
+    mine_cos, mine_sin = drafter.rope(positions)
     torch.testing.assert_close(mine_cos, cos[0])
     torch.testing.assert_close(mine_sin, sin[0])
-    assert drafter._rope_scale > 1.0  # yarn's attention factor is applied
+    assert drafter.rope_scale > 1.0  # yarn's attention factor is applied
 
 
 def test_later_tokens_do_not_change_earlier_logits() -> None:
@@ -460,15 +460,15 @@ def test_chain_ttt_attention_against_dense_reference() -> None:
     tok1 = torch.cat([ids[:, 1:], torch.zeros_like(ids[:, :1])], dim=1)
     tok2 = torch.cat([ids[:, 2:], torch.zeros_like(ids[:, :2])], dim=1)
     step1 = drafter.forward(aux, tok1)
-    _, _, k1, v1 = drafter._qkv(drafter._input_state(aux), tok1, 0)
-    res2, q2, k2, v2 = drafter._qkv(step1.hidden, tok2, 1)
+    _, _, k1, v1 = drafter.attention_inputs(aux, tok1)
+    res2, q2, k2, v2 = drafter.attention_inputs(step1.hidden, tok2, position_offset=1)
     rep = c.num_heads // c.num_kv_heads
     keys = torch.cat([k1, k2], dim=2).repeat_interleave(rep, dim=1)
     values = torch.cat([v1, v2], dim=2).repeat_interleave(rep, dim=1)
     allowed = torch.cat([torch.ones(seq, seq).tril(), torch.eye(seq)], dim=1).bool()
     scores = q2 @ keys.transpose(-1, -2) / c.head_dim**0.5
     attn = scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ values
-    expected = drafter._finish(res2, attn)
+    expected = drafter.finish(res2, attn)
     assert chain.logits is not None
     torch.testing.assert_close(chain.logits[1], expected.logits, atol=1e-5, rtol=1e-5)
 

@@ -42,10 +42,10 @@ LAYERS = (-1, 0, 1, 2, 12, 13, 14, 15, 16, 24, 25, 26, 27, 28)
 def smollm2_states(tmp_path_factory):
     from eagle3conv.errors import Eagle3ConvError
     from eagle3conv.states.capture import capture_states
-    from eagle3conv.states.target_model import load_target
+    from eagle3conv.states.target_model import load_target_model
 
     try:
-        target = load_target("smollm2-135m")
+        target = load_target_model("smollm2-135m")
     except Eagle3ConvError as e:  # scripts/setup.sh installs it; a bare checkout may not have it
         pytest.skip(f"SmolLM2 not installed: {e.message}")
     out = tmp_path_factory.mktemp("smollm2") / "states.safetensors"

@@ -18,7 +18,7 @@ from eagle3conv.io.data import data_path
 from eagle3conv.errors import MappingFileError, UsageError
 from eagle3conv.spec import engines as E
 from eagle3conv.spec.layers import EMBEDDING, LayerRef, outputs
-from eagle3conv.spec.targets import load_target, load_target_file, target_from_config
+from eagle3conv.spec.targets import get_target, load_target_file, target_from_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SGLANG_RELEASES = ["0.5.12", "0.5.12.post1", "0.5.13", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16",
@@ -89,7 +89,7 @@ def test_every_target_profile_names_its_family():
             "gpt-oss-120b": "gpt_oss", "llama-3.1-8b": "llama", "llama-3.3-70b": "llama",
             "smollm2-135m": "llama", "qwen3-8b": "qwen3", "qwen3-32b": "qwen3", "qwen3-235b-a22b": "qwen3_moe"}
     for name, family in want.items():
-        assert load_target(name).family == family
+        assert get_target(name).family == family
 
 
 def _write(tmp_path, name, data):
@@ -157,11 +157,11 @@ def _edit(folder, name, fn):
 
 
 def _load(folder):
-    E._load_all.cache_clear()
+    E.load_rules_folder.cache_clear()
     try:
-        return E._load_all(folder)
+        return E.load_rules_folder(folder)
     finally:
-        E._load_all.cache_clear()
+        E.load_rules_folder.cache_clear()
 
 
 def test_copied_rules_load(rules_dir):
@@ -515,7 +515,7 @@ def test_tensorrt_llm_reads_its_launch_option():
 
 
 def test_seed_incident_kimi_drafter_trained_on_outputs_2_30_58():
-    kimi = load_target("kimi-k2.5")
+    kimi = get_target("kimi-k2.5")
     n, fam, trained = kimi.num_hidden_layers, kimi.family, outputs(2, 30, 58)
     old, new = E.parse_engine("sglang==0.5.12"), E.parse_engine("sglang==0.5.13")
 

@@ -257,7 +257,7 @@ def test_mapping_file_that_is_not_an_object(tmp_path):
 
 def test_known_conditions_all_evaluate(tmp_path):
     """Every condition name the schema accepts is one detection knows how to evaluate."""
-    from eagle3conv.spec.formats import _eval
+    from eagle3conv.spec.formats import evaluate_condition
 
     ctx = DetectContext(frozenset({"x.a"}), {"architectures": ["A"], "f": 1}, "safetensors", None, tmp_path)
     args = {
@@ -267,7 +267,7 @@ def test_known_conditions_all_evaluate(tmp_path):
     }
     assert set(args) == CONDITIONS
     for kind, arg in args.items():
-        hit, why = _eval({kind: arg}, ctx)
+        hit, why = evaluate_condition({kind: arg}, ctx)
         assert hit, kind
         assert isinstance(why, str) and why
 
@@ -287,8 +287,8 @@ def test_detection_and_golden_output_keys(make_ckpt, fmt):
     ckpt = make_ckpt(fmt)
     plan = _plan(ckpt, fmt)
     assert plan.ok, plan.errors
-    assert plan.format.format.name == detected
-    assert not plan.format.forced and plan.format.reasons
+    assert plan.format.name == detected
+    assert not plan.detection.forced and plan.detection.reasons
     assert [m.format.name for m in plan.candidates] == [detected] + others
     assert sorted(o.name for o in plan.outputs) == GOLDEN
     assert sum(d.action == "dropped" for d in plan.decisions) == dropped
@@ -304,9 +304,9 @@ def test_detection_and_golden_output_keys(make_ckpt, fmt):
 
 def test_specforge_detected_by_folder_name(tmp_path, make_ckpt):
     ckpt = make_ckpt("sglang", name="epoch_3_step_3000")
-    assert _plan(ckpt, "sglang").format.format.name == "specforge"
-    assert _plan(make_ckpt("sglang", name="step_12"), "sglang").format.format.name == "specforge"
-    assert _plan(make_ckpt("sglang", name="epoch_3_step_x"), "sglang").format.format.name == "sglang"
+    assert _plan(ckpt, "sglang").format.name == "specforge"
+    assert _plan(make_ckpt("sglang", name="step_12"), "sglang").format.name == "specforge"
+    assert _plan(make_ckpt("sglang", name="epoch_3_step_x"), "sglang").format.name == "sglang"
 
 
 def test_undetectable_checkpoint(tmp_path, make_ckpt):
@@ -325,8 +325,8 @@ def test_undetectable_checkpoint(tmp_path, make_ckpt):
 def test_from_override_works(make_ckpt, fmt, forced):
     plan = _plan(make_ckpt(fmt), fmt, source_format=forced)
     assert plan.ok, plan.errors
-    assert plan.format.format.name == forced and plan.format.forced
-    assert plan.format.reasons == ("chosen with --from",)
+    assert plan.format.name == forced and plan.detection.forced
+    assert plan.detection.reasons == ("chosen with --from",)
     assert sorted(o.name for o in plan.outputs) == GOLDEN
 
 

@@ -288,9 +288,9 @@ def test_oracle_transformers_deepseek_v3(variant: dict[str, Any]) -> None:
     torch.testing.assert_close(out1.logits, want_logits[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out1.hidden, want_states[0], atol=1e-5, rtol=1e-5)
     with torch.inference_mode():
-        _, _, k1, v1 = drafter._qkv(drafter._input_state(aux), tokens[0], 0)
-        residual, q2, k2, v2 = drafter._qkv(out1.hidden, tokens[1], 1)
-        out2 = drafter._finish(residual, drafter._ttt_attention(q2, [k1, k2], [v1, v2], 5))
+        _, _, k1, v1 = drafter.attention_inputs(aux, tokens[0])
+        residual, q2, k2, v2 = drafter.attention_inputs(out1.hidden, tokens[1], position_offset=1)
+        out2 = drafter.finish(residual, drafter.ttt_attention(q2, [k1, k2], [v1, v2], 5))
     torch.testing.assert_close(out2.hidden, want_states[1], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out2.logits, want_logits[1], atol=1e-5, rtol=1e-5)
 

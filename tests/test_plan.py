@@ -626,7 +626,7 @@ def test_eagle_deepspeed_module_prefix_with_from(make_ckpt, tmp_path):
     ck = _module_prefixed_eagle(make_ckpt)
     out = tmp_path / "out"
     res = fix_keys(ck, out=out, config=eagle_config_path(ck), source_format="eagle")
-    assert res.plan.format.format.name == "eagle"
+    assert res.plan.format.name == "eagle"
     assert_sglang_checkpoint(out)
 
 
@@ -634,7 +634,7 @@ def test_eagle_deepspeed_module_prefix_detected(make_ckpt, tmp_path):
     ck = _module_prefixed_eagle(make_ckpt)
     out = tmp_path / "out"
     res = fix_keys(ck, out=out, config=eagle_config_path(ck))
-    assert res.plan.format.format.name == "eagle"
+    assert res.plan.format.name == "eagle"
     assert_sglang_checkpoint(out)
 
 

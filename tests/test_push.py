@@ -469,6 +469,17 @@ def test_verify_report_reader_refuses_foreign_files(tmp_path, report):
     assert read_verify_report(tmp_path) is None
 
 
+def test_progress_is_stage_done_total(hub, ckpt, repo):
+    """push reports through the one progress signature: each step is announced as
+    ``(message, 0, None)``, a step with nothing to count."""
+    seen = []
+    do_push(hub, ckpt, repo, progress=lambda *a: seen.append(a))
+    assert seen and all(len(a) == 3 and isinstance(a[0], str) and a[1:] == (0, None) for a in seen)
+    steps = [a[0] for a in seen]
+    assert "checking the checkpoint" in steps and "committing" in steps
+    assert steps[-1].startswith("committed ")
+
+
 # --------------------------------------------------------------------------- the command line
 
 
@@ -486,7 +497,9 @@ def test_cli_push_dry_run_then_push_then_unchanged(hub, ckpt, repo):
     assert "dry run: nothing sent" in res.stdout and "<!-- eagle3conv:begin -->" in res.stdout
     assert "check aux-layers: ok" in res.stdout
     assert not sent(hub, repo)  # a dry run sends nothing
-    d = json.loads(cli("push", ckpt, "--repo-id", repo, "--json").stdout)
+    pushed = cli("push", ckpt, "--repo-id", repo, "--json")
+    assert "checking the checkpoint\n" in pushed.stderr and "\ncommitting\n" in pushed.stderr  # steps as lines
+    d = json.loads(pushed.stdout)
     assert d["commit"] and not d["unchanged"] and {"model.safetensors", "config.json", "README.md"} <= {
         f["path"] for f in d["files"]}
     again = cli("push", ckpt)  # the repo id comes from the push record

@@ -498,7 +498,7 @@ def test_a_killed_writers_temp_is_removed_but_a_live_ones_is_not(tmp_path):
     import fcntl
     import os
 
-    from eagle3conv.states.format import _remove_stale_temps
+    from eagle3conv.io.files import remove_stale_temps
 
     out = tmp_path / "s.safetensors"
     stale = tmp_path / ".s.safetensors.abc123.tmp"
@@ -508,7 +508,7 @@ def test_a_killed_writers_temp_is_removed_but_a_live_ones_is_not(tmp_path):
     fd = os.open(live, os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)  # another writer, still running
     try:
-        assert _remove_stale_temps(out) == [stale]
+        assert remove_stale_temps(out) == [stale]
         assert not stale.exists() and live.exists()
     finally:
         os.close(fd)

@@ -15,7 +15,7 @@ from eagle3conv.spec.targets import (
     NUMBERS,
     TargetProfile,
     list_targets,
-    load_target,
+    get_target,
     load_target_file,
     target_from_config,
     target_names,
@@ -51,7 +51,7 @@ def test_every_profile_file_loads():
 @pytest.mark.parametrize("name", sorted(FACTS_TABLE))
 def test_profiles_match_the_facts_table(name):
     arch, hidden, layers, vocab = FACTS_TABLE[name]
-    profile = load_target(name)
+    profile = get_target(name)
     assert profile.architectures[0] == arch
     assert (profile.hidden_size, profile.num_hidden_layers, profile.vocab_size) == (
         hidden,
@@ -80,7 +80,7 @@ def test_profile_numbers_are_consistent(profile):
 
 
 def test_kimi_defaults_through_the_profile():
-    defaults = load_target("kimi-k2.5").engine_defaults()
+    defaults = get_target("kimi-k2.5").engine_defaults()
     assert defaults["input"].ids == (2, 30, 58)
     assert defaults["output"].refs == outputs(1, 29, 57)
 
@@ -98,19 +98,19 @@ def test_kimi_defaults_through_the_profile():
     ],
 )
 def test_load_by_name_alias_or_repo(query, name):
-    assert load_target(query).name == name
+    assert get_target(query).name == name
 
 
 def test_unknown_target_lists_known_names():
     with pytest.raises(UsageError) as err:
-        load_target("llama-2-7b")
+        get_target("llama-2-7b")
     assert "llama-2-7b" in err.value.message
     for name in FACTS_TABLE:
         assert name in err.value.message
 
 
 def test_profiles_are_frozen():
-    profile = load_target("qwen3-8b")
+    profile = get_target("qwen3-8b")
     with pytest.raises(AttributeError):
         profile.hidden_size = 1  # type: ignore[misc]
     with pytest.raises(TypeError):
@@ -202,7 +202,7 @@ def test_alias_claimed_twice_is_an_error(tmp_path):
     other["hf_repo"] = "someone/else"
     _write(tmp_path, other, "qwen3-8b-copy")  # same alias Qwen/Qwen3-8B-Base
     with pytest.raises(MappingFileError, match="claimed by both"):
-        targets._index(tmp_path)
+        targets.index_targets(tmp_path)
 
 
 # --------------------------------------------------------------------------- target_from_config
@@ -271,7 +271,7 @@ def test_config_file_path_and_name(tmp_path):
 
 def test_kimi_k25_nested_text_config(tmp_path):
     profile = target_from_config(_model_dir(tmp_path, "Kimi-K2.5", KIMI_K25_CONFIG))
-    builtin = load_target("kimi-k2.5")
+    builtin = get_target("kimi-k2.5")
     assert profile.name == "Kimi-K2.5"
     assert profile.text_config_key == "text_config"
     assert profile.architectures == builtin.architectures and profile.model_type == "kimi_k25"

@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from eagle3conv.model.drafter import DrafterConfig, _apply_rope, _rms_norm, _rope_inv_freq
+from eagle3conv.model.drafter import DrafterConfig
+from eagle3conv.model.ops import apply_rope, rms_norm, rope_inv_freq
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 NUM_LAYERS = 30
@@ -209,7 +210,7 @@ class TrainableDrafter(nn.Module):
         self.norm = _Norm(c.hidden_size)
         self.lm_head = nn.Linear(c.hidden_size, c.draft_vocab_size, bias=False)
         self.register_buffer("embed", embed_tokens.detach().float().clone(), persistent=False)
-        inv_freq, scale = _rope_inv_freq(config, c)
+        inv_freq, scale = rope_inv_freq(config, c)
         self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
         self.rope_scale = scale
 
@@ -232,15 +233,15 @@ class TrainableDrafter(nn.Module):
         values: list[Tensor] = []
         out_logits = []
         for step, tok in enumerate(tokens):
-            normed_g = _rms_norm(state, m.hidden_norm.weight, eps)
+            normed_g = rms_norm(state, m.hidden_norm.weight, eps)
             residual = state
             embeds = F.embedding(tok, self.embed)
-            x = torch.cat((_rms_norm(embeds, m.input_layernorm.weight, eps), normed_g), dim=-1)
+            x = torch.cat((rms_norm(embeds, m.input_layernorm.weight, eps), normed_g), dim=-1)
             q = m.self_attn.q_proj(x).view(b, s, c.num_heads, c.head_dim).transpose(1, 2)
             k = m.self_attn.k_proj(x).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
             v = m.self_attn.v_proj(x).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
             cos, sin = self._rope(torch.arange(step, step + s, device=aux.device))
-            q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             k = k.repeat_interleave(group, dim=1)
             v = v.repeat_interleave(group, dim=1)
             keys.append(k)
@@ -254,9 +255,9 @@ class TrainableDrafter(nn.Module):
                 attn = attn + weights[..., s + j : s + j + 1] * vj
             attn = attn.transpose(1, 2).reshape(b, s, c.num_heads * c.head_dim)
             h = residual + m.self_attn.o_proj(attn)
-            xn = _rms_norm(h, m.post_attention_layernorm.weight, eps)
+            xn = rms_norm(h, m.post_attention_layernorm.weight, eps)
             h = h + m.mlp.down_proj(F.silu(m.mlp.gate_proj(xn)) * m.mlp.up_proj(xn))
-            out_logits.append(self.lm_head(_rms_norm(h, self.norm.weight, eps)))
+            out_logits.append(self.lm_head(rms_norm(h, self.norm.weight, eps)))
             state = h
         return out_logits
 
@@ -502,8 +503,8 @@ class TrainableMLADrafter(nn.Module):
         k_nope, v = kv.split([self.nope, self.vd], dim=-1)
         k_pe = k_pe.view(b, 1, s, self.rope_dim)
         cos, sin = self._rope(positions)
-        q_pe = _apply_rope(_deinterleave(q_pe), cos, sin)
-        k_pe = _apply_rope(_deinterleave(k_pe), cos, sin)
+        q_pe = apply_rope(_deinterleave(q_pe), cos, sin)
+        k_pe = apply_rope(_deinterleave(k_pe), cos, sin)
         q = torch.cat((q_nope, q_pe), dim=-1)
         k = torch.cat((k_nope, k_pe.expand(b, self.nh, s, self.rope_dim)), dim=-1)
         return q, k, v

@@ -62,7 +62,7 @@ def log(msg: str) -> None:
 class IncrementalDrafter:
     """Eagle3Drafter run as SGLang runs it: a step-1 KV cache over verified positions,
     and a chain of K steps at the last one. Uses the drafter's own step pieces
-    (``_input_state``, ``_qkv``, ``_finish``) so the math is eagle3conv's."""
+    (``attention_inputs``, ``finish``) so the math is eagle3conv's."""
 
     def __init__(self, drafter):
         self.d = drafter
@@ -76,15 +76,14 @@ class IncrementalDrafter:
         (the token after each position). Returns the StepOutput of those rows."""
         d = self.d
         m = aux_rows.shape[0]
-        g = d._input_state(aux_rows[None])
-        res, q, k, v = d._qkv(g, next_tokens[None], position_offset=self.length)
+        res, q, k, v = d.attention_inputs(aux_rows[None], next_tokens[None], position_offset=self.length)
         self.keys = k if self.keys is None else torch.cat((self.keys, k), dim=2)
         self.values = v if self.values is None else torch.cat((self.values, v), dim=2)
         total = self.length + m
         mask = torch.arange(total)[None, :] <= (self.length + torch.arange(m))[:, None]
-        attn = F.scaled_dot_product_attention(q, self.keys, self.values, attn_mask=mask, enable_gqa=d._gqa)
+        attn = F.scaled_dot_product_attention(q, self.keys, self.values, attn_mask=mask, enable_gqa=d.gqa)
         self.length = total
-        return d._finish(res, attn)
+        return d.finish(res, attn)
 
     @torch.inference_mode()
     def draft(self, aux_rows: torch.Tensor, next_tokens: torch.Tensor, num: int) -> list[int]:
@@ -95,13 +94,13 @@ class IncrementalDrafter:
         h = out.hidden[:, -1:]
         ks, vs = [], []
         for step in range(2, num + 1):
-            res, q, k, v = d._qkv(h, torch.tensor([[drafts[-1]]]), position_offset=t + step - 1)
+            res, q, k, v = d.attention_inputs(h, torch.tensor([[drafts[-1]]]), position_offset=t + step - 1)
             ks.append(k)
             vs.append(v)
             attn = F.scaled_dot_product_attention(
                 q, torch.cat([self.keys, *ks], dim=2), torch.cat([self.values, *vs], dim=2),
-                enable_gqa=d._gqa)
-            o = d._finish(res, attn)
+                enable_gqa=d.gqa)
+            o = d.finish(res, attn)
             drafts.append(int(o.target_ids[0, 0]))
             h = o.hidden
         return drafts

@@ -16,6 +16,7 @@ from typing import Any
 
 from eagle3conv.errors import InvalidCheckpointError, UsageError
 from eagle3conv.spec.drafter import aux_ids
+from eagle3conv.io import dtypes
 
 LLAMA_EAGLE3 = "LlamaForCausalLMEagle3"
 # fields of a base (target) config that a Model Optimizer eagle_config inherits
@@ -113,7 +114,7 @@ def loadable_edits(config: dict, *, architecture: str, draft_vocab: int, vocab: 
     if has_lm_head and config.get("tie_word_embeddings"):
         want("tie_word_embeddings", False, "the drafter has its own lm_head; tied, SGLang would use the embedding as the head")
     if out_dtype:
-        name = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}[out_dtype]
+        name = dtypes.torch_name(out_dtype)
         for field in ("torch_dtype", "dtype"):
             if field in config and config[field] != name:
                 want(field, name, "--dtype changed the weights' dtype")

@@ -18,10 +18,8 @@ What is accepted (see README "Reading checkpoints"):
 
 from __future__ import annotations
 
-import math
 import os
 import re
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
@@ -32,33 +30,13 @@ from eagle3conv.io import dtypes
 from eagle3conv.checkpoint.links import present, safe_member
 from eagle3conv.errors import CheckpointReadError, UsageError
 from eagle3conv.io.pickle import load_pickle
+from eagle3conv.io.safetensors import TensorInfo, read_safetensors_header
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 BIN_INDEX = "pytorch_model.bin.index.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
-MAX_HEADER = 100 * 1024 * 1024
 # wrappers trainers put around a state dict, outermost first
 WRAPPER_KEYS = ("draft_state_dict", "state_dict", "model_state_dict", "module", "model")
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """One tensor of the source: where its bytes are, never the bytes."""
-
-    name: str
-    dtype: str  # safetensors spelling: BF16, F32, I64, BOOL...
-    shape: tuple[int, ...]
-    file: Path  # the file as the user sees it (may be a symlink into a cache)
-    start: int | None = None  # absolute byte offsets for safetensors files
-    end: int | None = None
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * dtypes.itemsize(self.dtype)
-
-    @property
-    def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
 
 
 @dataclass
@@ -124,91 +102,6 @@ class CheckpointIndex:
         if t.numel() == 0:
             return memoryview(b"")
         return memoryview(t.reshape(-1).view(torch.uint8).numpy())
-
-
-# --- headers -------------------------------------------------------------------
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def read_safetensors_header(path: Path) -> tuple[dict[str, TensorInfo], dict]:
-    """Parse and validate one safetensors header. Reads len(header)+8 bytes.
-
-    Nothing read from a file that fails validation is echoed back (a link to a
-    secret file must not leak its first bytes through an error message)."""
-    from eagle3conv.io.jsonfile import loads_strict, regular_file_size
-
-    size = regular_file_size(path, "safetensors file")
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise CheckpointReadError(f"{path}: not a safetensors file (only {size} bytes)")
-            (n,) = struct.unpack("<Q", head)
-            if n > MAX_HEADER or n + 8 > size:
-                raise CheckpointReadError(
-                    f"{path}: not a safetensors file, or truncated: its first 8 bytes are not a header "
-                    f"length that fits the file ({size} bytes)",
-                    hint="if it was cut off during download or copy, fetch it again",
-                )
-            raw = f.read(n)
-    except OSError as e:
-        raise CheckpointReadError(f"{path}: cannot read: {e.strerror}") from e
-    try:
-        header = loads_strict(raw, path)
-    except CheckpointReadError:
-        raise CheckpointReadError(f"{path}: not a safetensors file: its header is not valid JSON") from None
-    if not isinstance(header, dict):
-        raise CheckpointReadError(f"{path}: safetensors header is not a JSON object")
-    metadata = header.pop("__metadata__", None)
-    if metadata is None:
-        metadata = {}
-    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise CheckpointReadError(
-            f"{path}: safetensors __metadata__ must be an object of strings, got a {type(metadata).__name__}"
-            + ("" if not isinstance(metadata, dict) else " with non-string values"))
-    base = 8 + n
-    tensors: dict[str, TensorInfo] = {}
-    spans = []
-    for name, entry in header.items():
-        if not isinstance(entry, dict):
-            raise CheckpointReadError(f"{path}: malformed header entry for {name!r}: not an object")
-        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-        if not isinstance(dtype, str) or dtype not in dtypes.DTYPES:
-            raise CheckpointReadError(
-                f"{path}: tensor {name!r} has an unknown dtype (expected one of {', '.join(dtypes.DTYPES)})")
-        if isinstance(shape, list) and any(_is_int(d) and d < 0 for d in shape):
-            raise CheckpointReadError(f"{path}: tensor {name!r} has a negative dimension")
-        if not isinstance(shape, list) or not all(_is_int(d) and d < 2**63 for d in shape):
-            raise CheckpointReadError(
-                f"{path}: malformed header entry for {name!r}: shape must be a list of integers from 0 to 2^63-1")
-        if (not isinstance(offsets, list) or len(offsets) != 2
-                or not all(_is_int(x) and 0 <= x <= size for x in offsets)):
-            raise CheckpointReadError(
-                f"{path}: malformed header entry for {name!r}: data_offsets must be two integers within the "
-                f"file ({size} bytes)")
-        s, e = offsets
-        shape = tuple(shape)
-        need = math.prod(shape) * dtypes.itemsize(dtype)  # Python ints: no overflow
-        if e < s or e - s != need:
-            raise CheckpointReadError(
-                f"{path}: tensor {name!r} spans {e - s} bytes but {dtype}{list(shape)} needs {need}"
-            )
-        tensors[name] = TensorInfo(name, dtype, shape, path, base + s, base + e)
-        spans.append((s, e, name))
-    spans.sort()
-    pos = 0
-    for s, e, name in spans:
-        if s != pos:
-            raise CheckpointReadError(f"{path}: tensor {name!r} overlaps or leaves a hole (offset {s}, expected {pos})")
-        pos = e
-    if base + pos != size:
-        raise CheckpointReadError(
-            f"{path}: truncated or padded: header describes {base + pos} bytes, the file has {size}",
-            hint="the file was probably cut off during download or copy; fetch it again",
-        )
-    return tensors, metadata
 
 
 # --- pickles -------------------------------------------------------------------

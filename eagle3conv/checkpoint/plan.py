@@ -16,10 +16,10 @@ from eagle3conv.io import dtypes
 from eagle3conv.spec.config_check import validate_drafter_config
 from eagle3conv.spec.canonical import Architecture, architecture_for, drafter_uses_own_embedding, eval_dim, expected
 from eagle3conv.spec.drafter import SWITCH_FIELDS, DrafterSpec
-from eagle3conv.spec.formats import DetectContext, FormatMatch, detect, get_format, load_formats
+from eagle3conv.spec.formats import DetectContext, Format, FormatMatch, detect, get_format, load_formats
 from eagle3conv.checkpoint.index import CheckpointIndex
 from eagle3conv.checkpoint.vocab import check_vocab
-from eagle3conv.errors import CheckpointReadError, InvalidCheckpointError, UsageError
+from eagle3conv.errors import InvalidCheckpointError, UsageError
 from eagle3conv.findings import (
     ATTENTION_BIAS_KEPT,
     AUX_LAYERS,
@@ -96,7 +96,9 @@ class Output:
 @dataclass
 class Plan:
     index: CheckpointIndex
-    format: FormatMatch
+    format: Format
+    detection: FormatMatch
+    """Why ``format`` was chosen (its reasons, or ``--from``)."""
     candidates: list[FormatMatch]
     architecture: Architecture
     decisions: list[Decision]
@@ -159,11 +161,11 @@ class Plan:
         return {
             "checkpoint": str(self.index.root),
             "layout": self.index.layout,
-            "format": self.format.format.name,
-            "format_title": self.format.format.title,
-            "format_reasons": list(self.format.reasons),
-            "format_forced": self.format.forced,
-            "other_matching_formats": [m.format.name for m in self.candidates if m.format is not self.format.format],
+            "format": self.format.name,
+            "format_title": self.format.title,
+            "format_reasons": list(self.detection.reasons),
+            "format_forced": self.detection.forced,
+            "other_matching_formats": [m.format.name for m in self.candidates if m.format is not self.format],
             "architecture": self.architecture.architecture,
             "ok": self.ok,
             "errors": self.errors,
@@ -457,7 +459,8 @@ def build_plan(
 
     return Plan(
         index=index,
-        format=match,
+        format=match.format,
+        detection=match,
         candidates=candidates,
         architecture=arch,
         decisions=final_decisions,

@@ -49,7 +49,6 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -57,7 +56,9 @@ from eagle3conv.io import dtypes
 from eagle3conv.checkpoint.index import BIN_INDEX, SAFETENSORS_INDEX, CheckpointIndex
 from eagle3conv.checkpoint.links import safe_member
 from eagle3conv.checkpoint.plan import Output, Plan
-from eagle3conv.io.files import folder_lock, stall, umask
+from eagle3conv.io.progress import Progress
+from eagle3conv.io.files import folder_lock, stall, umask, write_json_file
+from eagle3conv.io.safetensors import header_layout, pwrite_all
 from eagle3conv.errors import FolderBusyError, JournalError, UsageError, WriteError
 
 JOURNAL = ".eagle3conv-journal.json"
@@ -65,7 +66,6 @@ STAGING = ".eagle3conv-staging"
 BACKUP = ".eagle3conv-backup"
 CHUNK = int(os.environ.get("EAGLE3CONV_CHUNK_BYTES", 2 << 20))  # cache-sized: the proof re-reads it while hot
 
-Progress = Callable[[int], None]
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
 _memcmp = _libc.memcmp
@@ -87,6 +87,12 @@ class _Steps:
 
 
 _step = _Steps()
+
+
+def count_step() -> None:
+    """One filesystem step of a write: ``EAGLE3CONV_KILL_AT_STEP=N`` SIGKILLs the process at
+    the N-th (the crash tests); ``config`` counts one before replacing config.json."""
+    _step()
 
 
 def steps_taken() -> int:
@@ -147,28 +153,14 @@ def plan_shards(plan: Plan, max_shard_size: int | None = None) -> list[tuple[str
 def _layout(outputs: list[Output]) -> tuple[bytes, list[tuple[Output, int]]]:
     """Header bytes and each tensor's data offset. Largest items first keeps every tensor aligned."""
     ordered = sorted(outputs, key=lambda o: (-dtypes.itemsize(o.dtype), o.name))
-    header: dict = {"__metadata__": {"format": "pt"}}
-    pos = 0
-    placed = []
-    for o in ordered:
-        header[o.name] = {"dtype": o.dtype, "shape": list(o.shape), "data_offsets": [pos, pos + o.nbytes]}
-        placed.append((o, pos))
-        pos += o.nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    return struct.pack("<Q", len(raw)) + raw, placed
+    header, offsets = header_layout(((o.name, o.dtype, o.shape) for o in ordered), {"format": "pt"})
+    return header, [(o, pos) for o, (pos, _) in zip(ordered, offsets, strict=True)]
 
 
 # --- byte movers ------------------------------------------------------------------------
 
 def _pwrite_all(fd: int, data, offset: int) -> None:
-    mv = memoryview(data).cast("B")
-    while mv:
-        n = os.pwrite(fd, mv[:CHUNK], offset)
-        if n <= 0:
-            raise OSError("short write")
-        mv, offset = mv[n:], offset + n
-        _step()
+    pwrite_all(fd, data, offset, chunk=CHUNK, after_chunk=_step)
 
 
 class _Mover:
@@ -181,12 +173,14 @@ class _Mover:
     ``cp``'s, and memory use is two chunk buffers whatever the checkpoint's size.
     """
 
-    def __init__(self, progress: Progress | None):
+    def __init__(self, progress: Progress | None, total: int | None = None):
         self.buf = bytearray(CHUNK)
         self.back = bytearray(CHUNK)
         self._pa = ctypes.addressof((ctypes.c_char * CHUNK).from_buffer(self.buf))
         self._pb = ctypes.addressof((ctypes.c_char * CHUNK).from_buffer(self.back))
         self.progress = progress
+        self.done = 0  # bytes written and proven, for progress("write", done, total)
+        self.total = total
         self.errors: list[str] = []
         self.kernel_copy = hasattr(os, "copy_file_range")
 
@@ -223,8 +217,7 @@ class _Mover:
             if not self._prove(chk_fd, mv[:done], dst_off, name):
                 return
             src_off, dst_off, count = src_off + done, dst_off + done, count - done
-            if self.progress:
-                self.progress(done)
+            self._advance(done)
 
     def write(self, chunks, dst_fd: int, chk_fd: int, dst_off: int, name: str) -> None:
         for whole in chunks:
@@ -235,8 +228,12 @@ class _Mover:
                 if not self._prove(chk_fd, chunk, dst_off, name):
                     return
                 dst_off += len(chunk)
-                if self.progress:
-                    self.progress(len(chunk))
+                self._advance(len(chunk))
+
+    def _advance(self, n: int) -> None:
+        self.done += n
+        if self.progress:
+            self.progress("write", self.done, self.total)
 
 
 def _expected_chunks(index: CheckpointIndex, o: Output):
@@ -292,14 +289,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _write_json(path: Path, data: dict, durable: bool = True) -> None:
-    raw = (json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        _pwrite_all(fd, raw, 0)
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_json_file(path, data, durable=durable)
     _step()
 
 
@@ -316,7 +306,7 @@ def write_checkpoint(plan: Plan, folder: Path, *, max_shard_size: int | None = N
     # before a byte is written): a tokenizer.json linking to a stored token is refused by name
     copies = [safe_member(index.root, p) for p in index.other_files] if copy_other else []
     shards = plan_shards(plan, max_shard_size)
-    mover = _Mover(progress)
+    mover = _Mover(progress, sum(o.nbytes for _, outs in shards for o in outs))
     written: list[str] = []
     total = 0
     src_fds: dict[Path, int] = {}

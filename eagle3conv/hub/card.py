@@ -132,9 +132,9 @@ class CardFacts:
 def _target_layers(target: str | None, config: Mapping) -> int | None:
     if target:
         try:
-            from eagle3conv.spec.targets import load_target
+            from eagle3conv.spec.targets import get_target
 
-            return load_target(target).num_hidden_layers
+            return get_target(target).num_hidden_layers
         except Exception:  # noqa: BLE001 - an unknown target just means no layer count
             pass
     spec = config.get("speculators_config") or {}
@@ -149,9 +149,9 @@ def _hub_id(target: str | None) -> str | None:
     if not target:
         return target
     try:
-        from eagle3conv.spec.targets import load_target
+        from eagle3conv.spec.targets import get_target
 
-        return load_target(target).hf_repo or target
+        return get_target(target).hf_repo or target
     except Exception:  # noqa: BLE001 - not a profile: keep what the user or trainer wrote
         return target
 

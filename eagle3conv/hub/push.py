@@ -52,6 +52,7 @@ from pathlib import Path
 
 from eagle3conv.io.files import atomic_write_text
 from eagle3conv.checkpoint.links import following, present, safe_member
+from eagle3conv.io.progress import Progress
 from eagle3conv.errors import (
     Eagle3ConvError,
     InvalidCheckpointError,
@@ -61,7 +62,6 @@ from eagle3conv.errors import (
 )
 from eagle3conv.hub.card import Check, gather_facts, render_card
 
-logger = logging.getLogger(__name__)
 
 PUSH_RECORD = "eagle3conv-push.json"
 PUSH_RECORD_FORMAT = "eagle3conv-push"
@@ -99,7 +99,6 @@ DEFAULT_TIMEOUT = 60.0
 RETRIES = 2
 
 Gate = Callable[[Path], Iterable[Check]]
-Progress = Callable[[str], None]
 
 
 # --------------------------------------------------------------------------- results
@@ -441,7 +440,7 @@ def _bounded_requests(timeout: float | None):
         set_client_factory(previous)
 
 
-def _again(step: Callable, say: Progress, retries: int = RETRIES):
+def _again(step: Callable, say: Callable[[str], None], retries: int = RETRIES):
     """Run an idempotent request step; after a timeout or a failed connection try it again
     (at most ``retries`` times, 1 s then 2 s apart). Other errors go through at once."""
     import httpx2
@@ -534,7 +533,10 @@ def _push(
     ``follow_symlinks``; links followed are listed in ``PushResult.followed_symlinks``.
     ``timeout`` bounds each request to the Hub (seconds; None: no bound, as huggingface_hub).
     """
-    say = progress or (lambda message: None)
+    def say(message: str) -> None:  # a step with nothing to count (see eagle3conv.io.progress)
+        if progress:
+            progress(message, 0, None)
+
     root = Path(path).expanduser()
     if root.is_file():
         root = root.parent

@@ -27,11 +27,26 @@ FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2"})
 INT_DTYPES = frozenset({"U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64"})
 
 # what users type for --dtype
-USER_DTYPES = {"bf16": "BF16", "bfloat16": "BF16", "fp16": "F16", "float16": "F16", "fp32": "F32", "float32": "F32"}
+USER_DTYPES = {"bf16": "BF16", "bfloat16": "BF16", "fp16": "F16", "float16": "F16", "half": "F16",
+               "fp32": "F32", "float32": "F32", "float": "F32"}
 
 
 def itemsize(dtype: str) -> int:
     return DTYPES[dtype][0]
+
+
+def torch_name(dtype: str) -> str:
+    """The torch (and config.json ``torch_dtype``) spelling: ``BF16`` -> ``bfloat16``."""
+    return DTYPES[dtype][2]
+
+
+def storage_view(dtype: str) -> tuple[np.dtype, str | None]:
+    """A numpy dtype to map the raw bytes with, and the torch dtype name to view them as
+    afterwards (None when numpy's own dtype is the right one): ``BF16`` -> (uint16, "bfloat16")."""
+    np_dtype = DTYPES[dtype][1]
+    if np_dtype is not None:
+        return np_dtype, None
+    return np.dtype(f"u{itemsize(dtype)}"), torch_name(dtype)
 
 
 def numpy_dtype(dtype: str) -> np.dtype:

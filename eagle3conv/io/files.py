@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import fcntl
 import glob
+import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,29 +20,64 @@ def umask() -> int:
     return old
 
 
-def atomic_write_text(path: str | os.PathLike, text: str, *, durable: bool = True) -> Path:
+def atomic_write_text(path: str | os.PathLike, text: str, *, durable: bool = True, mode: int | None = None,
+                      before_replace: Callable[[], None] | None = None) -> Path:
     """Write ``text`` to ``path`` through a temporary file in the same folder and a
     rename: readers see the old file or the new one, never half of one. The file
-    gets the mode any new file would (``0666 & ~umask``; mkstemp alone gives 0600).
-    ``durable`` fsyncs before the rename. Raises :class:`OSError`; the temporary
-    file never outlives a failure, and one a killed writer left is removed by the
-    next write of the same file."""
+    gets ``mode``, else the mode any new file would (``0666 & ~umask``; mkstemp alone
+    gives 0600). ``durable`` fsyncs before the rename. Raises :class:`OSError`; the
+    temporary file never outlives a failure, and one a killed writer left is removed
+    by the next write of the same file. ``before_replace`` runs once the temporary file
+    is complete, just before the rename (the crash tests count a step there)."""
     p = Path(path)
     remove_stale_temps(p)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # marks the temp as live (see remove_stale_temps)
-        os.fchmod(fd, 0o666 & ~umask())
+        os.fchmod(fd, (0o666 & ~umask()) if mode is None else mode)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return p
+
+
+def json_text(data: object) -> str:
+    """The one JSON spelling of files eagle3conv writes: indent 2, no NaN/Infinity, newline-terminated."""
+    return json.dumps(data, indent=2, allow_nan=False) + "\n"
+
+
+def atomic_write_json(path: str | os.PathLike, data: object, *, durable: bool = True,
+                      mode: int | None = None, before_replace: Callable[[], None] | None = None) -> Path:
+    """:func:`atomic_write_text` of :func:`json_text` (raises ValueError for NaN/Infinity
+    before anything is written)."""
+    return atomic_write_text(path, json_text(data), durable=durable, mode=mode, before_replace=before_replace)
+
+
+def write_json_file(path: str | os.PathLike, data: object, *, durable: bool = True) -> None:
+    """Write :func:`json_text` into ``path`` directly (created or truncated), then fsync
+    it when ``durable``. For files nobody reads until the writer is done with them: a
+    journal, or a file in a staging folder that is renamed into place as a whole."""
+    raw = json_text(data).encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(raw)
+        while view:
+            n = os.write(fd, view)
+            if n <= 0:
+                raise OSError("short write")
+            view = view[n:]
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # --- folder locks ---------------------------------------------------------------------------

@@ -53,6 +53,7 @@ from eagle3conv.findings import (
     STATE_WIDTH,
     Finding,
 )
+from eagle3conv.model.ops import apply_rope, rms_norm, rope_inv_freq
 
 __all__ = [
     "DraftChain",
@@ -66,19 +67,18 @@ __all__ = [
     "smoke_test",
 ]
 
-_SUPPORTED_ROPE = ("default", "linear", "llama3", "yarn")
 _MAX_LISTED = 20  # offending keys named in an error message before "... and N more"
 
 
 # --------------------------------------------------------------------------- config
 
 
-def _flag(config: Mapping[str, Any], name: str) -> bool:
+def config_flag(config: Mapping[str, Any], name: str) -> bool:
     """A boolean drafter option (:func:`eagle3conv.spec.drafter.flag`)."""
     return flag(config, name)
 
 
-def _require(config: Mapping[str, Any], name: str) -> int:
+def require_int(config: Mapping[str, Any], name: str) -> int:
     value = config.get(name)
     if value is None:
         raise InvalidCheckpointError(f"config.json: required field {name!r} is missing")
@@ -128,8 +128,8 @@ class DrafterConfig:
         The config is read once, by :meth:`DrafterSpec.from_config`; ``architecture`` is the
         canonical table the loader holds the tensors to ("llama", or "mla" for the MLA class)."""
         spec = DrafterSpec.from_config(config, architecture=architecture)
-        hidden = _require(config, "hidden_size")
-        heads = _require(config, "num_attention_heads")
+        hidden = require_int(config, "hidden_size")
+        heads = require_int(config, "num_attention_heads")
         layers = spec.num_hidden_layers
         if layers != 1:
             raise InvalidCheckpointError(
@@ -147,8 +147,8 @@ class DrafterConfig:
                 "config.json: norm_before_fc (one RMSNorm over the concatenated aux states) is "
                 "not part of SGLang's LlamaForCausalLMEagle3 and is not supported here"
             )
-        _require(config, "vocab_size")
-        _require(config, "intermediate_size")
+        require_int(config, "vocab_size")
+        require_int(config, "intermediate_size")
         num_aux = spec.k or 3
         spec = spec.with_(k=num_aux)
         return cls(
@@ -178,7 +178,7 @@ def expected_shapes(config: Mapping[str, Any] | DrafterConfig) -> dict[str, tupl
 
     From mappings/canonical.json (:func:`eagle3conv.spec.canonical.expected`). Optional tensors
     (``t2d``, ``embed_tokens.weight``, and ``d2t`` when the draft vocab is the full vocab) are
-    included; :class:`Eagle3Drafter` tells them apart (:func:`_optional_keys`).
+    included; :class:`Eagle3Drafter` tells them apart (:func:`optional_keys`).
     """
     c = config if isinstance(config, DrafterConfig) else DrafterConfig.from_config(config)
     return _shapes(c.expected())
@@ -195,12 +195,12 @@ def _shapes(table: Mapping[str, ExpectedTensor]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _optional_keys(c: DrafterConfig) -> set[str]:
+def optional_keys(c: DrafterConfig) -> set[str]:
     """The expected tensors the loader does not require (canonical.json's ``required``)."""
     return {name for name, e in c.expected().items() if not e.required}
 
 
-def _check_tensors(
+def check_tensors(
     state_dict: Mapping[str, Tensor],
     shapes: Mapping[str, tuple[int, ...]],
     optional: set[str],
@@ -263,66 +263,6 @@ def _check_vocab_maps(vocab_size: int, state_dict: Mapping[str, Tensor]) -> None
         raise InvalidCheckpointError("bad vocab map: " + "; ".join(problems), details=problems)
 
 
-# --------------------------------------------------------------------------- rope
-
-
-def _rope_inv_freq(config: Mapping[str, Any], c: DrafterConfig) -> tuple[Tensor, float]:
-    """Inverse frequencies and cos/sin scale, via transformers' ROPE_INIT_FUNCTIONS.
-
-    Accepts old (``rope_theta`` + ``rope_scaling``) and new (``rope_parameters``)
-    spellings; transformers' LlamaConfig standardizes them. Qwen2.5-VL style
-    ``mrope_section`` falls back to default RoPE, as SGLang does.
-    """
-    scaling0 = config.get("rope_scaling") or config.get("rope_parameters") or {}
-    if isinstance(scaling0, Mapping) and "mrope_section" not in scaling0 and \
-            scaling0.get("rope_type", scaling0.get("type", "default")) == "default":
-        # plain RoPE: no need to import transformers (seconds of start-up)
-        theta = float(scaling0.get("rope_theta") or config.get("rope_theta") or 10000.0)
-        exponent = torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim
-        return 1.0 / (theta ** exponent), 1.0
-    from transformers import LlamaConfig
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    rope_keys = ("rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings")
-    kwargs = {k: config[k] for k in rope_keys if config.get(k) is not None}
-    scaling = kwargs.get("rope_scaling") or kwargs.get("rope_parameters") or {}
-    if "mrope_section" in scaling:
-        theta = scaling.get("rope_theta", kwargs.get("rope_theta", 10000.0))
-        kwargs = {"rope_theta": theta}
-    try:
-        cfg = LlamaConfig(
-            hidden_size=c.hidden_size,
-            num_attention_heads=c.num_heads,
-            num_key_value_heads=c.num_kv_heads,
-            head_dim=c.head_dim,
-            **kwargs,
-        )
-        params: dict[str, Any] = dict(cfg.rope_parameters or {})
-        rope_type = params.get("rope_type", "default")
-        if rope_type not in _SUPPORTED_ROPE:
-            raise InvalidCheckpointError(
-                f"config.json: rope type {rope_type!r} is not supported "
-                f"(supported: {', '.join(_SUPPORTED_ROPE)})"
-            )
-        if rope_type == "default":
-            exponent = torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim
-            return 1.0 / (float(params["rope_theta"]) ** exponent), 1.0
-        inv_freq, scale = ROPE_INIT_FUNCTIONS[rope_type](cfg, device=torch.device("cpu"))
-        return inv_freq.float(), float(scale)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidCheckpointError(f"config.json: cannot build RoPE: {exc}") from exc
-
-
-def _rotate_half(x: Tensor) -> Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def _apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x: [B, heads, S, hd]; cos/sin: [S, hd] in x's dtype."""
-    return x * cos + _rotate_half(x) * sin
-
-
 # --------------------------------------------------------------------------- outputs
 
 
@@ -377,17 +317,6 @@ class DraftChain:
 
 
 # --------------------------------------------------------------------------- drafter
-
-
-def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """LlamaRMSNorm: normalize in fp32, cast back, then scale by the weight.
-
-    ``F.rms_norm`` computes the normalization in fp32 and returns x's dtype: on
-    CPU it equals the spelled-out formula bit for bit; on CUDA it is one fused
-    kernel (bench/README.md: 0.7056 -> 0.755 of matmul throughput for a
-    Kimi-size drafter), like the fused norm SGLang itself runs.
-    """
-    return weight * F.rms_norm(x, (x.shape[-1],), eps=eps)
 
 
 class Eagle3Drafter:
@@ -498,7 +427,7 @@ class Eagle3Drafter:
         return DrafterConfig.from_config(config)
 
     def _check_state(self, state_dict: Mapping[str, Tensor], c: DrafterConfig) -> None:
-        _check_tensors(state_dict, expected_shapes(c), _optional_keys(c), "drafter checkpoint")
+        check_tensors(state_dict, expected_shapes(c), optional_keys(c), "drafter checkpoint")
 
     def _load_attention(self, w: Any) -> None:
         p = "midlayer.self_attn."
@@ -511,7 +440,7 @@ class Eagle3Drafter:
         )
 
     def _init_rope(self, config: Mapping[str, Any]) -> None:
-        inv_freq, self._rope_scale = _rope_inv_freq(config, self.config)
+        inv_freq, self._rope_scale = rope_inv_freq(config, self.config)
         self._inv_freq = inv_freq.to(self.device)
 
     # ------------------------------------------------------------------ pieces
@@ -530,7 +459,7 @@ class Eagle3Drafter:
             chunks = hidden.chunk(self.config.num_aux, dim=-1)
             hidden = torch.cat(
                 [
-                    _rms_norm(x, wt, self.config.rms_norm_eps)
+                    rms_norm(x, wt, self.config.rms_norm_eps)
                     for x, wt in zip(chunks, self.fc_norm, strict=True)
                 ],
                 dim=-1,
@@ -558,17 +487,17 @@ class Eagle3Drafter:
         """Residual, then RoPE'd q [B,nh,S,hd] and k, v [B,nkv,S,hd] from cat(embeds, hidden)."""
         c = self.config
         eps = c.rms_norm_eps
-        normed_g = _rms_norm(g, self.hidden_norm, eps)
+        normed_g = rms_norm(g, self.hidden_norm, eps)
         residual = normed_g if c.norm_before_residual else g
         embeds = F.embedding(input_ids.to(self.device), self.embed_tokens)
-        x = torch.cat((_rms_norm(embeds, self.input_layernorm, eps), normed_g), dim=-1)
+        x = torch.cat((rms_norm(embeds, self.input_layernorm, eps), normed_g), dim=-1)
         b, s, _ = x.shape
         q = F.linear(x, self.q_proj, self.q_bias).view(b, s, c.num_heads, c.head_dim).transpose(1, 2)
         k = F.linear(x, self.k_proj, self.k_bias).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
         v = F.linear(x, self.v_proj, self.v_bias).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
         positions = torch.arange(position_offset, position_offset + s, device=self.device)
         cos, sin = self._rope(positions)
-        return residual, _apply_rope(q, cos, sin), _apply_rope(k, cos, sin), v
+        return residual, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def _finish(self, residual: Tensor, attn: Tensor) -> StepOutput:
         """o_proj + residual, SwiGLU MLP + residual, head, d2t."""
@@ -576,12 +505,12 @@ class Eagle3Drafter:
         b, _, s, _ = attn.shape
         attn = attn.transpose(1, 2).reshape(b, s, -1)  # num_heads * value head dim
         h = residual + F.linear(attn, self.o_proj)
-        x = _rms_norm(h, self.post_attention_layernorm, c.rms_norm_eps)
+        x = rms_norm(h, self.post_attention_layernorm, c.rms_norm_eps)
         mlp = F.linear(
             self._act(F.linear(x, self.gate_proj)) * F.linear(x, self.up_proj), self.down_proj
         )
         h = h + mlp
-        normed = _rms_norm(h, self.norm, c.rms_norm_eps)
+        normed = rms_norm(h, self.norm, c.rms_norm_eps)
         logits = F.linear(normed, self.lm_head)
         draft_ids = logits.argmax(dim=-1)
         return StepOutput(
@@ -592,7 +521,8 @@ class Eagle3Drafter:
         )
 
     @property
-    def _gqa(self) -> bool:
+    def gqa(self) -> bool:
+        """Grouped-query attention: fewer key/value heads than query heads."""
         return self.config.num_kv_heads != self.config.num_heads
 
     # ------------------------------------------------------------------ public
@@ -616,11 +546,40 @@ class Eagle3Drafter:
         g = self._input_state(hidden)
         residual, q, k, v = self._qkv(g, input_ids, position_offset)
         attn = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, enable_gqa=self._gqa, scale=self._attn_scale
+            q, k, v, is_causal=True, enable_gqa=self.gqa, scale=self._attn_scale
         )
         return self._finish(residual, attn)
 
     __call__ = forward
+
+    # One step in pieces, for tests and benchmarks that put their own attention
+    # between the two halves: ``finish(residual, attn(q, k, v))`` is ``forward``.
+
+    def rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos/sin ``[S, rope dim]`` for integer positions, in the drafter's dtype."""
+        return self._rope(positions)
+
+    @property
+    def rope_scale(self) -> float:
+        """The factor cos/sin are multiplied by (yarn's attention factor; 1.0 for plain RoPE)."""
+        return self._rope_scale
+
+    def attention_inputs(
+        self, hidden: Tensor, input_ids: Tensor, *, position_offset: int = 0
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The first half of :meth:`forward`: residual, then RoPE'd q ``[B,nh,S,d]``, k and v.
+
+        ``hidden`` is ``[B, S, k*T]`` aux states (``fc`` applied) or ``[B, S, H]`` the
+        drafter's own state, as in :meth:`forward`.
+        """
+        return self._qkv(self._input_state(hidden), input_ids, position_offset)
+
+    def finish(self, residual: Tensor, attn: Tensor) -> StepOutput:
+        """The second half of :meth:`forward`: o_proj + residual, MLP, head, d2t.
+
+        ``attn`` is the attention output ``[B, heads, S, value head dim]``.
+        """
+        return self._finish(residual, attn)
 
     @torch.inference_mode()
     def draft_chain(
@@ -700,10 +659,10 @@ class Eagle3Drafter:
             values.append(v)
             if step == 0:
                 attn = F.scaled_dot_product_attention(
-                    q, k, v, is_causal=True, enable_gqa=self._gqa, scale=self._attn_scale
+                    q, k, v, is_causal=True, enable_gqa=self.gqa, scale=self._attn_scale
                 )
             else:
-                attn = self._ttt_attention(q, keys, values, chunk_size)
+                attn = self.ttt_attention(q, keys, values, chunk_size)
             out = self._finish(residual, attn)
             target_ids.append(out.target_ids)
             if return_logits:
@@ -716,7 +675,7 @@ class Eagle3Drafter:
             logits=torch.stack(all_logits) if return_logits else None,
         )
 
-    def _ttt_attention(
+    def ttt_attention(
         self, q: Tensor, keys: list[Tensor], values: list[Tensor], chunk_size: int
     ) -> Tensor:
         """Query t attends keys[0][:t+1] (causal) and keys[j][t] for j >= 1 (diagonal).
@@ -744,7 +703,7 @@ class Eagle3Drafter:
                 dim=1,
             )
             out[:, :, a:b] = F.scaled_dot_product_attention(
-                q[:, :, a:b], k, v, attn_mask=mask, enable_gqa=self._gqa, scale=self._attn_scale
+                q[:, :, a:b], k, v, attn_mask=mask, enable_gqa=self.gqa, scale=self._attn_scale
             )
         return out
 
@@ -851,7 +810,7 @@ def expected_mla_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]
         )
     for name in ("hidden_size", "num_attention_heads", "kv_lora_rank", "qk_nope_head_dim",
                  "qk_rope_head_dim", "v_head_dim", "intermediate_size", "vocab_size"):
-        _require(config, name)
+        require_int(config, name)
     return _shapes(_mla_table(config))
 
 
@@ -871,5 +830,5 @@ def check_mla_shapes(config: Mapping[str, Any], state_dict: Mapping[str, Tensor]
     shapes = expected_mla_shapes(config)
     vocab = int(config["vocab_size"])
     optional = {name for name, e in _mla_table(config).items() if not e.required}
-    _check_tensors(state_dict, shapes, optional, "MLA drafter checkpoint")
+    check_tensors(state_dict, shapes, optional, "MLA drafter checkpoint")
     _check_vocab_maps(vocab, state_dict)

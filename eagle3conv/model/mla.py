@@ -39,11 +39,11 @@ from eagle3conv.spec.drafter import flag
 from eagle3conv.model.drafter import (
     DrafterConfig,
     Eagle3Drafter,
-    _check_tensors,
-    _require,
-    _rms_norm,
+    check_tensors,
     expected_shapes,
+    require_int,
 )
+from eagle3conv.model.ops import rms_norm
 
 __all__ = [
     "MLAConfig",
@@ -89,14 +89,14 @@ class MLAConfig(DrafterConfig):
         # head_dim is meaningless for MLA, so give the base parser a harmless one.
         base = DrafterConfig.from_config({**config, "head_dim": 1}, architecture="mla")
         spec = base.spec  # the config as eagle3conv.spec.drafter read it, MLA dims included
-        nope = _require(config, "qk_nope_head_dim")
-        rope = _require(config, "qk_rope_head_dim")
+        nope = require_int(config, "qk_nope_head_dim")
+        rope = require_int(config, "qk_rope_head_dim")
         if rope % 2:
             raise InvalidCheckpointError(
                 f"config.json: qk_rope_head_dim is {rope}; RoPE needs an even number of dims"
             )
-        _require(config, "kv_lora_rank")
-        _require(config, "v_head_dim")
+        require_int(config, "kv_lora_rank")
+        require_int(config, "v_head_dim")
         values = {f.name: getattr(base, f.name) for f in fields(base)}
         values.update(head_dim=nope + rope, num_kv_heads=base.num_heads)
         return cls(
@@ -272,7 +272,7 @@ class Eagle3MLADrafter(Eagle3Drafter):
     def _check_state(self, state_dict: Mapping[str, Tensor], c: DrafterConfig) -> None:
         assert isinstance(c, MLAConfig)
         try:
-            _check_tensors(
+            check_tensors(
                 state_dict,
                 expected_mla_tensors(c),
                 {name for name, e in c.expected().items() if not e.required},
@@ -328,21 +328,21 @@ class Eagle3MLADrafter(Eagle3Drafter):
         """Residual, q and k ``[B, nh, S, nope+rope]``, v ``[B, nh, S, v_head_dim]``."""
         c = self.config
         eps = c.rms_norm_eps
-        normed_g = _rms_norm(g, self.hidden_norm, eps)
+        normed_g = rms_norm(g, self.hidden_norm, eps)
         residual = normed_g if c.norm_before_residual else g
         embeds = F.embedding(input_ids.to(self.device), self.embed_tokens)
-        x = torch.cat((_rms_norm(embeds, self.input_layernorm, eps), normed_g), dim=-1)
+        x = torch.cat((rms_norm(embeds, self.input_layernorm, eps), normed_g), dim=-1)
         b, s, _ = x.shape
         nh, nope, rope = c.num_heads, c.qk_nope_head_dim, c.qk_rope_head_dim
         if self.q_proj is not None:
             q = F.linear(x, self.q_proj)
         else:
-            c_q = _rms_norm(F.linear(x, self.q_a_proj), self.q_a_layernorm, eps)
+            c_q = rms_norm(F.linear(x, self.q_a_proj), self.q_a_layernorm, eps)
             q = F.linear(c_q, self.q_b_proj)
         q = q.view(b, s, nh, nope + rope).transpose(1, 2)
         q_nope, q_pe = q.split([nope, rope], dim=-1)
         c_kv, k_pe = F.linear(x, self.kv_a_proj_with_mqa).split([c.kv_lora_rank, rope], dim=-1)
-        kv = F.linear(_rms_norm(c_kv, self.kv_a_layernorm, eps), self.kv_b_proj)
+        kv = F.linear(rms_norm(c_kv, self.kv_a_layernorm, eps), self.kv_b_proj)
         kv = kv.view(b, s, nh, nope + c.v_head_dim).transpose(1, 2)
         k_nope, v = kv.split([nope, c.v_head_dim], dim=-1)
         positions = torch.arange(position_offset, position_offset + s, device=self.device)

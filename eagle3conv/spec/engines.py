@@ -495,7 +495,9 @@ def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine
 
 
 @cache
-def _load_all(folder: Path) -> tuple[Mapping[str, Family], Mapping[str, Engine], Mapping[str, str]]:
+def load_rules_folder(folder: Path) -> tuple[Mapping[str, Family], Mapping[str, Engine], Mapping[str, str]]:
+    """Families, engines by name, and lowercased name/alias -> engine name, from a folder of
+    rule files (cached per folder)."""
     families = load_families_file(folder / f"{FAMILIES_FILE}.json")
     engines: dict[str, Engine] = {}
     names: dict[str, str] = {}
@@ -509,7 +511,7 @@ def _load_all(folder: Path) -> tuple[Mapping[str, Family], Mapping[str, Engine],
 
 
 def _data() -> tuple[Mapping[str, Family], Mapping[str, Engine], Mapping[str, str]]:
-    return _load_all(data_path("engines"))
+    return load_rules_folder(data_path("engines"))
 
 
 def families() -> Mapping[str, Family]:

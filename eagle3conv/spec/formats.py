@@ -218,7 +218,8 @@ def get_format(name: str) -> Format:
 
 # --- detection -------------------------------------------------------------------
 
-def _eval(cond: dict, ctx: "DetectContext") -> tuple[bool, str]:
+def evaluate_condition(cond: dict, ctx: "DetectContext") -> tuple[bool, str]:
+    """One detection condition ``{kind: arg}``: whether it holds, and why in words."""
     (kind, arg), = cond.items()
     if kind == "any_key_prefix":
         hits = [p for p in arg if any(k.startswith(p) for k in ctx.keys)]
@@ -241,7 +242,7 @@ def _eval(cond: dict, ctx: "DetectContext") -> tuple[bool, str]:
     if kind == "file_exists":
         return (ctx.root / arg).exists(), f"{arg} is present"
     if kind == "any_of":
-        results = [_eval(c, ctx) for c in arg]
+        results = [evaluate_condition(c, ctx) for c in arg]
         ok = [why for hit, why in results if hit]
         return bool(ok), (ok[0] if ok else " or ".join(why for _, why in results))
     raise AssertionError(kind)
@@ -261,7 +262,7 @@ def detect(ctx: DetectContext) -> list[FormatMatch]:
     formats, _ = load_formats()
     found = []
     for fmt in formats.values():
-        results = [_eval(c, ctx) for c in fmt.detect["all"]]
+        results = [evaluate_condition(c, ctx) for c in fmt.detect["all"]]
         if all(hit for hit, _ in results):
             found.append(FormatMatch(fmt, tuple(why for _, why in results)))
     found.sort(key=lambda m: (-m.format.priority, m.format.name))

@@ -203,7 +203,9 @@ def _keys_of(profile: TargetProfile) -> list[str]:
 
 
 @cache
-def _index(folder: Path) -> tuple[tuple[TargetProfile, ...], Mapping[str, TargetProfile]]:
+def index_targets(folder: Path) -> tuple[tuple[TargetProfile, ...], Mapping[str, TargetProfile]]:
+    """The profiles of a folder of target files, and each lowercased name/alias/repo -> profile;
+    a key two profiles claim raises MappingFileError. Cached per folder."""
     profiles = tuple(
         load_target_file(p) for p in sorted(folder.glob("*.json"), key=lambda p: p.stem)
     )
@@ -225,7 +227,7 @@ def _targets_folder() -> Path:
 
 def list_targets() -> tuple[TargetProfile, ...]:
     """Every built-in profile, sorted by name."""
-    return _index(_targets_folder())[0]
+    return index_targets(_targets_folder())[0]
 
 
 def target_names() -> tuple[str, ...]:
@@ -233,9 +235,9 @@ def target_names() -> tuple[str, ...]:
     return tuple(p.name for p in list_targets())
 
 
-def load_target(name_or_alias: str) -> TargetProfile:
+def get_target(name_or_alias: str) -> TargetProfile:
     """A built-in profile by name, alias or Hugging Face repo id (case-insensitive)."""
-    found = _index(_targets_folder())[1].get(name_or_alias.strip().lower())
+    found = index_targets(_targets_folder())[1].get(name_or_alias.strip().lower())
     if found is None:
         raise UsageError(
             f"unknown target '{name_or_alias}'; known targets: {', '.join(target_names())}",

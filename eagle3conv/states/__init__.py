@@ -13,8 +13,8 @@ _EXPORTS = {
     "SpecForgeStates": "readers",
     "capture_states": "capture", "read_prompts": "capture", "Prompt": "capture",
     "CaptureResult": "capture",
-    "load_target": "target_model", "LoadedTarget": "target_model",
-    "smollm2_gguf_path": "target_model", "BUILTIN_TARGETS": "target_model",
+    "load_target_model": "target_model", "LoadedTarget": "target_model",
+    "smollm2_gguf_path": "target_model", "CAPTURE_TARGETS": "target_model",
 }
 
 

@@ -31,20 +31,20 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3conv.errors import CheckpointReadError, UsageError
-from eagle3conv.states.format import StatesWriter, resolve_dtype
+from eagle3conv.io.devices import resolve_dtype
+from eagle3conv.io.progress import Progress  # stage "generate" or "forward"; counts are sequences
+from eagle3conv.states.format import StatesWriter
 from eagle3conv.spec.layers import EMBEDDING, LayerRef
 
 if TYPE_CHECKING:
     from torch import Tensor
 
-Progress = Callable[[str, int, int], None]
-"""``progress(stage, done, total)``; stage is ``"generate"`` or ``"forward"``, counts are sequences."""
 
 LAST_LAYER_SOURCE = "forward hook on the last decoder layer (pre-norm)"
 
@@ -277,7 +277,7 @@ def capture_states(
                          ("generate_tokens", generate_tokens, 0)):
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise UsageError(f"{name} must be an integer >= {low}, got {v!r}")
-    store_dtype = resolve_dtype(dtype)
+    store_dtype = resolve_dtype(dtype, what="states dtype")
     items = [Prompt.of(p, f"prompt {i}") for i, p in enumerate(prompts)]
     if not items:
         raise UsageError("no prompts to capture")

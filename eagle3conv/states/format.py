@@ -83,10 +83,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3conv.errors import CheckpointReadError, UsageError, WiringError, WriteError
+from eagle3conv.io import dtypes
+from eagle3conv.io.devices import FLOAT_CHOICES, resolve_dtype
+from eagle3conv.io.files import remove_stale_temps, umask
+from eagle3conv.io.safetensors import header_layout, pwrite_all
 from eagle3conv.spec.layers import EMBEDDING, LayerRef, LayerSet, describe
 
 if TYPE_CHECKING:
-    import torch
     from torch import Tensor
 
 STATES_FORMAT = "eagle3conv-states"
@@ -99,11 +102,9 @@ _TOKEN_KEYS = ("input_ids", "target_next")
 _MASK_KEYS = ("attention_mask", "loss_mask")
 _META_REQUIRED = ("format", "version", "target", "num_layers", "hidden_size", "vocab_size", "layers", "capture")
 
-# safetensors dtype names <-> torch dtypes (only the ones this format uses)
-_FLOAT_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
-_MASK_DTYPES = {"BOOL": "bool", "I8": "int8", "U8": "uint8"}
-DTYPE_NAMES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
-               "half": "float16", "fp32": "float32", "float32": "float32", "float": "float32"}
+# the safetensors dtypes this format allows (eagle3conv.io.dtypes has the names and sizes)
+_FLOAT_DTYPES = FLOAT_CHOICES  # hidden states
+_MASK_DTYPES = ("BOOL", "I8", "U8")
 
 
 def hidden_key(ref: LayerRef | int) -> str:
@@ -112,21 +113,8 @@ def hidden_key(ref: LayerRef | int) -> str:
     return EMBEDDING_KEY if i == -1 else f"{_HIDDEN_PREFIX}{i}"
 
 
-def resolve_dtype(dtype: Any) -> torch.dtype:
-    """``"bf16"``/``"fp16"``/``"fp32"`` (or a torch float dtype) -> torch dtype."""
-    import torch
-
-    if isinstance(dtype, torch.dtype):
-        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise UsageError(f"states dtype must be bf16, fp16 or fp32, got {dtype}")
-        return dtype
-    name = DTYPE_NAMES.get(str(dtype).strip().lower())
-    if name is None:
-        raise UsageError(f"states dtype must be bf16, fp16 or fp32, got {dtype!r}")
-    return getattr(torch, name)
-
-
-def _refs(refs: Iterable[LayerRef | int]) -> LayerSet:
+def as_layer_refs(refs: Iterable[LayerRef | int]) -> LayerSet:
+    """Layer refs from refs or plain ``output_of`` ints, in the given order (not validated)."""
     out = []
     for r in refs:
         out.append(r if isinstance(r, LayerRef) else LayerRef(r))
@@ -225,7 +213,7 @@ class CapturedStates:
     def check_refs(self, refs: Iterable[LayerRef | int]) -> LayerSet:
         """``refs`` as a LayerSet, after checking this source holds every one.
         Raises :class:`WiringError` naming what is missing and what is there."""
-        wanted = _refs(refs)
+        wanted = as_layer_refs(refs)
         if not wanted:
             raise UsageError("name at least one layer to read")
         if len(set(wanted)) != len(wanted):
@@ -260,7 +248,7 @@ class CapturedStates:
         else:
             wanted = self.check_refs(refs)
             out = self._aux_rows(wanted, start, stop)
-        return out if dtype is None else out.to(resolve_dtype(dtype))
+        return out if dtype is None else out.to(resolve_dtype(dtype, what="states dtype"))
 
     def embeddings(self, rows: slice | None = None, *, dtype: Any = None) -> Tensor:
         """The embedding output ``[b, S, T]`` (the drafter embeds the same tokens
@@ -272,7 +260,7 @@ class CapturedStates:
             )
         start, stop = self._rows(rows)
         out = self._embed_rows(start, stop)
-        return out if dtype is None else out.to(resolve_dtype(dtype))
+        return out if dtype is None else out.to(resolve_dtype(dtype, what="states dtype"))
 
     def batches(self, refs: Sequence[LayerRef | int] | None = (), *, batch_size: int = 8,
                 with_embeddings: bool = False, dtype: Any = None) -> Iterator[StatesBatch]:
@@ -524,7 +512,7 @@ class StatesFile(CapturedStates):
                 hidden_dtype = dt
             elif dt != hidden_dtype:
                 raise self._err(name, f"is {dt} but the other hidden states are {hidden_dtype}")
-        self.dtype = getattr(torch, _FLOAT_DTYPES[hidden_dtype])
+        self.dtype = dtypes.torch_dtype(hidden_dtype)
 
         mask = f.get_tensor("attention_mask")
         check_right_padded(mask, str(self.path))
@@ -578,38 +566,6 @@ class StatesFile(CapturedStates):
 # --------------------------------------------------------------------------- writer
 
 
-def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
-    while len(data):
-        n = os.pwrite(fd, data, offset)
-        data = data[n:]
-        offset += n
-
-
-_ST_NAMES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "int64": "I64", "bool": "BOOL"}
-
-
-def _remove_stale_temps(path: Path) -> list[Path]:
-    """Temp files of earlier writers of ``path`` that were killed (nobody holds their lock):
-    a killed capture must not leave gigabytes behind. Live writers' temps are left alone."""
-    removed = []
-    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
-        try:
-            fd = os.open(tmp, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)  # a writer is alive
-            continue
-        try:
-            tmp.unlink(missing_ok=True)
-            removed.append(tmp)
-        finally:
-            os.close(fd)
-    return removed
-
-
 class StatesWriter:
     """Streams a ``states.safetensors`` to disk, batch by batch.
 
@@ -643,12 +599,12 @@ class StatesWriter:
                         ("vocab_size", vocab_size)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise UsageError(f"{name} must be a positive integer, got {v!r}")
-        ids = sorted({r.output_of for r in _refs(layers)} | {-1})
+        ids = sorted({r.output_of for r in as_layer_refs(layers)} | {-1})
         bad = [i for i in ids if i >= num_layers]
         if bad:
             raise UsageError(f"layers {bad} do not exist in a {num_layers}-layer target (0..{num_layers - 1})")
         self.path = Path(path)
-        self.dtype = resolve_dtype(dtype)
+        self.dtype = resolve_dtype(dtype, what="states dtype")
         self.layers = tuple(LayerRef(i) for i in ids)
         self.shape = (num_sequences, seq_len)
         self.hidden_size = hidden_size
@@ -676,35 +632,26 @@ class StatesWriter:
         ]
         if with_loss_mask:
             specs.append(("loss_mask", torch.bool, [b, s]))
-        header: dict[str, Any] = {"__metadata__": meta}
-        self._layout: dict[str, tuple[torch.dtype, list[int], int, int]] = {}
-        offset = 0
-        for name, dt, shape in specs:
-            nbytes = dt.itemsize
-            for d in shape:
-                nbytes *= d
-            header[name] = {"dtype": _ST_NAMES[str(dt).removeprefix("torch.")],
-                            "shape": shape, "data_offsets": [offset, offset + nbytes]}
-            self._layout[name] = (dt, shape, offset, nbytes)
-            offset += nbytes
-        raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
-        raw += b" " * (-len(raw) % 8)
-        self._data_start = 8 + len(raw)
+        entries = [(name, dtypes.from_torch(dt), shape) for name, dt, shape in specs]
+        raw, placed = header_layout(entries, meta)  # in the given order: rows land at fixed offsets
+        self._layout: dict[str, tuple[torch.dtype, list[int], int, int]] = {
+            name: (dt, shape, offset, nbytes) for (name, dt, shape), (offset, nbytes) in zip(specs, placed, strict=True)
+        }
+        offset = sum(nbytes for _, nbytes in placed)
+        self._data_start = len(raw)
         self._total = self._data_start + offset
         self._written: dict[str, list[bool]] = {name: [False] * b for name in self._layout}
         self._fd: int | None = None
         self._tmp: str | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            _remove_stale_temps(self.path)
+            remove_stale_temps(self.path)
             fd, self._tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp",
                                              dir=self.path.parent)
             self._fd = fd
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held while writing: marks the temp as live
-            from eagle3conv.io.files import umask
-
             os.fchmod(fd, 0o666 & ~umask())  # mkstemp makes 0600; honour the user's umask like any file
-            os.pwrite(fd, len(raw).to_bytes(8, "little") + raw, 0)
+            pwrite_all(fd, raw, 0)
             os.ftruncate(fd, self._total)  # sparse until written
         except OSError as e:
             self.abort()
@@ -773,8 +720,7 @@ class StatesWriter:
             row_bytes = t[0].numel() * dt.itemsize if b else 0
             buf = t.detach().cpu().contiguous().view(torch.uint8).numpy()
             try:
-                _pwrite_all(self._fd, memoryview(buf).cast("B"),
-                            self._data_start + offset + start * row_bytes)
+                pwrite_all(self._fd, buf, self._data_start + offset + start * row_bytes)
             except OSError as e:
                 self.abort()
                 raise WriteError(f"{self.path}: writing {name} failed: {e.strerror or e}") from e

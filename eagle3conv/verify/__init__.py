@@ -54,14 +54,14 @@ The package, bottom up (each module imports only those above it)::
 
 from __future__ import annotations
 
-from eagle3conv.verify.evaluate import Candidate, Progress, Score, evaluate
+from eagle3conv.io.progress import Progress
+from eagle3conv.verify.evaluate import Candidate, Score, evaluate
+from eagle3conv.io.devices import resolve_device, resolve_dtype
 from eagle3conv.verify.inputs import (
     build_drafter,
     data_labels,
     load_drafter_weights,
     load_target_embeddings,
-    resolve_device,
-    resolve_dtype,
 )
 from eagle3conv.verify.report import REPORT_FILE, VerifyReport, VerifyResult, WiringFigures
 from eagle3conv.verify.run import smoke, verify

@@ -12,13 +12,12 @@ accept length and their intervals (:mod:`eagle3conv.verify.stats`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from eagle3conv.io.progress import Progress
 from eagle3conv.verify.stats import bootstrap, replay, wilson
 from eagle3conv.spec.layers import LayerSet, describe
 
-Progress = Callable[[int, int], None]
 
 
 @dataclass
@@ -193,7 +192,7 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
         acc["cond_n"].append((prev & full).sum((1, 2)))
         done += take
         if progress:
-            progress(done, total)
+            progress(candidate.name, done, total)
     got = {k: (torch.cat(v, dim=-1).cpu() if k in ("matched", "counted", "chain_acc", "chains")
                else torch.stack(v).sum(0).cpu()) if v else None for k, v in acc.items()}
     matched = got["matched"].tolist() if got["matched"] is not None else [[] for _ in range(steps)]
@@ -219,4 +218,4 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
     return score.finish()
 
 
-__all__ = ["Candidate", "Progress", "Score", "evaluate"]
+__all__ = ["Candidate", "Score", "evaluate"]

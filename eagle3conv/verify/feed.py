@@ -60,9 +60,6 @@ def prefetch(items, depth: int = 2, pin: bool = False):
                 t.join(timeout=0.05)
 
 
-_NUMPY_VIEWS = {"BF16": ("uint16", "bfloat16"), "F16": ("float16", None), "F32": ("float32", None)}
-
-
 def mapped_states(states) -> dict | None:
     """Zero-copy CPU views (``np.memmap``) of every hidden state in an eagle3conv
     states file, by LayerRef; None for other sources. Byte offsets come from the
@@ -72,7 +69,8 @@ def mapped_states(states) -> dict | None:
     import numpy as np
     import torch
 
-    from eagle3conv.checkpoint.index import read_safetensors_header
+    from eagle3conv.io import dtypes
+    from eagle3conv.io.safetensors import read_safetensors_header
     from eagle3conv.states.format import StatesFile, hidden_key
 
     if not isinstance(states, StatesFile):
@@ -82,7 +80,7 @@ def mapped_states(states) -> dict | None:
     out = {}
     for ref in states.layers:
         info = header[hidden_key(ref)]
-        np_dt, view = _NUMPY_VIEWS[info.dtype]
+        np_dt, view = dtypes.storage_view(info.dtype)
         arr = raw[info.start: info.end].view(np_dt).reshape(info.shape)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # read-only map: we only ever read it

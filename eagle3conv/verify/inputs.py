@@ -3,8 +3,6 @@
 * :func:`load_drafter_weights` / :func:`build_drafter`: a fixed (canonical,
   safetensors) drafter folder → :class:`eagle3conv.model.drafter.Eagle3Drafter`,
   and whether it embeds from the captured embedding output.
-* :func:`resolve_device` / :func:`resolve_dtype`: ``--device`` / ``--dtype``
-  checked against this machine (``capture`` uses :func:`resolve_device` too).
 * :func:`load_target_embeddings`: the target's ``[V, H]`` token embedding, for
   states that hold no embedding output.
 * :func:`data_labels`: the reference tokens of states that hold no target
@@ -70,40 +68,6 @@ def load_target_embeddings(path: str | os.PathLike, vocab: int, hidden: int):
     raise UsageError(f"--embeddings {p}: no token embedding among its tensors (looked for {', '.join(EMBED_NAMES)})")
 
 
-def resolve_device(choice: str | None) -> str:
-    """``auto`` (or None), ``cpu``, ``cuda`` or ``cuda:N``, checked against this machine."""
-    import re as _re
-
-    import torch
-
-    choice = (choice or "auto").strip().lower()
-    if choice == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if choice == "cpu":
-        return "cpu"
-    m = _re.fullmatch(r"cuda(?::(\d+))?", choice)
-    if not m:
-        raise UsageError(f"--device {choice!r}: use auto, cpu, cuda or cuda:N")
-    if not torch.cuda.is_available():
-        raise UsageError(f"--device {choice}: no CUDA device here", hint="use --device cpu or auto")
-    if m.group(1) is not None and int(m.group(1)) >= torch.cuda.device_count():
-        raise UsageError(f"--device {choice}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    return choice
-
-
-
-def resolve_dtype(choice: str, device: str):
-    """``auto`` (bf16 on CUDA, fp32 on CPU), ``bf16``, ``fp16`` or ``fp32`` → the torch dtype."""
-    import torch
-
-    table = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-    if choice == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    if choice not in table:
-        raise UsageError(f"--dtype must be auto, bf16, fp16 or fp32, got {choice!r}")
-    return table[choice]
-
-
 def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings=None) -> tuple[Any, bool]:
     """The drafter, and whether it embeds from the captured embedding output (SGLang
     uses the target's table unless ``target_hidden_size`` differs from
@@ -154,5 +118,4 @@ def data_labels(input_ids, attention_mask):
     return labels
 
 
-__all__ = ["EMBED_NAMES", "build_drafter", "data_labels", "load_drafter_weights", "load_target_embeddings",
-           "resolve_device", "resolve_dtype"]
+__all__ = ["EMBED_NAMES", "build_drafter", "data_labels", "load_drafter_weights", "load_target_embeddings"]

@@ -12,18 +12,18 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from eagle3conv.errors import CheckpointReadError, FolderBusyError, UsageError, VerifyFailedError, WiringError
 from eagle3conv.verify.evaluate import Candidate, Score, evaluate
+from eagle3conv.io.progress import Progress
+from eagle3conv.io.devices import resolve_device, resolve_dtype
 from eagle3conv.verify.inputs import (
     build_drafter,
     data_labels,
     load_drafter_weights,
     load_target_embeddings,
-    resolve_device,
-    resolve_dtype,
 )
 from eagle3conv.verify.report import REPORT_FILE, VerifyResult
 from eagle3conv.verify.search import candidates, config_candidate, decide, norm_comparison
@@ -48,7 +48,7 @@ def verify(
     batch_size: int = 8,
     max_sequences: int | None = None,
     save: bool = True,
-    progress: Callable[[str, int, int], None] | None = None,
+    progress: Progress | None = None,
     states_layers: Sequence[int] | None = None,
     embeddings: str | os.PathLike | None = None,
 ) -> VerifyResult:
@@ -151,7 +151,7 @@ def verify(
     for i, cand in enumerate(cands):
         cb = None
         if progress:
-            def cb(done, total, _i=i, _c=cand):
+            def cb(_stage, done, total, _i=i, _c=cand):
                 progress(f"{_c.name} ({_i + 1}/{len(cands)})", done, total)
         scores.append(evaluate(drafter, states, cand, steps=steps, batch_size=batch_size,
                                target_embeds=target_embeds, max_sequences=max_sequences, progress=cb,

@@ -1,8 +1,8 @@
 """Gluing the wiring pieces to a checkpoint: gather evidence, wire a plan, check it.
 
 ``fix-keys``, ``inspect`` and ``config`` call :func:`gather` (every training
-record, most authoritative first, and the target) and :func:`wire_plan` (write
-the trained layers into the plan's config in every engine's numbering, or
+record, most authoritative first, and the target) and :func:`wire` (write
+the trained layers into the config in every engine's numbering, or
 refuse with both sides in plain words, then run :func:`~eagle3conv.wiring.check.check_wiring`).
 """
 
@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3conv.errors import UsageError, WiringError
+from eagle3conv.errors import UsageError
 from eagle3conv.findings import AUX_LAYERS, CONFLICTS, TARGET_HIDDEN, Finding
 from eagle3conv.wiring import metadata as meta
 from eagle3conv.wiring.check import WiringReport, check_wiring, sglang_preference
 from eagle3conv.checkpoint.config import apply_edits
-from eagle3conv.wiring.config_ids import WiringPlan, plan_wiring, provenance_record, sglang_version_for
+from eagle3conv.wiring.config_ids import WiringEdits, wiring_edits, provenance_record, sglang_version_for
 from eagle3conv.spec.layers import describe
-from eagle3conv.spec.targets import TargetProfile, load_target, target_from_config
+from eagle3conv.spec.targets import TargetProfile, get_target, target_from_config
 
 
 @dataclass
@@ -66,14 +66,14 @@ def resolve_target(arg: str | None) -> TargetProfile | None:
     p = Path(arg)
     if p.exists():
         return target_from_config(p)
-    return load_target(arg)
+    return get_target(arg)
 
 
 def _quiet_target(name: Any) -> TargetProfile | None:
     if not isinstance(name, str) or not name:
         return None
     try:
-        return load_target(name)
+        return get_target(name)
     except UsageError:
         return None
 
@@ -120,7 +120,7 @@ def gather(root: Path | None, extras: dict | None, config: dict | None, opts: Wi
         field_name = f"config.json {config_record.config_field}"
         config_record = meta.TrainingRecord(
             **{**config_record.__dict__,
-               "layers": meta._decode(list(config_record.raw_ids), numbering, n_cfg, field_name),
+               "layers": meta.decode_ids(list(config_record.raw_ids), numbering, n_cfg, field_name),
                "convention": numbering,
                "includes_embedding": None,
                "source": f"{field_name} ({source_format.title}: {numbering}-of-layer numbering)"})
@@ -156,7 +156,7 @@ class Wiring:
     """The outcome of wiring one config: the edits made (if any) and the final check."""
 
     config: dict
-    plan: WiringPlan | None
+    edits: WiringEdits | None
     report: WiringReport
     conflicts: list[Finding] = field(default_factory=list)
     """The findings (codes in :data:`~eagle3conv.findings.CONFLICTS`) when the config's ids
@@ -168,7 +168,7 @@ class Wiring:
 
     def to_dict(self, drafter: str | None = None) -> dict:
         d = self.report.to_dict()
-        d["written"] = None if self.plan is None else self.plan.to_dict(drafter)
+        d["written"] = None if self.edits is None else self.edits.to_dict(drafter)
         d["refused"] = self.refused
         return d
 
@@ -190,7 +190,7 @@ def wire(config: dict, ev: Evidence, opts: WiringOptions, *, fc_in: int | None, 
     kw = dict(fc_in=fc_in, target_hidden=target_hidden, num_layers=n, target=tname,
               source_format=source_format, fix_command=fix_command, sglang_prefer=family)
     truth = ev.truth
-    plan = None
+    edits = None
     if truth is not None:
         independent = truth is not ev.config_record
         if independent and not (opts.rewire or force_write):
@@ -199,11 +199,11 @@ def wire(config: dict, ev: Evidence, opts: WiringOptions, *, fc_in: int | None, 
             if conflicts:
                 return Wiring(config, None, pre, conflicts)
         version = sglang_version_for(config, truth.layers, n, opts.sglang_version, family)
-        plan = plan_wiring(config, truth, num_layers=n, target=tname,
-                           target_repo=target.hf_repo if target else None, sglang_version=version)
-        config = apply_edits(config, plan.edits)
+        edits = wiring_edits(config, truth, num_layers=n, target=tname,
+                             target_repo=target.hf_repo if target else None, sglang_version=version)
+        config = apply_edits(config, edits.config_edits)
     report = _check(config, ev, kw, target_hidden)
-    return Wiring(config, plan, report)
+    return Wiring(config, edits, report)
 
 
 def _check(config: dict, ev: Evidence, kw: dict, target_hidden: int | None) -> WiringReport:
@@ -228,39 +228,5 @@ def check_only(config: dict, ev: Evidence, *, fc_in: int | None, target_hidden: 
     return Wiring(config, None, _check(config, ev, kw, target_hidden))
 
 
-def summary_lines(w: Wiring) -> list[str]:
-    """Human lines for reports."""
-    lines = []
-    rep = w.report
-    if rep.layers is not None and rep.record is not None:
-        lines.append(f"trained on: {describe(rep.layers)} (from {rep.record.source})")
-    if w.plan is not None:
-        p = w.plan
-        right = " and ".join(p.sglang.right_for)
-        lines.append(f"  SGLang  eagle_config.eagle_aux_hidden_state_layer_ids = {list(p.sglang.ids)}  (right for {right})")
-        if not p.sglang.portable:
-            lines.append(f"          {p.sglang.note}")
-        lines.append(f"  vLLM    eagle_aux_hidden_state_layer_ids = {list(p.vllm_ids)}")
-        lines.append(f"  TensorRT-LLM  eagle3_layers_to_capture = {sorted(p.trtllm_ids)}  (launch option)")
-    for fld, reads in rep.reads.items():
-        for who, what in reads.items():
-            lines.append(f"  {fld} as {who}: {what}")
-    for f in rep.findings:
-        if f.level == "ok":
-            lines.append(f"  ok: {f.message}")
-        elif f.level == "warning":
-            lines.append(f"  warning: {f.message}" + (f"\n    fix: {f.fix}" if f.fix else ""))
-        else:
-            lines.append(f"  error: {f.message}" + (f"\n    fix: {f.fix}" if f.fix else ""))
-    return lines
-
-
-def refuse(w: Wiring, root: Path, fix: str) -> WiringError:
-    first, *rest = w.refused
-    return WiringError(
-        f"{root}: the config's aux-layer ids contradict the training record; nothing was written: {first}",
-        details=rest, hint=fix)
-
-
 __all__ = ["Evidence", "WiringOptions", "Wiring", "gather", "wire", "resolve_target", "fc_width",
-           "summary_lines", "refuse", "check_only", "CONFLICTS", "describe"]
+           "check_only", "CONFLICTS", "describe"]

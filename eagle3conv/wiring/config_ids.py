@@ -1,6 +1,6 @@
 """Writing the aux-layer wiring into config.json, in every engine's numbering.
 
-Given the explicit layers a drafter was trained on, :func:`plan_wiring` makes
+Given the explicit layers a drafter was trained on, :func:`wiring_edits` makes
 the config edits each engine needs and the launch lines for each:
 
 * SGLang reads nested ``eagle_config.eagle_aux_hidden_state_layer_ids`` (and
@@ -37,7 +37,7 @@ from eagle3conv.spec.layers import (
     to_refs,
     validate_refs,
 )
-from eagle3conv.wiring.metadata import TrainingRecord, _record
+from eagle3conv.wiring.metadata import TrainingRecord, make_record
 from eagle3conv.spec.drafter import aux_ids
 
 PROVENANCE_KEY = "eagle3conv"
@@ -45,7 +45,9 @@ AUX_KEY = "aux_layers"
 
 
 @dataclass
-class WiringPlan:
+class WiringEdits:
+    """The trained layers in every engine's numbering, and the config.json edits that write them."""
+
     layers: LayerSet
     record: TrainingRecord
     num_layers: int | None
@@ -54,7 +56,7 @@ class WiringPlan:
     sglang: SglangIds
     vllm_ids: tuple[int, ...]
     trtllm_ids: tuple[int, ...]
-    edits: list[ConfigEdit] = field(default_factory=list)
+    config_edits: list[ConfigEdit] = field(default_factory=list)
 
     def provenance(self) -> dict:
         return {
@@ -102,7 +104,7 @@ class WiringPlan:
             "sglang_note": self.sglang.note,
             "vllm_ids": list(self.vllm_ids),
             "tensorrt_llm_ids": list(self.trtllm_ids),
-            "config_edits": [e.to_dict() for e in self.edits],
+            "config_edits": [e.to_dict() for e in self.config_edits],
         }
         if drafter is not None:
             d["launch"] = self.launch(drafter)
@@ -123,7 +125,7 @@ def provenance_record(config: Mapping | None) -> TrainingRecord | None:
     if not refs:
         raise WiringError(f"config.json {PROVENANCE_KEY}.{AUX_KEY}.layers is empty")
     src = aux.get("source")
-    return _record(refs, f"config.json {PROVENANCE_KEY}.{AUX_KEY}" + (f" (first from {src})" if src else ""),
+    return make_record(refs, f"config.json {PROVENANCE_KEY}.{AUX_KEY}" + (f" (first from {src})" if src else ""),
                    target=aux.get("target") if isinstance(aux.get("target"), str) else None, kind="provenance")
 
 
@@ -144,7 +146,7 @@ def sglang_version_for(config: Mapping | None, layers: LayerSet, num_layers: int
     return family_default
 
 
-def plan_wiring(
+def wiring_edits(
     config: Mapping,
     record: TrainingRecord,
     *,
@@ -152,7 +154,7 @@ def plan_wiring(
     target: str | None,
     target_repo: str | None = None,
     sglang_version: str = "sglang-old",
-) -> WiringPlan:
+) -> WiringEdits:
     """The config edits that wire ``record.layers`` for every engine.
 
     Raises :class:`WiringError` when SGLang cannot capture the set (the
@@ -164,24 +166,24 @@ def plan_wiring(
     sg = sglang_ids_for(layers, num_layers, prefer=sglang_version)
     vllm = to_ids(layers, "input", num_layers)
     trt = to_ids(layers, "output", num_layers)
-    plan = WiringPlan(layers, record, num_layers, target, target_repo, sg, vllm, trt)
+    out = WiringEdits(layers, record, num_layers, target, target_repo, sg, vllm, trt)
 
     nested_old = config.get("eagle_config") if isinstance(config.get("eagle_config"), Mapping) else None
     nested = copy.deepcopy(dict(nested_old)) if nested_old else {}
     nested["eagle_aux_hidden_state_layer_ids"] = list(sg.ids)
     nested["use_aux_hidden_state"] = True
     if nested != nested_old:
-        plan.edits.append(ConfigEdit(
+        out.config_edits.append(ConfigEdit(
             "eagle_config", nested_old, nested,
             f"SGLang reads the aux ids here: {list(sg.ids)} = {describe(layers)} ({sg.note})"))
     if config.get("eagle_aux_hidden_state_layer_ids") != list(vllm):
-        plan.edits.append(ConfigEdit(
+        out.config_edits.append(ConfigEdit(
             "eagle_aux_hidden_state_layer_ids", config.get("eagle_aux_hidden_state_layer_ids"), list(vllm),
             f"vLLM reads input-of-layer ids here: {list(vllm)} = {describe(layers)}"))
     block_old = config.get(PROVENANCE_KEY) if isinstance(config.get(PROVENANCE_KEY), Mapping) else None
     block = copy.deepcopy(dict(block_old)) if block_old else {}
     old_aux = block.get(AUX_KEY)
-    block[AUX_KEY] = plan.provenance()
+    block[AUX_KEY] = out.provenance()
     comparable = dict(old_aux) if isinstance(old_aux, Mapping) else None
     if comparable is not None:
         comparable["written_by"] = block[AUX_KEY]["written_by"]
@@ -189,6 +191,6 @@ def plan_wiring(
             # same layers: keep where they were first learned from (idempotent re-runs)
             block[AUX_KEY]["source"] = comparable.get("source", block[AUX_KEY]["source"])
     if comparable != block[AUX_KEY]:
-        plan.edits.append(ConfigEdit(PROVENANCE_KEY, block_old, block,
+        out.config_edits.append(ConfigEdit(PROVENANCE_KEY, block_old, block,
                                      "provenance: the explicit layer set and where it came from"))
-    return plan
+    return out

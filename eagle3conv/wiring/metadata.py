@@ -144,7 +144,7 @@ class TrainingRecord:
         return f"{what} ({ids}from {self.source})"
 
 
-def _record(
+def make_record(
     layers: LayerSet | None,
     source: str,
     *,
@@ -152,6 +152,7 @@ def _record(
     raw_ids: Iterable[int] | None = None,
     **rest: Any,
 ) -> TrainingRecord:
+    """A :class:`TrainingRecord`; ``includes_embedding`` defaults to whether ``layers`` has it."""
     includes = rest.pop("includes_embedding", None)
     if includes is None and layers is not None:
         includes = any(r.is_embedding for r in layers)
@@ -177,7 +178,8 @@ def _int_list(value: Any, where: str) -> list[int]:
     return out
 
 
-def _decode(ids: list[int], convention: str, num_layers: int | None, where: str) -> LayerSet:
+def decode_ids(ids: list[int], convention: str, num_layers: int | None, where: str) -> LayerSet:
+    """``to_refs`` whose error names ``where`` the ids were read from."""
     try:
         return to_refs(ids, convention, num_layers)
     except WiringError as err:
@@ -226,11 +228,11 @@ def _from_provenance(extras: Mapping) -> TrainingRecord | None:
     if ids is None:
         if target is None:
             return None
-        return _record(None, f"{where} (no capture_layers: an offline run, layers not recorded)", kind="specforge",
+        return make_record(None, f"{where} (no capture_layers: an offline run, layers not recorded)", kind="specforge",
                        target=str(target), draft_vocab_size=vocab if isinstance(vocab, int) else None)
     raw = _int_list(ids, f"{where}.capture_layers")
-    return _record(
-        _decode(raw, "output", None, f"{where}.capture_layers"),
+    return make_record(
+        decode_ids(raw, "output", None, f"{where}.capture_layers"),
         f"{where}.capture_layers",
         kind="specforge",
         convention="output",
@@ -250,8 +252,8 @@ def _from_args(extras: Mapping) -> TrainingRecord | None:
             raw = _int_list(args[name], where)
             target = next((args[t] for t in _ARGS_TARGET_FIELDS if args.get(t)), None)
             vocab = args.get("draft_vocab_size")
-            return _record(
-                _decode(raw, "output", None, where),
+            return make_record(
+                decode_ids(raw, "output", None, where),
                 f"{where} (SpecForge numbering: output of layer)",
                 kind="specforge",
                 convention="output",
@@ -327,8 +329,8 @@ def from_config(config: Mapping | None) -> TrainingRecord | None:
         where = f"config.json {fld}"
         raw = _int_list(config["eagle_aux_hidden_state_layer_ids"], where)
         verifier = ((config.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
-        return _record(
-            _decode(raw, "input", None, where),
+        return make_record(
+            decode_ids(raw, "input", None, where),
             f"{where} (speculators: input-of-layer numbering)",
             convention="input", raw_ids=raw, target=verifier, draft_vocab_size=vocab, kind="config", config_field=fld,
         )
@@ -341,20 +343,20 @@ def from_config(config: Mapping | None) -> TrainingRecord | None:
             vocab = nvocab
         if _is_modelopt_training(config, nested):
             n = config["num_hidden_layers"]
-            return _record(
-                _decode(raw, "output", n, where),
+            return make_record(
+                decode_ids(raw, "output", n, where),
                 f"{where} (Model Optimizer training config: output-of-layer numbering)",
                 convention="output", raw_ids=raw, target=config.get("_name_or_path") or None,
                 draft_vocab_size=vocab, kind="config", config_field=fld,
             )
         flag = next((f for f in _MODELOPT_FLAGS if f in nested), None)
         if flag is not None:
-            return _record(
-                _decode(raw, "output", None, where),
+            return make_record(
+                decode_ids(raw, "output", None, where),
                 f"{where} (Model Optimizer export, eagle_config.{flag} present: output-of-layer numbering)",
                 convention="output", raw_ids=raw, draft_vocab_size=vocab, kind="config", config_field=fld,
             )
-        return _record(
+        return make_record(
             None,
             f"{where} (numbering unknown: the config does not say which trainer wrote it; "
             "SGLang, SpecForge and Model Optimizer exports all use this field)",
@@ -364,7 +366,7 @@ def from_config(config: Mapping | None) -> TrainingRecord | None:
         fld = "eagle_aux_hidden_state_layer_ids"
         where = f"config.json {fld}"
         raw = _int_list(config["eagle_aux_hidden_state_layer_ids"], where)
-        return _record(None, f"{where} (numbering unknown: no speculators_model_type beside it)",
+        return make_record(None, f"{where} (numbering unknown: no speculators_model_type beside it)",
                        raw_ids=raw, draft_vocab_size=vocab, kind="config", config_field=fld)
     return None
 
@@ -435,7 +437,7 @@ def from_dump_manifest(folder: str | os.PathLike, *, with_norms: bool = False) -
         n = manifest.get("num_layers")
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise CheckpointReadError(f"{manifest_path}: field 'num_layers' must be a positive integer, got {n!r}")
-        layers = _decode(raw, "captured-at-input", n, where)
+        layers = decode_ids(raw, "captured-at-input", n, where)
         if slots and len(slots) != len(raw):
             raise WiringError(
                 f"{manifest_path}: captured_at_input_of names {len(raw)} layers "
@@ -457,7 +459,7 @@ def from_dump_manifest(folder: str | os.PathLike, *, with_norms: bool = False) -
         tokens = min(s["tokens"] for s in stats)
         norms = {"statistic": NORM_STATISTIC,
                  "slots": [{k: s[k] for k in ("median", "p10", "p90")} for s in stats]}
-    return _record(layers, source, convention="captured-at-input" if raw is not None else None,
+    return make_record(layers, source, convention="captured-at-input" if raw is not None else None,
                    raw_ids=raw, target=target, norms=norms, tokens=tokens, kind="dumps")
 
 
@@ -509,7 +511,7 @@ def _check_norms(norms: Any, nslots: int, where: str, error: type) -> dict:
 def _check_consistent(layers: LayerSet, convention: str | None, raw_ids: list | None,
                       includes: bool | None, where: str) -> None:
     if convention is not None and raw_ids is not None:
-        decoded = _decode(list(raw_ids), convention, None, f"{where}: field 'raw_ids'")
+        decoded = decode_ids(list(raw_ids), convention, None, f"{where}: field 'raw_ids'")
         if tuple(decoded) != tuple(layers):
             raise WiringError(
                 f"{where}: field 'raw_ids' {list(raw_ids)} in {convention} numbering means "
@@ -593,7 +595,7 @@ def from_metadata_file(path: str | os.PathLike) -> TrainingRecord | None:
         norms = _check_norms(norms, len(layers), str(p), CheckpointReadError)
     note = obj.get("source")
     source = f"{p.name}" + (f" ({note})" if isinstance(note, str) and note else "")
-    return _record(layers, source, convention=convention, raw_ids=raw_ids, target=target,
+    return make_record(layers, source, convention=convention, raw_ids=raw_ids, target=target,
                    draft_vocab_size=vocab, norms=norms, tokens=tokens, includes_embedding=includes, kind="metadata")
 
 
@@ -666,7 +668,7 @@ def from_user(ids: str, captured_at: str, num_layers: int | None = None) -> Trai
     if not raw:
         raise UsageError("--trained-on needs at least one layer id, e.g. --trained-on 3,31,59")
     layers = to_refs(raw, key, num_layers)
-    return _record(layers, f"--trained-on {','.join(map(str, raw))} --captured-at {key}",
+    return make_record(layers, f"--trained-on {','.join(map(str, raw))} --captured-at {key}",
                    convention=key, raw_ids=raw, kind="user")
 
 

@@ -1,0 +1,91 @@
+"""The drafter's tensor operations, public for the MLA forward, tests and benchmarks.
+
+RMSNorm as ``LlamaRMSNorm`` computes it, and rotary position embeddings
+(inverse frequencies from config.json, rotate-half application).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from eagle3conv.errors import InvalidCheckpointError
+
+if TYPE_CHECKING:
+    from eagle3conv.model.drafter import DrafterConfig
+
+__all__ = ["SUPPORTED_ROPE", "apply_rope", "rms_norm", "rope_inv_freq", "rotate_half"]
+
+SUPPORTED_ROPE = ("default", "linear", "llama3", "yarn")
+
+
+def rope_inv_freq(config: Mapping[str, Any], c: DrafterConfig) -> tuple[Tensor, float]:
+    """Inverse frequencies and cos/sin scale, via transformers' ROPE_INIT_FUNCTIONS.
+
+    Accepts old (``rope_theta`` + ``rope_scaling``) and new (``rope_parameters``)
+    spellings; transformers' LlamaConfig standardizes them. Qwen2.5-VL style
+    ``mrope_section`` falls back to default RoPE, as SGLang does.
+    """
+    scaling0 = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    if isinstance(scaling0, Mapping) and "mrope_section" not in scaling0 and \
+            scaling0.get("rope_type", scaling0.get("type", "default")) == "default":
+        # plain RoPE: no need to import transformers (seconds of start-up)
+        theta = float(scaling0.get("rope_theta") or config.get("rope_theta") or 10000.0)
+        exponent = torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim
+        return 1.0 / (theta ** exponent), 1.0
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    rope_keys = ("rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings")
+    kwargs = {k: config[k] for k in rope_keys if config.get(k) is not None}
+    scaling = kwargs.get("rope_scaling") or kwargs.get("rope_parameters") or {}
+    if "mrope_section" in scaling:
+        theta = scaling.get("rope_theta", kwargs.get("rope_theta", 10000.0))
+        kwargs = {"rope_theta": theta}
+    try:
+        cfg = LlamaConfig(
+            hidden_size=c.hidden_size,
+            num_attention_heads=c.num_heads,
+            num_key_value_heads=c.num_kv_heads,
+            head_dim=c.head_dim,
+            **kwargs,
+        )
+        params: dict[str, Any] = dict(cfg.rope_parameters or {})
+        rope_type = params.get("rope_type", "default")
+        if rope_type not in SUPPORTED_ROPE:
+            raise InvalidCheckpointError(
+                f"config.json: rope type {rope_type!r} is not supported "
+                f"(supported: {', '.join(SUPPORTED_ROPE)})"
+            )
+        if rope_type == "default":
+            exponent = torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim
+            return 1.0 / (float(params["rope_theta"]) ** exponent), 1.0
+        inv_freq, scale = ROPE_INIT_FUNCTIONS[rope_type](cfg, device=torch.device("cpu"))
+        return inv_freq.float(), float(scale)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidCheckpointError(f"config.json: cannot build RoPE: {exc}") from exc
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x: [B, heads, S, hd]; cos/sin: [S, hd] in x's dtype."""
+    return x * cos + rotate_half(x) * sin
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """LlamaRMSNorm: normalize in fp32, cast back, then scale by the weight.
+
+    ``F.rms_norm`` computes the normalization in fp32 and returns x's dtype: on
+    CPU it equals the spelled-out formula bit for bit; on CUDA it is one fused
+    kernel (bench/README.md: 0.7056 -> 0.755 of matmul throughput for a
+    Kimi-size drafter), like the fused norm SGLang itself runs.
+    """
+    return weight * F.rms_norm(x, (x.shape[-1],), eps=eps)
