@@ -109,7 +109,7 @@ def verify(
     dc = DrafterConfig.from_config(config)
     check = check_only(config, ev, fc_in=int(fc.shape[1]) if fc is not None else None,
                        target_hidden=dc.target_hidden_size, source_format="sglang",
-                       fix_command=f"eagle3conv config {path}")
+                       fix_command=f"eagle3conv config {path}", opts=opts)
     if states.hidden_size != dc.target_hidden_size:
         raise WiringError(f"the states are {states.hidden_size} wide but the drafter reads target states of "
                           f"width {dc.target_hidden_size}: they come from another target")
@@ -202,12 +202,32 @@ def verify(
     return result
 
 
-def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto") -> dict:
+def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto", wiring_options=None) -> dict:
     """The structural smoke test (no states): strict load, random inputs at step 1
-    (k*T wide) and step 2 (H wide), finite outputs, logits Vd wide, d2t in range."""
+    (k*T wide) and step 2 (H wide), finite outputs, logits Vd wide, d2t in range.
+    With ``wiring_options`` naming a target (or a record naming one), the wiring check
+    too, engine by engine: its errors make ``ok`` false."""
+    config, tensors = load_drafter_weights(Path(path))
+    d = _smoke_forward(path, config, tensors, device, dtype)
+    if wiring_options is not None:
+        from eagle3conv.wiring.apply import check_only, gather
+
+        ev = gather(Path(path), None, config, wiring_options)
+        fc = tensors.get("fc.weight")
+        t = config.get("target_hidden_size") or config.get("hidden_size")
+        w = check_only(config, ev, fc_in=int(fc.shape[1]) if fc is not None and fc.dim() == 2 else None,
+                       target_hidden=t if isinstance(t, int) else None, source_format="sglang",
+                       fix_command=f"eagle3conv config {path}", opts=wiring_options,
+                       tensor_names=set(tensors),
+                       read_d2t=lambda: tensors["d2t"].tolist())
+        d["wiring"] = w.to_dict(str(path))
+        d["ok"] = bool(d["ok"] and w.report.ok)
+    return d
+
+
+def _smoke_forward(path, config: dict, tensors: dict, device: str, dtype: str) -> dict:
     from eagle3conv.model.drafter import check_mla_shapes, smoke_test
 
-    config, tensors = load_drafter_weights(Path(path))
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     t0 = time.perf_counter()
