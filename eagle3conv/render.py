@@ -277,6 +277,15 @@ def verify_text(d: dict) -> str:
     for n in st.get("notes") or []:
         lines.append(f"note:       {n}")
     w = d["wiring_check"]
+    scored = [r for r in w.get("engines") or [] if "accept_length" in r or "not_scored" in r]
+    if scored:
+        lines.append("per engine (what each release captures from this config, scored on these states):")
+    for r in scored:
+        if "accept_length" in r:
+            lines.append(f"  {r['release']}: {r['captures']}: accept length {r['accept_length']:.3f}, "
+                         f"step-1 acceptance {r['acceptance'][0]:.3f}")
+        else:
+            lines.append(f"  {r['release']}: not scored: {r['not_scored']}")
     for f in w.get("findings", []):
         if f["level"] != "ok":
             lines.append(f"wiring {f['level']}: {f['message']}")

@@ -169,6 +169,9 @@ def verify(
             raise CheckpointReadError(
                 f"{states_path}: the hidden states of slot {bad[0]} ({cand.layers[bad[0]]}) are not finite "
                 "(NaN or Inf): the capture went wrong", hint="capture again (a bf16 overflow? try --dtype fp32)")
+    wiring_check = check.to_dict()
+    _score_engines(wiring_check.get("engines") or [], scores, drafter, states, steps=steps, batch_size=batch_size,
+                   target_embeds=target_embeds, max_sequences=max_sequences, labels=labels)
     comparisons = []
     for s in scores:
         same = training is not None and training.layers == s.candidate.layers
@@ -178,7 +181,7 @@ def verify(
     t_end = time.perf_counter()
     result = VerifyResult(
         checkpoint=root, states=dict(states.summary(), verify_notes=notes), device=dev, dtype=str(dt).removeprefix("torch."),
-        steps=steps, wiring_check=check.to_dict(), scores=scores, comparisons=comparisons, verdict=verdict,
+        steps=steps, wiring_check=wiring_check, scores=scores, comparisons=comparisons, verdict=verdict,
         training_norms=None if training is None else training.norms,
         seconds={"load_drafter": round(t_loaded - t_start, 3), "build": round(t_built - t_loaded, 3),
                  "first_result": round((first_result or t_end) - t_start, 3), "total": round(t_end - t_start, 3)},
@@ -200,6 +203,31 @@ def verify(
             details=[f"{s.candidate.name}: {describe(s.candidate.layers)}: accept length {s.accept_length:.3f}"
                      for s in scores[:5]])
     return result
+
+
+def _score_engines(rows: list[dict], scores: list[Score], drafter, states, **kw) -> None:
+    """Serving emulation, side by side: for each engine release of the wiring check, score
+    the aux layers it captures from this config (docs/facts.md §9), reusing a score already
+    made for the same layers; each row gets ``accept_length`` and ``acceptance`` (per draft
+    position), or ``not_scored`` saying why."""
+    done = {s.candidate.layers: s for s in scores}
+    for row in rows:
+        if row.get("layers") is None:
+            row["not_scored"] = row.get("error") or "the engine captures nothing usable from this config"
+            continue
+        refs = tuple(LayerRef(x["output_of"]) for x in row["layers"])
+        s = done.get(refs)
+        if s is None:
+            try:
+                states.check_refs(refs)
+            except (WiringError, UsageError) as err:
+                row["not_scored"] = f"the states do not hold what {row['release']} captures: {err.message}"
+                continue
+            s = evaluate(drafter, states, Candidate(f"engine {row['engine']}", refs,
+                                                    f"what {row['release']} captures from this config"), **kw)
+            done[refs] = s
+        row["accept_length"] = round(s.accept_length, 4)
+        row["acceptance"] = [round(a, 4) for a in s.acceptance]
 
 
 def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto", wiring_options=None) -> dict:
