@@ -101,10 +101,10 @@ def wiring_lines(w: dict | None) -> list[str]:
             lines.append(f"                {wr['sglang_note']}")
         lines.append(f"  vLLM          eagle_aux_hidden_state_layer_ids = {wr['vllm_ids']}")
         lines.append(f"  TensorRT-LLM  eagle3_layers_to_capture = {sorted(wr['tensorrt_llm_ids'])}  (launch option)")
-    for fld, reads in (w.get("config_reads") or {}).items():
+    rows = w.get("engines") or []
+    for fld, reads in ({} if rows else w.get("config_reads") or {}).items():  # the rows below say it per release
         for who, what in reads.items():
             lines.append(f"  {fld}, read by {who}: {what}")
-    rows = w.get("engines") or []
     if rows:
         lines.append("  per engine (what each release captures from this config):")
     for r in rows:

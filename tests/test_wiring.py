@@ -337,7 +337,10 @@ KW = dict(fc_in=3 * 7168, target_hidden=7168, num_layers=61)
 def test_check_all_good():
     rep = check_wiring(cfg([1, 29, 57], [2, 30, 58]), records=[rec(1, 29, 57)], **KW)
     assert rep.ok and codes(rep) == {"sglang-ids": "ok"}
-    assert rep.reads[NESTED] == {"sglang-old": "outputs of layers 1, 29, 57", "sglang-new": "outputs of layers 1, 29, 57"}
+    # what each release reads, by the engine rules
+    assert rep.reads[NESTED] == {"sglang 0.5.12": "outputs of layers 1, 29, 57",
+                                 "sglang 0.5.23": "outputs of layers 1, 29, 57"}
+    assert rep.reads["eagle_aux_hidden_state_layer_ids"] == {"vllm 0.33.0": "outputs of layers 1, 29, 57"}
 
 
 def test_check_fc_width_and_counts():

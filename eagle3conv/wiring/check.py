@@ -535,6 +535,11 @@ def check_wiring(
         rows, found = engine_rows(config, truth, rep.record.source if rep.record else None, family, n, asked,
                                   explicit=bool(engines) and explicit_engines, fix_command=fix_command)
         rep.engines = rows
+        # what each release reads, by its own rules (replaces the two generic SGLang numberings)
+        rep.reads = {}
+        for row in rows:
+            if not row["fell_back"] and not row["reads"].startswith("launch option"):
+                rep.reads.setdefault(row["reads"], {})[row["release"]] = row["captures"] or f"fails: {row['error']}"
         # the per-release rows replace the two-numbering SGLang verdict
         rep.findings = [f for f in rep.findings if f.code != SGLANG_VERSION] + found
     return rep
