@@ -124,8 +124,12 @@ def _wire_plan(plan: Plan, opts: WiringOptions, ckpt: str) -> None:
     ev = wiring.gather(plan.index.root, plan.index.extras, plan.index.config, opts, plan.format)
     flags = opts.flags()
     fix = f"eagle3conv fix-keys {ckpt}{' ' + flags if flags else ''} --rewire"
+    outs = {o.name: o for o in plan.outputs}
+    d2t = outs.get("d2t")
     w = wiring.wire(plan.config, ev, opts, fc_in=fc_in, target_hidden=t,
-                    source_format=plan.format.name, fix_command=fix)
+                    source_format=plan.format.name, fix_command=fix, tensor_names=set(outs),
+                    read_d2t=None if d2t is None else (
+                        lambda: d2t.data if d2t.data is not None else plan.index.read_array(d2t.source)))
     if w.conflicts:
         plan.findings += w.conflicts
         plan.wiring_hint = (f"the training record is what the drafter learned from; to write its layers: {fix}"
@@ -333,14 +337,16 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
     fix = f"eagle3conv config {path}{' ' + flags if flags else ''}"
     kw = dict(fc_in=fc_in, target_hidden=t, source_format="sglang", fix_command=fix)
     if check:
-        w = wiring.check_only(index.config, ev, **kw)
+        w = wiring.check_only(index.config, ev, opts=opts, tensor_names=set(index.tensors),
+                              read_d2t=lambda: index.read_array("d2t"), **kw)
         return ConfigResult(root, "check", w, ev, [], index.config, recovered)
     if ev.truth is None:
         raise UsageError(
             f"{root}: no training record names the layers this drafter was trained on",
             hint="give them: --trained-on 3,31,59 --captured-at input (or output), --metadata FILE, or --dumps DIR",
         )
-    w = wiring.wire(index.config, ev, opts, force_write=True, **kw)
+    w = wiring.wire(index.config, ev, opts, force_write=True, tensor_names=set(index.tensors),
+                    read_d2t=lambda: index.read_array("d2t"), **kw)
     if w.report.errors:
         first, *rest = w.report.errors
         raise WiringError(f"{root}: {first.message}; nothing was written", details=[f.message for f in rest],

@@ -210,8 +210,30 @@ def _common(f):
     return f
 
 
+def _remember_engines(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    ctx.meta["eagle3conv.engines"] = tuple(value or ())
+    return value
+
+
+ENGINE_HELP = ("Check (and write ids) for this engine release: ENGINE or ENGINE==RELEASE, e.g. sglang==0.5.23, "
+               "vllm==0.33, trtllm; repeatable. A bare name means the newest known release. Default: every "
+               "engine's newest release plus SGLang 0.5.12 (before the first-id rule).")
+
+
+def _remember_max_context(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    if value is not None and value < 1:
+        raise click.BadParameter("must be a positive number of tokens", ctx=ctx, param=param)
+    ctx.meta["eagle3conv.max_context"] = value
+    return value
+
+
 def _wiring_options(f):
     """Options naming the target and what the drafter was trained on (fix-keys, inspect, config)."""
+    f = click.option("--max-context", type=int, metavar="TOKENS", expose_value=False, callback=_remember_max_context,
+                     help="The longest context the drafter will serve: the config audit warns when "
+                          "max_position_embeddings is below it.")(f)
+    f = click.option("--engine", "engines", multiple=True, metavar="ENGINE[==RELEASE]", expose_value=False,
+                     callback=_remember_engines, help=ENGINE_HELP)(f)
     f = click.option("--sglang-version", type=click.Choice(["auto", "old", "new"]), default="auto", show_default=True,
                      help="Which SGLang numbering to write when old and new (PR #25454) read ids differently; "
                           "auto keeps the config's if it is right, else new for DeepSeek/Kimi targets, old otherwise.")(f)
@@ -231,8 +253,13 @@ def _wiring_options(f):
 def _wiring_opts(target, trained_on, captured_at, metadata, sglang_version, rewire=False, dumps=None):
     from eagle3conv.wiring.apply import WiringOptions
 
-    return WiringOptions(target=target, trained_on=trained_on, captured_at=captured_at, metadata=metadata,
-                         dumps=dumps, sglang_version=sglang_version, rewire=rewire)
+    meta = click.get_current_context().meta
+    opts = WiringOptions(target=target, trained_on=trained_on, captured_at=captured_at, metadata=metadata,
+                         dumps=dumps, sglang_version=sglang_version, rewire=rewire,
+                         engines=tuple(meta.get("eagle3conv.engines", ())),
+                         max_context=meta.get("eagle3conv.max_context"))
+    opts.releases()  # a bad --engine is a usage error before anything is read
+    return opts
 
 
 def _setup(json_: bool, debug: bool) -> tuple[bool, bool]:
@@ -495,6 +522,8 @@ def _target_dict(p, *, detail: bool) -> dict:
 @click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
               help="Give up on a request the Hub does not answer within SECONDS (reads and repo creation are "
                    "tried 3 times); nothing is committed then and pushing again is safe.")
+@click.option("--engine", "engines", multiple=True, metavar="ENGINE[==RELEASE]", expose_value=False,
+              callback=_remember_engines, help="The engine releases the wiring check covers (as for config).")
 @_common
 def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, include, exclude, base_model, force,
              dry_run, follow_symlinks, timeout, json_, debug):
@@ -513,10 +542,12 @@ def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, 
     json_, debug = _setup(json_, debug)
     from pathlib import Path
 
-    from eagle3conv.publish import push
+    from eagle3conv.publish import gate_for, push
 
+    engines = click.get_current_context().meta.get("eagle3conv.engines", ())
     with _ProgressBars() as progress:
         res = push(Path(checkpoint), repo_id, private=private, revision=revision, create_pr=create_pr,
+                   gate=gate_for(engines),
                    commit_message=commit_message, include=include, exclude=exclude, dry_run=dry_run, force=force,
                    base_model=base_model, progress=progress, follow_symlinks=follow_symlinks, timeout=timeout)
     d = res.to_dict()
@@ -596,8 +627,11 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
     from eagle3conv.spec.layers import parse_ids
 
     if states is None:
-        d = smoke(checkpoint, device=device, dtype=dtype)
-        _emit(json_, d, "\n".join(f"{k}: {v}" for k, v in d.items()))
+        from eagle3conv.render import smoke_text
+
+        d = smoke(checkpoint, device=device, dtype=dtype,
+                  wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version))
+        _emit(json_, d, smoke_text(d))
         if not d["ok"]:
             click.get_current_context().exit(3)
         return

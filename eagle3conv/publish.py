@@ -27,7 +27,24 @@ def push(path: str | os.PathLike = ".", repo_id: str | None = None, **kwargs) ->
     return upload(path, repo_id, **kwargs)
 
 
-def default_gate(path: Path) -> list[Check]:
+def gate_for(engines=()):
+    """The default gate, its wiring check covering these ``--engine`` releases (empty: the
+    default set). Raises :class:`~eagle3conv.errors.UsageError` for a bad one, before any push."""
+    if not engines:
+        return default_gate
+    from eagle3conv.spec.engines import parse_engine
+
+    for e in engines:
+        parse_engine(e)
+
+    def gate(path: Path) -> list[Check]:
+        return default_gate(path, engines=tuple(engines))
+
+    gate.__name__ = "default_gate"
+    return gate
+
+
+def default_gate(path: Path, engines: tuple[str, ...] = ()) -> list[Check]:
     """The checks ``push`` runs unless given another gate.
 
     - ``canonical``: ``inspect`` plans no change (``fix-keys`` would be a no-op): the
@@ -37,10 +54,11 @@ def default_gate(path: Path) -> list[Check]:
       drafters: their tensor shapes are checked instead).
     """
     from eagle3conv.api import inspect
+    from eagle3conv.wiring.apply import WiringOptions
 
     checks: list[Check] = []
     try:
-        result = inspect(path)
+        result = inspect(path, wiring_options=WiringOptions(engines=tuple(engines)))
     except Eagle3ConvError as e:
         return [Check("canonical", False, e.message)]
     plan = result.plan

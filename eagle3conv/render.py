@@ -101,9 +101,27 @@ def wiring_lines(w: dict | None) -> list[str]:
             lines.append(f"                {wr['sglang_note']}")
         lines.append(f"  vLLM          eagle_aux_hidden_state_layer_ids = {wr['vllm_ids']}")
         lines.append(f"  TensorRT-LLM  eagle3_layers_to_capture = {sorted(wr['tensorrt_llm_ids'])}  (launch option)")
-    for fld, reads in (w.get("config_reads") or {}).items():
+    rows = w.get("engines") or []
+    for fld, reads in ({} if rows else w.get("config_reads") or {}).items():  # the rows below say it per release
         for who, what in reads.items():
             lines.append(f"  {fld}, read by {who}: {what}")
+    if rows:
+        lines.append("  per engine (what each release captures from this config):")
+    for r in rows:
+        mark = "ok " if r["ok"] else "BAD"
+        if r.get("error"):
+            what = r["error"]
+        elif r["reads"].startswith("launch option"):
+            what = (f"{r['reads']}: launch with {r['needs']}" if r.get("needs") is not None
+                    else f"{r['reads']} not given: captures {r['captures']} (its default)")
+        else:
+            src = "no ids: its default" if r["fell_back"] else r["reads"]
+            what = f"reads {src} {r['ids']} ({r['rule']}) -> captures {r['captures']}"
+            if not r["ok"] and r.get("needs") is not None:
+                what += f"; needs {r['needs']}"
+        lines.append(f"    {mark} {r['release']}: {what}")
+        if r.get("release_note"):
+            lines.append(f"        note: {r['release_note']}")
     for f in w.get("findings", []):
         tag = {"ok": "ok", "warning": "warning", "error": "ERROR"}[f["level"]]
         lines.append(f"  {tag}: {f['message']}")
@@ -112,6 +130,15 @@ def wiring_lines(w: dict | None) -> list[str]:
     for r in w.get("refused") or []:
         lines.append(f"  REFUSED: {r}")
     return lines
+
+
+def smoke_text(d: dict) -> str:
+    """``verify`` without states: the smoke test's fields, then the wiring report."""
+    lines = [f"{k}: {v}" for k, v in d.items() if k != "wiring"]
+    if d.get("wiring"):
+        lines.append("wiring:")
+        lines += ["  " + line for line in wiring_lines(d["wiring"])]
+    return "\n".join(lines)
 
 
 def config_text(d: dict) -> str:
@@ -250,6 +277,15 @@ def verify_text(d: dict) -> str:
     for n in st.get("notes") or []:
         lines.append(f"note:       {n}")
     w = d["wiring_check"]
+    scored = [r for r in w.get("engines") or [] if "accept_length" in r or "not_scored" in r]
+    if scored:
+        lines.append("per engine (what each release captures from this config, scored on these states):")
+    for r in scored:
+        if "accept_length" in r:
+            lines.append(f"  {r['release']}: {r['captures']}: accept length {r['accept_length']:.3f}, "
+                         f"step-1 acceptance {r['acceptance'][0]:.3f}")
+        else:
+            lines.append(f"  {r['release']}: not scored: {r['not_scored']}")
     for f in w.get("findings", []):
         if f["level"] != "ok":
             lines.append(f"wiring {f['level']}: {f['message']}")

@@ -488,3 +488,32 @@ def test_gpu_feeder_equals_the_plain_path(world, tmp_path, dtype):
     assert fast.chains == plain.chains and fast.chain_accepted == plain.chain_accepted
     assert fast.replay_accepted == plain.replay_accepted and fast.norms == plain.norms
     assert len({round(n["median"], 3) for n in fast.norms}) == 3
+
+
+def test_engines_side_by_side(world, tmp_path):
+    """verify scores what each engine release captures from this config: a config whose nested
+    ids (SGLang: +1) and top-level ids (vLLM: raw) name different layers shows both figures, on
+    states whose labels are the drafter's own guesses from outputs 0, 2, 3 (what vLLM captures)."""
+    import shutil
+
+    _, _, drafter = world
+    labelled = states_labelled_by(world, (0, 2, 3), "labelled-023-engines.safetensors")
+    d2 = tmp_path / "d2"
+    shutil.copytree(drafter, d2)
+    cfg = json.loads((d2 / "config.json").read_text())
+    cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [1, 3, 4], "use_aux_hidden_state": True}
+    cfg["eagle_aux_hidden_state_layer_ids"] = [1, 3, 4]  # vLLM reads these raw: outputs 0, 2, 3
+    (d2 / "config.json").write_text(json.dumps(cfg))
+    d = json.loads(run("verify", d2, "--states", labelled, "--steps", "2", "--no-save", "--json").stdout)
+    rows = {r["engine"]: r for r in d["wiring_check"]["engines"]}
+    sg, vl = rows["sglang==0.5.23"], rows["vllm==0.33.0"]
+    assert sg["captures"] == "outputs of layers 1, 3, 4" and vl["captures"] == "outputs of layers 0, 2, 3"
+    assert vl["acceptance"][0] == 1.0 and sg["acceptance"][0] < 0.9  # the labels came from vLLM's layers
+    assert sg["accept_length"] == rows["sglang==0.5.12"]["accept_length"] < vl["accept_length"]
+    text = run("verify", d2, "--states", labelled, "--steps", "2", "--no-save").stdout
+    assert "vllm 0.33.0: outputs of layers 0, 2, 3: accept length" in text
+    assert "step-1 acceptance 1.000" in text
+    # --engine narrows it to the releases asked
+    d = json.loads(run("verify", d2, "--states", labelled, "--steps", "2", "--no-save", "--json",
+                       "--engine", "vllm").stdout)
+    assert [r["engine"] for r in d["wiring_check"]["engines"]] == ["vllm==0.33.0"]

@@ -80,15 +80,34 @@ def test_incident_is_refused_by_fix_keys_and_nothing_is_written(incident, tmp_pa
     assert not (tmp_path / "o").exists()
 
 
-def test_incident_with_the_sglang_ids_passes(incident):
+def test_incident_with_the_old_sglang_ids_fails_on_new_sglang(incident):
+    # [2, 30, 58] is right for SGLang <= 0.5.12 only: SGLang >= 0.5.13 reads a Kimi (DeepSeek-family)
+    # target's ids raw unless the first is 1, so it captures outputs 1, 29, 57 (issue 11)
     set_ids(incident, nested=[2, 30, 58])
-    res = run("config", incident, "--target", "kimi-k2.5", "--check", "--json")
+    res = run("config", incident, "--target", "kimi-k2.5", "--check", "--json", ok=3)
     d = json.loads(res.stdout)
-    assert d["wiring"]["ok"] is True
-    # right for old SGLang only; new SGLang needs [3, 31, 59]: a warning naming it
-    warn = [f for f in d["wiring"]["findings"] if f["code"] == "sglang-version"]
-    assert len(warn) == 1 and "needs [3, 31, 59]" in warn[0]["message"]
-    assert "outputs of layers 1, 29, 57" in warn[0]["message"]
+    assert d["wiring"]["ok"] is False
+    rows = {r["engine"]: r for r in d["wiring"]["engines"]}
+    assert set(rows) == {"sglang==0.5.12", "sglang==0.5.23", "vllm==0.33.0", "tensorrt-llm"}
+    assert rows["sglang==0.5.12"]["ok"] and rows["sglang==0.5.12"]["captures"] == "outputs of layers 2, 30, 58"
+    assert not rows["sglang==0.5.23"]["ok"] and rows["sglang==0.5.23"]["captures"] == "outputs of layers 1, 29, 57"
+    assert rows["sglang==0.5.23"]["needs"] == [3, 31, 59]
+    errs = [f for f in d["wiring"]["findings"] if f["code"] == "engine-captures-other"]
+    # vLLM finds no top-level ids and falls back to its default [2, 30, 58] = outputs 1, 29, 57
+    assert {e["message"].split(" ", 2)[0] + " " + e["message"].split(" ", 2)[1] for e in errs} == {
+        "sglang 0.5.23", "vllm 0.33.0"}
+    (err,) = [e for e in errs if e["message"].startswith("sglang 0.5.23")]
+    assert "outputs of layers 1, 29, 57" in err["message"]
+    assert err["fix"].endswith("--engine sglang==0.5.23")
+    text = run("config", incident, "--target", "kimi-k2.5", "--check", ok=3).stdout
+    assert "sglang 0.5.23" in text and "captures outputs of layers 1, 29, 57" in text
+    # asked only for the release it is right for: it passes
+    run("config", incident, "--target", "kimi-k2.5", "--check", "--engine", "sglang==0.5.12")
+    run("config", incident, "--target", "kimi-k2.5", "--check", "--engine", "sglang==0.5.23", ok=3)
+    run("config", incident, "--target", "kimi-k2.5", "--check", "--engine", "nosuch", ok=2)
+    # an unknown release says which known one it is read as
+    res = run("config", incident, "--target", "kimi-k2.5", "--check", "--engine", "sglang==0.5.99", ok=3)
+    assert "sglang 0.5.99 is not known; read as 0.5.23, the newest known" in res.stdout
 
 
 def test_incident_fixed_by_config_then_checks_clean(incident):
@@ -194,8 +213,19 @@ def test_config_target_from_a_config_path_with_text_config(make_ckpt, tmp_path):
     res = run("config", ck, "--target", tgt, "--trained-on", "3,31,59", "--captured-at", "input", "--json")
     d = json.loads(res.stdout)
     assert d["target"]["num_hidden_layers"] == 61
-    # the config's ids already meant the record in old SGLang: auto keeps that version
-    assert d["wiring"]["written"]["sglang_ids"] == [2, 30, 58]
+    # the config's ids meant the record only in SGLang <= 0.5.12: the current release wins,
+    # and the report says what 0.5.12 needs
+    assert d["wiring"]["written"]["sglang_ids"] == [3, 31, 59]
+    (warn,) = [f for f in d["wiring"]["findings"] if f["code"] == "engine-needs-other-ids"]
+    assert "for sglang 0.5.12 write [2, 30, 58]" in warn["message"]
+    per = {e["engine"]: e["ids"] for e in d["wiring"]["written"]["per_engine"]}
+    assert per["sglang==0.5.12"] == [2, 30, 58] and per["sglang==0.5.23"] == [3, 31, 59]
+    # --engine picks the release the ids are written for
+    res = run("config", ck, "--target", tgt, "--engine", "sglang==0.5.12", "--json")
+    d = json.loads(res.stdout)
+    assert d["wiring"]["written"]["sglang_ids"] == [2, 30, 58] and d["wiring"]["ok"]
+    run("config", ck, "--target", tgt, "--check", "--engine", "sglang==0.5.12")
+    run("config", ck, "--target", tgt, "--check", ok=3)  # the default set includes SGLang 0.5.23
 
 
 def test_config_out_of_range_for_target(make_ckpt):
@@ -307,7 +337,10 @@ KW = dict(fc_in=3 * 7168, target_hidden=7168, num_layers=61)
 def test_check_all_good():
     rep = check_wiring(cfg([1, 29, 57], [2, 30, 58]), records=[rec(1, 29, 57)], **KW)
     assert rep.ok and codes(rep) == {"sglang-ids": "ok"}
-    assert rep.reads[NESTED] == {"sglang-old": "outputs of layers 1, 29, 57", "sglang-new": "outputs of layers 1, 29, 57"}
+    # what each release reads, by the engine rules
+    assert rep.reads[NESTED] == {"sglang 0.5.12": "outputs of layers 1, 29, 57",
+                                 "sglang 0.5.23": "outputs of layers 1, 29, 57"}
+    assert rep.reads["eagle_aux_hidden_state_layer_ids"] == {"vllm 0.33.0": "outputs of layers 1, 29, 57"}
 
 
 def test_check_fc_width_and_counts():
@@ -335,7 +368,7 @@ def test_check_embedding():
 
 def test_check_disagreements():
     rep = check_wiring(cfg([1, 29, 57]), records=[rec(2, 30, 58)], **KW)
-    (e,) = rep.errors
+    (e,) = [f for f in rep.errors if f.code != "engine-captures-other"]
     assert e.code == "disagrees-with-training"
     assert "reads outputs of layers 1, 29, 57" in e.message and "training captured outputs of layers 2, 30, 58" in e.message
     rep = check_wiring(cfg(top=[2, 30, 58]), records=[rec(2, 30, 58)], **KW)
@@ -345,9 +378,15 @@ def test_check_disagreements():
 
 
 def test_check_one_sglang_version():
-    rep = check_wiring(cfg([3, 31, 59], [3, 31, 59]), records=[rec(2, 30, 58)], **KW)
-    assert rep.ok and codes(rep) == {"sglang-version": "warning"}
-    assert "needs [2, 30, 58]" in rep.warnings[0].message
+    # a DeepSeek-family target: no single nested list serves SGLang 0.5.12 and 0.5.23; the
+    # current release wins and 0.5.12 is a warning naming its ids
+    rep = check_wiring(cfg([3, 31, 59], [3, 31, 59]), records=[rec(2, 30, 58)], family="deepseek_v2", **KW)
+    assert rep.ok and codes(rep) == {"engine-needs-other-ids": "warning"}
+    assert "for sglang 0.5.12 write [2, 30, 58]" in rep.warnings[0].message
+    # the family comes from the target, not from a name: on a Llama-family target every SGLang adds 1
+    rep = check_wiring(cfg([3, 31, 59], [3, 31, 59]), records=[rec(2, 30, 58)], family="llama", **KW)
+    assert codes(rep)["engine-captures-other"] == "error"
+    assert {r["engine"] for r in rep.engines if not r["ok"]} == {"sglang==0.5.12", "sglang==0.5.23"}
 
 
 def test_check_no_ids():

@@ -109,7 +109,7 @@ def verify(
     dc = DrafterConfig.from_config(config)
     check = check_only(config, ev, fc_in=int(fc.shape[1]) if fc is not None else None,
                        target_hidden=dc.target_hidden_size, source_format="sglang",
-                       fix_command=f"eagle3conv config {path}")
+                       fix_command=f"eagle3conv config {path}", opts=opts)
     if states.hidden_size != dc.target_hidden_size:
         raise WiringError(f"the states are {states.hidden_size} wide but the drafter reads target states of "
                           f"width {dc.target_hidden_size}: they come from another target")
@@ -169,6 +169,9 @@ def verify(
             raise CheckpointReadError(
                 f"{states_path}: the hidden states of slot {bad[0]} ({cand.layers[bad[0]]}) are not finite "
                 "(NaN or Inf): the capture went wrong", hint="capture again (a bf16 overflow? try --dtype fp32)")
+    wiring_check = check.to_dict()
+    _score_engines(wiring_check.get("engines") or [], scores, drafter, states, steps=steps, batch_size=batch_size,
+                   target_embeds=target_embeds, max_sequences=max_sequences, labels=labels)
     comparisons = []
     for s in scores:
         same = training is not None and training.layers == s.candidate.layers
@@ -178,7 +181,7 @@ def verify(
     t_end = time.perf_counter()
     result = VerifyResult(
         checkpoint=root, states=dict(states.summary(), verify_notes=notes), device=dev, dtype=str(dt).removeprefix("torch."),
-        steps=steps, wiring_check=check.to_dict(), scores=scores, comparisons=comparisons, verdict=verdict,
+        steps=steps, wiring_check=wiring_check, scores=scores, comparisons=comparisons, verdict=verdict,
         training_norms=None if training is None else training.norms,
         seconds={"load_drafter": round(t_loaded - t_start, 3), "build": round(t_built - t_loaded, 3),
                  "first_result": round((first_result or t_end) - t_start, 3), "total": round(t_end - t_start, 3)},
@@ -202,13 +205,58 @@ def verify(
     return result
 
 
-def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto") -> dict:
+def _score_engines(rows: list[dict], scores: list[Score], drafter, states, **kw) -> None:
+    """Serving emulation, side by side: for each engine release of the wiring check, score
+    the aux layers it captures from this config (docs/facts.md §9), reusing a score already
+    made for the same layers; each row gets ``accept_length`` and ``acceptance`` (per draft
+    position), or ``not_scored`` saying why."""
+    done = {s.candidate.layers: s for s in scores}
+    for row in rows:
+        if row.get("layers") is None:
+            row["not_scored"] = row.get("error") or "the engine captures nothing usable from this config"
+            continue
+        refs = tuple(LayerRef(x["output_of"]) for x in row["layers"])
+        s = done.get(refs)
+        if s is None:
+            try:
+                states.check_refs(refs)
+            except (WiringError, UsageError) as err:
+                row["not_scored"] = f"the states do not hold what {row['release']} captures: {err.message}"
+                continue
+            s = evaluate(drafter, states, Candidate(f"engine {row['engine']}", refs,
+                                                    f"what {row['release']} captures from this config"), **kw)
+            done[refs] = s
+        row["accept_length"] = round(s.accept_length, 4)
+        row["acceptance"] = [round(a, 4) for a in s.acceptance]
+
+
+def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto", wiring_options=None) -> dict:
     """The structural smoke test (no states): strict load, random inputs at step 1
-    (k*T wide) and step 2 (H wide), finite outputs, logits Vd wide, d2t in range."""
+    (k*T wide) and step 2 (H wide), finite outputs, logits Vd wide, d2t in range.
+    With ``wiring_options`` naming a target (or a record naming one), the wiring check
+    too, engine by engine: its errors make ``ok`` false."""
+    config, tensors = load_drafter_weights(Path(path))
+    d = _smoke_forward(path, config, tensors, device, dtype)
+    if wiring_options is not None:
+        from eagle3conv.wiring.apply import check_only, gather
+
+        ev = gather(Path(path), None, config, wiring_options)
+        fc = tensors.get("fc.weight")
+        t = config.get("target_hidden_size") or config.get("hidden_size")
+        w = check_only(config, ev, fc_in=int(fc.shape[1]) if fc is not None and fc.dim() == 2 else None,
+                       target_hidden=t if isinstance(t, int) else None, source_format="sglang",
+                       fix_command=f"eagle3conv config {path}", opts=wiring_options,
+                       tensor_names=set(tensors),
+                       read_d2t=lambda: tensors["d2t"].tolist())
+        d["wiring"] = w.to_dict(str(path))
+        d["ok"] = bool(d["ok"] and w.report.ok)
+    return d
+
+
+def _smoke_forward(path, config: dict, tensors: dict, device: str, dtype: str) -> dict:
     from eagle3conv.model.drafter import check_mla_shapes, smoke_test
     from eagle3conv.spec.drafter import architecture_key
 
-    config, tensors = load_drafter_weights(Path(path))
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     t0 = time.perf_counter()

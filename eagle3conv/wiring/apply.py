@@ -16,9 +16,15 @@ from typing import Any
 from eagle3conv.errors import UsageError
 from eagle3conv.findings import AUX_LAYERS, CONFLICTS, TARGET_HIDDEN, Finding
 from eagle3conv.wiring import metadata as meta
-from eagle3conv.wiring.check import WiringReport, check_wiring, sglang_preference
+from eagle3conv.wiring.check import WiringReport, check_wiring, priority_releases, sglang_numbering
 from eagle3conv.checkpoint.config import apply_edits
-from eagle3conv.wiring.config_ids import WiringEdits, wiring_edits, provenance_record, sglang_version_for
+from eagle3conv.wiring.config_ids import (
+    WiringEdits,
+    per_engine_ids,
+    provenance_record,
+    sglang_version_for,
+    wiring_edits,
+)
 from eagle3conv.spec.layers import describe
 from eagle3conv.spec.targets import TargetProfile, get_target, target_from_config
 
@@ -34,6 +40,32 @@ class WiringOptions:
     dumps: str | None = None
     sglang_version: str = "auto"  # auto | old | new
     rewire: bool = False
+    max_context: int | None = None
+    """``--max-context``: the longest context served (the audit's max_position_embeddings check)."""
+    engines: tuple[str, ...] = ()
+    """``--engine`` (repeatable): ``sglang==0.5.23``, ``vllm``...; empty: the default set."""
+
+    def releases(self) -> tuple:
+        """The engine releases to check and write for (parsed; UsageError on a bad one)."""
+        from eagle3conv.spec.engines import default_engines, parse_engine
+
+        if not self.engines:
+            rels = default_engines()
+            if self.sglang_version in ("old", "new"):
+                # --sglang-version old|new: that SGLang numbering wins where no single id list serves both
+                old = [r for r in rels if r.engine == "sglang" and r.version < (0, 5, 13)]
+                rest = [r for r in rels if r not in old]
+                rels = tuple(old + rest) if self.sglang_version == "old" else tuple(rest + old)
+            return rels
+        out = []
+        for text in self.engines:
+            rel = parse_engine(text)
+            if rel not in out:
+                out.append(rel)
+        return tuple(out)
+
+    def release_notes(self) -> list[str]:
+        return [r.note for r in self.releases() if r.note]
 
     def flags(self) -> str:
         parts = []
@@ -43,6 +75,8 @@ class WiringOptions:
             parts += ["--trained-on", self.trained_on, "--captured-at", self.captured_at or "input"]
         if self.metadata:
             parts += ["--metadata", self.metadata]
+        for e in self.engines:
+            parts += ["--engine", e]
         return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -174,7 +208,8 @@ class Wiring:
 
 
 def wire(config: dict, ev: Evidence, opts: WiringOptions, *, fc_in: int | None, target_hidden: int | None,
-         source_format: str | None, fix_command: str, force_write: bool = False) -> Wiring:
+         source_format: str | None, fix_command: str, force_write: bool = False,
+         tensor_names: set[str] | None = None, read_d2t=None) -> Wiring:
     """Write the training record's layers into ``config`` in every engine's numbering
     (when a record names them) and check the result.
 
@@ -186,9 +221,9 @@ def wire(config: dict, ev: Evidence, opts: WiringOptions, *, fc_in: int | None, 
     target = ev.target
     n = target.num_hidden_layers if target else None
     tname = target.name if target else None
-    family = sglang_preference(target.architectures if target else None, target.model_type if target else None)
-    kw = dict(fc_in=fc_in, target_hidden=target_hidden, num_layers=n, target=tname,
-              source_format=source_format, fix_command=fix_command, sglang_prefer=family)
+    kw = _check_kw(ev, opts, fc_in=fc_in, target_hidden=target_hidden, source_format=source_format,
+                   fix_command=fix_command)
+    family = kw["family"]
     truth = ev.truth
     edits = None
     if truth is not None:
@@ -198,12 +233,28 @@ def wire(config: dict, ev: Evidence, opts: WiringOptions, *, fc_in: int | None, 
             conflicts = [f for f in pre.errors if f.code in CONFLICTS]
             if conflicts:
                 return Wiring(config, None, pre, conflicts)
-        version = sglang_version_for(config, truth.layers, n, opts.sglang_version, family)
+        prio = priority_releases(kw["engines"], kw["explicit_engines"]).get("sglang")
+        numbering = sglang_numbering(family, prio) if prio is not None else "sglang-old"
+        version = sglang_version_for(config, truth.layers, n, opts.sglang_version, numbering)
         edits = wiring_edits(config, truth, num_layers=n, target=tname,
                              target_repo=target.hf_repo if target else None, sglang_version=version)
+        if n is not None:
+            edits.engines = per_engine_ids(truth.layers, family, n, kw["engines"])
         config = apply_edits(config, edits.config_edits)
     report = _check(config, ev, kw, target_hidden)
+    _audit(report, config, ev, opts, tensor_names, read_d2t)
     return Wiring(config, edits, report)
+
+
+def _audit(report: WiringReport, config: dict, ev: Evidence, opts: WiringOptions | None,
+           tensor_names: set[str] | None, read_d2t) -> None:
+    if tensor_names is None:
+        return
+    from eagle3conv.wiring.audit import audit_config
+
+    report.findings += audit_config(config, tensor_names, read_d2t=read_d2t,
+                                    target_vocab=ev.target.vocab_size if ev.target else None,
+                                    max_context=opts.max_context if opts else None)
 
 
 def _check(config: dict, ev: Evidence, kw: dict, target_hidden: int | None) -> WiringReport:
@@ -217,15 +268,26 @@ def _check(config: dict, ev: Evidence, kw: dict, target_hidden: int | None) -> W
     return report
 
 
-def check_only(config: dict, ev: Evidence, *, fc_in: int | None, target_hidden: int | None,
-               source_format: str | None, fix_command: str) -> Wiring:
-    """The check alone, on ``config`` as it is (``config --check``)."""
+def _check_kw(ev: Evidence, opts: WiringOptions | None, *, fc_in: int | None, target_hidden: int | None,
+              source_format: str | None, fix_command: str) -> dict:
     target = ev.target
-    kw = dict(fc_in=fc_in, target_hidden=target_hidden, num_layers=target.num_hidden_layers if target else None,
-              target=target.name if target else None, source_format=source_format, fix_command=fix_command,
-              sglang_prefer=sglang_preference(target.architectures if target else None,
-                                              target.model_type if target else None))
-    return Wiring(config, None, _check(config, ev, kw, target_hidden))
+    opts = opts or WiringOptions()
+    return dict(fc_in=fc_in, target_hidden=target_hidden, num_layers=target.num_hidden_layers if target else None,
+                target=target.name if target else None, source_format=source_format, fix_command=fix_command,
+                family=target.family if target else None, engines=opts.releases(),
+                explicit_engines=bool(opts.engines) or opts.sglang_version in ("old", "new"))
+
+
+def check_only(config: dict, ev: Evidence, *, fc_in: int | None, target_hidden: int | None,
+               source_format: str | None, fix_command: str, opts: WiringOptions | None = None,
+               tensor_names: set[str] | None = None, read_d2t=None) -> Wiring:
+    """The check alone, on ``config`` as it is (``config --check``); with ``tensor_names``,
+    the config audit too (:mod:`eagle3conv.wiring.audit`)."""
+    kw = _check_kw(ev, opts, fc_in=fc_in, target_hidden=target_hidden, source_format=source_format,
+                   fix_command=fix_command)
+    report = _check(config, ev, kw, target_hidden)
+    _audit(report, config, ev, opts, tensor_names, read_d2t)
+    return Wiring(config, None, report)
 
 
 __all__ = ["Evidence", "WiringOptions", "Wiring", "gather", "wire", "resolve_target", "fc_width",

@@ -37,6 +37,9 @@ from eagle3conv.findings import (
     DISAGREES_WITH_TRAINING,
     DUPLICATE_IDS,
     EMBEDDING_FOR_SGLANG,
+    ENGINE_CANNOT_CAPTURE,
+    ENGINE_CAPTURES_OTHER,
+    ENGINE_NEEDS_OTHER_IDS,
     FC_WIDTH,
     ID_COUNT,
     IDS_UNREADABLE,
@@ -63,6 +66,7 @@ from eagle3conv.spec.layers import (
     to_refs,
     validate_refs,
 )
+from eagle3conv.spec.engines import KIND_WORDS
 from eagle3conv.wiring.metadata import TrainingRecord
 from eagle3conv.spec.drafter import aux_ids
 
@@ -94,6 +98,8 @@ class WiringReport:
     reads: dict[str, dict[str, str]] = field(default_factory=dict)
     """Per config field: what each engine reads its ids as, in plain words."""
     findings: list[Finding] = field(default_factory=list)
+    engines: list[dict] = field(default_factory=list)
+    """Per engine release asked: the layers it captures from this config (see :func:`engine_rows`)."""
 
     @property
     def errors(self) -> list[Finding]:
@@ -128,16 +134,161 @@ class WiringReport:
             "target": self.target,
             "target_num_layers": self.num_layers,
             "config_reads": self.reads,
+            "engines": self.engines,
             "findings": [{"level": f.level, "code": f.code, "message": f.message, "fix": f.fix}
                          for f in self.findings],
         }
 
 
+def sglang_numbering(family: str | None, engine: str = "sglang") -> str:
+    """Which of spec/layers.py's SGLang numberings an SGLang release applies to a target
+    family, read from the engine rules (mappings/engines/sglang.json): ``sglang-new`` where
+    the first-id rule applies (``+1`` only when the first id is 1), else ``sglang-old``."""
+    from eagle3conv.spec.engines import rule_for
+
+    rule = rule_for(engine, family)
+    return "sglang-new" if rule.explicit == "plus_one_if_first_is_1" else "sglang-old"
+
+
 def sglang_preference(target_arch: Sequence[str] | None, model_type: str | None) -> str:
-    """Which SGLang numbering to prefer when old and new disagree: PR #25454
-    changed the DeepSeek path (DeepSeek-V3, Kimi); other families read ids the old way."""
-    names = " ".join([*(target_arch or ()), model_type or ""]).lower()
-    return "sglang-new" if ("deepseek" in names or "kimi" in names) else "sglang-old"
+    """The SGLang numbering the newest SGLang release applies to the target whose
+    ``architectures``/``model_type`` are given (the family table decides, docs/facts.md §9)."""
+    from eagle3conv.spec.engines import family_for
+
+    return sglang_numbering(family_for(list(target_arch or ()), model_type))
+
+
+def engine_spec(rel: Any) -> str:
+    """How to write an engine release on the command line: ``sglang==0.5.12``."""
+    return rel.label.replace(" ", "==", 1)
+
+
+def priority_releases(engines: Sequence[Any], explicit: bool) -> dict[str, Any]:
+    """Per engine, the release whose reading wins when no single id list serves every
+    asked release: the first one asked (``--engine``), else the newest of the default set."""
+    out: dict[str, Any] = {}
+    for rel in engines:
+        if rel.engine not in out:
+            out[rel.engine] = rel
+        elif not explicit and rel.version > out[rel.engine].version:
+            out[rel.engine] = rel
+    return out
+
+
+def shared_ids_exist(engines: Sequence[Any], family: str | None, n: int, layers: LayerSet) -> bool:
+    """Whether one id list in each engine's field makes every release in ``engines`` of
+    that engine capture ``layers`` (checked with the engine rules)."""
+    from eagle3conv.spec.engines import capture, id_field, ids_for
+
+    rels = list(engines)
+    if len(rels) < 2:
+        return True
+    for rel in rels:
+        try:
+            ids = ids_for(rel, family, n, layers)
+        except (WiringError, UsageError):
+            return True  # the record does not fit the target: reported on its own
+        if ids is None:
+            continue
+        fld = id_field(rel)
+        if fld.startswith("launch option"):
+            return True
+        cfg = _config_with(fld, ids)
+        if all(capture(o, cfg, family, n).layers == tuple(layers) for o in rels if id_field(o) == fld):
+            return True
+    return False
+
+
+def _config_with(fld: str, ids: Sequence[int]) -> dict:
+    node: dict = {}
+    root = node
+    parts = fld.split(".")
+    for part in parts[:-1]:
+        node[part] = {}
+        node = node[part]
+    node[parts[-1]] = list(ids)
+    return root
+
+
+def engine_rows(
+    config: Mapping,
+    truth: LayerSet | None,
+    truth_source: str | None,
+    family: str | None,
+    n: int,
+    engines: Sequence[Any],
+    *,
+    explicit: bool,
+    fix_command: str,
+) -> tuple[list[dict], list[Finding]]:
+    """What each engine release captures from ``config`` on an ``n``-layer target of
+    ``family`` (the engine rules, docs/facts.md §9), one row each, and the findings:
+    an error when an engine cannot capture what the config names, or captures other
+    layers than the training record's. When no single id list can serve every asked
+    release of an engine, only its priority release (:func:`priority_releases`) is an
+    error; the others are warnings naming the ids they need."""
+    from eagle3conv.spec.engines import capture, id_field, ids_for, rule_for
+
+    rows: list[dict] = []
+    found: list[Finding] = []
+    prio = priority_releases(engines, explicit)
+    shared = {e: shared_ids_exist([r for r in engines if r.engine == e], family, n, truth)
+              for e in prio} if truth is not None else {}
+    for rel in engines:
+        fld = id_field(rel)
+        launch = fld.startswith("launch option")
+        try:
+            need = ids_for(rel, family, n, truth) if truth is not None else None
+        except (WiringError, UsageError):
+            need = None
+        cap = capture(rel, config, family, n, launch_ids=need if launch else None)
+        row = {
+            "engine": engine_spec(rel),
+            "release": rel.label,
+            "release_note": rel.note,
+            "family": family,
+            "reads": cap.field,
+            "ids": None if cap.ids is None else list(cap.ids),
+            "fell_back": cap.fell_back,
+            "rule": None if cap.kind is None else KIND_WORDS[cap.kind],
+            "captures": None if cap.layers is None else describe(cap.layers),
+            "layers": None if cap.layers is None else [{"output_of": r.output_of} for r in cap.layers],
+            "ok": cap.ok and (truth is None or cap.layers == tuple(truth)),
+            "error": cap.error,
+            "needs": None if need is None else list(need),
+            "notes": list(cap.notes) + ([cap.fallback_why] if cap.fallback_why else []),
+            "source": cap.source,
+        }
+        rows.append(row)
+        if launch:
+            continue  # the ids are a launch option: printed with the launch lines, never wrong in the config
+        spec = engine_spec(rel)
+        fix = fix_command if "--engine" in fix_command else f"{fix_command} --engine {spec}"
+        if cap.error:
+            unsupported = not rule_for(rel, family).supported
+            # an engine that cannot serve the family, or whose default does not fit a small target,
+            # matters only when asked for by name
+            level = "warning" if (unsupported or cap.fell_back) and not explicit else "error"
+            found.append(_f(level, ENGINE_CANNOT_CAPTURE, f"{rel}: {cap.error}",
+                            None if unsupported else fix))
+            continue
+        if truth is None or cap.layers == tuple(truth):
+            continue
+        words = (f"{rel} reads {cap.field} {list(cap.ids or ())} ({KIND_WORDS[cap.kind or 'raw']}) and captures "
+                 f"{describe(cap.layers or ())}; training captured {describe(truth)} ({truth_source})")
+        if cap.fell_back:
+            words = f"{rel} finds no ids ({cap.fallback_why}) and captures {describe(cap.layers or ())}; " \
+                    f"training captured {describe(truth)} ({truth_source})"
+        if not shared.get(rel.engine, True) and prio[rel.engine] != rel:
+            found.append(_f(
+                "warning", ENGINE_NEEDS_OTHER_IDS,
+                f"{words}. No single {fld} list is right for every {rel.engine} release asked; it is written "
+                f"for {prio[rel.engine]}; for {rel} write {list(need) if need else 'nothing: it cannot capture them'}",
+                fix))
+        else:
+            found.append(_f("error", ENGINE_CAPTURES_OTHER, words + (
+                f"; {rel} needs {fld} = {list(need)}" if need else f"; {rel} cannot capture them"), fix))
+    return rows, found
 
 
 def _int_ids(value: Any) -> list[int] | None:
@@ -158,13 +309,19 @@ def check_wiring(
     target: str | None = None,
     source_format: str | None = None,
     fix_command: str = "eagle3conv config CKPT --target TARGET",
-    sglang_prefer: str = "sglang-old",
+    family: str | None = None,
+    engines: Sequence[Any] | None = None,
+    explicit_engines: bool = False,
 ) -> WiringReport:
     """Check the aux-layer wiring of a (fixed) drafter config. Never raises for
     a wrong wiring: every problem is a :class:`Finding`; see :meth:`WiringReport.raise_for_errors`.
 
     ``records`` come most authoritative first (:func:`~eagle3conv.wiring.metadata.find_training_record`);
-    ``fix_command`` is the command printed to fix a disagreement.
+    ``fix_command`` is the command printed to fix a disagreement. With the target's
+    layer count known, every release in ``engines`` (default:
+    :func:`~eagle3conv.spec.engines.default_engines`; ``explicit_engines``: the user
+    named them with --engine) gets a row in :attr:`WiringReport.engines` saying which
+    layers it captures from this config on a target of ``family``.
     """
     config = config or {}
     rep = WiringReport(None, None, None, num_layers, target)
@@ -371,4 +528,19 @@ def check_wiring(
         add(_f("warning", VLLM_DEFAULT,
                     f"vLLM reads the top-level {VLLM_FIELD}, which is absent: vLLM will use its default, the "
                     f"{default_words}", fix_command))
+    # 6. every asked engine release, by its rules (docs/facts.md §9)
+    if n is not None:
+        from eagle3conv.spec.engines import default_engines
+
+        asked = tuple(engines) if engines else default_engines()
+        rows, found = engine_rows(config, truth, rep.record.source if rep.record else None, family, n, asked,
+                                  explicit=bool(engines) and explicit_engines, fix_command=fix_command)
+        rep.engines = rows
+        # what each release reads, by its own rules (replaces the two generic SGLang numberings)
+        rep.reads = {}
+        for row in rows:
+            if not row["fell_back"] and not row["reads"].startswith("launch option"):
+                rep.reads.setdefault(row["reads"], {})[row["release"]] = row["captures"] or f"fails: {row['error']}"
+        # the per-release rows replace the two-numbering SGLang verdict
+        rep.findings = [f for f in rep.findings if f.code != SGLANG_VERSION] + found
     return rep

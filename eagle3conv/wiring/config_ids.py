@@ -34,11 +34,9 @@ from eagle3conv.spec.layers import (
     describe,
     sglang_ids_for,
     to_ids,
-    to_refs,
     validate_refs,
 )
 from eagle3conv.wiring.metadata import TrainingRecord, make_record
-from eagle3conv.spec.drafter import aux_ids
 
 PROVENANCE_KEY = "eagle3conv"
 AUX_KEY = "aux_layers"
@@ -57,6 +55,8 @@ class WiringEdits:
     vllm_ids: tuple[int, ...]
     trtllm_ids: tuple[int, ...]
     config_edits: list[ConfigEdit] = field(default_factory=list)
+    engines: list[dict] = field(default_factory=list)
+    """Per engine release asked: the field it reads and the ids it needs (:func:`per_engine_ids`)."""
 
     def provenance(self) -> dict:
         return {
@@ -105,6 +105,7 @@ class WiringEdits:
             "vllm_ids": list(self.vllm_ids),
             "tensorrt_llm_ids": list(self.trtllm_ids),
             "config_edits": [e.to_dict() for e in self.config_edits],
+            "per_engine": self.engines,
         }
         if drafter is not None:
             d["launch"] = self.launch(drafter)
@@ -131,19 +132,28 @@ def provenance_record(config: Mapping | None) -> TrainingRecord | None:
 
 def sglang_version_for(config: Mapping | None, layers: LayerSet, num_layers: int | None, choice: str,
                        family_default: str) -> str:
-    """``choice`` is ``old``/``new``/``auto``. Auto keeps the version under which the
-    config's existing SGLang ids already mean ``layers``; else the target family's."""
+    """``choice`` is ``old``/``new``/``auto``. Auto: the numbering of the SGLang release
+    that wins for the target's family (see :func:`~eagle3conv.wiring.check.priority_releases`);
+    ids both numberings read alike are written whenever they exist."""
     if choice in ("old", "new"):
         return f"sglang-{choice}"
-    ids = aux_ids(config).nested
-    if isinstance(ids, list) and ids and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        for version in (family_default, "sglang-old", "sglang-new"):
-            try:
-                if to_refs(ids, version, num_layers) == layers:
-                    return version
-            except Exception:  # noqa: BLE001 - ids this version cannot read
-                continue
     return family_default
+
+
+def per_engine_ids(layers: LayerSet, family: str | None, num_layers: int, engines) -> list[dict]:
+    """For each engine release: where it reads its ids and the ids that make it capture
+    ``layers`` (engine rules, docs/facts.md §9); None when no id list can."""
+    from eagle3conv.spec.engines import id_field, ids_for
+
+    out = []
+    for rel in engines:
+        try:
+            ids = ids_for(rel, family, num_layers, layers)
+        except (WiringError, Exception):  # noqa: BLE001 - out of range: reported by the check
+            ids = None
+        out.append({"engine": rel.label.replace(" ", "==", 1), "field": id_field(rel),
+                    "ids": None if ids is None else list(ids)})
+    return out
 
 
 def wiring_edits(

@@ -1,0 +1,113 @@
+"""The config audit: config.json fields that make one engine serve the drafter differently
+from another, or refuse it, each with its fix (docs/facts.md §9).
+
+:func:`audit_config` reads the drafter's config, the names (and, for ``d2t``, the values)
+of its tensors and the target, and returns warnings (area ``config``):
+
+* ``draft_vocab_size`` missing while the drafter has its own ``lm_head``: SGLang then uses
+  the target's head;
+* ``d2t`` holding the identity map while the draft vocab equals the target's: vLLM refuses
+  it at load (drop it);
+* only one of ``rope_scaling`` / ``rope_parameters`` written (readers of the other fall
+  back to no scaling);
+* ``max_position_embeddings`` below the context served (``--max-context``);
+* flags only one engine honours: ``norm_before_fc`` on an MLA drafter (neither),
+  ``rope_interleave: false`` (SGLang only), an ``fc.bias`` tensor (vLLM ignores it);
+  ``norm_before_residual: true`` (vLLM only) is reported by the config reader;
+* ``use_cache: false`` (strict Hub config validation refuses it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from eagle3conv.findings import (
+    AUDIT_D2T_IDENTITY,
+    AUDIT_DRAFT_VOCAB,
+    AUDIT_MAX_POSITIONS,
+    AUDIT_ONE_ENGINE_FLAG,
+    AUDIT_ROPE_FIELDS,
+    AUDIT_USE_CACHE,
+    CONFIG,
+    Finding,
+)
+
+_MLA_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM",)
+
+
+def _w(code: str, message: str, fix: str) -> Finding:
+    return Finding("warning", CONFIG, code, message, fix)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def audit_config(
+    config: Mapping[str, Any],
+    tensor_names: set[str] | frozenset[str],
+    *,
+    read_d2t: Callable[[], Any] | None = None,
+    target_vocab: int | None = None,
+    max_context: int | None = None,
+    where: str = "config.json",
+) -> list[Finding]:
+    """The audit's findings for one drafter config (see the module text). ``read_d2t``
+    returns the ``d2t`` values (a sequence of integers) when asked; ``target_vocab``:
+    the target's vocab size (default: the config's ``vocab_size``); ``max_context``:
+    the longest context the drafter will be served at."""
+    out: list[Finding] = []
+    cfg = config or {}
+    vocab = target_vocab if _is_int(target_vocab) else cfg.get("vocab_size")
+    draft_vocab = cfg.get("draft_vocab_size")
+    mla = any(a in _MLA_ARCHITECTURES for a in (cfg.get("architectures") or []) if isinstance(a, str))
+
+    if "lm_head.weight" in tensor_names and draft_vocab is None:
+        out.append(_w(AUDIT_DRAFT_VOCAB,
+                      f"{where} has no draft_vocab_size but the drafter ships its own lm_head: SGLang then "
+                      "uses the target's lm_head instead of the drafter's",
+                      f"set draft_vocab_size in {where} to lm_head.weight's row count"))
+    if "d2t" in tensor_names and read_d2t is not None and _is_int(vocab):
+        vd = draft_vocab if _is_int(draft_vocab) else None
+        try:
+            d2t = [int(x) for x in read_d2t()]
+        except Exception:  # noqa: BLE001 - an unreadable d2t is the vocab check's to report
+            d2t = None
+        if d2t is not None and len(d2t) == vocab and (vd is None or vd == vocab) and not any(d2t):
+            out.append(_w(AUDIT_D2T_IDENTITY,
+                          f"d2t maps every draft token to itself and the draft vocab equals the target's "
+                          f"({vocab}): vLLM refuses such a d2t at load; SGLang does not need it",
+                          "drop d2t (and t2d) from the weights: the full vocab needs no map"))
+    has_scaling, has_params = "rope_scaling" in cfg, "rope_parameters" in cfg
+    if has_scaling != has_params:
+        have, missing = ("rope_scaling", "rope_parameters") if has_scaling else ("rope_parameters", "rope_scaling")
+        out.append(_w(AUDIT_ROPE_FIELDS,
+                      f"{where} has {have} but no {missing}: readers of {missing} (older and newer "
+                      "transformers, the engines' config parsers) fall back to plain RoPE",
+                      f"write both {have} and {missing} (with rope_theta) holding the same settings"))
+    mpe = cfg.get("max_position_embeddings")
+    if _is_int(mpe) and _is_int(max_context) and mpe < max_context:
+        out.append(_w(AUDIT_MAX_POSITIONS,
+                      f"max_position_embeddings is {mpe}, below the {max_context}-token context served: "
+                      "positions beyond it are out of the drafter's range and acceptance collapses there",
+                      f"set max_position_embeddings in {where} to at least {max_context}"))
+    # norm_before_residual: true (vLLM only) is reported by the config reader (checkpoint/config.py)
+    if mla and cfg.get("norm_before_fc"):
+        out.append(_w(AUDIT_ONE_ENGINE_FLAG,
+                      "norm_before_fc on an MLA drafter is honoured by neither SGLang nor vLLM",
+                      f"drop norm_before_fc from {where} (the engines ignore it) or retrain without it"))
+    if cfg.get("rope_interleave") is False:
+        out.append(_w(AUDIT_ONE_ENGINE_FLAG,
+                      "rope_interleave: false is honoured by SGLang only; vLLM always applies interleaved RoPE, "
+                      "so one of the two serves the drafter with the RoPE layout it was not trained with",
+                      "keep the layout the drafter was trained with, and serve it on the engine that honours it"))
+    if "fc.bias" in tensor_names:
+        out.append(_w(AUDIT_ONE_ENGINE_FLAG,
+                      "the drafter has an fc.bias: vLLM ignores .bias tensors silently, SGLang adds it",
+                      "serve on SGLang, or fold the bias away and retrain"))
+    if cfg.get("use_cache") is False:
+        out.append(_w(AUDIT_USE_CACHE,
+                      f"{where} has use_cache: false: strict Hub config validation refuses it",
+                      f"set use_cache: true in {where}"))
+    return out

@@ -1,0 +1,159 @@
+"""--engine through the commands (issue 11): the per-engine wiring report on config --check,
+inspect, fix-keys, verify's smoke test and the push gate, on real checkpoints; the seed incident
+before and after SGLang's first-id rule and TorchSpec's Kimi exports, each flagged on the release
+that reads them one layer off."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from conftest import snapshot
+from eagle3conv.cli import main
+from eagle3conv.spec.layers import outputs
+from eagle3conv.wiring.metadata import TrainingRecord, write_metadata_file
+
+KIMI_DRAFTER = dict(hidden=32, target_hidden=7168, heads=4, kv_heads=2, head_dim=8, intermediate=64,
+                    vocab=163840, draft_vocab=256)
+
+
+def run(*args, ok: int | None = 0):
+    res = CliRunner().invoke(main, [str(a) for a in args])
+    if ok is not None:
+        assert res.exit_code == ok, f"exit {res.exit_code}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}\n{res.exception!r}"
+    return res
+
+
+def set_ids(ckpt: Path, nested=None, top=None) -> None:
+    p = ckpt / "config.json"
+    cfg = json.loads(p.read_text())
+    cfg.pop("eagle_aux_hidden_state_layer_ids", None)
+    cfg.pop("eagle_config", None)
+    if nested is not None:
+        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": nested, "use_aux_hidden_state": True}
+    if top is not None:
+        cfg["eagle_aux_hidden_state_layer_ids"] = top
+    p.write_text(json.dumps(cfg))
+
+
+def kimi(make_ckpt, trained_outputs, nested=None, top=None) -> Path:
+    ck = make_ckpt("sglang", **KIMI_DRAFTER)
+    set_ids(ck, nested, top)
+    write_metadata_file(ck, TrainingRecord(layers=outputs(*trained_outputs), source="TorchSpec run",
+                                           convention="output", raw_ids=list(trained_outputs),
+                                           target="moonshotai/Kimi-K2.5"))
+    return ck
+
+
+def rows(wiring: dict) -> dict[str, dict]:
+    return {r["engine"]: r for r in wiring["engines"]}
+
+
+def test_seed_incident_before_and_after_the_first_id_rule_inspect(make_ckpt):
+    # trained on outputs 2, 30, 58, nested ids [2, 30, 58]: right for SGLang 0.5.12, one layer off on >= 0.5.13.
+    # inspect shows what fix-keys would write ([3, 31, 59] for the newest SGLang) and, per release, what the
+    # written config captures
+    ck = kimi(make_ckpt, (2, 30, 58), nested=[2, 30, 58], top=[3, 31, 59])
+    d = json.loads(run("inspect", ck, "--json").stdout)
+    w = d["plan"]["wiring"]
+    assert w["written"]["sglang_ids"] == [3, 31, 59]
+    r = rows(w)
+    assert r["sglang==0.5.23"]["ok"] and r["sglang==0.5.23"]["captures"] == "outputs of layers 2, 30, 58"
+    assert not r["sglang==0.5.12"]["ok"] and r["sglang==0.5.12"]["needs"] == [2, 30, 58]
+    assert r["vllm==0.33.0"]["ok"] and r["tensorrt-llm"]["needs"] == [2, 30, 58]
+    text = run("inspect", ck).stdout
+    assert "ok  sglang 0.5.23" in text and "BAD sglang 0.5.12" in text and "for sglang 0.5.12 write [2, 30, 58]" in text
+    # asked for 0.5.12 only: nothing to change in the ids
+    d = json.loads(run("inspect", ck, "--engine", "sglang==0.5.12", "--json").stdout)
+    assert d["plan"]["wiring"]["written"]["sglang_ids"] == [2, 30, 58]
+    assert list(rows(d["plan"]["wiring"])) == ["sglang==0.5.12"]
+    # the two releases asked by name, 0.5.12 first: 0.5.12's ids are written, 0.5.23 gets the warning
+    d = json.loads(run("inspect", ck, "--engine", "sglang==0.5.12", "--engine", "sglang==0.5.23", "--json").stdout)
+    assert d["plan"]["wiring"]["written"]["sglang_ids"] == [2, 30, 58]
+    (warn,) = [f for f in d["plan"]["wiring"]["findings"] if f["code"] == "engine-needs-other-ids"]
+    assert "for sglang 0.5.23 write [3, 31, 59]" in warn["message"]
+
+
+def test_inspect_exits_3_when_an_asked_release_cannot_capture_the_record(make_ckpt):
+    # a drafter trained on the output of layer 0 in its first slot: no DeepSeek-family SGLang >= 0.5.13 id
+    # captures it (docs/facts.md §9); asked by name, that is an error and fix-keys refuses
+    ck = kimi(make_ckpt, (0, 30, 58), nested=[0, 30, 58], top=[1, 31, 59])
+    res = run("inspect", ck, "--engine", "sglang==0.5.23", "--json", ok=3)
+    w = json.loads(res.stdout)["plan"]["wiring"]
+    assert not rows(w)["sglang==0.5.23"]["ok"] and rows(w)["sglang==0.5.23"]["needs"] is None
+    run("inspect", ck, "--engine", "sglang==0.5.12")
+
+
+def test_verify_smoke_shows_the_engine_report_and_exits_3(make_ckpt):
+    ck = kimi(make_ckpt, (2, 30, 58), nested=[2, 30, 58], top=[3, 31, 59])
+    res = run("verify", ck, "--target", "kimi-k2.5", "--json", ok=3)
+    d = json.loads(res.stdout)
+    assert d["ok"] is False and not d["problems"]  # the forward itself is fine: the wiring is not
+    assert not rows(d["wiring"])["sglang==0.5.23"]["ok"]
+    assert any(f["code"] == "engine-captures-other" and f["level"] == "error" for f in d["wiring"]["findings"])
+    text = run("verify", ck, "--target", "kimi-k2.5", ok=3).stdout
+    assert "BAD sglang 0.5.23" in text and "captures outputs of layers 1, 29, 57" in text
+    d = json.loads(run("verify", ck, "--target", "kimi-k2.5", "--engine", "sglang==0.5.12", "--json").stdout)
+    assert d["ok"] is True and list(rows(d["wiring"])) == ["sglang==0.5.12"]
+
+
+def test_torchspec_vllm_export_is_flagged_on_sglang_0_5_12(make_ckpt):
+    # TorchSpec's Kimi MLA drafters: trained on outputs 1, 29, 57; its vLLM export writes [2, 30, 58] in both
+    ck = kimi(make_ckpt, (1, 29, 57), nested=[2, 30, 58], top=[2, 30, 58])
+    d = json.loads(run("config", ck, "--target", "kimi-k2.5", "--check", "--json", ok=3).stdout)
+    r = rows(d["wiring"])
+    assert r["sglang==0.5.23"]["ok"] and r["vllm==0.33.0"]["ok"]
+    assert not r["sglang==0.5.12"]["ok"] and r["sglang==0.5.12"]["captures"] == "outputs of layers 2, 30, 58"
+    # one list serves both SGLang releases here ([1, 29, 57]): 0.5.12 is an error, not a warning
+    (err,) = [f for f in d["wiring"]["findings"] if f["code"] == "engine-captures-other"]
+    assert err["message"].startswith("sglang 0.5.12") and "needs eagle_config.eagle_aux_hidden_state_layer_ids = [1, 29, 57]" in err["message"]
+    run("config", ck, "--target", "kimi-k2.5", "--check", "--engine", "sglang", "--engine", "vllm")
+    # config writes the list both SGLang releases read alike, and then every default release is right
+    before = snapshot(ck)
+    d = json.loads(run("config", ck, "--target", "kimi-k2.5", "--json").stdout)
+    assert d["wiring"]["written"]["sglang_ids"] == [1, 29, 57] and d["wiring"]["ok"]
+    assert all(r["ok"] for r in d["wiring"]["engines"])
+    assert snapshot(ck) != before
+    run("config", ck, "--target", "kimi-k2.5", "--check")
+
+
+def test_torchspec_training_config_nested_only(make_ckpt):
+    # its training config: nested [1, 29, 57] only. Both SGLang releases add 1 (first id 1); vLLM's default
+    # runner finds no top-level ids and falls back to its default [2, 30, 58], right by luck
+    ck = kimi(make_ckpt, (1, 29, 57), nested=[1, 29, 57])
+    d = json.loads(run("config", ck, "--target", "kimi-k2.5", "--check", "--json").stdout)
+    r = rows(d["wiring"])
+    assert all(x["ok"] for x in r.values())
+    assert r["vllm==0.33.0"]["fell_back"] and r["vllm==0.33.0"]["ids"] == [2, 30, 58]
+
+
+def test_fix_keys_writes_for_the_asked_release_and_names_the_others(make_ckpt, tmp_path):
+    ck = kimi(make_ckpt, (2, 30, 58), nested=[2, 30, 58], top=[3, 31, 59])
+    out = tmp_path / "o"
+    res = run("fix-keys", ck, "--target", "kimi-k2.5", "--out", out, "--json")
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [3, 31, 59]  # the newest SGLang wins
+    warn = [f for f in json.loads(res.stdout)["plan"]["wiring"]["findings"] if f["code"] == "engine-needs-other-ids"]
+    assert len(warn) == 1 and "for sglang 0.5.12 write [2, 30, 58]" in warn[0]["message"]
+    out2 = tmp_path / "o2"
+    run("fix-keys", ck, "--target", "kimi-k2.5", "--engine", "sglang==0.5.12", "--out", out2)
+    cfg = json.loads((out2 / "config.json").read_text())
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 30, 58]
+    res = run("fix-keys", ck, "--engine", "vllm==abc", "--out", tmp_path / "o3", ok=2)
+    assert "not a release number" in res.stderr and not (tmp_path / "o3").exists()
+
+
+def test_push_gate_covers_the_asked_releases(make_ckpt):
+    from eagle3conv.publish import default_gate
+
+    ck = kimi(make_ckpt, (2, 30, 58), nested=[2, 30, 58], top=[3, 31, 59])
+    run("config", ck, "--target", "kimi-k2.5", "--engine", "sglang==0.5.12")  # written for SGLang 0.5.12
+    checks = {c.name: c for c in default_gate(ck, engines=("sglang==0.5.12",))}
+    assert checks["aux-layers"].ok and checks["canonical"].ok, checks
+    # the default set includes SGLang 0.5.23, for which fix-keys would still rewrite the ids
+    checks = {c.name: c for c in default_gate(ck)}
+    assert not checks["canonical"].ok and "eagle_config" in checks["canonical"].detail
+    res = run("push", ck, "--repo-id", "me/x", "--engine", "nosuch", "--dry-run", ok=2)
+    assert "unknown engine 'nosuch'" in res.stderr
