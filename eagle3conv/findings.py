@@ -38,6 +38,7 @@ EMBED_DROPPED = "embed-dropped"
 EMBED_KEPT = "embed-kept"
 MISSING_EMBEDDING = "missing-embedding"
 EXTRACTED = "extracted"
+MLA_NO_Q_LORA = "mla-no-q-lora"  # an MLA drafter without q_lora_rank: SGLang refuses it
 # shapes: each tensor against the config
 SPLIT_SHAPE = "split-shape"
 SHAPE_MISMATCH = "shape-mismatch"
@@ -56,6 +57,7 @@ D2T_NOT_INCREASING = "d2t-not-increasing"
 T2D_SHAPE = "t2d-shape"
 T2D_REBUILT = "t2d-rebuilt"
 T2D_DISAGREES = "t2d-disagrees"
+FULL_VOCAB_D2T = "full-vocab-d2t"  # an MLA drafter's d2t/t2d where the draft vocab is the full vocab
 # config: the drafter's config.json
 CONFIG_REPLACED = "config-replaced"
 CONFIG_SOURCE = "config-source"

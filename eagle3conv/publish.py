@@ -51,7 +51,7 @@ def default_gate(path: Path, engines: tuple[str, ...] = ()) -> list[Check]:
       names, dtypes and config are exactly what SGLang loads;
     - ``smoke-test``: the drafter forward (``eagle3conv.model.drafter.smoke_test``) runs on
       random inputs at step 1 and step 2 with finite outputs of the right widths (MLA
-      drafters: their tensor shapes are checked instead).
+      drafters run their own forward, ``eagle3conv.model.mla``).
     """
     from eagle3conv.api import inspect
     from eagle3conv.wiring.apply import WiringOptions
@@ -101,21 +101,19 @@ def smoke_check(index) -> Check:
 
 
 def _smoke_checked(index) -> Check:
-    from eagle3conv.model import drafter
-    from eagle3conv.spec.drafter import architecture_key
+    from eagle3conv.model import drafter, is_mla_config
 
     cfg = index.config or {}
     try:
         state = {name: index.read_torch(name) for name in index.tensors}
-        if architecture_key(cfg, state) == "mla":
-            drafter.check_mla_shapes(cfg, state)
-            return Check("smoke-test", True, "MLA drafter: tensor shapes match the config")
-        r = drafter.smoke_test(cfg, state)
+        r = drafter.smoke_test(cfg, state)  # Llama-style or MLA: the class follows the architecture
     except Eagle3ConvError as e:
         return Check("smoke-test", False, e.message)
     except Exception as e:  # noqa: BLE001 - a forward that crashes is a failed check
         return Check("smoke-test", False, f"{type(e).__name__}: {e}")
     if not r.ok:
         return Check("smoke-test", False, "; ".join(r.problems))
-    return Check("smoke-test", True, f"step 1 reads {r.step1_input_width} wide, step 2 {r.step2_input_width}, "
-                                     f"{r.logits_width} draft logits")
+    kind = "MLA drafter forward: " if is_mla_config(cfg, index.tensors) else ""
+    notes = "; engine notes: " + " | ".join(r.engine_notes) if r.engine_notes else ""
+    return Check("smoke-test", True, f"{kind}step 1 reads {r.step1_input_width} wide, step 2 {r.step2_input_width}, "
+                                     f"{r.logits_width} draft logits{notes}")

@@ -96,3 +96,48 @@ def test_search_names_the_trained_wiring(smollm2_states, drafter):
     # the norm fingerprint flags the embedding-included wiring's first slot
     emb = next(i for i, s in enumerate(res.scores) if s.candidate.layers[0] == EMBEDDING)
     assert res.comparisons[emb][0]["flagged"]
+
+
+# --------------------------------------------------------------------------- the MLA drafter
+
+MLA_FIXTURE = Path(__file__).parent / "data" / "smollm2-drafter-mla"
+
+
+@pytest.fixture
+def mla_drafter(tmp_path):
+    dest = tmp_path / "mla"
+    shutil.copytree(MLA_FIXTURE, dest)
+    return dest
+
+
+def test_mla_trained_wiring_beats_the_incident_and_off_by_one(smollm2_states, mla_drafter):
+    """The MLA drafter (Eagle3DeepseekV2ForCausalLM, outputs 1, 14, 26) run by verify's
+    MLA forward on fresh held-out states: the trained wiring is intervals apart from the
+    embedding-included one and above both off-by-one wirings."""
+    right = verify(mla_drafter, smollm2_states, save=False).main
+    assert right.candidate.layers == outputs(1, 14, 26)
+    incident = verify(mla_drafter, smollm2_states, layers=[-1, 1, 14], save=False).main
+    later = verify(mla_drafter, smollm2_states, layers=[2, 15, 27], save=False).main
+    earlier = verify(mla_drafter, smollm2_states, layers=[0, 13, 25], save=False).main
+    assert right.tokens >= 400
+    assert right.acceptance[0] > 0.3
+    assert right.acceptance_ci[0][0] > incident.acceptance_ci[0][1]
+    assert right.accept_length_ci[0] > incident.accept_length_ci[1]
+    assert right.accept_length > later.accept_length and right.accept_length > earlier.accept_length
+    assert right.acceptance[0] > later.acceptance[0] and right.acceptance[0] > earlier.acceptance[0]
+    assert len(right.acceptance) == 3 and right.norms[0]["median"] is not None  # per position, norms
+
+
+def test_mla_search_names_the_trained_wiring(smollm2_states, mla_drafter):
+    cfg_path = mla_drafter / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [2, 15, 27]  # an off-by-one config
+    cfg_path.write_text(json.dumps(cfg))
+    res = verify(mla_drafter, smollm2_states, search=True, save=False)
+    scored = {s.candidate.layers: s for s in res.scores}
+    assert outputs(1, 14, 26) in scored
+    best = max(res.scores, key=lambda s: s.accept_length)
+    assert scored[outputs(1, 14, 26)].accept_length_ci[1] >= best.accept_length_ci[0]
+    v = res.verdict
+    assert v.best_layers == "outputs of layers 1, 14, 26" and v.status in ("named", "stands"), v
+    assert "--trained-on 1,14,26 --captured-at output" in v.advice

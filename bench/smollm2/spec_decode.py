@@ -15,8 +15,10 @@ A real chain-drafting loop, as SGLang runs EAGLE-3 with topk 1:
   cropped to the accepted tokens and their aux states are kept.
 
 Every output is asserted identical to plain greedy decoding of the target.
-The drafter is eagle3conv's ``Eagle3Drafter`` (loaded strictly from the
-fixture), driven incrementally through its step pieces; for the first
+The drafter is eagle3conv's ``Eagle3Drafter``, or ``Eagle3MLADrafter`` for the
+MLA fixture (``--fixture tests/data/smollm2-drafter-mla``; the class follows
+the config, ``eagle3conv.model.build_drafter``), loaded strictly from the
+fixture and driven incrementally through its step pieces; for the first
 ``--check-rounds`` rounds its drafts are also checked against
 ``Eagle3Drafter.draft_chain(teacher_forcing=False)`` over the whole sequence.
 
@@ -60,9 +62,10 @@ def log(msg: str) -> None:
 
 
 class IncrementalDrafter:
-    """Eagle3Drafter run as SGLang runs it: a step-1 KV cache over verified positions,
-    and a chain of K steps at the last one. Uses the drafter's own step pieces
-    (``attention_inputs``, ``finish``) so the math is eagle3conv's."""
+    """Eagle3Drafter (or Eagle3MLADrafter) run as SGLang runs it: a step-1 KV cache over
+    verified positions, and a chain of K steps at the last one. Uses the drafter's own step
+    pieces (``attention_inputs``, ``finish``, and its softmax scale ``attn_scale``, which MLA's
+    yarn mscale changes) so the math is eagle3conv's."""
 
     def __init__(self, drafter):
         self.d = drafter
@@ -81,7 +84,8 @@ class IncrementalDrafter:
         self.values = v if self.values is None else torch.cat((self.values, v), dim=2)
         total = self.length + m
         mask = torch.arange(total)[None, :] <= (self.length + torch.arange(m))[:, None]
-        attn = F.scaled_dot_product_attention(q, self.keys, self.values, attn_mask=mask, enable_gqa=d.gqa)
+        attn = F.scaled_dot_product_attention(q, self.keys, self.values, attn_mask=mask, enable_gqa=d.gqa,
+                                              scale=d.attn_scale)
         self.length = total
         return d.finish(res, attn)
 
@@ -99,7 +103,7 @@ class IncrementalDrafter:
             vs.append(v)
             attn = F.scaled_dot_product_attention(
                 q, torch.cat([self.keys, *ks], dim=2), torch.cat([self.values, *vs], dim=2),
-                enable_gqa=d.gqa)
+                enable_gqa=d.gqa, scale=d.attn_scale)
             o = d.finish(res, attn)
             drafts.append(int(o.target_ids[0, 0]))
             h = o.hidden
@@ -218,7 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     import train_drafter
     from safetensors.torch import load_file
 
-    from eagle3conv.model.drafter import Eagle3Drafter
+    from eagle3conv.model import build_drafter
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--fixture", type=Path, default=REPO / "tests/data/smollm2-drafter")
@@ -238,9 +242,9 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.time()
     model, tok = common.load_target()
     config = json.loads((args.fixture / "config.json").read_text())
-    drafter = Eagle3Drafter(config, load_file(str(args.fixture / "model.safetensors")),
+    drafter = build_drafter(config, load_file(str(args.fixture / "model.safetensors")),
                             embed_tokens=model.model.embed_tokens.weight.detach(), dtype=torch.float32)
-    log(f"target and drafter loaded in {time.time() - t0:.1f}s")
+    log(f"target and {type(drafter).__name__} loaded in {time.time() - t0:.1f}s")
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     items = [it for it in train_drafter.prompts(args.seed) if it["split"] == "heldout"][: args.prompts]
     rows = []
@@ -281,6 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     all_tf = [a for r in rows for a in r["tf_accepts"]]
     hist = [sum(1 for a in all_acc if a == n) for n in range(1, args.num_drafts + 2)]
     summary = {
+        "fixture": args.fixture.name, "drafter_class": type(drafter).__name__,
         "prompts": len(rows), "K": args.num_drafts, "max_new_tokens": args.max_new_tokens,
         "new_tokens": sum(r["new_tokens"] for r in rows),
         "rounds": len(all_acc),

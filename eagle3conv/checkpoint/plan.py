@@ -34,7 +34,9 @@ from eagle3conv.findings import (
     FUSED_AND_UNFUSED,
     KEY_COLLISION,
     KEYS,
+    FULL_VOCAB_D2T,
     MISSING_KEY,
+    MLA_NO_Q_LORA,
     NO_VOCAB_SIZE,
     NORM_OUTPUT,
     REFUSED_KEY,
@@ -292,6 +294,8 @@ def build_plan(
     head = index.tensors.get(mapped.get("lm_head.weight", ""))
     if head is not None and len(head.shape) == 2 and not drafter_cfg.get("draft_vocab_size"):
         sym["Vd"] = head.shape[0]
+    if arch.key == "mla":
+        _mla_q_lora_rank(sym, index, mapped, errors)
     canon = {name: e.row for name, e in expected(spec, sym).items()}
 
     # 2. classify mapped names
@@ -411,6 +415,9 @@ def build_plan(
         if vr.t2d is not None and (vr.t2d_changed or "t2d" not in wanted):
             src = wanted["t2d"].source if "t2d" in wanted else None
             wanted["t2d"] = Output("t2d", "BOOL", vr.t2d.shape, src, wanted["t2d"].source_dtype if src else None, data=vr.t2d)
+    if arch.key == "mla" and vocab is not None and "lm_head.weight" in wanted \
+            and wanted["lm_head.weight"].shape[0] == vocab:
+        final_decisions = _mla_full_vocab_maps(wanted, final_decisions, d2t, errors, notices)
     if vocab is None:
         errors.append(Finding("error", CONFIG, NO_VOCAB_SIZE, "config.json has no vocab_size (the target's vocab)"))
 
@@ -436,6 +443,8 @@ def build_plan(
     for name, value in switched.items():
         edits.append(cfgmod.ConfigEdit(SWITCH_FIELDS[name], drafter_cfg.get(SWITCH_FIELDS[name]), value,
                                        SWITCH_WHY[name]))
+    if arch.key == "mla":
+        edits += _mla_config_edits(drafter_cfg, sym, edits, wanted)
     new_config = cfgmod.apply_edits(drafter_cfg, edits)
     aux = cfgmod.aux_ids_in(new_config)
     if any(o.name.startswith("fc_norm.") for o in outputs):
@@ -511,3 +520,69 @@ def load_config_file(path: str | Path) -> dict:
     from eagle3conv.io.jsonfile import read_json_file
 
     return read_json_file(p, "config.json", allow_nonfinite=True)  # NaN: named by the config validator
+
+
+# --------------------------------------------------------------------------- MLA (docs/facts.md §10)
+
+_Q_A = "midlayer.self_attn.q_a_proj.weight"
+_FUSED_QKV_A = "midlayer.self_attn.fused_qkv_a_proj_with_mqa.weight"
+
+
+def _mla_q_lora_rank(sym: dict, index: CheckpointIndex, mapped: dict, errors: list) -> None:
+    """SGLang's Eagle3 MLA layer requires q_lora_rank: read it off q_a_proj (or the fused
+    q_a/kv_a rows) when the config leaves it out; refuse a direct q_proj (vLLM only)."""
+    if sym.get("QL") is not None:
+        return
+    qa = index.tensors.get(mapped.get(_Q_A, ""))
+    fused = index.tensors.get(mapped.get(_FUSED_QKV_A, ""))
+    if qa is not None and len(qa.shape) == 2:
+        sym["QL"] = qa.shape[0]
+    elif fused is not None and len(fused.shape) == 2 and sym.get("KL") and sym.get("QR"):
+        sym["QL"] = fused.shape[0] - sym["KL"] - sym["QR"]
+    if sym.get("QL") is None or sym["QL"] <= 0:
+        sym["QL"] = None
+        errors.append(Finding(
+            "error", CONFIG, MLA_NO_Q_LORA,
+            "config.json: q_lora_rank is null and the drafter has no q_a_proj: SGLang's Eagle3 MLA layer "
+            "refuses it ('requires q_lora_rank in the draft config'); only vLLM builds a direct q_proj",
+            subject="q_lora_rank"))
+
+
+def _mla_full_vocab_maps(wanted: dict, decisions: list, d2t, errors: list, notices: list) -> list:
+    """An MLA drafter whose draft vocab is the full vocab carries no d2t/t2d: SGLang turns d2t into
+    hot-token ids and vLLM (from its code) refuses an identity d2t at load. An identity d2t (all
+    offsets 0) and any t2d are dropped; a d2t that permutes the vocab is an error."""
+    if d2t is not None and np.any(np.asarray(d2t) != 0):
+        errors.append(Finding(
+            "error", VOCAB, FULL_VOCAB_D2T,
+            "d2t: the draft vocab is the full vocab but d2t moves tokens (non-zero offsets): no engine serves "
+            "an MLA drafter with a permuted full vocab", subject="d2t"))
+        return decisions
+    dropped = {}
+    for name in ("d2t", "t2d"):
+        o = wanted.pop(name, None)
+        if o is not None and o.source is not None:
+            dropped[o.source] = name
+    if dropped:
+        notices.append(Finding(
+            "notice", VOCAB, FULL_VOCAB_D2T,
+            f"{', '.join(sorted(dropped.values()))} dropped: the draft vocab is the full vocab (d2t is the identity); "
+            "SGLang would read d2t as hot-token ids and vLLM refuses an identity d2t", subject="d2t"))
+    why = "the draft vocab is the full vocab: d2t/t2d are written only when the vocab is reduced"
+    return [Decision(d.source, "dropped", (), why) if d.source in dropped else d for d in decisions]
+
+
+def _mla_config_edits(config: dict, sym: dict, edits: list, wanted: dict) -> list:
+    """q_lora_rank and draft_vocab_size written explicitly: SGLang refuses a null q_lora_rank and,
+    without draft_vocab_size, serves the MLA drafter with the target's lm_head."""
+    out = []
+    done = {e.field for e in edits}
+    if config.get("q_lora_rank") is None and sym.get("QL"):
+        out.append(cfgmod.ConfigEdit("q_lora_rank", config.get("q_lora_rank"), sym["QL"],
+                                     "the rows of q_a_proj; SGLang's Eagle3 MLA layer requires q_lora_rank"))
+    head = wanted.get("lm_head.weight")
+    if head is not None and "draft_vocab_size" not in done and config.get("draft_vocab_size") != head.shape[0]:
+        out.append(cfgmod.ConfigEdit("draft_vocab_size", config.get("draft_vocab_size"), head.shape[0],
+                                     "without draft_vocab_size SGLang serves the MLA drafter with the target's "
+                                     "lm_head instead of its own"))
+    return out

@@ -5,7 +5,8 @@ The card is built with huggingface_hub's :class:`~huggingface_hub.ModelCard` /
 ``tags`` (:data:`TAGS`, merged with the user's) and ``library_name``. Its body is
 one generated block between :data:`BEGIN` and :data:`END`:
 
-- what the drafter is (architecture, sizes, target);
+- what the drafter is (architecture, sizes, target; for MLA drafters the latent
+  attention dims and the RoPE type, factor and layout, docs/facts.md §10);
 - the aux-layer set in explicit terms ("outputs of layers 1, 14, 26") and each
   engine's ids for it (SGLang ``eagle_config`` ids, vLLM input-of-layer ids,
   TensorRT-LLM ``eagle3_layers_to_capture``), with what config.json holds;
@@ -407,7 +408,54 @@ def _about(facts: CardFacts) -> list[str]:
         f"An EAGLE-3 speculative-decoding drafter for {target} (`{arch}`"
         + (", " + ", ".join(sizes) if sizes else "") + "). Its weights use the names SGLang loads "
         "(`midlayer.*`, `fc`, `norm`, `lm_head`, `d2t`), which vLLM and TensorRT-LLM accept as well.",
-    ]
+    ] + _mla_section(c)
+
+
+def _is_mla(c: Mapping) -> bool:
+    archs = c.get("architectures") or []
+    return any(isinstance(a, str) and "Deepseek" in a for a in archs) or c.get("kv_lora_rank") is not None
+
+
+def _mla_section(c: Mapping) -> list[str]:
+    """MLA drafters (docs/facts.md §10): the attention dims and the RoPE an engine must run."""
+    if not _is_mla(c):
+        return []
+
+    def num(key: str) -> str:
+        v = c.get(key)
+        return "null" if v is None else str(v)
+
+    out = ["", "### Attention: multi-head latent attention (MLA)", "",
+           "The decoder layer uses DeepSeek-V2 multi-head latent attention, as SGLang's "
+           "`Eagle3DeepseekV2ForCausalLM` runs it:", "",
+           "| | |", "|---|---|",
+           f"| heads | {num('num_attention_heads')} |",
+           f"| `q_lora_rank` | {num('q_lora_rank')} |",
+           f"| `kv_lora_rank` | {num('kv_lora_rank')} |",
+           f"| `qk_nope_head_dim` / `qk_rope_head_dim` | {num('qk_nope_head_dim')} / {num('qk_rope_head_dim')} |",
+           f"| `v_head_dim` | {num('v_head_dim')} |"]
+    params: dict = {}
+    for key in ("rope_scaling", "rope_parameters"):  # the latter wins, as SGLang reads them
+        if isinstance(c.get(key), Mapping):
+            params.update(c[key])
+    theta = params.get("rope_theta", c.get("rope_theta"))
+    rope_type = str(params.get("rope_type") or params.get("type") or "default")
+    interleave = c.get("rope_interleave", True) is not False
+    out.append(f"| RoPE theta | {theta if theta is not None else '10000 (default)'} |")
+    if rope_type == "default":
+        out.append("| RoPE scaling | none |")
+    else:
+        out.append(f"| RoPE scaling | `{rope_type}` (run as DeepSeek yarn), factor {params.get('factor')}, "
+                   f"original context {params.get('original_max_position_embeddings')}, "
+                   f"mscale {params.get('mscale', 1)}, mscale_all_dim {params.get('mscale_all_dim', 0)} |")
+    out.append("| RoPE layout | " + ("interleaved pairs (`rope_interleave: true`)" if interleave else
+                                     "half-split (`rope_interleave: false`): SGLang honours it, vLLM always "
+                                     "uses interleaved pairs, so the two engines run this drafter differently")
+               + " |")
+    if c.get("q_lora_rank") is None:
+        out += ["", "`q_lora_rank` is null: SGLang refuses this drafter (its Eagle3 MLA layer requires "
+                    "`q_lora_rank`); vLLM builds a direct `q_proj`."]
+    return out
 
 
 def render_block(facts: CardFacts) -> str:

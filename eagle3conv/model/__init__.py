@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from eagle3conv.model.drafter import Eagle3Drafter
+    from eagle3conv.model.drafter import DrafterConfig, Eagle3Drafter
 
-__all__ = ["build_drafter", "drafter_class", "is_mla_config"]
+__all__ = ["build_drafter", "drafter_class", "drafter_config", "is_mla_config"]
 
 
 def is_mla_config(config: Mapping[str, Any], keys: Any = ()) -> bool:
@@ -32,6 +32,17 @@ def drafter_class(config: Mapping[str, Any], keys: Any = ()) -> type[Eagle3Draft
     from eagle3conv.model.drafter import Eagle3Drafter
 
     return Eagle3Drafter
+
+
+def drafter_config(config: Mapping[str, Any], keys: Any = ()) -> DrafterConfig:
+    """The parsed config: an MLAConfig for MLA drafters, else a DrafterConfig."""
+    if is_mla_config(config, keys):
+        from eagle3conv.model.mla import MLAConfig
+
+        return MLAConfig.from_config(config)
+    from eagle3conv.model.drafter import DrafterConfig
+
+    return DrafterConfig.from_config(config)
 
 
 def build_drafter(

@@ -521,6 +521,11 @@ class Eagle3Drafter:
         )
 
     @property
+    def attn_scale(self) -> float | None:
+        """The softmax scale attention uses (None: SDPA's ``1/sqrt(qk head dim)``; MLA: yarn's)."""
+        return self._attn_scale
+
+    @property
     def gqa(self) -> bool:
         """Grouped-query attention: fewer key/value heads than query heads."""
         return self.config.num_kv_heads != self.config.num_heads

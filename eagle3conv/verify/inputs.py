@@ -72,16 +72,18 @@ def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings
     """The drafter, and whether it embeds from the captured embedding output (SGLang
     uses the target's table unless ``target_hidden_size`` differs from
     ``hidden_size``). ``embeddings``: the target's ``[V, H]`` table, for states
-    that hold no embedding output."""
+    that hold no embedding output. The class follows the architecture
+    (:func:`eagle3conv.model.drafter_class`): Llama-style or MLA
+    (``Eagle3DeepseekV2ForCausalLM``, docs/facts.md §10)."""
     import torch
 
-    from eagle3conv.model.drafter import DrafterConfig, Eagle3Drafter
-
     from eagle3conv.errors import InvalidCheckpointError
+    from eagle3conv.model import drafter_class, drafter_config
 
     from eagle3conv.spec.canonical import drafter_uses_own_embedding
 
-    c = DrafterConfig.from_config(config)
+    cls = drafter_class(config, tensors.keys())
+    c = drafter_config(config, tensors.keys())
     own = drafter_uses_own_embedding(c.hidden_size, c.target_hidden_size)
     if own and "embed_tokens.weight" not in tensors:
         raise InvalidCheckpointError("the drafter's hidden size differs from the target's, so SGLang embeds tokens with the "
@@ -94,14 +96,14 @@ def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings
             hint="eagle3conv fix-keys CKPT --out FIXED, then eagle3conv verify FIXED")
     if not own and embeddings is not None:
         sd = {k: v for k, v in tensors.items() if k != "embed_tokens.weight"}
-        return Eagle3Drafter(config, sd, device=device, dtype=dtype, embed_tokens=embeddings,
-                             norm_before_residual=False), False
+        return cls(config, sd, device=device, dtype=dtype, embed_tokens=embeddings,
+                   norm_before_residual=False), False
     placeholder = None
     if not own:  # the captured embedding output is used, indexed by position; no V x H copy
         placeholder = torch.zeros(1, c.hidden_size, dtype=dtype, device=device).expand(c.vocab_size, c.hidden_size)
     sd = {k: v for k, v in tensors.items() if not (k == "embed_tokens.weight" and not own)}
-    return Eagle3Drafter(config, sd, device=device, dtype=dtype, embed_tokens=placeholder,
-                         norm_before_residual=False), not own
+    return cls(config, sd, device=device, dtype=dtype, embed_tokens=placeholder,
+               norm_before_residual=False), not own
 
 
 def data_labels(input_ids, attention_mask):

@@ -254,19 +254,19 @@ def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto",
 
 
 def _smoke_forward(path, config: dict, tensors: dict, device: str, dtype: str) -> dict:
-    from eagle3conv.model.drafter import check_mla_shapes, smoke_test
-    from eagle3conv.spec.drafter import architecture_key
+    from eagle3conv.model import is_mla_config
+    from eagle3conv.model.drafter import smoke_test
 
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     t0 = time.perf_counter()
-    if architecture_key(config, tensors) == "mla":
-        check_mla_shapes(config, tensors)
-        return {"checkpoint": str(path), "ok": True, "device": dev, "kind": "MLA drafter: tensor shapes checked "
-                "(its forward is not implemented)", "seconds": round(time.perf_counter() - t0, 3)}
     r = smoke_test(config, tensors, dev, dtype=dt)
-    return {"checkpoint": str(path), "ok": r.ok, "problems": list(r.problems), "device": dev,
-            "dtype": str(dt).removeprefix("torch."), "step1_input_width": r.step1_input_width,
-            "step2_input_width": r.step2_input_width, "logits_width": r.logits_width,
-            "vocab_size": r.vocab_size, "embedding": r.embedding_source,
-            "seconds": round(time.perf_counter() - t0, 3)}
+    d = {"checkpoint": str(path), "ok": r.ok, "problems": list(r.problems), "device": dev,
+         "dtype": str(dt).removeprefix("torch."), "step1_input_width": r.step1_input_width,
+         "step2_input_width": r.step2_input_width, "logits_width": r.logits_width,
+         "vocab_size": r.vocab_size, "embedding": r.embedding_source,
+         "seconds": round(time.perf_counter() - t0, 3)}
+    if is_mla_config(config, tensors.keys()):
+        d["kind"] = "MLA drafter (Eagle3DeepseekV2ForCausalLM): its forward ran"
+        d["engine_notes"] = list(r.engine_notes)
+    return d
