@@ -531,8 +531,10 @@ def _push_text(d: dict) -> str:
 @click.option("--embeddings", type=click.Path(exists=True, path_type=str),
               help="The target's safetensors (file or model folder), for states without the embedding output.")
 @click.option("--search-wiring", is_flag=True,
-              help="Score candidate wirings (the config's, shifted by one, with the embedding output, engine "
-                   "defaults, a wider search) and name the one the drafter was trained on.")
+              help="Search every wiring of the layers the states hold (screened on step-1 acceptance, the "
+                   "best confirmed with the config's, the record's and engine defaults) and name the one the "
+                   "drafter was trained on where the data separates it. Automatic when config.json names no "
+                   "layers.")
 @click.option("--steps", default=3, show_default=True, type=int, help="Draft steps per chain.")
 @click.option("--min-accept", type=float, help="Fail (exit 4) when step-1 acceptance is below this fraction.")
 @click.option("--device", default="auto", show_default=True, help="auto (GPU when present), cpu, cuda, cuda:N.")
@@ -632,6 +634,7 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
     json_, debug = _setup(json_, debug)
     from tqdm import tqdm
 
+    from eagle3conv.render import human_bytes
     from eagle3conv.states.capture import capture_states, read_prompts
     from eagle3conv.states.target_model import load_target
     from eagle3conv.spec.layers import parse_ids
@@ -663,7 +666,9 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
                              layers=parse_ids(layers) if layers else None, max_length=max_length,
                              batch_size=batch_size, generate_tokens=generate, chat_template=not no_chat_template,
                              dtype=dtype, device=dev, target=t.name, progress=progress,
-                             capture_info={"prompts_file": str(prompts)})
+                             capture_info={"prompts_file": str(prompts)},
+                             on_size=lambda n, how: click.echo(
+                                 f"capture: {out} will be about {human_bytes(n)} ({how})", err=True))
     finally:
         for b in bars.values():
             b.close()
