@@ -542,10 +542,13 @@ def _push_text(d: dict) -> str:
               type=click.Choice(["auto", "bf16", "fp16", "fp32"]), help="auto: bf16 on GPU, fp32 on CPU.")
 @click.option("--batch-size", default=8, show_default=True, type=int, help="Sequences per forward.")
 @click.option("--max-sequences", type=int, help="Score only the first N sequences.")
+@click.option("--plot", "plot", type=click.Path(path_type=str), metavar="FILE",
+              help="Draw the wiring search per aux slot (and the slots' norms vs training) to FILE: .svg "
+                   "(no dependency) or .png (pip install 'eagle3conv[plot]').")
 @click.option("--no-save", is_flag=True, help="Do not write eagle3conv-verify.json into the checkpoint folder.")
 @_common
 def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sglang_version, layers, states_layers,
-               embeddings, search_wiring, steps, min_accept, device, dtype, batch_size, max_sequences, no_save,
+               embeddings, search_wiring, steps, min_accept, device, dtype, batch_size, max_sequences, plot, no_save,
                json_, debug):
     """Run the drafter on captured target states: acceptance per draft position, accept length, and the wiring.
 
@@ -583,6 +586,10 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
             b = bar[label] = tqdm(total=total, desc=label, unit="seq", file=sys.stderr, disable=None, leave=False)
         b.update(done - b.n)
 
+    if plot:
+        from eagle3conv.verify.plot import check_plot_path
+
+        check_plot_path(plot)  # before any work
     try:
         res = verify(checkpoint, states,
                      wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version),
@@ -594,6 +601,10 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
         for b in bar.values():
             b.close()
     d = res.to_dict()
+    if plot:
+        from eagle3conv.verify.plot import write_plot
+
+        d["plot"] = str(write_plot(d, plot))
     _emit(json_, d, "" if json_ else verify_text(d))
     if res.save_error:
         click.echo(f"warning: {res.save_error}", err=True)

@@ -511,3 +511,40 @@ def test_gpu_feeder_equals_the_plain_path(world, tmp_path, dtype):
     assert fast.chains == plain.chains and fast.chain_accepted == plain.chain_accepted
     assert fast.replay_accepted == plain.replay_accepted and fast.norms == plain.norms
     assert len({round(n["median"], 3) for n in fast.norms}) == 3
+
+
+def test_plot_svg_and_bad_paths(world, tmp_path):
+    """issue 13: verify --plot draws each slot's acceptance per layer from the global search; SVG needs nothing."""
+    import xml.etree.ElementTree as ET
+
+    _, captured, drafter = world
+    out = tmp_path / "search.svg"
+    d = json.loads(run("verify", drafter, "--states", captured, "--search-wiring", "--plot", out, "--no-save",
+                       "--json").stdout)
+    assert d["plot"] == str(out)
+    profile = d["verdict"]["coverage"]["slot_profile"]
+    assert len(profile) == 3 and all(len(slot) >= 3 for slot in profile)
+    root = ET.parse(out).getroot()  # well-formed SVG
+    assert root.tag.endswith("svg")
+    ns = "{http://www.w3.org/2000/svg}"
+    dots = root.findall(f".//{ns}circle")
+    assert len(dots) == sum(len(slot) for slot in profile)  # one point per slot and screened layer
+    assert len([c for c in dots if c.get("fill") == "#d62728"]) == 3  # the winner's layer in each slot
+    # bad suffix, missing folder: usage errors before any work, nothing written
+    res = run("verify", drafter, "--states", captured, "--search-wiring", "--plot", tmp_path / "x.jpg", ok=2)
+    assert ".svg or .png" in res.stderr and not (tmp_path / "x.jpg").exists()
+    res = run("verify", drafter, "--states", captured, "--plot", tmp_path / "no" / "x.svg", ok=2)
+    assert "does not exist" in res.stderr
+
+
+def test_plot_png_needs_matplotlib(world, tmp_path):
+    import importlib.util
+
+    _, captured, drafter = world
+    png = tmp_path / "search.png"
+    if importlib.util.find_spec("matplotlib") is None:  # a clear usage error, before any work
+        res = run("verify", drafter, "--states", captured, "--search-wiring", "--plot", png, ok=2)
+        assert "pip install 'eagle3conv[plot]'" in res.stderr and not png.exists()
+        return
+    run("verify", drafter, "--states", captured, "--search-wiring", "--plot", png, "--no-save")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

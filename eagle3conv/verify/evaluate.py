@@ -233,6 +233,7 @@ class ScreenResult:
     counted: list[int]
     sequences: int
     seconds: float = 0.0
+    step1: list[float] = field(default_factory=list)  # per wiring: acceptance on the rows of its last stage
 
     def acceptance(self, i: int, rows: int | None = None) -> float:
         n = sum(self.counted[:rows])
@@ -299,6 +300,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     tokens = torch.zeros_like(run_ids)
     tokens[:, :S - 1] = run_ids[:, 1:]
     hits: list[list[int] | None] = [None] * len(sets)
+    step1 = [0.0] * len(sets)
     alive = list(range(len(sets)))
     total_work = sum(len(sets) if j == 0 else keep for j, (_, keep) in enumerate(stages))
     done = 0
@@ -320,8 +322,10 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             done += len(part)
             if progress:
                 progress(min(done, total_work), total_work)
+        den = sum(counted[:n])
         for i, row in got.items():
             hits[i] = row
+            step1[i] = sum(row) / den if den else 0.0
         ranked = sorted(alive, key=lambda i: -sum(got[i]))
         if len(ranked) > keep:
             cut = sum(got[ranked[keep - 1]])
@@ -329,7 +333,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         alive = ranked
     full = [h if h is not None and len(h) == B else [0] * B for h in hits]
     res = ScreenResult(sets=list(sets), hits=full, counted=counted, sequences=B,
-                       seconds=time.perf_counter() - t0)
+                       seconds=time.perf_counter() - t0, step1=step1)
     return res, alive
 
 

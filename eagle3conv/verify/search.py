@@ -191,8 +191,20 @@ def global_search(drafter, states, near: list[Candidate], available: Sequence[La
         "screen_best": [{"layers": describe(sets[i]), "step1_acceptance": round(res.acceptance(i), 4)}
                         for i in kept[:FINALISTS]],
         "screen_seconds": round(res.seconds, 3),
+        "slot_profile": slot_profile(res, slots),
     }
     return out, coverage
+
+
+def slot_profile(res, slots: int) -> list[list[dict]]:
+    """Per aux slot, per layer: the best screen acceptance of any wiring reading that layer
+    in that slot (what ``verify --plot`` draws)."""
+    best: list[dict[int, float]] = [{} for _ in range(slots)]
+    for ls, a in zip(res.sets, res.step1):
+        for s, r in enumerate(ls):
+            if a > best[s].get(r.output_of, -1.0):
+                best[s][r.output_of] = a
+    return [[{"output_of": o, "step1_acceptance": round(a, 4)} for o, a in sorted(b.items())] for b in best]
 
 
 # --------------------------------------------------------------------------- norms
