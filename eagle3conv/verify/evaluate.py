@@ -235,18 +235,21 @@ class ScreenResult:
     seconds: float = 0.0
     step1: list[float] = field(default_factory=list)  # per wiring: acceptance on the rows of its last stage
 
-    def acceptance(self, i: int, rows: int | None = None) -> float:
-        n = sum(self.counted[:rows])
-        return sum(self.hits[i][:rows]) / n if n else 0.0
+    positions: int = 0  # positions the last stage scored
+
+    def acceptance(self, i: int) -> float:
+        """Wiring ``i``'s step-1 acceptance on the positions of the last stage it was scored in."""
+        return self.step1[i]
 
 
 def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: bool, labels=None,
-           stages: tuple[tuple[float, int], ...] = ((0.25, 96), (1.0, 24)), chunk_tokens: int = 8192,
+           stages: tuple[tuple[int, int], ...] = ((256, 160), (4096, 16)), chunk_tokens: int | None = None,
            progress: Progress | None = None) -> tuple[ScreenResult, list[int]]:
     """Step-1 acceptance of every wiring in ``sets`` on the first ``rows`` sequences,
-    by successive halving: stage ``(fraction, keep)`` scores the wirings still in on
-    the first ``fraction`` of the rows and keeps the best ``keep`` (with ties at the
-    cut). Returns the result (hits on every row for the wirings of the last stage)
+    by successive halving: stage ``(tokens, keep)`` scores the wirings still in on
+    the first ``tokens`` real tokens (whole sequences, or the first ``tokens``
+    positions of the first sequence when it is longer: attention is causal, so a
+    prefix is exact) and keeps the best ``keep`` (with ties at the cut). Returns the result (hits on every row for the wirings of the last stage)
     and the indices of the wirings kept by the last stage, best first.
 
     Step 1's ``fc`` is linear in each slot (``fc_norm``, if configured, acts per
@@ -304,25 +307,29 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     alive = list(range(len(sets)))
     total_work = sum(len(sets) if j == 0 else keep for j, (_, keep) in enumerate(stages))
     done = 0
-    for frac, keep in stages:
-        n = max(1, min(B, math.ceil(B * frac)))
-        per = max(1, chunk_tokens // max(1, n * S))
+    if chunk_tokens is None:
+        chunk_tokens = 65536 if dev.type == "cuda" else 8192
+    cum = lens.cumsum(0).tolist()
+    for want, keep in stages:
+        n = next((j + 1 for j, c in enumerate(cum) if c >= want), B)
+        Sj = min(S, want) if n == 1 else S
+        per = max(1, chunk_tokens // max(1, n * Sj))
         got: dict[int, list[int]] = {}
         for a in range(0, len(alive), per):
             part = alive[a:a + per]
-            g = torch.stack([sum(proj[(s, sets[i][s])][:n] for s in range(k_slots)) for i in part])
+            g = torch.stack([sum(proj[(s, sets[i][s])][:n, :Sj] for s in range(k_slots)) for i in part])
             if drafter.fc_bias is not None:
                 g = g + drafter.fc_bias
-            g = g.reshape(len(part) * n, S, -1)
+            g = g.reshape(len(part) * n, Sj, -1)
             with torch.inference_mode():
-                out = drafter.forward(g, tokens[:n].repeat(len(part), 1))
-            hit = (out.target_ids.view(len(part), n, S) == ref_next[:n]) & ok[:n]
+                out = drafter.forward(g, tokens[:n, :Sj].repeat(len(part), 1))
+            hit = (out.target_ids.view(len(part), n, Sj) == ref_next[:n, :Sj]) & ok[:n, :Sj]
             for i, row in zip(part, hit.sum(2).cpu().tolist()):
                 got[i] = row
             done += len(part)
             if progress:
                 progress(min(done, total_work), total_work)
-        den = sum(counted[:n])
+        den = int(ok[:n, :Sj].sum())
         for i, row in got.items():
             hits[i] = row
             step1[i] = sum(row) / den if den else 0.0
@@ -331,9 +338,9 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             cut = sum(got[ranked[keep - 1]])
             ranked = [i for i in ranked if sum(got[i]) >= cut]
         alive = ranked
-    full = [h if h is not None and len(h) == B else [0] * B for h in hits]
+    full = [h if h is not None and len(h) == B else [0] * B for h in hits]  # last-stage rows only
     res = ScreenResult(sets=list(sets), hits=full, counted=counted, sequences=B,
-                       seconds=time.perf_counter() - t0, step1=step1)
+                       seconds=time.perf_counter() - t0, step1=step1, positions=den)
     return res, alive
 
 

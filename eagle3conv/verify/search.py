@@ -113,7 +113,7 @@ def candidates(base: Candidate, trained: LayerSet | None, available: Sequence[La
 # --------------------------------------------------------------------------- the global search
 
 SCREEN_TOKENS = 4096  # real tokens the screen reads (whole sequences from the start of the states)
-SCREEN_STAGES = ((0.2, 160), (1.0, 16))  # (fraction of the screen's sequences, wirings kept)
+SCREEN_STAGES = ((256, 160), (SCREEN_TOKENS, 16))  # (real tokens screened, wirings kept)
 FINALISTS = 8  # screened wirings confirmed on every position (the evidence wirings are confirmed too)
 
 
@@ -186,7 +186,7 @@ def global_search(drafter, states, near: list[Candidate], available: Sequence[La
         "missing_layers": missing,
         "screened": len(sets),
         "screen_sequences": res.sequences,
-        "screen_positions": sum(res.counted),
+        "screen_positions": res.positions,
         "confirmed": len(out),
         "screen_best": [{"layers": describe(sets[i]), "step1_acceptance": round(res.acceptance(i), 4)}
                         for i in kept[:FINALISTS]],
