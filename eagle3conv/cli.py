@@ -595,8 +595,10 @@ def _push_text(d: dict) -> str:
 @click.option("--embeddings", type=click.Path(exists=True, path_type=str),
               help="The target's safetensors (file or model folder), for states without the embedding output.")
 @click.option("--search-wiring", is_flag=True,
-              help="Score candidate wirings (the config's, shifted by one, with the embedding output, engine "
-                   "defaults, a wider search) and name the one the drafter was trained on.")
+              help="Search every wiring of the layers the states hold (screened on step-1 acceptance, the "
+                   "best confirmed with the config's, the record's and engine defaults) and name the one the "
+                   "drafter was trained on where the data separates it. Automatic when config.json names no "
+                   "layers.")
 @click.option("--steps", default=3, show_default=True, type=int, help="Draft steps per chain.")
 @click.option("--min-accept", type=float, help="Fail (exit 4) when step-1 acceptance is below this fraction.")
 @click.option("--device", default="auto", show_default=True, help="auto (GPU when present), cpu, cuda, cuda:N.")
@@ -604,10 +606,13 @@ def _push_text(d: dict) -> str:
               type=click.Choice(["auto", "bf16", "fp16", "fp32"]), help="auto: bf16 on GPU, fp32 on CPU.")
 @click.option("--batch-size", default=8, show_default=True, type=int, help="Sequences per forward.")
 @click.option("--max-sequences", type=int, help="Score only the first N sequences.")
+@click.option("--plot", "plot", type=click.Path(path_type=str), metavar="FILE",
+              help="Draw the wiring search per aux slot (and the slots' norms vs training) to FILE: .svg "
+                   "(no dependency) or .png (pip install 'eagle3conv[plot]').")
 @click.option("--no-save", is_flag=True, help="Do not write eagle3conv-verify.json into the checkpoint folder.")
 @_common
 def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sglang_version, layers, states_layers,
-               embeddings, search_wiring, steps, min_accept, device, dtype, batch_size, max_sequences, no_save,
+               embeddings, search_wiring, steps, min_accept, device, dtype, batch_size, max_sequences, plot, no_save,
                json_, debug):
     """Run the drafter on captured target states: acceptance per draft position, accept length, and the wiring.
 
@@ -636,6 +641,10 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
             click.get_current_context().exit(3)
         return
 
+    if plot:
+        from eagle3conv.verify.plot import check_plot_path
+
+        check_plot_path(plot)  # before any work
     with _ProgressBars(unit="seq") as progress:
         res = verify(checkpoint, states,
                      wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version),
@@ -644,6 +653,10 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
                      max_sequences=max_sequences, save=not no_save, progress=progress,
                      states_layers=parse_ids(states_layers) if states_layers else None, embeddings=embeddings)
     d = res.to_dict()
+    if plot:
+        from eagle3conv.verify.plot import write_plot
+
+        d["plot"] = str(write_plot(d, plot))
     _emit(json_, d, "" if json_ else verify_text(d))
     if res.save_error:
         click.echo(f"warning: {res.save_error}", err=True)
@@ -682,6 +695,7 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
       eagle3conv capture --target smollm2-135m --prompts prompts.jsonl --generate 64 --out states.safetensors
     """
     json_, debug = _setup(json_, debug)
+    from eagle3conv.render import human_bytes
     from eagle3conv.states.capture import capture_states, read_prompts
     from eagle3conv.states.target_model import load_target_model
     from eagle3conv.spec.layers import parse_ids
@@ -705,6 +719,8 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
                              layers=parse_ids(layers) if layers else None, max_length=max_length,
                              batch_size=batch_size, generate_tokens=generate, chat_template=not no_chat_template,
                              dtype=dtype, device=dev, target=t.name, progress=progress,
-                             capture_info={"prompts_file": str(prompts)})
+                             capture_info={"prompts_file": str(prompts)},
+                             on_size=lambda n, how: click.echo(
+                                 f"capture: {out} will be about {human_bytes(n)} ({how})", err=True))
     d = dict(res.to_dict(), target_load_seconds=round(t.load_seconds, 3))
     _emit(json_, d, "\n".join(f"{k}: {v}" for k, v in d.items()))

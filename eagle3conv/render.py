@@ -328,12 +328,23 @@ def verify_text(d: dict) -> str:
         lines.append(f"best vs {pd['wiring']} ({pd['layers']}): accept length +{pd['accept_length_gap']:.3f} "
                      f"[{lo:+.3f}, {hi:+.3f}] (paired)")
     status = v.get("status")  # eagle3conv.verify.search.Verdict: named / stands / ambiguous / undecided / None
+    cov = v.get("coverage")
+    if cov:
+        lines.append(cov.get("summary") or (f"search: {cov['screened']} wirings screened, {cov['confirmed']} "
+                                            f"confirmed (not global: the states lack layers "
+                                            f"{', '.join(map(str, cov['missing_layers'][:8]))})"))
+    if v.get("tied_set"):
+        more = v.get("positions_to_separate")
+        lines.append(f"tied (acceptance cannot separate): {'; '.join(v['tied_set'][:6])}"
+                     + (f" -- about {more} positions would separate them" if more else ""))
     if status in ("named", "stands"):
         lines.append(f"trained on (most likely): {v['best_layers']} — decided by {v['decided_by']}")
         if v.get("advice"):
             lines.append(f"fix: {v['advice']}")
     elif status in ("ambiguous", "undecided"):
         lines.append(f"wiring search: {v['decided_by']}")
+        if v.get("advice"):
+            lines.append(f"fix: {v['advice']}")
     if d["min_accept"] is not None:
         lines.append(f"threshold: step-1 acceptance >= {d['min_accept']}: {'passed' if d['passed'] else 'FAILED'}")
     s = d["seconds"]

@@ -115,6 +115,23 @@ def test_capture_all_layers(tiny, tmp_path):
             assert not sf.hidden(3, slice(b, b + 1))[0, n:].any()  # zero padding
 
 
+def test_capture_says_the_size_before_writing(tiny, tmp_path):
+    """issue 13: capture says how big the file will be before writing it (all layers fit the global search)."""
+    model, tok = tiny
+    out = tmp_path / "states.safetensors"
+    said = []
+
+    def on_size(n, how):
+        said.append((n, how, out.exists()))
+
+    capture_states(model, tok, PROMPTS, out, max_length=32, batch_size=2, dtype="bf16", on_size=on_size)
+    assert len(said) == 1 and said[0][2] is False  # said once, before the file existed
+    n, how, _ = said[0]
+    size = out.stat().st_size
+    assert n <= size <= n + 64 * 1024, (n, size)  # the estimate misses only the header
+    assert "3 sequences" in how and f"{N_LAYERS + 1} hidden states" in how and "x 2 bytes" in how
+
+
 def test_capture_chosen_layers_bf16_plain_text(tiny, tmp_path):
     model, tok = tiny
     out = tmp_path / "s.safetensors"

@@ -23,6 +23,8 @@ from eagle3conv.verify import verify
 from eagle3conv.spec.layers import EMBEDDING, outputs
 
 FIXTURE = Path(__file__).parent / "data" / "smollm2-drafter"
+LOST = Path(__file__).parent / "data" / "smollm2-drafter-lost"  # trained on outputs 4, 11, 21; config ids null
+LOST_RECORD = Path(__file__).parent / "data" / "smollm2-drafter-lost-record" / "training_metadata.json"
 HELDOUT = [  # topics the drafter never saw in training (bench/smollm2/train_drafter.py HELDOUT_TOPICS)
     "Explain volcanoes to a curious teenager.",
     "Write a short paragraph about DNA.",
@@ -35,7 +37,6 @@ HELDOUT = [  # topics the drafter never saw in training (bench/smollm2/train_dra
     "List some common misconceptions about chess and correct them.",
     "Write a short blog post introduction about tea.",
 ]
-LAYERS = (-1, 0, 1, 2, 12, 13, 14, 15, 16, 24, 25, 26, 27, 28)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def smollm2_states(tmp_path_factory):
     except Eagle3ConvError as e:  # scripts/setup.sh installs it; a bare checkout may not have it
         pytest.skip(f"SmolLM2 not installed: {e.message}")
     out = tmp_path_factory.mktemp("smollm2") / "states.safetensors"
-    capture_states(target.model, target.tokenizer, HELDOUT, out, layers=[x for x in LAYERS if x >= 0],
+    capture_states(target.model, target.tokenizer, HELDOUT, out, layers=None,  # every layer: the global search
                    generate_tokens=64, batch_size=10, dtype="fp32", target=target.name)
     return out
 
@@ -141,3 +142,49 @@ def test_mla_search_names_the_trained_wiring(smollm2_states, mla_drafter):
     v = res.verdict
     assert v.best_layers == "outputs of layers 1, 14, 26" and v.status in ("named", "stands"), v
     assert "--trained-on 1,14,26 --captured-at output" in v.advice
+
+
+def _lost_wiring_checks(res):
+    """What every search on the lost fixture must show, record or not."""
+    v = res.verdict
+    cov = v.coverage
+    # global: every ascending set of 3 among the embedding output and the 30 layer outputs was screened
+    assert cov["global"] and cov["layers"] == 31 and cov["screened"] == 4495, cov
+    assert cov["confirmed"] >= 8 and cov["screen_positions"] > 0
+    scored = {s.candidate.layers: s for s in res.scores}
+    trained, default = scored[outputs(4, 11, 21)], scored[outputs(1, 14, 26)]  # the screen kept the trained set
+    # the engines' default (what runs with null ids) is clearly worse, and the advice says so first
+    assert v.config_worse is True and v.advice.startswith("the engines' default (config.json names no layers)")
+    assert trained.acceptance[0] > default.acceptance[0] + 0.1
+    return v, trained
+
+
+def test_global_search_recovers_the_lost_wiring(smollm2_states, tmp_path):
+    """issue 13: ids null, nothing near 4, 11, 21 on the table; verify searches by itself."""
+    dest = tmp_path / "lost"
+    shutil.copytree(LOST, dest)
+    res = verify(dest, smollm2_states, save=False)  # no --search-wiring: null ids start the search
+    assert any("ran the global wiring search by itself" in n for n in res.states["verify_notes"])
+    v, trained = _lost_wiring_checks(res)
+    best = max(res.scores, key=lambda s: s.accept_length_all)
+    if v.status == "named":  # only a separated winner of a global search is named
+        assert v.best_layers == "outputs of layers 4, 11, 21" and v.separated
+        assert "--trained-on 4,11,21 --captured-at output" in v.advice
+    else:  # the data cannot separate: the tied set is named, with the positions that would separate it
+        assert v.status == "ambiguous" and v.best is None, v
+        assert "outputs of layers 4, 11, 21" in v.tied_set, v.tied_set
+        assert v.positions_to_separate is None or v.positions_to_separate > trained.tokens
+        assert "most likely trained on" not in v.advice
+        assert f"--trained-on {','.join(str(r.output_of) for r in best.candidate.layers)}" in v.advice
+    # every confirmed wiring that ties with the leader reads layer 21 in its last slot
+    assert all(t.endswith(", 21") for t in v.tied_set or [v.best_layers])
+
+
+def test_global_search_agrees_with_the_training_record(smollm2_states, tmp_path):
+    dest = tmp_path / "lost"
+    shutil.copytree(LOST, dest)
+    shutil.copy(LOST_RECORD, dest / "training_metadata.json")
+    res = verify(dest, smollm2_states, search=True, save=False)
+    v, _ = _lost_wiring_checks(res)
+    assert v.status in ("named", "stands") and v.best_layers == "outputs of layers 4, 11, 21", v
+    assert "--trained-on 4,11,21 --captured-at output" in v.advice

@@ -195,7 +195,11 @@ def test_layers_not_captured(world, tmp_path):
     # the search only scores what the states hold
     d = json.loads(run("verify", drafter, "--states", few, "--search-wiring", "--no-save", "--json").stdout)
     scored = {tuple(x["output_of"] for x in r["layers"]) for r in d["results"]}
-    assert scored == {(1, 3, 4), (-1, 1, 3), (-1, 3, 4)}  # config, with embedding, slot 0 moved -2
+    assert scored == {(1, 3, 4), (-1, 1, 3), (-1, 3, 4), (-1, 1, 4)}  # every ascending set of what they hold
+    # 4 of the target's 7 layers: not a global search, so no wiring is named "most likely trained on"
+    v = d["verdict"]
+    assert v["coverage"]["global"] is False and v["coverage"]["missing_layers"] == [0, 2, 5]
+    assert v["status"] in ("stands", "ambiguous", "undecided") and "most likely" not in (v.get("advice") or "")
 
 
 def test_wrong_width_states(world, tmp_path):
@@ -408,18 +412,37 @@ def test_verdict_rules():
     assert v.best_layers == "outputs of layers 1, 14, 26" and "stands" in v.decided_by and v.advice is None
     assert v.status == "stands"
     # the config's norms out of line: the fingerprint picks the neighbour in line
-    v = decide([config, neighbour, far], [cmp(True), cmp(False), cmp(False)], True, "ck", None)
+    glob = {"global": True, "layers": 31, "missing_layers": [], "screened": 4495, "screen_positions": 900,
+            "confirmed": 3}
+    v = decide([config, neighbour, far], [cmp(True), cmp(False), cmp(False)], True, "ck", None, coverage=glob)
     assert v.best_layers == "outputs of layers 1, 13, 26" and v.decided_by.startswith("norm fingerprint")
     assert "--trained-on 1,13,26" in v.advice and v.status == "named"
+    # the same scores from a search that did not cover every layer: nothing is named, the tie is listed
+    v = decide([config, neighbour, far], [cmp(True), cmp(False), cmp(False)], True, "ck", None)
+    assert v.status == "ambiguous" and v.best is None and "most likely" not in (v.advice or "")
+    assert v.tied_set == ["outputs of layers 1, 13, 26", "outputs of layers 1, 14, 26"]
+    assert v.positions_to_separate and v.positions_to_separate > config.tokens
     # the config clearly behind, two leaders tied, no norms: nothing is named
     lead1 = _score("a", (3, 14, 26), [180] * seqs)
     lead2 = _score("b", (4, 14, 26), [180 + (10 if i % 2 else -9) for i in range(seqs)])
     v = decide([far, lead1, lead2], [None, None, None], True, "ck", None)
     assert v.best is None and v.decided_by.startswith("ambiguous") and v.status == "ambiguous"
     # separated by acceptance
-    v = decide([far, _score("c", (1, 14, 26), [190] * seqs)], [None, None], True, "ck", "smollm2-135m")
+    v = decide([far, _score("c", (1, 14, 26), [190] * seqs)], [None, None], True, "ck", "smollm2-135m",
+               coverage=glob)
     assert v.decided_by == "acceptance" and v.separated and v.status == "named"
     assert v.advice.endswith("--target smollm2-135m --trained-on 1,14,26 --captured-at output")
+    # the config clearly worse: said first, with the command, whether or not a winner is named
+    assert v.config_worse and v.advice.startswith("the config's wiring (outputs of layers 2, 15, 27) is clearly worse")
+    # separated, but only in a neighbourhood: reported as the best found there, never "most likely trained on"
+    v = decide([far, _score("c", (1, 14, 26), [190] * seqs)], [None, None], True, "ck", None)
+    assert v.status == "ambiguous" and v.best is None and v.best_found == "outputs of layers 1, 14, 26"
+    assert "not a global search" in v.decided_by and "most likely" not in v.advice
+    assert v.config_worse and "--trained-on 1,14,26" in v.advice
+    # no ids in config.json: the engines' default never stands on its own, even when tied
+    v = decide([config, neighbour, far], [cmp(False), cmp(False), cmp(False)], True, "ck", None, coverage=glob,
+               config_names_layers=False)
+    assert v.status == "ambiguous" and v.best is None and "config.json names no aux layers" in v.advice
 
 
 def test_replay_follows_greedy_rounds():
@@ -517,3 +540,40 @@ def test_engines_side_by_side(world, tmp_path):
     d = json.loads(run("verify", d2, "--states", labelled, "--steps", "2", "--no-save", "--json",
                        "--engine", "vllm").stdout)
     assert [r["engine"] for r in d["wiring_check"]["engines"]] == ["vllm==0.33.0"]
+
+
+def test_plot_svg_and_bad_paths(world, tmp_path):
+    """issue 13: verify --plot draws each slot's acceptance per layer from the global search; SVG needs nothing."""
+    import xml.etree.ElementTree as ET
+
+    _, captured, drafter = world
+    out = tmp_path / "search.svg"
+    d = json.loads(run("verify", drafter, "--states", captured, "--search-wiring", "--plot", out, "--no-save",
+                       "--json").stdout)
+    assert d["plot"] == str(out)
+    profile = d["verdict"]["coverage"]["slot_profile"]
+    assert len(profile) == 3 and all(len(slot) >= 3 for slot in profile)
+    root = ET.parse(out).getroot()  # well-formed SVG
+    assert root.tag.endswith("svg")
+    ns = "{http://www.w3.org/2000/svg}"
+    dots = root.findall(f".//{ns}circle")
+    assert len(dots) == sum(len(slot) for slot in profile)  # one point per slot and screened layer
+    assert len([c for c in dots if c.get("fill") == "#d62728"]) == 3  # the winner's layer in each slot
+    # bad suffix, missing folder: usage errors before any work, nothing written
+    res = run("verify", drafter, "--states", captured, "--search-wiring", "--plot", tmp_path / "x.jpg", ok=2)
+    assert ".svg or .png" in res.stderr and not (tmp_path / "x.jpg").exists()
+    res = run("verify", drafter, "--states", captured, "--plot", tmp_path / "no" / "x.svg", ok=2)
+    assert "does not exist" in res.stderr
+
+
+def test_plot_png_needs_matplotlib(world, tmp_path):
+    import importlib.util
+
+    _, captured, drafter = world
+    png = tmp_path / "search.png"
+    if importlib.util.find_spec("matplotlib") is None:  # a clear usage error, before any work
+        res = run("verify", drafter, "--states", captured, "--search-wiring", "--plot", png, ok=2)
+        assert "pip install 'eagle3conv[plot]'" in res.stderr and not png.exists()
+        return
+    run("verify", drafter, "--states", captured, "--search-wiring", "--plot", png, "--no-save")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

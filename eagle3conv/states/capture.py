@@ -258,6 +258,7 @@ def capture_states(
     target: str | None = None,
     progress: Progress | None = None,
     capture_info: Mapping | None = None,
+    on_size: Callable[[int, str], None] | None = None,
 ) -> CaptureResult:
     """Capture ``model``'s hidden states over ``prompts`` into ``out`` (a ``states.safetensors``).
 
@@ -266,7 +267,9 @@ def capture_states(
     (prompt plus generated tokens). ``dtype``: storage dtype (bf16, fp16, fp32);
     the model runs in its own dtype. ``device``: move the model there first
     (default: where it is). ``target``: the name recorded in the file (default:
-    the model config's ``_name_or_path``). Returns a :class:`CaptureResult`.
+    the model config's ``_name_or_path``). ``on_size(bytes, how)`` is called once the
+    sequences are known, before anything is written: the file's estimated size and
+    how it breaks down. Returns a :class:`CaptureResult`.
     """
     import torch
 
@@ -343,6 +346,9 @@ def capture_states(
     name = target if target is not None else (getattr(cfg, "_name_or_path", None) or
                                               getattr(model.config, "_name_or_path", None) or "")
 
+    if on_size is not None:
+        on_size(*estimate_size(len(seqs), seq_len, hidden, 1 + len(wanted), store_dtype.itemsize))
+
     # pass 2: forward and write
     last_out: dict[str, Tensor] = {}
 
@@ -412,6 +418,15 @@ def capture_states(
         layers=(-1, *wanted), num_layers=n_layers, hidden_size=hidden, vocab_size=vocab,
         dtype=info["dtype"], seconds=time.perf_counter() - t0, capture=info,
     )
+
+
+def estimate_size(sequences: int, seq_len: int, hidden: int, states: int, itemsize: int) -> tuple[int, str]:
+    """A states file's size in bytes (hidden states, then ids, mask, next tokens, loss
+    mask; the header is a few kB more) and how it breaks down, for people."""
+    hidden_bytes = sequences * seq_len * hidden * states * itemsize
+    total = hidden_bytes + sequences * seq_len * (8 + 1 + 8 + 1)
+    return total, (f"{sequences} sequences x {seq_len} positions x {states} hidden states (embedding output + "
+                   f"{states - 1} layers) x {hidden} x {itemsize} bytes")
 
 
 def _version(dist: str) -> str | None:

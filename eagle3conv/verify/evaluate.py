@@ -11,6 +11,7 @@ accept length and their intervals (:mod:`eagle3conv.verify.stats`).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -18,14 +19,11 @@ from eagle3conv.io.progress import Progress
 from eagle3conv.verify.stats import bootstrap, replay, wilson
 from eagle3conv.spec.layers import LayerSet, describe
 
-
-
 @dataclass
 class Candidate:
     name: str
     layers: LayerSet
     why: str
-
 
 @dataclass
 class Score:
@@ -110,7 +108,6 @@ class Score:
             "norms": self.norms,
             "seconds": round(self.seconds, 3),
         }
-
 
 def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: int, target_embeds: bool,
              max_sequences: int | None = None, progress: Progress | None = None, labels=None,
@@ -217,5 +214,126 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
     score.seconds = time.perf_counter() - t0
     return score.finish()
 
+@dataclass
+class ScreenResult:
+    """Step-1 hits of many wirings on the same screening positions.
 
-__all__ = ["Candidate", "Score", "evaluate"]
+    ``hits[i]`` / ``counted``: per screening sequence, the step-1 drafts of wiring
+    ``sets[i]`` that match the reference, and the positions scored (the same for
+    every wiring: they depend on the tokens only)."""
+
+    sets: list[LayerSet]
+    hits: list[list[int]]
+    counted: list[int]
+    sequences: int
+    seconds: float = 0.0
+    step1: list[float] = field(default_factory=list)  # per wiring: acceptance on the rows of its last stage
+
+    positions: int = 0  # positions the last stage scored
+
+    def acceptance(self, i: int) -> float:
+        """Wiring ``i``'s step-1 acceptance on the positions of the last stage it was scored in."""
+        return self.step1[i]
+
+def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: bool, labels=None,
+           stages: tuple[tuple[int, int], ...] = ((256, 160), (4096, 16)), chunk_tokens: int | None = None,
+           progress: Progress | None = None) -> tuple[ScreenResult, list[int]]:
+    """Step-1 acceptance of every wiring in ``sets`` on the first ``rows`` sequences,
+    by successive halving: stage ``(tokens, keep)`` scores the wirings still in on
+    the first ``tokens`` real tokens (whole sequences, or the first ``tokens``
+    positions of the first sequence when it is longer: attention is causal, so a
+    prefix is exact) and keeps the best ``keep`` (with ties at the cut). Returns the result (hits on every row for the wirings of the last stage)
+    and the indices of the wirings kept by the last stage, best first.
+
+    Step 1's ``fc`` is linear in each slot (``fc_norm``, if configured, acts per
+    slot): each slot's projection of each layer is computed once, and a wiring's
+    ``fc`` output is their sum. Only the rest of step 1 (attention, MLP, head) runs
+    per wiring, many wirings to a forward."""
+    import torch
+    import torch.nn.functional as F
+
+    t0 = time.perf_counter()
+    c = drafter.config
+    dev, dt = drafter.device, drafter.dtype
+    k_slots = len(sets[0])
+    T = states.hidden_size
+    refs = sorted({r for s in sets for r in s}, key=lambda r: r.output_of)
+    rows = max(1, min(rows, states.num_sequences))
+    ids = states.input_ids[:rows].to(dev)
+    mask = states.attention_mask[:rows].to(dev).bool()
+    loss = states.loss_mask[:rows].to(dev).bool() & mask
+    tnext = (states.target_next if labels is None else labels)[:rows].to(dev)
+    lens = mask.sum(1)
+    S = int(lens.max()) if rows else 0
+    ids, mask, loss, tnext = ids[:, :S], mask[:, :S], loss[:, :S], tnext[:, :S]
+    B = ids.shape[0]
+    ok = torch.zeros(B, S, dtype=torch.bool, device=dev)  # step 1 at t guesses target_next[t+1]
+    ok[:, :S - 1] = loss[:, 1:] & mask[:, 1:] & (tnext[:, 1:] >= 0)
+    ref_next = torch.zeros(B, S, dtype=tnext.dtype, device=dev)
+    ref_next[:, :S - 1] = tnext[:, 1:]
+    counted = ok.sum(1).cpu().tolist()
+    # each slot's projection of each layer: [B, S, H], in the drafter's dtype
+    w = drafter.fc_weight
+    proj: dict = {}
+    emb = None
+    for r in refs:
+        batch = next(iter(states.batches([r], batch_size=rows, with_embeddings=target_embeds and emb is None)))
+        h = batch.aux[:rows, :S].to(dev).to(dt)
+        if batch.embeddings is not None:
+            emb = batch.embeddings[:rows, :S].to(dev).to(dt)
+        for s in range(k_slots):
+            x = h
+            if drafter.fc_norm:
+                x = drafter.fc_norm[s] * F.rms_norm(x, (T,), eps=c.rms_norm_eps)
+            proj[(s, r)] = F.linear(x, w[:, s * T:(s + 1) * T])
+        del h
+    if target_embeds:  # the captured embedding output at (b, t) is embed(x_t): index it by position
+        drafter.embed_tokens = emb.reshape(B * S, T)
+        run_ids = torch.arange(B * S, device=dev).view(B, S)
+    else:
+        run_ids = ids
+    # tokens read at step 1: x_{t+1} at index t (0 past the end), as draft_chain does
+    tokens = torch.zeros_like(run_ids)
+    tokens[:, :S - 1] = run_ids[:, 1:]
+    hits: list[list[int] | None] = [None] * len(sets)
+    step1 = [0.0] * len(sets)
+    alive = list(range(len(sets)))
+    total_work = sum(len(sets) if j == 0 else keep for j, (_, keep) in enumerate(stages))
+    done = 0
+    if chunk_tokens is None:
+        chunk_tokens = 65536 if dev.type == "cuda" else 8192
+    cum = lens.cumsum(0).tolist()
+    for want, keep in stages:
+        n = next((j + 1 for j, c in enumerate(cum) if c >= want), B)
+        Sj = min(S, want) if n == 1 else S
+        per = max(1, chunk_tokens // max(1, n * Sj))
+        got: dict[int, list[int]] = {}
+        for a in range(0, len(alive), per):
+            part = alive[a:a + per]
+            g = torch.stack([sum(proj[(s, sets[i][s])][:n, :Sj] for s in range(k_slots)) for i in part])
+            if drafter.fc_bias is not None:
+                g = g + drafter.fc_bias
+            g = g.reshape(len(part) * n, Sj, -1)
+            with torch.inference_mode():
+                out = drafter.forward(g, tokens[:n, :Sj].repeat(len(part), 1))
+            hit = (out.target_ids.view(len(part), n, Sj) == ref_next[:n, :Sj]) & ok[:n, :Sj]
+            for i, row in zip(part, hit.sum(2).cpu().tolist()):
+                got[i] = row
+            done += len(part)
+            if progress:
+                progress(min(done, total_work), total_work)
+        den = int(ok[:n, :Sj].sum())
+        for i, row in got.items():
+            hits[i] = row
+            step1[i] = sum(row) / den if den else 0.0
+        ranked = sorted(alive, key=lambda i: -sum(got[i]))
+        if len(ranked) > keep:
+            cut = sum(got[ranked[keep - 1]])
+            ranked = [i for i in ranked if sum(got[i]) >= cut]
+        alive = ranked
+    full = [h if h is not None and len(h) == B else [0] * B for h in hits]  # last-stage rows only
+    res = ScreenResult(sets=list(sets), hits=full, counted=counted, sequences=B,
+                       seconds=time.perf_counter() - t0, step1=step1, positions=den)
+    return res, alive
+
+__all__ = ["Candidate", "Score", "ScreenResult", "evaluate", "screen"]

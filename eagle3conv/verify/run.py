@@ -26,7 +26,15 @@ from eagle3conv.verify.inputs import (
     load_target_embeddings,
 )
 from eagle3conv.verify.report import REPORT_FILE, VerifyResult
-from eagle3conv.verify.search import candidates, config_candidate, decide, norm_comparison
+from eagle3conv.verify.search import (
+    candidates,
+    config_candidate,
+    decide,
+    global_search,
+    names_layers,
+    norm_comparison,
+    screen_dtype,
+)
 from eagle3conv.spec.layers import LayerRef, LayerSet, describe, to_refs
 
 
@@ -113,6 +121,10 @@ def verify(
     if states.hidden_size != dc.target_hidden_size:
         raise WiringError(f"the states are {states.hidden_size} wide but the drafter reads target states of "
                           f"width {dc.target_hidden_size}: they come from another target")
+    if layers is None and not names_layers(config) and not search:
+        search = True
+        notes.append("config.json names no aux layers: verify ran the global wiring search by itself "
+                     "(as with --search-wiring)")
     if layers is not None:
         base = Candidate("given", to_refs(list(layers), "output", n), f"--layers {','.join(map(str, layers))}")
     else:
@@ -134,15 +146,22 @@ def verify(
         raise UsageError(f"{states_path}: these states hold no embedding output, and the drafter embeds with "
                          "the target's table", hint="pass the target's weights: --embeddings TARGET_DIR")
     drafter, target_embeds = build_drafter(config, tensors, dev, dt, embeddings=table)
+    screener = drafter
+    if search and screen_dtype(dev, dt) is not dt:  # the screen only ranks: bf16 where the CPU has it
+        screener, _ = build_drafter(config, tensors, dev, screen_dtype(dev, dt), embeddings=table)
     del tensors, table
     t_built = time.perf_counter()
     truth = ev.truth.layers if ev.truth else None
     cands = [base]
+    coverage = None
     if search:
         avail = [r for r in states.layers]
-        cands = candidates(base, truth, avail, n)
+        cands = candidates(base, truth, avail, n, wide=False)
         if not cands or cands[0] is not base:
             states.check_refs(base.layers)  # explains what is missing
+        cands, coverage = global_search(screener, states, cands, avail, dc.num_aux, n, target_embeds=target_embeds,
+                                        labels=labels, max_sequences=max_sequences, progress=progress)
+        del screener
     else:
         states.check_refs(base.layers)
     training = next((r for r in ev.records if r.norms), None)
@@ -177,7 +196,8 @@ def verify(
         same = training is not None and training.layers == s.candidate.layers
         comparisons.append(norm_comparison(s, training.norms) if same or (
             training is not None and len(training.layers or ()) == len(s.candidate.layers)) else None)
-    verdict = decide(scores, comparisons, search, path, ev.target.name if ev.target else None)
+    verdict = decide(scores, comparisons, search, path, ev.target.name if ev.target else None,
+                     coverage=coverage, config_names_layers=layers is not None or names_layers(config))
     t_end = time.perf_counter()
     result = VerifyResult(
         checkpoint=root, states=dict(states.summary(), verify_notes=notes), device=dev, dtype=str(dt).removeprefix("torch."),

@@ -111,6 +111,103 @@ def candidates(base: Candidate, trained: LayerSet | None, available: Sequence[La
     return out
 
 
+# --------------------------------------------------------------------------- the global search
+
+SCREEN_TOKENS = 4096  # real tokens the screen reads (whole sequences from the start of the states)
+SCREEN_STAGES = ((256, 160), (SCREEN_TOKENS, 16))  # (real tokens screened, wirings kept)
+FINALISTS = 8  # screened wirings confirmed on every position (the evidence wirings are confirmed too)
+
+
+def names_layers(config: dict) -> bool:
+    """Whether config.json names the aux layers (eagle3conv's provenance, SGLang's or vLLM's ids)."""
+    prov = ((config.get("eagle3conv") or {}).get("aux_layers") or {}).get("layers")
+    ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    top = config.get("eagle_aux_hidden_state_layer_ids")
+    return any(isinstance(x, list) and len(x) > 0 for x in (prov, ids, top))
+
+
+def all_wirings(available: Sequence[LayerRef], slots: int) -> list[LayerSet]:
+    """Every ascending set of ``slots`` layers among ``available`` (embedding output included)."""
+    import itertools
+
+    refs = sorted(set(available), key=lambda r: r.output_of)
+    return [tuple(c) for c in itertools.combinations(refs, slots)]
+
+
+def screen_dtype(device: str, dtype):
+    """The dtype the screen runs in: the verify dtype, or bf16 on a CPU with native bf16 matmul
+    (the screen only ranks wirings; the finalists are confirmed in the verify dtype)."""
+    import torch
+
+    if not str(device).startswith("cpu") or dtype is not torch.float32:
+        return dtype
+    try:
+        fast = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        fast = False
+    return torch.bfloat16 if fast else dtype
+
+
+def global_search(drafter, states, near: list[Candidate], available: Sequence[LayerRef], slots: int,
+                  num_layers: int | None, *, target_embeds: bool, labels=None, max_sequences: int | None = None,
+                  progress=None) -> tuple[list[Candidate], dict]:
+    """Screen every ascending wiring of the layers the states hold with step-1 acceptance on
+    the first sequences (:func:`eagle3conv.verify.evaluate.screen`), and return the wirings
+    to confirm on every position -- ``near`` (the evidence: the config's, the record's,
+    the engine defaults) then the screen's finalists -- and the search's coverage."""
+    from eagle3conv.verify.evaluate import screen
+
+    sets = all_wirings(available, slots)
+    total = states.num_sequences if max_sequences is None else min(max_sequences, states.num_sequences)
+    lens = states.attention_mask[:total].sum(1).tolist()
+    rows, tokens = 0, 0
+    for n in lens:
+        if tokens >= SCREEN_TOKENS:
+            break
+        rows, tokens = rows + 1, tokens + int(n)
+    cb = None
+    if progress:
+        def cb(done, tot):
+            progress(f"screening {len(sets)} wirings", done, tot)
+    res, kept = screen(drafter, states, sets, rows=rows, target_embeds=target_embeds, labels=labels,
+                       stages=SCREEN_STAGES, progress=cb)
+    out = list(near)
+    seen = {c.layers for c in out}
+    finalists = [sets[i] for i in kept[:FINALISTS]]
+    for j, ls in enumerate(finalists):
+        if ls not in seen:
+            seen.add(ls)
+            out.append(Candidate(f"search #{j + 1}", ls, f"global search finalist (step-1 acceptance "
+                                 f"{res.acceptance(kept[j]):.3f} on the screen)"))
+    have = {r.output_of for r in available}
+    missing = [] if num_layers is None else [i for i in range(-1, num_layers) if i not in have]
+    coverage = {
+        "global": not missing,
+        "layers": len(have),
+        "missing_layers": missing,
+        "screened": len(sets),
+        "screen_sequences": res.sequences,
+        "screen_positions": res.positions,
+        "confirmed": len(out),
+        "screen_best": [{"layers": describe(sets[i]), "step1_acceptance": round(res.acceptance(i), 4)}
+                        for i in kept[:FINALISTS]],
+        "screen_seconds": round(res.seconds, 3),
+        "slot_profile": slot_profile(res, slots),
+    }
+    return out, coverage
+
+
+def slot_profile(res, slots: int) -> list[list[dict]]:
+    """Per aux slot, per layer: the best screen acceptance of any wiring reading that layer
+    in that slot (what ``verify --plot`` draws)."""
+    best: list[dict[int, float]] = [{} for _ in range(slots)]
+    for ls, a in zip(res.sets, res.step1):
+        for s, r in enumerate(ls):
+            if a > best[s].get(r.output_of, -1.0):
+                best[s][r.output_of] = a
+    return [[{"output_of": o, "step1_acceptance": round(a, 4)} for o, a in sorted(b.items())] for b in best]
+
+
 # --------------------------------------------------------------------------- norms
 
 
@@ -159,6 +256,11 @@ class Verdict:
     separated: bool | None = None
     runner_up: str | None = None
     advice: str | None = None  # the command that writes the named wiring, when it is not the config's
+    coverage: dict | None = None  # what the search covered (global_search's coverage), None: no global search
+    best_found: str | None = None  # the leader on acceptance, named or not
+    tied_set: list[str] = field(default_factory=list)  # the wirings acceptance cannot separate (leader first)
+    positions_to_separate: int | None = None  # estimated positions that would separate the leader from the rest
+    config_worse: bool | None = None  # the config's wiring is clearly (paired interval) below the best found
 
     def __post_init__(self) -> None:
         if self.status is not None and self.status not in STATUSES:
@@ -186,6 +288,11 @@ class Verdict:
         })
         if self.advice is not None:
             out["advice"] = self.advice
+        for key in ("coverage", "best_found", "positions_to_separate", "config_worse"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.tied_set:
+            out["tied_set"] = list(self.tied_set)
         return out
 
     @classmethod
@@ -195,16 +302,21 @@ class Verdict:
         kw = {k: v for k, v in d.items() if k in names}
         kw["norm_flags"] = list(kw.get("norm_flags") or [])
         kw["paired_differences"] = list(kw.get("paired_differences") or [])
+        kw["tied_set"] = list(kw.get("tied_set") or [])
         return cls(**kw)
 
 
 def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search: bool, path,
-           target: str | None) -> Verdict:
+           target: str | None, *, coverage: dict | None = None, config_names_layers: bool = True) -> Verdict:
     """The verdict on ``scores`` (``scores[0]``: the config's or the given wiring;
     ``comparisons[i]``: :func:`norm_comparison` of ``scores[i]``, or None).
-    ``path`` and ``target`` go into the advice's ``eagle3conv config`` command."""
+    ``path`` and ``target`` go into the advice's ``eagle3conv config`` command.
+    ``coverage``: what :func:`global_search` screened (None: only the wirings scored);
+    a wiring is named only when the search covered every layer of the target.
+    ``config_names_layers``: False when config.json names no aux layers (``scores[0]``
+    is then the engines' default, which never "stands" on its own)."""
     main = scores[0]
-    out = Verdict(config_accept_length=round(main.accept_length, 4))
+    out = Verdict(config_accept_length=round(main.accept_length, 4), coverage=coverage)
     flagged = [c for c in (comparisons[0] or []) if c["flagged"]]
     out.norm_flags = [f"slot {c['slot']} ({c['layer']}): inference median {c['inference_median']:.3g} vs "
                       f"training {c['training_median']:.3g} ({c['ratio']:.2f}x)" for c in flagged]
@@ -215,18 +327,35 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
         out.decided_by = (f"not decided: a wiring search needs at least {MIN_SEARCH_SEQUENCES} "
                           f"sequences with full chains (these states have {main.effective_sequences}); capture more")
         return out
+    complete = coverage is not None and coverage.get("global")
     # rank by the every-chain-start accept length: same positions for every wiring, lowest variance
     ranked = sorted(range(len(scores)), key=lambda i: -scores[i].accept_length_all)
     best, second = scores[ranked[0]], scores[ranked[1]]
     diffs = {i: paired_difference(best, scores[i]) for i in ranked[1:]}
     tied = [ranked[0]] + [i for i in ranked[1:] if diffs[i][1] <= 0]
     separated = len(tied) == 1  # the leader's paired interval excludes 0 against every other wiring
-    chosen, decided_by, status = ranked[0], "acceptance", "named"
+    chosen, status = ranked[0], "named"
+    decided_by = "acceptance"
+    if complete:
+        coverage["summary"] = (f"global search: {coverage['screened']} wirings screened (every ascending set of the "
+                               f"{coverage['layers']} layers the states hold) on {coverage['screen_positions']} "
+                               f"positions, {coverage['confirmed']} confirmed on all {main.tokens}")
     out.paired_differences = [
         {"wiring": scores[i].candidate.name, "layers": describe(scores[i].candidate.layers),
          "accept_length_gap": round(d, 4), "ci95": [round(lo, 4), round(hi, 4)]}
         for i, (d, lo, hi) in diffs.items()]
+    out.best_found = describe(best.candidate.layers)
+    if 0 in diffs and diffs[0][1] > 0:
+        out.config_worse = True
+    elif ranked[0] != 0 or 0 in tied:
+        out.config_worse = False
     if not separated:
+        out.tied_set = [describe(scores[i].candidate.layers) for i in tied]
+        # positions that would separate the leader from the closest tied wiring, at the variance seen
+        gaps = [(diffs[i][0], (diffs[i][2] - diffs[i][1]) / 2) for i in tied[1:]]
+        need = [main.tokens * (w / g) ** 2 for g, w in gaps if g > 0 and math.isfinite(w)]
+        if need and len(need) == len(gaps):
+            out.positions_to_separate = int(math.ceil(max(need)))
         # Acceptance cannot tell the leaders apart. The norm fingerprint tells an embedding
         # output from a deep layer, not layer 13 from 14 (adjacent layers' norms differ by
         # less than two datasets' medians do), so it only overturns the config's (or the
@@ -241,7 +370,8 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
             cmp = comparisons[i]
             return bool(cmp) and all(c["ratio"] and 0.8 <= c["ratio"] <= 1.25 for c in cmp)
 
-        anchors = [i for i in tied if scores[i].candidate.name == "training record"] + ([0] if 0 in tied else [])
+        anchors = [i for i in tied if scores[i].candidate.name == "training record"] + (
+            [0] if 0 in tied and config_names_layers else [])
         anchor = next((i for i in anchors if in_line(i) is not False), None)
         ok = [i for i in tied if clearly_in_line(i)]
         if anchor is not None:
@@ -249,32 +379,62 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
             who = "the training record's" if scores[anchor].candidate.name == "training record" else "the config's"
             decided_by = (f"acceptance cannot separate {len(tied)} wirings; {who} wiring is among them"
                           + (" and its norms match training" if in_line(anchor) else "") + ", so it stands")
-        elif ok:
-            chosen = min(ok, key=lambda i: norm_mismatch(comparisons[i]) or 0.0)
-            decided_by = ("norm fingerprint (acceptance cannot separate the leaders; the config's norms are out "
-                          "of line, this wiring's within 25% of training)")
+        elif ok and complete and len(ok) == 1:
+            chosen = ok[0]
+            decided_by = ("norm fingerprint (acceptance cannot separate the leaders; of them, only this wiring's "
+                          "norms are within 25% of training)")
         else:
             status = "ambiguous"
-            decided_by = (f"ambiguous: acceptance cannot separate {len(tied)} wirings and the norms do not decide; "
-                          "capture more tokens")
+            more = (f"; about {out.positions_to_separate - main.tokens} more positions would separate them at the "
+                    f"variance seen" if out.positions_to_separate and out.positions_to_separate > main.tokens else
+                    "; no number of positions separates them at the gaps seen")
+            decided_by = (f"ambiguous: acceptance cannot separate {len(tied)} wirings ("
+                          + "; ".join(out.tied_set[:4]) + (" ..." if len(tied) > 4 else "")
+                          + ") and the norms do not decide" + more + ": capture more tokens")
+    if status == "named" and not complete:
+        status = "ambiguous"
+        where = ("only the wirings near the evidence were scored" if coverage is None else
+                 f"the states hold {coverage['layers']} of the target's layers (missing: "
+                 + ", ".join(map(str, coverage["missing_layers"][:8]))
+                 + (" ..." if len(coverage["missing_layers"]) > 8 else "") + ")")
+        decided_by = (f"best in the searched neighbourhood: {describe(best.candidate.layers)}, separated from the "
+                      f"wirings scored, but not a global search ({where}); capture every layer "
+                      "(eagle3conv capture without --layers) and search again")
     win = scores[chosen]
     out.status, out.decided_by = status, decided_by
     out.best, out.best_layers = win.candidate.name, describe(win.candidate.layers)
     out.best_accept_length, out.tied, out.separated = round(win.accept_length, 4), len(tied), separated
     out.runner_up = second.candidate.name if chosen == ranked[0] else best.candidate.name
     out.config_is_best = win is main
+    tgt = f" --target {target}" if target else ""
+
+    def command(layers) -> str:
+        return (f"eagle3conv config {path}{tgt} --trained-on {','.join(map(str, to_ids(layers, 'output')))} "
+                "--captured-at output")
+
     if status == "ambiguous":
         out.best = out.best_layers = None
-        return out
-    if win is not main:
-        ids = ",".join(map(str, to_ids(win.candidate.layers, "output")))
-        tgt = f" --target {target}" if target else ""
+    elif win is not main or not config_names_layers:
         out.advice = (f"the drafter was most likely trained on {describe(win.candidate.layers)}; write it: "
-                      f"eagle3conv config {path}{tgt} --trained-on {ids} --captured-at output")
+                      f"{command(win.candidate.layers)}")
+    if out.config_worse:  # said first, whether or not a wiring is named
+        d, lo, hi = diffs[0]
+        what = "the config's wiring" if config_names_layers else "the engines' default (config.json names no layers)"
+        lead = (f"{what} ({describe(main.candidate.layers)}) is clearly worse than the best found "
+                f"({describe(best.candidate.layers)}: accept length +{d:.3f} [{lo:+.3f}, {hi:+.3f}] paired)")
+        if out.advice is None:
+            out.advice = (f"{lead}; the best found is not named (see the verdict); to write it: "
+                          f"{command(best.candidate.layers)}")
+        else:
+            out.advice = f"{lead}; {out.advice}"
+    elif status == "ambiguous" and not config_names_layers:
+        out.advice = (f"config.json names no aux layers and the search names none; the best found: "
+                      f"{describe(best.candidate.layers)}, to write it: {command(best.candidate.layers)}")
     return out
 
 
 __all__ = [
+    "FINALISTS", "SCREEN_STAGES", "SCREEN_TOKENS", "all_wirings", "global_search", "names_layers", "screen_dtype",
     "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "STATUSES", "Status", "Verdict", "candidates", "config_candidate",
     "decide", "norm_comparison", "norm_mismatch",
 ]
