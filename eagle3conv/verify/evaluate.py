@@ -11,7 +11,6 @@ accept length and their intervals (:mod:`eagle3conv.verify.stats`).
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
