@@ -49,7 +49,7 @@ def config_candidate(config: dict, num_layers: int | None, prefer: str) -> Candi
                          "config.json's eagle3conv.aux_layers (as written for every engine)")
     ids = aux_ids(config).nested
     if isinstance(ids, list) and ids:
-        if -1 in ids:  # what the seed incident's author meant: [-1, 2, 30] = embedding + outputs 2, 30
+        if -1 in ids:  # eagle3conv's output numbering: [-1, 2, 30] = the embedding output + outputs 2, 30
             return Candidate("config", to_refs(ids, "output", num_layers),
                              f"config.json eagle_config ids {ids}, -1 read as the embedding output "
                              "(SGLang itself cannot capture it)")
@@ -94,7 +94,7 @@ def candidates(base: Candidate, trained: LayerSet | None, available: Sequence[La
             add(f"config shifted by {shift:+d}", shifted,
                 "the off-by-one of engines numbering layer inputs vs outputs")
     emb = (EMBEDDING, *base_layers[:-1])
-    add("with the embedding output", emb, "the seed incident's belief: training included the embedding output")
+    add("with the embedding output", emb, "in case training included the embedding output (docs/facts.md §5)")
     if num_layers is not None and num_layers >= 4:
         d = engine_defaults(num_layers)
         add("engine default", d["output"].refs, f"what every engine captures with no ids ({d['output'].note})")
