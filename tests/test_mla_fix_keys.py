@@ -74,7 +74,7 @@ def test_torchspec_and_modelopt_kimik2_exports(tmp_path, canon):
     _same_as_fixture(tmp_path / "fixed", t)
     config = json.loads((tmp_path / "fixed" / "config.json").read_text())
     assert config["architectures"] == ["Eagle3DeepseekV2ForCausalLM"] and config["q_lora_rank"] == 128
-    assert res.plan.format.format.name == "modelopt-export"
+    assert res.plan.format.name == "modelopt-export"
 
 
 def test_modelopt_kimik2_training_folder(tmp_path, canon):
@@ -88,7 +88,7 @@ def test_modelopt_kimik2_training_folder(tmp_path, canon):
              "eagle_config": dict(drafter_cfg, eagle_aux_hidden_state_layer_ids=[1, 14, 26])}
     src = _write(tmp_path / "train", {**base, **eagle}, whole)
     res = fix_keys(src, out=tmp_path / "fixed")
-    assert res.plan.format.format.name == "modelopt-train"
+    assert res.plan.format.name == "modelopt-train"
     _same_as_fixture(tmp_path / "fixed", t)  # t2d rebuilt from d2t, equal to the trainer's
     config = json.loads((tmp_path / "fixed" / "config.json").read_text())
     assert config["architectures"] == ["Eagle3DeepseekV2ForCausalLM"] and config["kv_lora_rank"] == 64

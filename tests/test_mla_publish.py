@@ -52,10 +52,18 @@ def _poison(folder: Path, key: str = "midlayer.self_attn.kv_b_proj.weight") -> N
 
 
 def test_verify_smoke_runs_the_mla_forward(mla):
-    r = _cli("verify", str(mla), "--target", "kimi-k2.5", "--json")
+    r = _cli("verify", str(mla), "--target", "smollm2-135m", "--json")  # the target it was trained on
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["ok"] and "forward ran" in d["kind"]
+    assert d["wiring"]["findings"] and not [f for f in d["wiring"]["findings"] if f["level"] == "error"]
+    # the same SmolLM2 drafter checked against Kimi-K2.5: the forward runs, the wiring check says
+    # the drafter reads 576-wide states and Kimi's are 7168 wide (exit 3)
+    r = _cli("verify", str(mla), "--target", "kimi-k2.5", "--json")
+    assert r.returncode == EXIT_INVALID, r.stderr
+    k = json.loads(r.stdout)
+    assert "forward ran" in k["kind"] and not k["ok"]
+    assert any(f["code"] == "target-hidden" and f["level"] == "error" for f in k["wiring"]["findings"])
     assert (d["step1_input_width"], d["step2_input_width"], d["logits_width"]) == (3 * 576, 576, 2048)
     assert d["engine_notes"] == []
 
