@@ -481,16 +481,23 @@ class Eagle3Drafter:
             f"or {c.hidden_size} (the drafter's own state) at later steps"
         )
 
-    def _qkv(
-        self, g: Tensor, input_ids: Tensor, position_offset: int
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Residual, then RoPE'd q [B,nh,S,hd] and k, v [B,nkv,S,hd] from cat(embeds, hidden)."""
+    def _layer_input(self, g: Tensor, input_ids: Tensor) -> tuple[Tensor, Tensor]:
+        """The residual (``g``, or ``hidden_norm(g)`` with ``norm_before_residual``) and the
+        attention input ``cat(input_layernorm(embed(ids)), hidden_norm(g))``, 2H wide, embedding
+        first: the same for every attention the drafter may have (Llama, MLA)."""
         c = self.config
         eps = c.rms_norm_eps
         normed_g = rms_norm(g, self.hidden_norm, eps)
         residual = normed_g if c.norm_before_residual else g
         embeds = F.embedding(input_ids.to(self.device), self.embed_tokens)
-        x = torch.cat((rms_norm(embeds, self.input_layernorm, eps), normed_g), dim=-1)
+        return residual, torch.cat((rms_norm(embeds, self.input_layernorm, eps), normed_g), dim=-1)
+
+    def _qkv(
+        self, g: Tensor, input_ids: Tensor, position_offset: int
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Residual, then RoPE'd q [B,nh,S,hd] and k, v [B,nkv,S,hd] from cat(embeds, hidden)."""
+        c = self.config
+        residual, x = self._layer_input(g, input_ids)
         b, s, _ = x.shape
         q = F.linear(x, self.q_proj, self.q_bias).view(b, s, c.num_heads, c.head_dim).transpose(1, 2)
         k = F.linear(x, self.k_proj, self.k_bias).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)

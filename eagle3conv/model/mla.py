@@ -328,10 +328,7 @@ class Eagle3MLADrafter(Eagle3Drafter):
         """Residual, q and k ``[B, nh, S, nope+rope]``, v ``[B, nh, S, v_head_dim]``."""
         c = self.config
         eps = c.rms_norm_eps
-        normed_g = rms_norm(g, self.hidden_norm, eps)
-        residual = normed_g if c.norm_before_residual else g
-        embeds = F.embedding(input_ids.to(self.device), self.embed_tokens)
-        x = torch.cat((rms_norm(embeds, self.input_layernorm, eps), normed_g), dim=-1)
+        residual, x = self._layer_input(g, input_ids)
         b, s, _ = x.shape
         nh, nope, rope = c.num_heads, c.qk_nope_head_dim, c.qk_rope_head_dim
         if self.q_proj is not None:
