@@ -8,19 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 from conftest import PICO, assert_sglang_checkpoint, eagle_config_path, load_st, save_st, snapshot
 from eagle3conv.spec.formats import format_names
 from eagle3conv.cli import main
 from eagle3conv.example import EXAMPLE_FORMATS, Dims
-
-def run(*args, ok: int | None = 0):
-    res = CliRunner().invoke(main, [str(a) for a in args])
-    if ok is not None:
-        assert res.exit_code == ok, f"exit {res.exit_code}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}\n{res.exception!r}"
-    return res
-
+from helpers import run
 
 def one_json(res) -> dict:
     """stdout holds exactly one JSON document and nothing else."""

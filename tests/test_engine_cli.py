@@ -8,22 +8,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from click.testing import CliRunner
 
 from conftest import snapshot
-from eagle3conv.cli import main
 from eagle3conv.spec.layers import outputs
 from eagle3conv.wiring.metadata import TrainingRecord, write_metadata_file
+from helpers import run
 
 KIMI_DRAFTER = dict(hidden=32, target_hidden=7168, heads=4, kv_heads=2, head_dim=8, intermediate=64,
                     vocab=163840, draft_vocab=256)
-
-
-def run(*args, ok: int | None = 0):
-    res = CliRunner().invoke(main, [str(a) for a in args])
-    if ok is not None:
-        assert res.exit_code == ok, f"exit {res.exit_code}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}\n{res.exception!r}"
-    return res
 
 
 def set_ids(ckpt: Path, nested=None, top=None) -> None:

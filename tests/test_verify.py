@@ -16,22 +16,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
 
-from eagle3conv.cli import main
 from eagle3conv.example import Dims, write_example
 from eagle3conv.states.format import StatesFile, write_states
 from eagle3conv.verify import REPORT_FILE, load_drafter_weights, verify, wilson
 from eagle3conv.spec.layers import outputs
+from helpers import run
 
 N_LAYERS = 6
-
-
-def run(*args, ok: int | None = 0):
-    res = CliRunner().invoke(main, [str(a) for a in args])
-    if ok is not None:
-        assert res.exit_code == ok, f"exit {res.exit_code}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}\n{res.exception!r}"
-    return res
 
 
 @pytest.fixture(scope="module")

@@ -16,21 +16,13 @@ import random
 import shutil
 
 import pytest
-from click.testing import CliRunner
 
-from eagle3conv.cli import main
 from eagle3conv.errors import CheckpointReadError
 from eagle3conv.example import Dims, write_example
 from eagle3conv.verify import REPORT_FILE, VerifyReport
+from helpers import run
 
 PREAMBLE = "From `eagle3conv-verify.json`"
-
-
-def run(*args, ok: int | None = 0):
-    res = CliRunner().invoke(main, [str(a) for a in args])
-    if ok is not None:
-        assert res.exit_code == ok, f"exit {res.exit_code}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}\n{res.exception!r}"
-    return res
 
 
 @pytest.fixture(scope="module")

@@ -7,24 +7,16 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from conftest import snapshot
-from eagle3conv.cli import main
 from eagle3conv.wiring.check import check_wiring
 from eagle3conv.spec.layers import EMBEDDING, outputs
 from eagle3conv.wiring.metadata import TrainingRecord, from_metadata_file, write_metadata_file
+from helpers import run
 
 KIMI_DRAFTER = dict(hidden=32, target_hidden=7168, heads=4, kv_heads=2, head_dim=8, intermediate=64,
                     vocab=163840, draft_vocab=256)
 NESTED = "eagle_config.eagle_aux_hidden_state_layer_ids"
-
-
-def run(*args, ok: int | None = 0):
-    res = CliRunner().invoke(main, [str(a) for a in args])
-    if ok is not None:
-        assert res.exit_code == ok, f"exit {res.exit_code}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}\n{res.exception!r}"
-    return res
 
 
 def set_ids(ckpt: Path, nested=None, top=None) -> None:
