@@ -32,8 +32,7 @@ from eagle3conv.findings import (
     CONFIG,
     Finding,
 )
-
-_MLA_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM",)
+from eagle3conv.spec.drafter import architecture_key
 
 
 def _w(code: str, message: str, fix: str) -> Finding:
@@ -61,7 +60,7 @@ def audit_config(
     cfg = config or {}
     vocab = target_vocab if _is_int(target_vocab) else cfg.get("vocab_size")
     draft_vocab = cfg.get("draft_vocab_size")
-    mla = any(a in _MLA_ARCHITECTURES for a in (cfg.get("architectures") or []) if isinstance(a, str))
+    mla = architecture_key(cfg, tensor_names) == "mla"  # the one MLA decision (spec.drafter)
 
     if "lm_head.weight" in tensor_names and draft_vocab is None:
         out.append(_w(AUDIT_DRAFT_VOCAB,

@@ -373,7 +373,6 @@ def check_wiring(
         add(_f("error", BAD_EAGLE_CONFIG,
                     f"eagle_config must be an object holding eagle_aux_hidden_state_layer_ids, got "
                     f"{config['eagle_config']!r}: SGLang cannot read its aux ids from it", fix_command))
-    nested = config.get("eagle_config") if isinstance(config.get("eagle_config"), Mapping) else {}
     declared = aux_ids(config)
     sg_raw, vl_raw = declared.nested, declared.top_level
 
