@@ -38,7 +38,7 @@ from typing import Any
 
 from eagle3conv.findings import GATE, GATE_FAILED, GATE_PASSED, Finding
 from eagle3conv.verify.report import REPORT_FILE, VerifyReport, WiringFigures
-from eagle3conv.spec.drafter import aux_ids
+from eagle3conv.spec.drafter import architecture_key, aux_ids
 
 BEGIN = "<!-- eagle3conv:begin -->"
 END = "<!-- eagle3conv:end -->"
@@ -411,14 +411,9 @@ def _about(facts: CardFacts) -> list[str]:
     ] + _mla_section(c)
 
 
-def _is_mla(c: Mapping) -> bool:
-    archs = c.get("architectures") or []
-    return any(isinstance(a, str) and "Deepseek" in a for a in archs) or c.get("kv_lora_rank") is not None
-
-
 def _mla_section(c: Mapping) -> list[str]:
     """MLA drafters (docs/facts.md §10): the attention dims and the RoPE an engine must run."""
-    if not _is_mla(c):
+    if architecture_key(c) != "mla":  # the one MLA decision (spec.drafter)
         return []
 
     def num(key: str) -> str:
