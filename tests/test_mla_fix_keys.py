@@ -176,3 +176,20 @@ def test_draft_vocab_size_explicit_and_vocab_maps_only_when_reduced(tmp_path, ca
     fix_keys(_write(tmp_path / "reduced", t, cfg), out=tmp_path / "fixed3")
     got = load_file(str(tmp_path / "fixed3" / "model.safetensors"))
     assert torch.equal(got["d2t"], t["d2t"]) and torch.equal(got["t2d"], t["t2d"])
+
+
+def test_specforge_mla_drafter(tmp_path, canon):
+    """SpecForge's MLA drafter (specforge/modeling/draft/deepseek_eagle3.py, DeepseekV3ForCausalLMEagle3):
+    canonical ``midlayer.*`` names, a frozen ``embed_tokens`` saved beside them, its own class name in
+    ``architectures``. fix-keys renames the architecture to the one SGLang registers, drops the stale
+    embedding and keeps every other tensor byte for byte."""
+    t, cfg = canon
+    sf = dict(t, **{"embed_tokens.weight": torch.randn(cfg["vocab_size"], 576).to(torch.bfloat16)})
+    sf_cfg = {k: v for k, v in cfg.items() if k != "eagle_config"} | {"architectures": ["DeepseekV3ForCausalLMEagle3"]}
+    res = fix_keys(_write(tmp_path / "specforge", sf, sf_cfg), out=tmp_path / "fixed")
+    _same_as_fixture(tmp_path / "fixed", t)
+    config = json.loads((tmp_path / "fixed" / "config.json").read_text())
+    assert config["architectures"] == ["Eagle3DeepseekV2ForCausalLM"]
+    edit = {e.field: e for e in res.plan.config_edits}["architectures"]
+    assert "SpecForge" in edit.why and edit.old == ["DeepseekV3ForCausalLMEagle3"]
+    assert {d.source for d in res.plan.decisions if d.action == "dropped"} == {"embed_tokens.weight"}

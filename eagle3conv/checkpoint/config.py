@@ -101,6 +101,8 @@ def loadable_edits(config: dict, *, architecture: str, draft_vocab: int, vocab: 
         why = {
             "LlamaForCausalLM": "a plain LlamaForCausalLM (original EAGLE, old Model Optimizer exports) is routed to the target loader by SGLang and fails",
             "Eagle3LlamaForCausalLM": "AngelSlim's name; SGLang registers the drafter as LlamaForCausalLMEagle3",
+            "DeepseekV3ForCausalLMEagle3": "SpecForge's MLA trainer class; SGLang registers the MLA drafter as "
+                                           "Eagle3DeepseekV2ForCausalLM (docs/facts.md §6)",
         }.get((config.get("architectures") or [None])[0], "the architecture every engine maps to its EAGLE-3 drafter class")
         want("architectures", [architecture], why)
     if architecture == LLAMA_EAGLE3 and not config.get("model_type"):
