@@ -286,6 +286,12 @@ def verify_text(d: dict) -> str:
                          f"step-1 acceptance {r['acceptance'][0]:.3f}")
         else:
             lines.append(f"  {r['release']}: not scored: {r['not_scored']}")
+        for e in r.get("emulated") or []:
+            lines.append(f"    runs differently: {e}")
+        for e in r.get("not_emulated") or []:
+            lines.append(f"    not emulated: {e}")
+        if r.get("not_read"):
+            lines.append(f"    not in the engine rules ({'; '.join(r['not_read'])}): run as SGLang does")
     for f in w.get("findings", []):
         if f["level"] != "ok":
             lines.append(f"wiring {f['level']}: {f['message']}")

@@ -199,6 +199,11 @@ BAD_SGLANG = [
     ("fc width without why", lambda d: d["fc_width"][0].pop("why"), r"missing fields \['why'\]"),
     ("fc width unknown drafter", lambda d: d["fc_width"][0].update(drafters=["medusa"]), "drafters must be among"),
     ("schema", lambda d: d.update(schema=2), "'schema' must be 1"),
+    ("forward without source", lambda d: d["forward"][0].pop("source"), r"forward 0: .*missing fields \['source'\]"),
+    ("forward bad value", lambda d: d["forward"][1].update(rope_interleave="sometimes"),
+     r"'rope_interleave' must be one of \['config', 'always'\] or null"),
+    ("forward missing a drafter", lambda d: d["forward"].pop(), "forward for mla drafters: the release ranges must cover"),
+    ("no forward", lambda d: d.pop("forward"), r"missing fields \['forward'\]"),
 ]
 
 
@@ -662,3 +667,20 @@ def test_facts_section_9_names_every_rule_kind_family_and_engine_file():
         assert f"`{family}`" in section, family
     for name in ("sglang.json", "vllm.json", "tensorrt-llm.json", "families.json", "0.5.13", "0.5.17"):
         assert name in section, name
+
+
+def test_forward_rules_per_engine():
+    """issue 11: how each engine runs the drafter where engines differ (docs/facts.md §9)."""
+    mla = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "rope_interleave": False, "norm_before_residual": True}
+    names = {"lm_head.weight", "embed_tokens.weight"}
+    sg, vl, trt = (E.serving(e, mla, names) for e in ("sglang", "vllm==0.33.0", "trtllm"))
+    assert (sg.rope_interleave, sg.norm_before_residual, sg.own_embedding) == (False, False, "never")
+    assert (vl.rope_interleave, vl.norm_before_residual, vl.own_embedding) == (True, True, "unless_equal")
+    assert any("SGLang ignores it" in d for d in sg.differences)
+    assert any("vLLM always runs interleaved RoPE" in d for d in vl.differences)
+    assert sg.not_emulated and "target's lm_head" in sg.not_emulated[0]  # no draft_vocab_size
+    assert not vl.not_emulated and trt.not_read and not sg.not_read
+    llama = {"architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": 32000}
+    sg, vl = E.serving("sglang", llama, {"lm_head.weight"}), E.serving("vllm", llama, {"lm_head.weight"})
+    assert sg.rope_interleave is None and vl.own_embedding == "never"  # no embed_tokens: the target's
+    assert not sg.differences and not vl.differences and not sg.not_emulated

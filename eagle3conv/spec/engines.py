@@ -198,6 +198,37 @@ class FcWidth:
     source: str
 
 
+FORWARD_VALUES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "rope_interleave": ("config", "always"),
+        "norm_before_residual": ("config", "ignored"),
+        "embedding": ("target", "own_unless_equal"),
+        "head_without_draft_vocab_size": ("target", "own"),
+    }
+)
+"""How an engine runs the drafter where engines differ (null in the data: not applicable
+or not read, and the drafter runs as its config says): ``rope_interleave`` "config"
+(honoured) or "always" (interleaved whatever the flag); ``norm_before_residual``
+"config" or "ignored" (the residual is the un-normed state); ``embedding`` "target"
+(the target's table, unless the drafter's hidden size differs from the target's) or
+"own_unless_equal" (the drafter's own ``embed_tokens`` when it has one that is not
+identical to the target's); ``head_without_draft_vocab_size`` "target" or "own"."""
+
+
+@dataclass(frozen=True)
+class Forward:
+    """How one engine runs one kind of drafter (see :data:`FORWARD_VALUES`)."""
+
+    releases: ReleaseRange
+    drafters: tuple[str, ...]
+    rope_interleave: str | None
+    norm_before_residual: str | None
+    embedding: str | None
+    head_without_draft_vocab_size: str | None
+    why: str
+    source: str
+
+
 @dataclass(frozen=True)
 class Rule:
     family: str  # a family name or "*"
@@ -226,6 +257,7 @@ class Engine:
     default_source: str
     rules: tuple[Rule, ...]
     path: Path
+    forward: tuple[Forward, ...] = ()
 
 
 def _fail(path: Path, message: str) -> MappingFileError:
@@ -391,6 +423,20 @@ def _parse_fc(path: Path, i: int, raw: object) -> FcWidth:
                    _text(path, raw, "why", where), _text(path, raw, "source", where))
 
 
+def _parse_forward(path: Path, i: int, raw: object) -> Forward:
+    where = f"forward {i}"
+    raw = _keys(path, raw, where, {"releases", "drafters", "why", "source", *FORWARD_VALUES})
+    drafters = _strings(path, raw["drafters"], f"{where} 'drafters'", empty=False)
+    if not set(drafters) <= set(DRAFTER_KINDS):
+        raise _fail(path, f"{where}: drafters must be among {list(DRAFTER_KINDS)}")
+    for key, allowed in FORWARD_VALUES.items():
+        if raw[key] is not None and raw[key] not in allowed:
+            raise _fail(path, f"{where}: '{key}' must be one of {list(allowed)} or null (not read)")
+    return Forward(_range(path, raw, where), drafters, raw["rope_interleave"], raw["norm_before_residual"],
+                   raw["embedding"], raw["head_without_draft_vocab_size"],
+                   _text(path, raw, "why", where), _text(path, raw, "source", where))
+
+
 def _parse_rule(path: Path, i: int, raw: object, families: Mapping[str, Family]) -> Rule:
     where = f"rule {i}"
     if not isinstance(raw, dict):
@@ -429,7 +475,7 @@ def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine
         _load_json(path),
         "the file",
         {"schema", "engine", "title", "aliases", "releases", "releases_why", "runners",
-         "capture_ids", "fc_width", "default_ids", "rules"},
+         "capture_ids", "fc_width", "default_ids", "rules", "forward"},
     )
     name = _text(path, raw, "engine", "the file")
     if name != path.stem:
@@ -455,13 +501,14 @@ def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine
         if r["default"] not in r["known"]:
             raise _fail(path, "'runners.default' must be one of 'runners.known'")
         runners, default_runner = MappingProxyType(dict(r["known"])), r["default"]
-    for key in ("capture_ids", "fc_width", "rules"):
+    for key in ("capture_ids", "fc_width", "rules", "forward"):
         if not isinstance(raw[key], list):
             raise _fail(path, f"'{key}' must be a list")
     sources = tuple(_parse_ids_source(path, i, s, runners) for i, s in enumerate(raw["capture_ids"]))
     fc = tuple(_parse_fc(path, i, f) for i, f in enumerate(raw["fc_width"]))
     rules = tuple(_parse_rule(path, i, r, families) for i, r in enumerate(raw["rules"]))
-    if not releases and any(x.releases.text != ANY for x in (*rules, *sources, *fc)):
+    forward = tuple(_parse_forward(path, i, f) for i, f in enumerate(raw["forward"]))
+    if not releases and any(x.releases.text != ANY for x in (*rules, *sources, *fc, *forward)):
         raise _fail(path, "an engine with no releases read can only have '*' release ranges")
     for runner in tuple(runners) or (None,):
         picked = [s.releases for s in sources if s.runners is None or runner in s.runners]
@@ -469,6 +516,8 @@ def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine
     for drafter in DRAFTER_KINDS:
         picked = [f.releases for f in fc if drafter in f.drafters]
         _check_cover(path, picked, f"fc_width for {drafter} drafters", full=bool(fc))
+        picked = [f.releases for f in forward if drafter in f.drafters]
+        _check_cover(path, picked, f"forward for {drafter} drafters", full=True)
     d = _keys(path, raw["default_ids"], "'default_ids'", {"ids", "why", "source"})
     default_ids = _strings(path, d["ids"], "'default_ids.ids'", empty=False)
     for term in default_ids:
@@ -491,6 +540,7 @@ def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine
         default_source=_text(path, d, "source", "'default_ids'"),
         rules=rules,
         path=path,
+        forward=forward,
     )
 
 
@@ -897,3 +947,93 @@ def _first_add(eng: Engine, rel: EngineRelease, runner: str | None) -> int:
     src = _pick([s for s in eng.capture_ids if s.runners is None or run in s.runners],
                 rel.version, "capture_ids", eng)
     return src.read[0].add
+
+
+# --------------------------------------------------------------------------- forward
+
+
+def forward_rule(engine: EngineRelease | str, drafter: str) -> Forward:
+    """How ``engine`` runs a ``drafter`` ("llama" or "mla") drafter (the "forward" rows of
+    mappings/engines/*.json)."""
+    rel = _as_release(engine)
+    eng = engines()[rel.engine]
+    return _pick([f for f in eng.forward if drafter in f.drafters], rel.version, "forward", eng)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How one engine release runs one drafter config, where engines differ (docs/facts.md §9).
+
+    ``rope_interleave``: the RoPE layout it runs (MLA drafters; None for Llama drafters,
+    whose RoPE no engine changes). ``norm_before_residual``: whether it norms the
+    residual. ``own_embedding``: "never" (the target's table), or "unless_equal" (the
+    drafter's own ``embed_tokens``, which it ships, unless identical to the target's: the
+    caller compares). ``differences``: where it runs the drafter otherwise than its
+    config.json says; ``not_emulated``: differences a run on captured states cannot show;
+    ``not_read``: what the rules do not record for this engine (run as SGLang does)."""
+
+    engine: EngineRelease
+    drafter: str
+    rope_interleave: bool | None
+    norm_before_residual: bool
+    own_embedding: str
+    differences: tuple[str, ...]
+    not_emulated: tuple[str, ...]
+    not_read: tuple[str, ...]
+    why: str
+    source: str
+
+    @property
+    def key(self) -> tuple:
+        """Equal keys run the same forward (on the same embedding decision)."""
+        return (self.rope_interleave, self.norm_before_residual, self.own_embedding)
+
+
+def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
+            tensor_names: Iterable[str] = ()) -> Serving:
+    """How ``engine`` runs the drafter with ``config`` and tensors ``tensor_names``."""
+    rel = _as_release(engine)
+    eng = engines()[rel.engine]
+    cfg = config or {}
+    names = set(tensor_names)
+    kind = drafter_kind(cfg)
+    fw = forward_rule(rel, kind)
+    who = eng.title
+    diffs: list[str] = []
+    missing: list[str] = []
+    not_read: list[str] = []
+    rope: bool | None = None
+    if kind == "mla":
+        declared = cfg.get("rope_interleave", True) is not False
+        if fw.rope_interleave == "always":
+            rope = True
+            if not declared:
+                diffs.append(f"rope_interleave is false in config.json, but {who} always runs interleaved "
+                             "RoPE on an MLA drafter")
+        else:
+            rope = declared
+            if fw.rope_interleave is None:
+                not_read.append(f"whether {who} honours rope_interleave")
+    nbr_declared = cfg.get("norm_before_residual") is True
+    if fw.norm_before_residual == "config":
+        nbr = nbr_declared
+    else:
+        nbr = False
+        if fw.norm_before_residual == "ignored" and nbr_declared:
+            diffs.append(f"norm_before_residual is true in config.json, but {who} ignores it (the residual is "
+                         "the un-normed state)")
+        elif fw.norm_before_residual is None:
+            not_read.append(f"whether {who} honours norm_before_residual")
+    own = "never"
+    if fw.embedding == "own_unless_equal" and "embed_tokens.weight" in names:
+        own = "unless_equal"
+    elif fw.embedding is None:
+        not_read.append(f"which embedding {who} uses")
+    if cfg.get("draft_vocab_size") is None and "lm_head.weight" in names:
+        if fw.head_without_draft_vocab_size == "target":
+            missing.append(f"config.json has no draft_vocab_size, so {who} uses the target's lm_head instead "
+                           "of the drafter's; the target's head is not in captured states, so verify scores "
+                           "the drafter's own head")
+        elif fw.head_without_draft_vocab_size is None:
+            not_read.append(f"which head {who} uses without draft_vocab_size")
+    return Serving(rel, kind, rope, nbr, own, tuple(diffs), tuple(missing), tuple(not_read), fw.why, fw.source)
