@@ -231,7 +231,8 @@ def _wiring_options(f):
     """Options naming the target and what the drafter was trained on (fix-keys, inspect, config)."""
     f = click.option("--max-context", type=int, metavar="TOKENS", expose_value=False, callback=_remember_max_context,
                      help="The longest context the drafter will serve: the config audit warns when "
-                          "max_position_embeddings is below it.")(f)
+                          "max_position_embeddings is below it (default: the target's max_position_embeddings "
+                          "where its profile names one).")(f)
     f = click.option("--engine", "engines", multiple=True, metavar="ENGINE[==RELEASE]", expose_value=False,
                      callback=_remember_engines, help=ENGINE_HELP)(f)
     f = click.option("--sglang-version", type=click.Choice(["auto", "old", "new"]), default="auto", show_default=True,

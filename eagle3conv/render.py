@@ -123,7 +123,7 @@ def wiring_lines(w: dict | None) -> list[str]:
         if r.get("release_note"):
             lines.append(f"        note: {r['release_note']}")
     for f in w.get("findings", []):
-        tag = {"ok": "ok", "warning": "warning", "error": "ERROR"}[f["level"]]
+        tag = {"ok": "ok", "notice": "note", "warning": "warning", "error": "ERROR"}[f["level"]]
         lines.append(f"  {tag}: {f['message']}")
         if f.get("fix") and f["level"] != "ok":
             lines.append(f"    fix: {f['fix']}")

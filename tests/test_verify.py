@@ -606,6 +606,8 @@ def test_engines_emulate_whose_embedding(world, tmp_path):
     cmp = d["wiring_check"]["embedding_comparison"]
     assert cmp["identical"] is False and 10 < cmp["rows"] < V and cmp["of"] == V and cmp["max_abs_diff"] > 0
     assert any(f"{cmp['rows']} of {V} rows compared" in e for e in vl["emulated"])
+    (f,) = [f for f in d["wiring_check"]["findings"] if f["code"] == "audit-embed-differs"]  # the audit says it too
+    assert f"{cmp['rows']} of {V} rows compared" in f["message"] and "drop embed_tokens.weight" in f["fix"]
     # embed_tokens equal to the target's rows: vLLM shares the target's table, the same numbers as SGLang
     with StatesFile(captured) as st:
         ids, mask = st.input_ids, st.attention_mask.bool()
@@ -616,6 +618,7 @@ def test_engines_emulate_whose_embedding(world, tmp_path):
     rows = {r["engine"]: r for r in d["wiring_check"]["engines"]}
     assert rows["vllm==0.33.0"]["acceptance"][0] == 1.0 and rows["vllm==0.33.0"]["forward"]["embedding"] == "target's"
     assert d["wiring_check"]["embedding_comparison"]["identical"] is True
+    assert not [f for f in d["wiring_check"]["findings"] if f["code"].startswith("audit-embed")]
 
 
 def test_plot_svg_and_bad_paths(world, tmp_path):

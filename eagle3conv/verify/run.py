@@ -35,6 +35,7 @@ from eagle3conv.verify.search import (
     norm_comparison,
     screen_dtype,
 )
+from eagle3conv.spec.canonical import drafter_uses_own_embedding
 from eagle3conv.spec.layers import LayerRef, LayerSet, describe, to_refs
 
 
@@ -146,6 +147,10 @@ def verify(
         raise UsageError(f"{states_path}: these states hold no embedding output, and the drafter embeds with "
                          "the target's table", hint="pass the target's weights: --embeddings TARGET_DIR")
     serving = _Serving(config, tensors, states, table, opts)
+    if "embed_tokens.weight" in tensors and not drafter_uses_own_embedding(dc.hidden_size, dc.target_hidden_size):
+        from eagle3conv.wiring.audit import audit_embedding
+
+        check.report.findings += audit_embedding(serving.compare(), where=f"{path}/config.json")
     main_fw = serving.main()
     if main_fw.differences or main_fw.engine.engine != "sglang":
         notes.append(f"the drafter ran as {main_fw.engine} runs it (the first --engine)"
@@ -261,15 +266,19 @@ class _Serving:
         rels = self.opts.releases() if self.opts.engines else ()
         return self.of(rels[0] if rels else "sglang")
 
-    def own_embedding(self, fw) -> bool:
-        if fw.own_embedding != "unless_equal":
-            return False
-        if self.embedding_comparison is None and self.tensors is not None:
+    def compare(self) -> dict | None:
+        """The drafter's own embed_tokens against the target's (computed once)."""
+        if self.embedding_comparison is None and self.tensors is not None and "embed_tokens.weight" in self.tensors:
             from eagle3conv.verify.inputs import compare_embeddings
 
             self.embedding_comparison = compare_embeddings(self.tensors["embed_tokens.weight"], self.states,
                                                            table=self.table)
-        cmp = self.embedding_comparison or {}
+        return self.embedding_comparison
+
+    def own_embedding(self, fw) -> bool:
+        if fw.own_embedding != "unless_equal":
+            return False
+        cmp = self.compare() or {}
         return cmp.get("identical") is not True  # not shown identical: the engine keeps its own
 
     def kwargs(self, fw) -> dict:
