@@ -216,8 +216,9 @@ def _remember_engines(ctx: click.Context, param: click.Parameter, value: tuple[s
 
 
 ENGINE_HELP = ("Check (and write ids) for this engine release: ENGINE or ENGINE==RELEASE, e.g. sglang==0.5.23, "
-               "vllm==0.33, trtllm; repeatable. A bare name means the newest known release. Default: every "
-               "engine's newest release plus SGLang 0.5.12 (before the first-id rule).")
+               "vllm==0.33, trtllm; repeatable. A bare name means the newest known release. vLLM's runner: "
+               "vllm==0.33.0:runner=v1 (default mrv2). Default: every engine's newest release plus SGLang 0.5.12 "
+               "(before the first-id rule).")
 
 
 def _remember_max_context(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:

@@ -122,6 +122,8 @@ def wiring_lines(w: dict | None) -> list[str]:
         lines.append(f"    {mark} {r['release']}: {what}")
         if r.get("release_note"):
             lines.append(f"        note: {r['release_note']}")
+        if r.get("runner_assumed"):
+            lines.append(f"        runner: {r['runner_assumed']}")
     for f in w.get("findings", []):
         tag = {"ok": "ok", "notice": "note", "warning": "warning", "error": "ERROR"}[f["level"]]
         lines.append(f"  {tag}: {f['message']}")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -610,9 +610,11 @@ class EngineRelease:
     version: Version
     label: str
     note: str | None = field(default=None, compare=False)
+    runner: str | None = None
+    """The runner asked for (``vllm==0.33.0:runner=v1``); None: the engine's default."""
 
     def __str__(self) -> str:
-        return self.label
+        return f"{self.label} ({self.runner} runner)" if self.runner else self.label
 
 
 def _label(engine: Engine, release: str | None) -> str:
@@ -630,13 +632,29 @@ def _engine_named(name: str) -> Engine:
     return table[1][key]
 
 
+RUNNER_SUFFIX = ":runner="
+
+
 def parse_engine(text: str) -> EngineRelease:
     """``"sglang==0.5.23"``, ``"vllm==0.33"``, ``"sglang"`` (newest release read),
-    ``"trtllm"``. A release that was not read gets a ``note``: newer than every release
+    ``"trtllm"``, ``"vllm==0.33.0:runner=v1"`` (a runner other than the engine's
+    default). A release that was not read gets a ``note``: newer than every release
     read -> read as the newest, older -> as the oldest, in between -> the rules of its
-    range apply. Raises :class:`UsageError` for an unknown engine or a bad release."""
+    range apply. Raises :class:`UsageError` for an unknown engine, release or runner."""
     if not isinstance(text, str) or not text.strip():
         raise UsageError("an engine must be written ENGINE or ENGINE==RELEASE, e.g. sglang==0.5.23")
+    body, has_runner, runner = text.strip().partition(RUNNER_SUFFIX)
+    rel = _parse_release(body if has_runner else text.strip())
+    if not has_runner:
+        return rel
+    eng = engines()[rel.engine]
+    if not runner.strip():
+        raise UsageError(f"'{text}': no runner after '{RUNNER_SUFFIX}'",
+                         hint=f"e.g. vllm==0.33.0{RUNNER_SUFFIX}v1")
+    return replace(rel, runner=_runner(eng, runner.strip()))
+
+
+def _parse_release(text: str) -> EngineRelease:
     name, sep, release = text.strip().partition("==")
     engine = _engine_named(name)
     if sep and not release.strip():
@@ -830,7 +848,7 @@ def capture(
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
         raise UsageError(f"the target's layer count must be a positive integer, got {num_layers!r}")
     n = num_layers
-    run = _runner(eng, runner)
+    run = _runner(eng, runner if runner is not None else rel.runner)
     rule = rule_for(rel, family)
     notes = [rel.note] if rel.note else []
     if family is None:
@@ -904,7 +922,7 @@ def id_field(engine: EngineRelease | str, runner: str | None = None) -> str:
     ``"launch option NAME"``."""
     rel = _as_release(engine)
     eng = engines()[rel.engine]
-    run = _runner(eng, runner)
+    run = _runner(eng, runner if runner is not None else rel.runner)
     src = _pick([s for s in eng.capture_ids if s.runners is None or run in s.runners],
                 rel.version, "capture_ids", eng)
     return src.read[0].name
@@ -925,7 +943,7 @@ def ids_for(
     """
     rel = _as_release(engine)
     eng = engines()[rel.engine]
-    _runner(eng, runner)
+    runner = _runner(eng, runner if runner is not None else rel.runner)
     wanted = validate_refs(layers, num_layers)
     rule = rule_for(rel, family)
     if not wanted or not rule.supported:
