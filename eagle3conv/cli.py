@@ -479,7 +479,8 @@ def targets_cmd(name, json_, debug):
 
 
 def _target_dict(p, *, detail: bool) -> dict:
-    from eagle3conv.spec.layers import describe, sglang_ids_for
+    from eagle3conv.spec.engines import sglang_ids
+    from eagle3conv.spec.layers import describe
 
     d = {
         "name": p.name, "aliases": list(p.aliases), "hf_repo": p.hf_repo, "architectures": list(p.architectures),
@@ -492,7 +493,7 @@ def _target_dict(p, *, detail: bool) -> dict:
         refs = defaults["output"].refs
         d["default_aux_layers"] = {
             "described": describe(refs),
-            "sglang_ids": list(sglang_ids_for(refs, p.num_hidden_layers).ids),
+            "sglang_ids": list(sglang_ids(refs, p.family, p.num_hidden_layers).ids),
             "vllm_ids": list(defaults["input"].ids),
             "tensorrt_llm_ids": list(defaults["output"].ids),
             "specforge_2025_09_window": describe(defaults["specforge-2025-09"].refs),

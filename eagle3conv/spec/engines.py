@@ -1055,3 +1055,77 @@ def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
         elif fw.head_without_draft_vocab_size is None:
             not_read.append(f"which head {who} uses without draft_vocab_size")
     return Serving(rel, kind, rope, nbr, own, tuple(diffs), tuple(missing), tuple(not_read), fw.why, fw.source)
+
+
+# --------------------------------------------------------------------------- the SGLang ids to write
+
+SGLANG_NUMBERINGS: Mapping[str, str] = MappingProxyType(
+    {"sglang-old": "sglang==0.5.12", "sglang-new": "sglang"}
+)
+"""The two SGLang readings a written id list is judged against: ``sglang-old`` is the last
+release before the first-id rule (0.5.12), ``sglang-new`` the newest release read. For a
+family whose model file never changed its rule they read ids alike."""
+
+
+@dataclass(frozen=True)
+class SglangIds:
+    """Ids to write in ``eagle_config.eagle_aux_hidden_state_layer_ids`` for SGLang."""
+
+    ids: tuple[int, ...]
+    right_for: tuple[str, ...]
+    """The numberings (:data:`SGLANG_NUMBERINGS`) that capture the layers from ``ids``."""
+    by_version: Mapping[str, tuple[int, ...] | None]
+    """The right ids per numbering (None: that release cannot capture the set)."""
+    note: str
+
+    @property
+    def portable(self) -> bool:
+        return len(self.right_for) == len(SGLANG_NUMBERINGS)
+
+
+def _nested(ids: Sequence[int]) -> dict:
+    return {"eagle_config": {"eagle_aux_hidden_state_layer_ids": list(ids)}}
+
+
+def sglang_ids(layers: Iterable[LayerRef], family: str | None, num_layers: int, *,
+               prefer: str = "sglang-new") -> SglangIds:
+    """The SGLang ids that make ``layers`` captured on an ``num_layers``-layer target of
+    ``family``, by the engine rules: ids old and new SGLang read alike when they exist
+    (always, for families whose rule never changed), else the ``prefer`` numbering's
+    (falling back to the other). Raises :class:`WiringError` when no SGLang release can
+    capture the set."""
+    from eagle3conv.errors import WiringError
+
+    if prefer not in SGLANG_NUMBERINGS:
+        raise UsageError(f"prefer must be one of {', '.join(SGLANG_NUMBERINGS)}, got '{prefer}'")
+    wanted = validate_refs(layers, num_layers)
+    rels = {k: parse_engine(v) for k, v in SGLANG_NUMBERINGS.items()}
+    found = {k: ids_for(r, family, num_layers, wanted) for k, r in rels.items()}
+    what = describe(wanted)
+    if all(v is None for v in found.values()):
+        reasons = []
+        for k, r in rels.items():  # say why, in the engine's own words
+            cap = capture(r, _nested(to_boundary_ids(wanted)), family, num_layers)
+            reasons.append(f"{r}: {cap.error or 'the states are not in depth order'}")
+        raise WiringError(f"no SGLang release can capture {what}: {reasons[0]}", details=reasons)
+
+    def right(ids: Sequence[int]) -> tuple[str, ...]:
+        return tuple(k for k, r in rels.items()
+                     if capture(r, _nested(ids), family, num_layers).layers == wanted)
+
+    other = next(k for k in SGLANG_NUMBERINGS if k != prefer)
+    for ids in (found[prefer], found[other]):
+        if ids is not None and len(right(ids)) == len(rels):
+            return SglangIds(ids, right(ids), MappingProxyType(found),
+                             f"old and new SGLang both read {list(ids)} as {what}")
+    chosen, rest = (prefer, other) if found[prefer] is not None else (other, prefer)
+    ids = found[chosen]
+    assert ids is not None
+    alt = found[rest]
+    tail = f"{rest} needs {list(alt)}" if alt is not None else f"{rest} cannot capture it"
+    return SglangIds(ids, right(ids), MappingProxyType(found), f"{list(ids)} means {what} only in {chosen}; {tail}")
+
+
+def to_boundary_ids(layers: Iterable[LayerRef]) -> tuple[int, ...]:
+    """Output-of-layer ids of ``layers`` (-1 for the embedding output)."""
+    return tuple(r.output_of for r in layers)

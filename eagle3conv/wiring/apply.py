@@ -237,7 +237,7 @@ def wire(config: dict, ev: Evidence, opts: WiringOptions, *, fc_in: int | None, 
         numbering = sglang_numbering(family, prio) if prio is not None else "sglang-old"
         version = sglang_version_for(config, truth.layers, n, opts.sglang_version, numbering)
         edits = wiring_edits(config, truth, num_layers=n, target=tname,
-                             target_repo=target.hf_repo if target else None, sglang_version=version)
+                             target_repo=target.hf_repo if target else None, sglang_version=version, family=family)
         if n is not None:
             edits.engines = per_engine_ids(truth.layers, family, n, kw["engines"])
         config = apply_edits(config, edits.config_edits)
