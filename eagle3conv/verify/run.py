@@ -152,9 +152,12 @@ def verify(
 
         check.report.findings += audit_embedding(serving.compare(), where=f"{path}/config.json")
     main_fw = serving.main()
-    if main_fw.differences or main_fw.engine.engine != "sglang":
-        notes.append(f"the drafter ran as {main_fw.engine} runs it (the first --engine)"
-                     + "".join(f"; {d}" for d in serving.describe(main_fw)))
+    ran = serving.describe(main_fw)
+    if opts.engines:
+        notes.append(f"the drafter ran as {main_fw.engine} runs it (the first --engine)" + "".join(f"; {d}" for d in ran))
+    elif ran:
+        notes.append(f"the drafter ran as {main_fw.engine} runs it (verify's reference forward)"
+                     + "".join(f"; {d}" for d in ran))
     drafter, target_embeds = build_drafter(config, tensors, dev, dt, embeddings=table, **serving.kwargs(main_fw))
     screener = drafter
     if search and screen_dtype(dev, dt) is not dt:  # the screen only ranks: bf16 where the CPU has it
@@ -203,9 +206,8 @@ def verify(
                 "(NaN or Inf): the capture went wrong", hint="capture again (a bf16 overflow? try --dtype fp32)")
     wiring_check = check.to_dict()
     engine_scores = _score_engines(wiring_check.get("engines") or [], scores, drafter, states, steps=steps,
-                                   batch_size=batch_size,
-                   target_embeds=target_embeds, max_sequences=max_sequences, labels=labels,
-                   serving=serving, main_fw=main_fw, device=dev, dtype=dt)
+                                   batch_size=batch_size, target_embeds=target_embeds, max_sequences=max_sequences,
+                                   labels=labels, serving=serving, main_fw=main_fw, device=dev, dtype=dt)
     serving.release()
     if serving.embedding_comparison is not None:
         wiring_check["embedding_comparison"] = serving.embedding_comparison
@@ -251,6 +253,7 @@ class _Serving:
 
     def __init__(self, config: dict, tensors: dict, states, table, opts) -> None:
         self.config, self.tensors, self.states, self.table, self.opts = config, tensors, states, table, opts
+        self.names = frozenset(tensors)  # kept when the weights are released
         self.embedding_comparison: dict | None = None
 
     def release(self) -> None:
@@ -259,7 +262,7 @@ class _Serving:
     def of(self, rel):
         from eagle3conv.spec.engines import serving
 
-        return serving(rel, self.config, (self.tensors or {}).keys() if self.tensors is not None else ())
+        return serving(rel, self.config, self.names)
 
     def main(self):
         """verify's own forward: the first --engine's, else SGLang's (the newest release)."""
