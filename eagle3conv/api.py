@@ -30,7 +30,7 @@ from eagle3conv.checkpoint.writer import (
     write_out,
 )
 from eagle3conv.errors import Eagle3ConvError, UsageError, WiringError
-from eagle3conv.findings import AUX_LAYERS, EVIDENCE_NOTE, WIRING_WRITTEN, Finding
+from eagle3conv.findings import AUDIT_D2T_MISSING, AUX_LAYERS, EVIDENCE_NOTE, NO_D2T, WIRING_WRITTEN, Finding
 from eagle3conv.wiring import apply as wiring
 from eagle3conv.wiring.apply import WiringOptions
 
@@ -130,6 +130,8 @@ def _wire_plan(plan: Plan, opts: WiringOptions, ckpt: str) -> None:
                     source_format=plan.format.name, fix_command=fix, tensor_names=set(outs),
                     read_d2t=None if d2t is None else (
                         lambda: d2t.data if d2t.data is not None else plan.index.read_array(d2t.source)))
+    if NO_D2T in {f.code for f in plan.findings}:  # the vocab check named the missing d2t: no second message
+        w.report.findings = [f for f in w.report.findings if f.code != AUDIT_D2T_MISSING]
     if w.conflicts:
         plan.findings += w.conflicts
         plan.wiring_hint = (f"the training record is what the drafter learned from; to write its layers: {fix}"

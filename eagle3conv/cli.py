@@ -216,8 +216,9 @@ def _remember_engines(ctx: click.Context, param: click.Parameter, value: tuple[s
 
 
 ENGINE_HELP = ("Check (and write ids) for this engine release: ENGINE or ENGINE==RELEASE, e.g. sglang==0.5.23, "
-               "vllm==0.33, trtllm; repeatable. A bare name means the newest known release. Default: every "
-               "engine's newest release plus SGLang 0.5.12 (before the first-id rule).")
+               "vllm==0.33, trtllm; repeatable. A bare name means the newest known release. vLLM's runner: "
+               "vllm==0.33.0:runner=v1 (default mrv2). Default: every engine's newest release plus SGLang 0.5.12 "
+               "(before the first-id rule).")
 
 
 def _remember_max_context(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
@@ -231,7 +232,8 @@ def _wiring_options(f):
     """Options naming the target and what the drafter was trained on (fix-keys, inspect, config)."""
     f = click.option("--max-context", type=int, metavar="TOKENS", expose_value=False, callback=_remember_max_context,
                      help="The longest context the drafter will serve: the config audit warns when "
-                          "max_position_embeddings is below it.")(f)
+                          "max_position_embeddings is below it (default: the target's max_position_embeddings "
+                          "where its profile names one).")(f)
     f = click.option("--engine", "engines", multiple=True, metavar="ENGINE[==RELEASE]", expose_value=False,
                      callback=_remember_engines, help=ENGINE_HELP)(f)
     f = click.option("--sglang-version", type=click.Choice(["auto", "old", "new"]), default="auto", show_default=True,
@@ -477,7 +479,8 @@ def targets_cmd(name, json_, debug):
 
 
 def _target_dict(p, *, detail: bool) -> dict:
-    from eagle3conv.spec.layers import describe, sglang_ids_for
+    from eagle3conv.spec.engines import sglang_ids
+    from eagle3conv.spec.layers import describe
 
     d = {
         "name": p.name, "aliases": list(p.aliases), "hf_repo": p.hf_repo, "architectures": list(p.architectures),
@@ -490,7 +493,7 @@ def _target_dict(p, *, detail: bool) -> dict:
         refs = defaults["output"].refs
         d["default_aux_layers"] = {
             "described": describe(refs),
-            "sglang_ids": list(sglang_ids_for(refs, p.num_hidden_layers).ids),
+            "sglang_ids": list(sglang_ids(refs, p.family, p.num_hidden_layers).ids),
             "vllm_ids": list(defaults["input"].ids),
             "tensorrt_llm_ids": list(defaults["output"].ids),
             "specforge_2025_09_window": describe(defaults["specforge-2025-09"].refs),

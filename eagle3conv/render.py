@@ -122,8 +122,10 @@ def wiring_lines(w: dict | None) -> list[str]:
         lines.append(f"    {mark} {r['release']}: {what}")
         if r.get("release_note"):
             lines.append(f"        note: {r['release_note']}")
+        if r.get("runner_assumed"):
+            lines.append(f"        runner: {r['runner_assumed']}")
     for f in w.get("findings", []):
-        tag = {"ok": "ok", "warning": "warning", "error": "ERROR"}[f["level"]]
+        tag = {"ok": "ok", "notice": "note", "warning": "warning", "error": "ERROR"}[f["level"]]
         lines.append(f"  {tag}: {f['message']}")
         if f.get("fix") and f["level"] != "ok":
             lines.append(f"    fix: {f['fix']}")
@@ -286,6 +288,12 @@ def verify_text(d: dict) -> str:
                          f"step-1 acceptance {r['acceptance'][0]:.3f}")
         else:
             lines.append(f"  {r['release']}: not scored: {r['not_scored']}")
+        for e in r.get("emulated") or []:
+            lines.append(f"    runs differently: {e}")
+        for e in r.get("not_emulated") or []:
+            lines.append(f"    not emulated: {e}")
+        if r.get("not_read"):
+            lines.append(f"    not in the engine rules ({'; '.join(r['not_read'])}): run as SGLang does")
     for f in w.get("findings", []):
         if f["level"] != "ok":
             lines.append(f"wiring {f['level']}: {f['message']}")

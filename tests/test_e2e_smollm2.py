@@ -144,6 +144,47 @@ def test_mla_search_names_the_trained_wiring(smollm2_states, mla_drafter):
     assert "--trained-on 1,14,26 --captured-at output" in v.advice
 
 
+def test_mla_rope_flip_shows_on_sglang_not_vllm(smollm2_states, mla_drafter, tmp_path):
+    """issue 11: the MLA drafter was trained with interleaved RoPE. A copy whose config says
+    rope_interleave: false is run by SGLang with half-split RoPE (it honours the flag) and by
+    vLLM with interleaved RoPE (it ignores it): verify's serving emulation shows a clear
+    acceptance gap on SGLang (paired interval above 0) and none on vLLM (the same numbers)."""
+    from eagle3conv.verify.stats import paired_difference
+    from eagle3conv.wiring.apply import WiringOptions
+
+    cfg = json.loads((mla_drafter / "config.json").read_text())
+    cfg["eagle_aux_hidden_state_layer_ids"] = [2, 15, 27]  # vLLM reads these raw: outputs 1, 14, 26 as SGLang
+    (mla_drafter / "config.json").write_text(json.dumps(cfg))
+    flipped = tmp_path / "flipped"
+    shutil.copytree(mla_drafter, flipped)
+    (flipped / "config.json").write_text(json.dumps({**cfg, "rope_interleave": False}))
+    opts = WiringOptions(engines=("sglang==0.5.23", "vllm==0.33.0"))
+    base = verify(mla_drafter, smollm2_states, save=False, wiring_options=opts)
+    flip = verify(flipped, smollm2_states, save=False, wiring_options=opts)
+    rows = {r["engine"]: r for r in flip.wiring_check["engines"]}
+    assert rows["sglang==0.5.23"]["captures"] == rows["vllm==0.33.0"]["captures"] == "outputs of layers 1, 14, 26"
+    sg = "sglang==0.5.23", "vllm==0.33.0"
+    sg_base, sg_flip = base.engine_scores[sg[0]], flip.engine_scores[sg[0]]
+    vl_base, vl_flip = base.engine_scores[sg[1]], flip.engine_scores[sg[1]]
+    gap, lo, hi = paired_difference(sg_base, sg_flip)
+    assert lo > 0, (gap, lo, hi)  # SGLang runs the flipped copy with the layout it was not trained with
+    assert sg_flip.accept_length_ci[1] < sg_base.accept_length_ci[0] or sg_flip.acceptance[0] < sg_base.acceptance[0]
+    d, vlo, vhi = paired_difference(vl_base, vl_flip)
+    assert vlo <= 0 <= vhi and vl_flip.acceptance == vl_base.acceptance  # vLLM ignores the flag
+    # within the flipped copy's one report: vLLM clearly above SGLang, and the report says why
+    gap2, lo2, _ = paired_difference(vl_flip, sg_flip)
+    assert lo2 > 0
+    assert rows["vllm==0.33.0"]["forward"]["rope"] == "interleaved"
+    assert rows["sglang==0.5.23"]["forward"]["rope"] == "half-split (neox)"
+    assert any("rope_interleave is false" in e for e in rows["vllm==0.33.0"]["emulated"])
+    assert rows["sglang==0.5.23"]["emulated"] == []
+    assert rows["vllm==0.33.0"]["paired_vs_main"]["ci95"][0] > 0  # the main score runs as SGLang
+    print(f"\nrope flip (MLA, SmolLM2 states, {sg_base.tokens} positions): "
+          f"sglang accept length {sg_base.accept_length:.3f} -> {sg_flip.accept_length:.3f}, step-1 "
+          f"{sg_base.acceptance[0]:.3f} -> {sg_flip.acceptance[0]:.3f}, paired gap {gap:.3f} [{lo:.3f}, {hi:.3f}]; "
+          f"vllm {vl_base.accept_length:.3f} -> {vl_flip.accept_length:.3f} (paired {d:.3f} [{vlo:.3f}, {vhi:.3f}])")
+
+
 def _lost_wiring_checks(res):
     """What every search on the lost fixture must show, record or not."""
     v = res.verdict

@@ -149,3 +149,68 @@ def test_push_gate_covers_the_asked_releases(make_ckpt):
     assert not checks["canonical"].ok and "eagle_config" in checks["canonical"].detail
     res = run("push", ck, "--repo-id", "me/x", "--engine", "nosuch", "--dry-run", ok=2)
     assert "unknown engine 'nosuch'" in res.stderr
+
+
+def test_vllm_runner_choice(make_ckpt):
+    """issue 11: vLLM's two runners read different fallback fields (docs/facts.md §9). A config
+    with only the nested ids: the default runner (mrv2, named in the report as assumed) falls
+    back to its default layers; --engine vllm==0.33.0:runner=v1 reads the nested ids raw."""
+    import pytest
+
+    from eagle3conv.errors import UsageError
+    from eagle3conv.spec.engines import parse_engine
+
+    ck = kimi(make_ckpt, (2, 30, 58), nested=[3, 31, 59])
+    d = json.loads(run("config", ck, "--check", "--target", "kimi-k2.5", "--engine", "vllm", "--json", ok=None).stdout)
+    (row,) = d["wiring"]["engines"]
+    assert row["runner"] == "mrv2" and "mrv2, vllm's default runner" in row["runner_assumed"]
+    assert row["fell_back"] and row["engine"] == "vllm==0.33.0"
+    d = json.loads(run("config", ck, "--check", "--target", "kimi-k2.5", "--engine", "vllm==0.33.0:runner=v1",
+                       "--json", ok=None).stdout)
+    (row,) = d["wiring"]["engines"]
+    assert row["engine"] == "vllm==0.33.0:runner=v1" and row["release"] == "vllm 0.33.0 (v1 runner)"
+    assert row["runner"] == "v1" and row["runner_assumed"] is None
+    assert row["reads"] == "eagle_config.eagle_aux_hidden_state_layer_ids" and row["ids"] == [3, 31, 59]
+    assert row["captures"] == "outputs of layers 2, 30, 58" and row["ok"]  # raw: input of 3 = output of 2
+    text = run("config", ck, "--check", "--target", "kimi-k2.5", "--engine", "vllm", ok=None).stdout
+    assert "runner: mrv2, vllm's default runner" in text
+    # bad spellings: usage errors naming what is known
+    res = run("config", ck, "--check", "--engine", "vllm:runner=v3", ok=2)
+    assert "unknown vLLM runner 'v3'; known: mrv2, v1" in res.stderr
+    res = run("config", ck, "--check", "--engine", "sglang:runner=v1", ok=2)
+    assert "SGLang has no runner choice" in res.stderr
+    with pytest.raises(UsageError, match="no runner after"):
+        parse_engine("vllm:runner=")
+    assert parse_engine("vllm:runner=v1") != parse_engine("vllm")  # two releases to check, side by side
+
+
+def test_card_ids_follow_the_engine_rules(make_ckpt):
+    """issue 11, one copy of the id conventions: the card's SGLang ids come from the engine rules
+    for the target's family. The old copy wrote the DeepSeek-path numbering for every target: a
+    SmolLM2 (llama.py: +1 in every release) drafter trained on outputs 2, 14, 26 got [3, 15, 27]
+    "only in sglang-new", which SGLang reads as outputs 3, 15, 27."""
+    from eagle3conv.hub.card import gather_facts, render_card
+
+    ck = make_ckpt("sglang")
+    write_metadata_file(ck, TrainingRecord(layers=outputs(2, 14, 26), source="a run", convention="output",
+                                           raw_ids=[2, 14, 26], target="HuggingFaceTB/SmolLM2-135M-Instruct"))
+    card = render_card(gather_facts(ck, "me/smol-drafter"))
+    sglang_row = next(line for line in card.splitlines() if line.startswith("| SGLang |"))
+    assert "`[2, 14, 26]` (old and new SGLang read them alike)" in sglang_row, sglang_row
+    kimi_ck = kimi(make_ckpt, (2, 30, 58), nested=[3, 31, 59])
+    card = render_card(gather_facts(kimi_ck, "me/kimi-drafter"))
+    sglang_row = next(line for line in card.splitlines() if line.startswith("| SGLang |"))
+    assert "`[3, 31, 59]`" in sglang_row and "sglang-old needs [2, 30, 58]" in sglang_row
+
+
+def test_written_sglang_ids_follow_the_family(make_ckpt):
+    """config --sglang-version new on a Llama-family target: the old copy of the conventions wrote
+    the DeepSeek-path ids [3, 15, 27] (outputs 3, 15, 27 on SGLang's llama.py); the engine rules
+    write [2, 14, 26], which every SGLang release reads as the trained outputs 2, 14, 26."""
+    ck = make_ckpt("sglang", target_hidden=576, vocab=49152)
+    res = run("config", ck, "--target", "smollm2-135m", "--trained-on", "2,14,26", "--captured-at", "output",
+              "--sglang-version", "new", "--json")
+    cfg = json.loads((ck / "config.json").read_text())
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 14, 26], res.stdout
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == [3, 15, 27]  # vLLM: input-of-layer ids
+    assert cfg["eagle3conv"]["aux_layers"]["ids"]["sglang_right_for"] == ["sglang-old", "sglang-new"]

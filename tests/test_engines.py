@@ -8,6 +8,7 @@ option), independently of the JSON files they check.
 from __future__ import annotations
 
 import itertools
+import random
 import json
 import shutil
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from eagle3conv.io.data import data_path
-from eagle3conv.errors import MappingFileError, UsageError
+from eagle3conv.errors import MappingFileError, UsageError, WiringError
 from eagle3conv.spec import engines as E
 from eagle3conv.spec.layers import EMBEDDING, LayerRef, outputs
 from eagle3conv.spec.targets import get_target, load_target_file, target_from_config
@@ -199,6 +200,11 @@ BAD_SGLANG = [
     ("fc width without why", lambda d: d["fc_width"][0].pop("why"), r"missing fields \['why'\]"),
     ("fc width unknown drafter", lambda d: d["fc_width"][0].update(drafters=["medusa"]), "drafters must be among"),
     ("schema", lambda d: d.update(schema=2), "'schema' must be 1"),
+    ("forward without source", lambda d: d["forward"][0].pop("source"), r"forward 0: .*missing fields \['source'\]"),
+    ("forward bad value", lambda d: d["forward"][1].update(rope_interleave="sometimes"),
+     r"'rope_interleave' must be one of \['config', 'always'\] or null"),
+    ("forward missing a drafter", lambda d: d["forward"].pop(), "forward for mla drafters: the release ranges must cover"),
+    ("no forward", lambda d: d.pop("forward"), r"missing fields \['forward'\]"),
 ]
 
 
@@ -662,3 +668,79 @@ def test_facts_section_9_names_every_rule_kind_family_and_engine_file():
         assert f"`{family}`" in section, family
     for name in ("sglang.json", "vllm.json", "tensorrt-llm.json", "families.json", "0.5.13", "0.5.17"):
         assert name in section, name
+
+
+def test_forward_rules_per_engine():
+    """issue 11: how each engine runs the drafter where engines differ (docs/facts.md §9)."""
+    mla = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "rope_interleave": False, "norm_before_residual": True}
+    names = {"lm_head.weight", "embed_tokens.weight"}
+    sg, vl, trt = (E.serving(e, mla, names) for e in ("sglang", "vllm==0.33.0", "trtllm"))
+    assert (sg.rope_interleave, sg.norm_before_residual, sg.own_embedding) == (False, False, "never")
+    assert (vl.rope_interleave, vl.norm_before_residual, vl.own_embedding) == (True, True, "unless_equal")
+    assert any("SGLang ignores it" in d for d in sg.differences)
+    assert any("vLLM always runs interleaved RoPE" in d for d in vl.differences)
+    assert sg.not_emulated and "target's lm_head" in sg.not_emulated[0]  # no draft_vocab_size
+    assert not vl.not_emulated and trt.not_read and not sg.not_read
+    llama = {"architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": 32000}
+    sg, vl = E.serving("sglang", llama, {"lm_head.weight"}), E.serving("vllm", llama, {"lm_head.weight"})
+    assert sg.rope_interleave is None and vl.own_embedding == "never"  # no embed_tokens: the target's
+    assert not sg.differences and not vl.differences and not sg.not_emulated
+
+
+# --------------------------------------------------------------------------- the SGLang ids to write (issue 11)
+# One copy of the id conventions: the ids eagle3conv writes, and the card's, come from the engine rules.
+
+KIMI_N = 61
+
+
+def test_sglang_ids_portable_default():
+    choice = E.sglang_ids(outputs(1, 29, 57), "deepseek_v2", KIMI_N)
+    assert choice.portable and choice.ids == (1, 29, 57)
+    assert choice.right_for == ("sglang-old", "sglang-new")
+
+
+def test_sglang_ids_kimi_drafter_trained_on_outputs_2_30_58():
+    choice = E.sglang_ids(outputs(2, 30, 58), "deepseek_v2", KIMI_N)
+    assert not choice.portable
+    assert choice.ids == (3, 31, 59) and choice.right_for == ("sglang-new",)
+    assert dict(choice.by_version) == {"sglang-old": (2, 30, 58), "sglang-new": (3, 31, 59)}
+    assert "sglang-old needs [2, 30, 58]" in choice.note
+    old = E.sglang_ids(outputs(2, 30, 58), "deepseek_v2", KIMI_N, prefer="sglang-old")
+    assert old.ids == (2, 30, 58) and old.right_for == ("sglang-old",)
+
+
+def test_sglang_ids_fall_back_to_the_release_that_can():
+    choice = E.sglang_ids(outputs(0, 29, 57), "deepseek_v2", KIMI_N)
+    assert choice.ids == (0, 29, 57) and choice.right_for == ("sglang-old",)
+    assert choice.by_version["sglang-new"] is None
+
+
+def test_sglang_ids_follow_the_family_not_one_rule_for_all():
+    """The old copy (spec/layers' sglang-new numbering) wrote [3, 31, 59] for any target when asked
+    for the new numbering; SGLang's llama.py adds 1 in every release, so for a Llama target those
+    ids name outputs 3, 31, 59. By the engine rules every release reads [2, 30, 58] alike."""
+    choice = E.sglang_ids(outputs(2, 30, 58), "llama", 80, prefer="sglang-new")
+    assert choice.portable and choice.ids == (2, 30, 58)
+    assert E.capture("sglang", {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [3, 31, 59]}}, "llama",
+                     80).layers == outputs(3, 31, 59)
+
+
+def test_sglang_ids_portable_exactly_when_the_rules_agree():
+    rng = random.Random("portable")
+    for n in (8, 32, 61):
+        for _ in range(60):
+            k = rng.randint(1, 4)
+            refs = tuple(sorted(LayerRef(i) for i in rng.sample(range(0, n - 1), k)))
+            try:
+                choice = E.sglang_ids(refs, "deepseek_v2", n)
+            except WiringError:
+                continue
+            assert choice.portable == (refs[0] == LayerRef(1))  # the first-id rule: portable iff slot 0 is layer 1
+            for label in choice.right_for:
+                cfg = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": list(choice.ids)}}
+                assert E.capture(E.SGLANG_NUMBERINGS[label], cfg, "deepseek_v2", n).layers == refs
+
+
+def test_sglang_ids_reject_bad_preference():
+    with pytest.raises(UsageError):
+        E.sglang_ids(outputs(1, 2), "llama", 8, prefer="sglang")

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from eagle3conv.errors import UsageError, WiringError
+from eagle3conv.spec.engines import sglang_ids
 from eagle3conv.spec.layers import (
     ALIASES,
     CONVENTIONS,
@@ -20,7 +21,6 @@ from eagle3conv.spec.layers import (
     is_ascending,
     outputs,
     parse_ids,
-    sglang_ids_for,
     to_ids,
     to_refs,
     validate_refs,
@@ -273,8 +273,8 @@ def test_incident_set_holds_the_embedding_and_is_not_sglang_expressible():
         assert "embedding output" in err.value.message and "SGLang" in err.value.message
     with pytest.raises(WiringError, match="embedding output"):
         to_refs([-1, 2, 30], "sglang-old", KIMI)
-    with pytest.raises(WiringError, match="no SGLang version can capture the embedding output"):
-        sglang_ids_for(refs, KIMI)
+    with pytest.raises(WiringError, match="no SGLang release can capture the embedding output"):
+        sglang_ids(refs, "deepseek_v2", KIMI)
     # vLLM can: id 0 is the embedding there
     assert to_ids(refs, "vllm", KIMI) == (0, 3, 31)
 
@@ -298,50 +298,6 @@ def test_sglang_new_cannot_start_with_layer_0():
     assert to_ids(outputs(5, 0), "sglang-new", KIMI) == (6, 1)
 
 
-# --------------------------------------------------------------------------- SGLang ids
-
-
-def test_sglang_ids_for_portable_default():
-    choice = sglang_ids_for(outputs(1, 29, 57), KIMI)
-    assert choice.portable and choice.ids == (1, 29, 57)
-    assert choice.right_for == ("sglang-old", "sglang-new")
-
-
-def test_sglang_ids_for_kimi_drafter_trained_on_outputs_2_30_58():
-    choice = sglang_ids_for(outputs(2, 30, 58), KIMI)
-    assert not choice.portable
-    assert choice.ids == (3, 31, 59) and choice.right_for == ("sglang-new",)
-    assert dict(choice.by_version) == {"sglang-old": (2, 30, 58), "sglang-new": (3, 31, 59)}
-    assert "sglang-old needs [2, 30, 58]" in choice.note
-    old = sglang_ids_for(outputs(2, 30, 58), KIMI, prefer="sglang-old")
-    assert old.ids == (2, 30, 58) and old.right_for == ("sglang-old",)
-
-
-def test_sglang_ids_for_falls_back_to_the_version_that_can():
-    choice = sglang_ids_for(outputs(0, 29, 57), KIMI)
-    assert choice.ids == (0, 29, 57) and choice.right_for == ("sglang-old",)
-    assert choice.by_version["sglang-new"] is None
-
-
-def test_sglang_ids_for_is_portable_exactly_when_first_slot_is_layer_1():
-    rng = random.Random("portable")
-    for n in range(4, 101):
-        for refs in _random_sets(n, rng):
-            try:
-                choice = sglang_ids_for(refs, n)
-            except WiringError:
-                assert not _expressible("sglang-old", refs, n)
-                continue
-            assert choice.portable == (refs[0] == LayerRef(1))
-            for version in choice.right_for:
-                assert to_refs(choice.ids, version, n) == refs
-
-
-def test_sglang_ids_for_rejects_bad_preference():
-    with pytest.raises(UsageError):
-        sglang_ids_for(outputs(1, 2), 8, prefer="sglang")
-
-
 # --------------------------------------------------------------------------- defaults
 
 
@@ -361,7 +317,7 @@ def test_engine_defaults(n, same, specforge_window):
         assert to_refs(d.ids, d.convention, n) == d.refs
     assert defaults["specforge-2025-09"].refs == outputs(*specforge_window)
     # the SGLang fallback equals explicit ids [1, N//2-1, N-4] in both versions
-    assert sglang_ids_for(defaults["sglang"].refs, n).ids == same
+    assert sglang_ids(defaults["sglang"].refs, "deepseek_v2", n).ids == same
 
 
 def test_engine_defaults_small_targets():

@@ -184,7 +184,7 @@ def test_unreadable_profile_files(tmp_path, text):
 def test_single_source_numbers_must_be_flagged(tmp_path):
     data = _good()
     data["sources"]["numbers"]["head_dim"] = ["llmprof"]
-    data["sources"]["unchecked"] = ["head_dim"]
+    data["sources"]["unchecked"] = sorted([*data["sources"]["unchecked"], "head_dim"])
     assert load_target_file(_write(tmp_path, data)).head_dim == 128
 
 

@@ -534,6 +534,93 @@ def test_engines_side_by_side(world, tmp_path):
     assert [r["engine"] for r in d["wiring_check"]["engines"]] == ["vllm==0.33.0"]
 
 
+def _labelled_with(drafter_dir: Path, captured: Path, layers, out: Path) -> Path:
+    """The captured states with target_next replaced by ``drafter_dir``'s own step-1 guesses
+    under ``layers`` (run as its config says, with the target's embedding)."""
+    g = guesses_under(drafter_dir, captured, layers)
+    with StatesFile(captured) as st:
+        tn = st.target_next.clone()
+        tn[:, 1:] = g[:, :-1]
+        hidden = {ref: st.hidden(ref) for ref in st.layers}
+        write_states(out, input_ids=st.input_ids, attention_mask=st.attention_mask, target_next=tn,
+                     hidden=hidden, num_layers=st.num_layers, vocab_size=st.vocab_size, target=st.target,
+                     loss_mask=st.loss_mask, dtype="fp32")
+    return out
+
+
+def _copy_with(drafter: Path, dest: Path, extra_tensors: dict | None = None, **config) -> Path:
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(drafter, dest)
+    cfg = json.loads((dest / "config.json").read_text())
+    cfg["eagle_aux_hidden_state_layer_ids"] = [2, 4, 5]  # vLLM reads these raw: outputs 1, 3, 4 as SGLang
+    (dest / "config.json").write_text(json.dumps({**cfg, **config}))
+    if extra_tensors:
+        f = dest / "model.safetensors"
+        save_file({**load_file(str(f)), **extra_tensors}, str(f))
+    return dest
+
+
+def test_engines_emulate_norm_before_residual(world, tmp_path):
+    """issue 11 serving emulation: vLLM honours norm_before_residual, SGLang ignores it. States
+    labelled by the drafter run as its config says (norm_before_residual true) are matched
+    exactly on vLLM only; SGLang's row says what it runs differently."""
+    _, captured, drafter = world
+    d2 = _copy_with(drafter, tmp_path / "nbr", norm_before_residual=True)
+    labelled = _labelled_with(d2, captured, (1, 3, 4), tmp_path / "nbr.safetensors")
+    d = json.loads(run("verify", d2, "--states", labelled, "--steps", "2", "--no-save", "--json").stdout)
+    rows = {r["engine"]: r for r in d["wiring_check"]["engines"]}
+    sg, vl = rows["sglang==0.5.23"], rows["vllm==0.33.0"]
+    assert sg["captures"] == vl["captures"] == "outputs of layers 1, 3, 4"
+    assert vl["acceptance"][0] == 1.0 and sg["acceptance"][0] < 0.9
+    assert vl["forward"]["norm_before_residual"] is True and sg["forward"]["norm_before_residual"] is False
+    assert any("norm_before_residual is true" in e and "SGLang ignores it" in e for e in sg["emulated"])
+    assert vl["emulated"] == [] and vl["paired_vs_main"]["ci95"][0] > 0
+    assert round(d["results"][0]["acceptance_per_position"][0], 4) == sg["acceptance"][0]  # verify's main run is SGLang's
+    text = run("verify", d2, "--states", labelled, "--steps", "2", "--no-save").stdout
+    assert "runs differently: norm_before_residual is true in config.json, but SGLang ignores it" in text
+    # --engine vllm: verify's own score runs as vLLM does
+    d = json.loads(run("verify", d2, "--states", labelled, "--steps", "2", "--no-save", "--json",
+                       "--engine", "vllm").stdout)
+    assert d["results"][0]["acceptance_per_position"][0] == 1.0
+    assert any("as vllm 0.33.0 runs it" in n for n in d["states"]["verify_notes"])
+
+
+def test_engines_emulate_whose_embedding(world, tmp_path):
+    """issue 11 serving emulation: SGLang embeds with the target's table, vLLM with the drafter's
+    own embed_tokens unless it is the target's. A random embed_tokens shows up on vLLM only;
+    one equal to the target's rows (compared against the captured embedding output) does not."""
+    _, captured, drafter = world
+    labelled = _labelled_with(drafter, captured, (1, 3, 4), tmp_path / "emb.safetensors")
+    config, _ = load_drafter_weights(drafter)
+    V, H = config["vocab_size"], config["hidden_size"]
+    gen = torch.Generator().manual_seed(3)
+    rnd = _copy_with(drafter, tmp_path / "rnd", {"embed_tokens.weight": torch.randn(V, H, generator=gen) * 0.02})
+    d = json.loads(run("verify", rnd, "--states", labelled, "--steps", "2", "--no-save", "--json").stdout)
+    rows = {r["engine"]: r for r in d["wiring_check"]["engines"]}
+    sg, vl = rows["sglang==0.5.23"], rows["vllm==0.33.0"]
+    assert sg["acceptance"][0] == 1.0 and vl["acceptance"][0] < 0.5
+    assert sg["forward"]["embedding"] == "target's" and vl["forward"]["embedding"] == "drafter's own"
+    cmp = d["wiring_check"]["embedding_comparison"]
+    assert cmp["identical"] is False and 10 < cmp["rows"] < V and cmp["of"] == V and cmp["max_abs_diff"] > 0
+    assert any(f"{cmp['rows']} of {V} rows compared" in e for e in vl["emulated"])
+    (f,) = [f for f in d["wiring_check"]["findings"] if f["code"] == "audit-embed-differs"]  # the audit says it too
+    assert f"{cmp['rows']} of {V} rows compared" in f["message"] and "drop embed_tokens.weight" in f["fix"]
+    # embed_tokens equal to the target's rows: vLLM shares the target's table, the same numbers as SGLang
+    with StatesFile(captured) as st:
+        ids, mask = st.input_ids, st.attention_mask.bool()
+        table = torch.zeros(V, H)
+        table[ids[mask]] = st.embeddings()[mask].float()
+    same = _copy_with(drafter, tmp_path / "same", {"embed_tokens.weight": table})
+    d = json.loads(run("verify", same, "--states", labelled, "--steps", "2", "--no-save", "--json").stdout)
+    rows = {r["engine"]: r for r in d["wiring_check"]["engines"]}
+    assert rows["vllm==0.33.0"]["acceptance"][0] == 1.0 and rows["vllm==0.33.0"]["forward"]["embedding"] == "target's"
+    assert d["wiring_check"]["embedding_comparison"]["identical"] is True
+    assert not [f for f in d["wiring_check"]["findings"] if f["code"].startswith("audit-embed")]
+
+
 def test_plot_svg_and_bad_paths(world, tmp_path):
     """issue 13: verify --plot draws each slot's acceptance per layer from the global search; SVG needs nothing."""
     import xml.etree.ElementTree as ET

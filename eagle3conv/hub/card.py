@@ -119,6 +119,7 @@ class CardFacts:
     config: dict = field(default_factory=dict)
     target: str | None = None
     target_layers: int | None = None
+    target_family: str | None = None  # the engine model-file family (docs/facts.md §9): whose id rules apply
     layers: tuple | None = None  # LayerRefs in slot order
     layers_source: str | None = None
     layers_trained: bool = False  # True: from a training record; False: as SGLang reads config.json
@@ -142,6 +143,17 @@ def _target_layers(target: str | None, config: Mapping) -> int | None:
     verifier = spec.get("verifier") if isinstance(spec, Mapping) else None
     if isinstance(verifier, Mapping) and isinstance(verifier.get("num_hidden_layers"), int):
         return verifier["num_hidden_layers"]
+    return None
+
+
+def _target_family(target: str | None) -> str | None:
+    if target:
+        try:
+            from eagle3conv.spec.targets import get_target
+
+            return get_target(target).family
+        except Exception:  # noqa: BLE001 - an unknown target: the rules for most families apply
+            pass
     return None
 
 
@@ -173,7 +185,7 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
     """Read config.json, the training records and the verify report of ``folder``."""
     from eagle3conv.errors import Eagle3ConvError
     from eagle3conv.checkpoint.config import aux_ids_in
-    from eagle3conv.spec.layers import to_refs
+    from eagle3conv.spec.engines import SGLANG_NUMBERINGS, capture
     from eagle3conv.wiring.metadata import find_training_record
 
     root = Path(folder)
@@ -198,7 +210,9 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
     target = base_model or next((r.target for r in records if r.target), None) or _config_target(config)
     target = _hub_id(target)
     n = _target_layers(target, config)
-    facts = CardFacts(repo_id=repo_id, config=config, target=target, target_layers=n, records=list(records),
+    family = _target_family(target)
+    facts = CardFacts(repo_id=repo_id, config=config, target=target, target_layers=n, target_family=family,
+                      records=list(records),
                       verify=read_verify_report(root), checks=list(checks), checks_run=checks_run, forced=forced)
     facts.raw_config_ids = aux_ids_in(config) if config else {}
     trained = next((r for r in records if r.layers), None)
@@ -206,17 +220,21 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
         facts.layers, facts.layers_source, facts.layers_trained = trained.layers, trained.source, True
     else:
         nested = aux_ids(config).nested
-        if isinstance(nested, list) and nested:
-            for conv in ("sglang-old", "sglang-new"):
+        if isinstance(nested, list) and nested and all(isinstance(i, int) and not isinstance(i, bool) for i in nested):
+            count = n if n else max(nested) + 2  # unknown target: no range check
+            for rel in SGLANG_NUMBERINGS.values():  # as old and new SGLang read them (engine rules)
                 try:
-                    refs = to_refs(nested, conv, n)
-                    if facts.layers is None:
-                        facts.layers = refs
-                    elif facts.layers != refs:
-                        facts.layers = None  # old and new SGLang disagree: no single reading
-                        break
+                    refs = capture(rel, {"eagle_config": {"eagle_aux_hidden_state_layer_ids": nested}},
+                                   family, count).layers
                 except Eagle3ConvError:
+                    refs = None
+                if refs is None:
                     continue
+                if facts.layers is None:
+                    facts.layers = refs
+                elif facts.layers != refs:
+                    facts.layers = None  # old and new SGLang disagree: no single reading
+                    break
             if facts.layers is not None:
                 facts.layers_source = "config.json eagle_config ids, as SGLang reads them"
     facts.verify = verify_for_layers(facts.verify, facts.layers)
@@ -232,12 +250,14 @@ def _ids(ids) -> str:
 
 def _engine_rows(facts: CardFacts) -> list[tuple[str, str, str]]:
     from eagle3conv.errors import Eagle3ConvError
-    from eagle3conv.spec.layers import sglang_ids_for, to_ids
+    from eagle3conv.spec.engines import sglang_ids
+    from eagle3conv.spec.layers import to_ids
+    from eagle3conv.wiring.config_ids import rules_layer_count
 
     n, refs = facts.target_layers, facts.layers
     rows = []
     try:
-        s = sglang_ids_for(refs, n)
+        s = sglang_ids(refs, facts.target_family, rules_layer_count(refs, n))
         note = "old and new SGLang read them alike" if s.portable else s.note
         rows.append(("SGLang", "`eagle_config.eagle_aux_hidden_state_layer_ids` in config.json", f"`{_ids(s.ids)}` ({note})"))
     except Eagle3ConvError as e:

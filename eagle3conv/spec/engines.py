@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -198,6 +198,37 @@ class FcWidth:
     source: str
 
 
+FORWARD_VALUES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "rope_interleave": ("config", "always"),
+        "norm_before_residual": ("config", "ignored"),
+        "embedding": ("target", "own_unless_equal"),
+        "head_without_draft_vocab_size": ("target", "own"),
+    }
+)
+"""How an engine runs the drafter where engines differ (null in the data: not applicable
+or not read, and the drafter runs as its config says): ``rope_interleave`` "config"
+(honoured) or "always" (interleaved whatever the flag); ``norm_before_residual``
+"config" or "ignored" (the residual is the un-normed state); ``embedding`` "target"
+(the target's table, unless the drafter's hidden size differs from the target's) or
+"own_unless_equal" (the drafter's own ``embed_tokens`` when it has one that is not
+identical to the target's); ``head_without_draft_vocab_size`` "target" or "own"."""
+
+
+@dataclass(frozen=True)
+class Forward:
+    """How one engine runs one kind of drafter (see :data:`FORWARD_VALUES`)."""
+
+    releases: ReleaseRange
+    drafters: tuple[str, ...]
+    rope_interleave: str | None
+    norm_before_residual: str | None
+    embedding: str | None
+    head_without_draft_vocab_size: str | None
+    why: str
+    source: str
+
+
 @dataclass(frozen=True)
 class Rule:
     family: str  # a family name or "*"
@@ -226,6 +257,7 @@ class Engine:
     default_source: str
     rules: tuple[Rule, ...]
     path: Path
+    forward: tuple[Forward, ...] = ()
 
 
 def _fail(path: Path, message: str) -> MappingFileError:
@@ -391,6 +423,20 @@ def _parse_fc(path: Path, i: int, raw: object) -> FcWidth:
                    _text(path, raw, "why", where), _text(path, raw, "source", where))
 
 
+def _parse_forward(path: Path, i: int, raw: object) -> Forward:
+    where = f"forward {i}"
+    raw = _keys(path, raw, where, {"releases", "drafters", "why", "source", *FORWARD_VALUES})
+    drafters = _strings(path, raw["drafters"], f"{where} 'drafters'", empty=False)
+    if not set(drafters) <= set(DRAFTER_KINDS):
+        raise _fail(path, f"{where}: drafters must be among {list(DRAFTER_KINDS)}")
+    for key, allowed in FORWARD_VALUES.items():
+        if raw[key] is not None and raw[key] not in allowed:
+            raise _fail(path, f"{where}: '{key}' must be one of {list(allowed)} or null (not read)")
+    return Forward(_range(path, raw, where), drafters, raw["rope_interleave"], raw["norm_before_residual"],
+                   raw["embedding"], raw["head_without_draft_vocab_size"],
+                   _text(path, raw, "why", where), _text(path, raw, "source", where))
+
+
 def _parse_rule(path: Path, i: int, raw: object, families: Mapping[str, Family]) -> Rule:
     where = f"rule {i}"
     if not isinstance(raw, dict):
@@ -429,7 +475,7 @@ def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine
         _load_json(path),
         "the file",
         {"schema", "engine", "title", "aliases", "releases", "releases_why", "runners",
-         "capture_ids", "fc_width", "default_ids", "rules"},
+         "capture_ids", "fc_width", "default_ids", "rules", "forward"},
     )
     name = _text(path, raw, "engine", "the file")
     if name != path.stem:
@@ -455,13 +501,14 @@ def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine
         if r["default"] not in r["known"]:
             raise _fail(path, "'runners.default' must be one of 'runners.known'")
         runners, default_runner = MappingProxyType(dict(r["known"])), r["default"]
-    for key in ("capture_ids", "fc_width", "rules"):
+    for key in ("capture_ids", "fc_width", "rules", "forward"):
         if not isinstance(raw[key], list):
             raise _fail(path, f"'{key}' must be a list")
     sources = tuple(_parse_ids_source(path, i, s, runners) for i, s in enumerate(raw["capture_ids"]))
     fc = tuple(_parse_fc(path, i, f) for i, f in enumerate(raw["fc_width"]))
     rules = tuple(_parse_rule(path, i, r, families) for i, r in enumerate(raw["rules"]))
-    if not releases and any(x.releases.text != ANY for x in (*rules, *sources, *fc)):
+    forward = tuple(_parse_forward(path, i, f) for i, f in enumerate(raw["forward"]))
+    if not releases and any(x.releases.text != ANY for x in (*rules, *sources, *fc, *forward)):
         raise _fail(path, "an engine with no releases read can only have '*' release ranges")
     for runner in tuple(runners) or (None,):
         picked = [s.releases for s in sources if s.runners is None or runner in s.runners]
@@ -469,6 +516,8 @@ def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine
     for drafter in DRAFTER_KINDS:
         picked = [f.releases for f in fc if drafter in f.drafters]
         _check_cover(path, picked, f"fc_width for {drafter} drafters", full=bool(fc))
+        picked = [f.releases for f in forward if drafter in f.drafters]
+        _check_cover(path, picked, f"forward for {drafter} drafters", full=True)
     d = _keys(path, raw["default_ids"], "'default_ids'", {"ids", "why", "source"})
     default_ids = _strings(path, d["ids"], "'default_ids.ids'", empty=False)
     for term in default_ids:
@@ -491,6 +540,7 @@ def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine
         default_source=_text(path, d, "source", "'default_ids'"),
         rules=rules,
         path=path,
+        forward=forward,
     )
 
 
@@ -560,9 +610,11 @@ class EngineRelease:
     version: Version
     label: str
     note: str | None = field(default=None, compare=False)
+    runner: str | None = None
+    """The runner asked for (``vllm==0.33.0:runner=v1``); None: the engine's default."""
 
     def __str__(self) -> str:
-        return self.label
+        return f"{self.label} ({self.runner} runner)" if self.runner else self.label
 
 
 def _label(engine: Engine, release: str | None) -> str:
@@ -580,13 +632,29 @@ def _engine_named(name: str) -> Engine:
     return table[1][key]
 
 
+RUNNER_SUFFIX = ":runner="
+
+
 def parse_engine(text: str) -> EngineRelease:
     """``"sglang==0.5.23"``, ``"vllm==0.33"``, ``"sglang"`` (newest release read),
-    ``"trtllm"``. A release that was not read gets a ``note``: newer than every release
+    ``"trtllm"``, ``"vllm==0.33.0:runner=v1"`` (a runner other than the engine's
+    default). A release that was not read gets a ``note``: newer than every release
     read -> read as the newest, older -> as the oldest, in between -> the rules of its
-    range apply. Raises :class:`UsageError` for an unknown engine or a bad release."""
+    range apply. Raises :class:`UsageError` for an unknown engine, release or runner."""
     if not isinstance(text, str) or not text.strip():
         raise UsageError("an engine must be written ENGINE or ENGINE==RELEASE, e.g. sglang==0.5.23")
+    body, has_runner, runner = text.strip().partition(RUNNER_SUFFIX)
+    rel = _parse_release(body if has_runner else text.strip())
+    if not has_runner:
+        return rel
+    eng = engines()[rel.engine]
+    if not runner.strip():
+        raise UsageError(f"'{text}': no runner after '{RUNNER_SUFFIX}'",
+                         hint=f"e.g. vllm==0.33.0{RUNNER_SUFFIX}v1")
+    return replace(rel, runner=_runner(eng, runner.strip()))
+
+
+def _parse_release(text: str) -> EngineRelease:
     name, sep, release = text.strip().partition("==")
     engine = _engine_named(name)
     if sep and not release.strip():
@@ -780,7 +848,7 @@ def capture(
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
         raise UsageError(f"the target's layer count must be a positive integer, got {num_layers!r}")
     n = num_layers
-    run = _runner(eng, runner)
+    run = _runner(eng, runner if runner is not None else rel.runner)
     rule = rule_for(rel, family)
     notes = [rel.note] if rel.note else []
     if family is None:
@@ -854,7 +922,7 @@ def id_field(engine: EngineRelease | str, runner: str | None = None) -> str:
     ``"launch option NAME"``."""
     rel = _as_release(engine)
     eng = engines()[rel.engine]
-    run = _runner(eng, runner)
+    run = _runner(eng, runner if runner is not None else rel.runner)
     src = _pick([s for s in eng.capture_ids if s.runners is None or run in s.runners],
                 rel.version, "capture_ids", eng)
     return src.read[0].name
@@ -875,7 +943,7 @@ def ids_for(
     """
     rel = _as_release(engine)
     eng = engines()[rel.engine]
-    _runner(eng, runner)
+    runner = _runner(eng, runner if runner is not None else rel.runner)
     wanted = validate_refs(layers, num_layers)
     rule = rule_for(rel, family)
     if not wanted or not rule.supported:
@@ -897,3 +965,167 @@ def _first_add(eng: Engine, rel: EngineRelease, runner: str | None) -> int:
     src = _pick([s for s in eng.capture_ids if s.runners is None or run in s.runners],
                 rel.version, "capture_ids", eng)
     return src.read[0].add
+
+
+# --------------------------------------------------------------------------- forward
+
+
+def forward_rule(engine: EngineRelease | str, drafter: str) -> Forward:
+    """How ``engine`` runs a ``drafter`` ("llama" or "mla") drafter (the "forward" rows of
+    mappings/engines/*.json)."""
+    rel = _as_release(engine)
+    eng = engines()[rel.engine]
+    return _pick([f for f in eng.forward if drafter in f.drafters], rel.version, "forward", eng)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How one engine release runs one drafter config, where engines differ (docs/facts.md §9).
+
+    ``rope_interleave``: the RoPE layout it runs (MLA drafters; None for Llama drafters,
+    whose RoPE no engine changes). ``norm_before_residual``: whether it norms the
+    residual. ``own_embedding``: "never" (the target's table), or "unless_equal" (the
+    drafter's own ``embed_tokens``, which it ships, unless identical to the target's: the
+    caller compares). ``differences``: where it runs the drafter otherwise than its
+    config.json says; ``not_emulated``: differences a run on captured states cannot show;
+    ``not_read``: what the rules do not record for this engine (run as SGLang does)."""
+
+    engine: EngineRelease
+    drafter: str
+    rope_interleave: bool | None
+    norm_before_residual: bool
+    own_embedding: str
+    differences: tuple[str, ...]
+    not_emulated: tuple[str, ...]
+    not_read: tuple[str, ...]
+    why: str
+    source: str
+
+    @property
+    def key(self) -> tuple:
+        """Equal keys run the same forward (on the same embedding decision)."""
+        return (self.rope_interleave, self.norm_before_residual, self.own_embedding)
+
+
+def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
+            tensor_names: Iterable[str] = ()) -> Serving:
+    """How ``engine`` runs the drafter with ``config`` and tensors ``tensor_names``."""
+    rel = _as_release(engine)
+    eng = engines()[rel.engine]
+    cfg = config or {}
+    names = set(tensor_names)
+    kind = drafter_kind(cfg)
+    fw = forward_rule(rel, kind)
+    who = eng.title
+    diffs: list[str] = []
+    missing: list[str] = []
+    not_read: list[str] = []
+    rope: bool | None = None
+    if kind == "mla":
+        declared = cfg.get("rope_interleave", True) is not False
+        if fw.rope_interleave == "always":
+            rope = True
+            if not declared:
+                diffs.append(f"rope_interleave is false in config.json, but {who} always runs interleaved "
+                             "RoPE on an MLA drafter")
+        else:
+            rope = declared
+            if fw.rope_interleave is None:
+                not_read.append(f"whether {who} honours rope_interleave")
+    nbr_declared = cfg.get("norm_before_residual") is True
+    if fw.norm_before_residual == "config":
+        nbr = nbr_declared
+    else:
+        nbr = False
+        if fw.norm_before_residual == "ignored" and nbr_declared:
+            diffs.append(f"norm_before_residual is true in config.json, but {who} ignores it (the residual is "
+                         "the un-normed state)")
+        elif fw.norm_before_residual is None:
+            not_read.append(f"whether {who} honours norm_before_residual")
+    own = "never"
+    if fw.embedding == "own_unless_equal" and "embed_tokens.weight" in names:
+        own = "unless_equal"
+    elif fw.embedding is None:
+        not_read.append(f"which embedding {who} uses")
+    if cfg.get("draft_vocab_size") is None and "lm_head.weight" in names:
+        if fw.head_without_draft_vocab_size == "target":
+            missing.append(f"config.json has no draft_vocab_size, so {who} uses the target's lm_head instead "
+                           "of the drafter's; the target's head is not in captured states, so verify scores "
+                           "the drafter's own head")
+        elif fw.head_without_draft_vocab_size is None:
+            not_read.append(f"which head {who} uses without draft_vocab_size")
+    return Serving(rel, kind, rope, nbr, own, tuple(diffs), tuple(missing), tuple(not_read), fw.why, fw.source)
+
+
+# --------------------------------------------------------------------------- the SGLang ids to write
+
+SGLANG_NUMBERINGS: Mapping[str, str] = MappingProxyType(
+    {"sglang-old": "sglang==0.5.12", "sglang-new": "sglang"}
+)
+"""The two SGLang readings a written id list is judged against: ``sglang-old`` is the last
+release before the first-id rule (0.5.12), ``sglang-new`` the newest release read. For a
+family whose model file never changed its rule they read ids alike."""
+
+
+@dataclass(frozen=True)
+class SglangIds:
+    """Ids to write in ``eagle_config.eagle_aux_hidden_state_layer_ids`` for SGLang."""
+
+    ids: tuple[int, ...]
+    right_for: tuple[str, ...]
+    """The numberings (:data:`SGLANG_NUMBERINGS`) that capture the layers from ``ids``."""
+    by_version: Mapping[str, tuple[int, ...] | None]
+    """The right ids per numbering (None: that release cannot capture the set)."""
+    note: str
+
+    @property
+    def portable(self) -> bool:
+        return len(self.right_for) == len(SGLANG_NUMBERINGS)
+
+
+def _nested(ids: Sequence[int]) -> dict:
+    return {"eagle_config": {"eagle_aux_hidden_state_layer_ids": list(ids)}}
+
+
+def sglang_ids(layers: Iterable[LayerRef], family: str | None, num_layers: int, *,
+               prefer: str = "sglang-new") -> SglangIds:
+    """The SGLang ids that make ``layers`` captured on an ``num_layers``-layer target of
+    ``family``, by the engine rules: ids old and new SGLang read alike when they exist
+    (always, for families whose rule never changed), else the ``prefer`` numbering's
+    (falling back to the other). Raises :class:`WiringError` when no SGLang release can
+    capture the set."""
+    from eagle3conv.errors import WiringError
+
+    if prefer not in SGLANG_NUMBERINGS:
+        raise UsageError(f"prefer must be one of {', '.join(SGLANG_NUMBERINGS)}, got '{prefer}'")
+    wanted = validate_refs(layers, num_layers)
+    rels = {k: parse_engine(v) for k, v in SGLANG_NUMBERINGS.items()}
+    found = {k: ids_for(r, family, num_layers, wanted) for k, r in rels.items()}
+    what = describe(wanted)
+    if all(v is None for v in found.values()):
+        reasons = []
+        for k, r in rels.items():  # say why, in the engine's own words
+            cap = capture(r, _nested(to_boundary_ids(wanted)), family, num_layers)
+            reasons.append(f"{r}: {cap.error or 'the states are not in depth order'}")
+        raise WiringError(f"no SGLang release can capture {what}: {reasons[0]}", details=reasons)
+
+    def right(ids: Sequence[int]) -> tuple[str, ...]:
+        return tuple(k for k, r in rels.items()
+                     if capture(r, _nested(ids), family, num_layers).layers == wanted)
+
+    other = next(k for k in SGLANG_NUMBERINGS if k != prefer)
+    for ids in (found[prefer], found[other]):
+        if ids is not None and len(right(ids)) == len(rels):
+            return SglangIds(ids, right(ids), MappingProxyType(found),
+                             f"old and new SGLang both read {list(ids)} as {what}")
+    chosen, rest = (prefer, other) if found[prefer] is not None else (other, prefer)
+    ids = found[chosen]
+    assert ids is not None
+    alt = found[rest]
+    tail = f"{rest} needs {list(alt)}" if alt is not None else f"{rest} cannot capture it"
+    return SglangIds(ids, right(ids), MappingProxyType(found), f"{list(ids)} means {what} only in {chosen}; {tail}")
+
+
+def to_boundary_ids(layers: Iterable[LayerRef]) -> tuple[int, ...]:
+    """Output-of-layer ids of ``layers`` (-1 for the embedding output)."""
+    return tuple(r.output_of for r in layers)

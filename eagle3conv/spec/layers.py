@@ -36,9 +36,10 @@ target's layer count; see docs/facts.md §5):
     Dump files named "captured at the input of layer L": L = output of layer
     ``L-1``; L = 0 is the embedding output; ``0 <= L <= N-1``.
 
-Ids that old and new SGLang read the same exist exactly when the first slot is
-the output of layer 1: :func:`sglang_ids_for` finds them or says which version
-each candidate is right for.
+The ``sglang-old``/``sglang-new`` conventions here read a list of ids as one of
+SGLang's two numberings (the DeepSeek path before and after PR #25454). Which ids to
+*write* for SGLang, per target family and release, comes from the engine rules
+(:func:`eagle3conv.spec.engines.sglang_ids`), not from this module.
 """
 
 from __future__ import annotations
@@ -278,7 +279,7 @@ ALIASES: Mapping[str, str] = MappingProxyType(
 _AMBIGUOUS: Mapping[str, str] = MappingProxyType(
     {
         "sglang": "SGLang changed its numbering in PR #25454: say 'sglang-old' or "
-        "'sglang-new', or let sglang_ids_for() pick ids both versions read the same",
+        "'sglang-new', or give the target (--target) so the engine rules pick the ids",
     }
 )
 
@@ -492,68 +493,4 @@ def engine_defaults(num_layers: int) -> Mapping[str, EngineDefault]:
             key: EngineDefault(key, who, conv, ids, CONVENTIONS[conv].decode(ids, n), note)
             for key, who, conv, ids, note in rows
         }
-    )
-
-
-# --------------------------------------------------------------------------- SGLang
-
-
-@dataclass(frozen=True)
-class SglangIds:
-    """Ids to write in ``eagle_config.eagle_aux_hidden_state_layer_ids`` for SGLang."""
-
-    ids: tuple[int, ...]
-    right_for: tuple[str, ...]
-    """``("sglang-old", "sglang-new")`` when both read ``ids`` as the same tensors."""
-    by_version: Mapping[str, tuple[int, ...] | None]
-    """The right ids per version (None: that version cannot capture the set)."""
-    note: str
-
-    @property
-    def portable(self) -> bool:
-        return len(self.right_for) == 2
-
-
-def sglang_ids_for(
-    refs: Iterable[LayerRef], num_layers: int | None = None, *, prefer: str = "sglang-new"
-) -> SglangIds:
-    """Pick SGLang ids for ``refs``: ids old and new SGLang read alike when possible.
-
-    That is possible exactly when the first slot is the output of layer 1. Otherwise
-    the ids are the ``prefer`` version's (falling back to the other one), and
-    ``right_for`` says which version they are right for. Raises :class:`WiringError`
-    when no SGLang version can capture the set.
-    """
-    if prefer not in ("sglang-old", "sglang-new"):
-        raise UsageError(f"prefer must be 'sglang-old' or 'sglang-new', got '{prefer}'")
-    ref_tuple = validate_refs(refs, num_layers)
-    found: dict[str, tuple[int, ...] | None] = {}
-    reasons: list[str] = []
-    for version in ("sglang-old", "sglang-new"):
-        try:
-            found[version] = to_ids(ref_tuple, version, num_layers)
-        except WiringError as err:
-            found[version] = None
-            reasons.append(err.message)
-    what = describe(ref_tuple)
-    old, new = found["sglang-old"], found["sglang-new"]
-    if old is None and new is None:
-        raise WiringError(f"no SGLang version can capture {what}: {reasons[0]}", details=reasons)
-    if old is not None and old == new:
-        return SglangIds(
-            old,
-            ("sglang-old", "sglang-new"),
-            MappingProxyType(found),
-            f"old and new SGLang both read {list(old)} as {what}",
-        )
-    other = "sglang-old" if prefer == "sglang-new" else "sglang-new"
-    chosen, rest = (prefer, other) if found[prefer] is not None else (other, prefer)
-    ids, alt = found[chosen], found[rest]
-    assert ids is not None
-    tail = f"{rest} needs {list(alt)}" if alt is not None else f"{rest} cannot capture it"
-    return SglangIds(
-        ids,
-        (chosen,),
-        MappingProxyType(found),
-        f"{list(ids)} means {what} only in {chosen}; {tail}",
     )

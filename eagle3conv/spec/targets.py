@@ -21,6 +21,8 @@ Profile file schema (validated at load; unknown keys are errors)::
     hidden_size, num_hidden_layers, vocab_size                 int > 0
     num_attention_heads, num_key_value_heads, intermediate_size int > 0 | null
     head_dim             int > 0 | null (null: MLA, no single head size)
+    max_position_embeddings int > 0 | null  the context the target serves (the default
+                                    of --max-context); null where no source names it
     sources:
       upstream           str        URL of the upstream config.json
       references         {id: str}  what each source is
@@ -47,7 +49,8 @@ from eagle3conv.spec.layers import EngineDefault, engine_defaults
 log = logging.getLogger(__name__)
 
 REQUIRED_NUMBERS = ("hidden_size", "num_hidden_layers", "vocab_size")
-OPTIONAL_NUMBERS = ("num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size")
+OPTIONAL_NUMBERS = ("num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
+                    "max_position_embeddings")
 NUMBERS = REQUIRED_NUMBERS + OPTIONAL_NUMBERS
 _STRING_KEYS = ("name", "description", "hf_repo", "model_type", "family")
 _KEYS = frozenset(
@@ -72,6 +75,8 @@ class TargetProfile:
     num_key_value_heads: int | None = None
     head_dim: int | None = None
     intermediate_size: int | None = None
+    max_position_embeddings: int | None = None
+    """The target's served context (its config.json), the default of ``--max-context``."""
     aliases: tuple[str, ...] = ()
     description: str = ""
     hf_repo: str | None = None

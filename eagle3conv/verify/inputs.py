@@ -68,13 +68,20 @@ def load_target_embeddings(path: str | os.PathLike, vocab: int, hidden: int):
     raise UsageError(f"--embeddings {p}: no token embedding among its tensors (looked for {', '.join(EMBED_NAMES)})")
 
 
-def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings=None) -> tuple[Any, bool]:
+def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings=None,
+                  rope_interleave: bool | None = None, norm_before_residual: bool = False,
+                  own_embedding: bool = False) -> tuple[Any, bool]:
     """The drafter, and whether it embeds from the captured embedding output (SGLang
     uses the target's table unless ``target_hidden_size`` differs from
     ``hidden_size``). ``embeddings``: the target's ``[V, H]`` table, for states
     that hold no embedding output. The class follows the architecture
     (:func:`eagle3conv.model.drafter_class`): Llama-style or MLA
-    (``Eagle3DeepseekV2ForCausalLM``, docs/facts.md §10)."""
+    (``Eagle3DeepseekV2ForCausalLM``, docs/facts.md §10).
+
+    Per-engine serving (docs/facts.md §9): ``rope_interleave`` runs an MLA drafter with
+    that RoPE layout whatever its config says; ``norm_before_residual`` norms the
+    residual (vLLM honours the flag, SGLang does not); ``own_embedding`` embeds with the
+    drafter's own ``embed_tokens`` (vLLM, when it differs from the target's)."""
     import torch
 
     from eagle3conv.errors import InvalidCheckpointError
@@ -84,7 +91,10 @@ def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings
 
     cls = drafter_class(config, tensors.keys())
     c = drafter_config(config, tensors.keys())
-    own = drafter_uses_own_embedding(c.hidden_size, c.target_hidden_size)
+    if rope_interleave is not None and hasattr(c, "rope_interleave"):
+        config = {**config, "rope_interleave": rope_interleave}
+    own = drafter_uses_own_embedding(c.hidden_size, c.target_hidden_size) or (
+        own_embedding and "embed_tokens.weight" in tensors)
     if own and "embed_tokens.weight" not in tensors:
         raise InvalidCheckpointError("the drafter's hidden size differs from the target's, so SGLang embeds tokens with the "
                          "drafter's own embed_tokens, which this checkpoint lacks",
@@ -97,13 +107,55 @@ def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings
     if not own and embeddings is not None:
         sd = {k: v for k, v in tensors.items() if k != "embed_tokens.weight"}
         return cls(config, sd, device=device, dtype=dtype, embed_tokens=embeddings,
-                   norm_before_residual=False), False
+                   norm_before_residual=norm_before_residual), False
     placeholder = None
     if not own:  # the captured embedding output is used, indexed by position; no V x H copy
         placeholder = torch.zeros(1, c.hidden_size, dtype=dtype, device=device).expand(c.vocab_size, c.hidden_size)
     sd = {k: v for k, v in tensors.items() if not (k == "embed_tokens.weight" and not own)}
     return cls(config, sd, device=device, dtype=dtype, embed_tokens=placeholder,
-               norm_before_residual=False), not own
+               norm_before_residual=norm_before_residual), not own
+
+
+def compare_embeddings(own, states, *, table=None, max_sequences: int = 64) -> dict:
+    """Whether the drafter's own ``embed_tokens`` (``own``, ``[V, H]``) is the target's,
+    as vLLM decides it (``torch.equal``, docs/facts.md §4). With the target's ``table``
+    the whole tables are compared; otherwise the rows of the token ids the captured
+    states hold, against the captured embedding output (the first ``max_sequences``
+    sequences), both cast to the coarser of the two dtypes. Returns ``rows`` (rows
+    compared), ``of`` (the vocab size), ``max_abs_diff``, ``identical`` and ``how``;
+    ``identical`` is None when nothing could be compared."""
+    import torch
+
+    if table is not None:
+        if tuple(table.shape) != tuple(own.shape):
+            return {"rows": 0, "of": int(own.shape[0]), "max_abs_diff": None, "identical": False,
+                    "how": f"the target's table is {list(table.shape)}, the drafter's {list(own.shape)}"}
+        diff = (own.float() - table.float()).abs().max().item() if own.numel() else 0.0
+        return {"rows": int(own.shape[0]), "of": int(own.shape[0]), "max_abs_diff": diff,
+                "identical": diff == 0.0,
+                "how": "the whole table against the target's (--embeddings)"}
+    if not states.has_embeddings:
+        return {"rows": 0, "of": int(own.shape[0]), "max_abs_diff": None, "identical": None,
+                "how": "the states hold no embedding output and no --embeddings was given"}
+    take = min(max_sequences, states.num_sequences)
+    ids = states.input_ids[:take]
+    mask = states.attention_mask[:take].bool()
+    captured = states.embeddings(slice(0, take))[mask]
+    tokens = ids[mask].long()
+    if not tokens.numel():
+        return {"rows": 0, "of": int(own.shape[0]), "max_abs_diff": None, "identical": None,
+                "how": "the states hold no real token"}
+    if int(tokens.max()) >= own.shape[0]:
+        return {"rows": 0, "of": int(own.shape[0]), "max_abs_diff": None, "identical": False,
+                "how": f"the states hold token id {int(tokens.max())}, outside the drafter's {own.shape[0]}-row table"}
+    mine = own[tokens]
+    coarse = min((mine.dtype, captured.dtype), key=lambda d: torch.finfo(d).bits)
+    a, b = mine.to(coarse).float(), captured.to(coarse).float()
+    diff = (a - b).abs().max().item()
+    return {"rows": int(tokens.unique().numel()), "of": int(own.shape[0]), "max_abs_diff": diff,
+            "identical": diff == 0.0,
+            "how": f"the rows of the {int(tokens.unique().numel())} token ids in the first {take} sequences against "
+                   f"the captured embedding output, in {str(coarse).removeprefix('torch.')}"}
 
 
 def data_labels(input_ids, attention_mask):
@@ -120,4 +172,4 @@ def data_labels(input_ids, attention_mask):
     return labels
 
 
-__all__ = ["EMBED_NAMES", "build_drafter", "data_labels", "load_drafter_weights", "load_target_embeddings"]
+__all__ = ["EMBED_NAMES", "build_drafter", "compare_embeddings", "data_labels", "load_drafter_weights", "load_target_embeddings"]

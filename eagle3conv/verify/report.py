@@ -40,7 +40,7 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -290,6 +290,7 @@ class VerifyResult:
     saved: Path | None = None
     save_error: str | None = None
     reference: Reference = "target"  # what drafts were compared with: the target's or the data's next tokens
+    engine_scores: dict = field(default_factory=dict)  # engine spec -> Score of its serving emulation (not saved)
 
     @property
     def main(self) -> Score:

@@ -35,6 +35,7 @@ from eagle3conv.verify.search import (
     norm_comparison,
     screen_dtype,
 )
+from eagle3conv.spec.canonical import drafter_uses_own_embedding
 from eagle3conv.spec.layers import LayerRef, LayerSet, describe, to_refs
 
 
@@ -145,11 +146,26 @@ def verify(
     elif not states.has_embeddings and dc.target_hidden_size == dc.hidden_size:
         raise UsageError(f"{states_path}: these states hold no embedding output, and the drafter embeds with "
                          "the target's table", hint="pass the target's weights: --embeddings TARGET_DIR")
-    drafter, target_embeds = build_drafter(config, tensors, dev, dt, embeddings=table)
+    serving = _Serving(config, tensors, states, table, opts)
+    if "embed_tokens.weight" in tensors and not drafter_uses_own_embedding(dc.hidden_size, dc.target_hidden_size):
+        from eagle3conv.wiring.audit import audit_embedding
+
+        check.report.findings += audit_embedding(serving.compare(), where=f"{path}/config.json")
+    main_fw = serving.main()
+    ran = serving.describe(main_fw)
+    if opts.engines:
+        notes.append(f"the drafter ran as {main_fw.engine} runs it (the first --engine)" + "".join(f"; {d}" for d in ran))
+    elif ran:
+        notes.append(f"the drafter ran as {main_fw.engine} runs it (verify's reference forward)"
+                     + "".join(f"; {d}" for d in ran))
+    drafter, target_embeds = build_drafter(config, tensors, dev, dt, embeddings=table, **serving.kwargs(main_fw))
     screener = drafter
     if search and screen_dtype(dev, dt) is not dt:  # the screen only ranks: bf16 where the CPU has it
-        screener, _ = build_drafter(config, tensors, dev, screen_dtype(dev, dt), embeddings=table)
-    del tensors, table
+        screener, _ = build_drafter(config, tensors, dev, screen_dtype(dev, dt), embeddings=table,
+                                    **serving.kwargs(main_fw))
+    if not serving.needs_tensors(check.to_dict().get("engines") or [], main_fw):
+        del tensors, table  # no engine runs the drafter otherwise: the weights are not needed again
+        serving.release()
     t_built = time.perf_counter()
     truth = ev.truth.layers if ev.truth else None
     cands = [base]
@@ -189,8 +205,12 @@ def verify(
                 f"{states_path}: the hidden states of slot {bad[0]} ({cand.layers[bad[0]]}) are not finite "
                 "(NaN or Inf): the capture went wrong", hint="capture again (a bf16 overflow? try --dtype fp32)")
     wiring_check = check.to_dict()
-    _score_engines(wiring_check.get("engines") or [], scores, drafter, states, steps=steps, batch_size=batch_size,
-                   target_embeds=target_embeds, max_sequences=max_sequences, labels=labels)
+    engine_scores = _score_engines(wiring_check.get("engines") or [], scores, drafter, states, steps=steps,
+                                   batch_size=batch_size, target_embeds=target_embeds, max_sequences=max_sequences,
+                                   labels=labels, serving=serving, main_fw=main_fw, device=dev, dtype=dt)
+    serving.release()
+    if serving.embedding_comparison is not None:
+        wiring_check["embedding_comparison"] = serving.embedding_comparison
     comparisons = []
     for s in scores:
         same = training is not None and training.layers == s.candidate.layers
@@ -205,7 +225,7 @@ def verify(
         training_norms=None if training is None else training.norms,
         seconds={"load_drafter": round(t_loaded - t_start, 3), "build": round(t_built - t_loaded, 3),
                  "first_result": round((first_result or t_end) - t_start, 3), "total": round(t_end - t_start, 3)},
-        min_accept=min_accept, reference=reference)
+        min_accept=min_accept, reference=reference, engine_scores=engine_scores)
     if save:
         from eagle3conv.io.files import folder_lock
 
@@ -225,29 +245,137 @@ def verify(
     return result
 
 
-def _score_engines(rows: list[dict], scores: list[Score], drafter, states, **kw) -> None:
+class _Serving:
+    """Per engine release, how it runs this drafter (docs/facts.md §9: RoPE layout,
+    norm_before_residual, whose embedding) and the build arguments that emulate it.
+    The drafter's own embed_tokens is compared with the target's once, when an engine
+    would use it."""
+
+    def __init__(self, config: dict, tensors: dict, states, table, opts) -> None:
+        self.config, self.tensors, self.states, self.table, self.opts = config, tensors, states, table, opts
+        self.names = frozenset(tensors)  # kept when the weights are released
+        self.embedding_comparison: dict | None = None
+
+    def release(self) -> None:
+        self.tensors = self.table = None
+
+    def of(self, rel):
+        from eagle3conv.spec.engines import serving
+
+        return serving(rel, self.config, self.names)
+
+    def main(self):
+        """verify's own forward: the first --engine's, else SGLang's (the newest release)."""
+        rels = self.opts.releases() if self.opts.engines else ()
+        return self.of(rels[0] if rels else "sglang")
+
+    def compare(self) -> dict | None:
+        """The drafter's own embed_tokens against the target's (computed once)."""
+        if self.embedding_comparison is None and self.tensors is not None and "embed_tokens.weight" in self.tensors:
+            from eagle3conv.verify.inputs import compare_embeddings
+
+            self.embedding_comparison = compare_embeddings(self.tensors["embed_tokens.weight"], self.states,
+                                                           table=self.table)
+        return self.embedding_comparison
+
+    def own_embedding(self, fw) -> bool:
+        if fw.own_embedding != "unless_equal":
+            return False
+        cmp = self.compare() or {}
+        return cmp.get("identical") is not True  # not shown identical: the engine keeps its own
+
+    def kwargs(self, fw) -> dict:
+        return {"rope_interleave": fw.rope_interleave, "norm_before_residual": fw.norm_before_residual,
+                "own_embedding": self.own_embedding(fw)}
+
+    def key(self, fw) -> tuple:
+        return (fw.rope_interleave, fw.norm_before_residual, self.own_embedding(fw))
+
+    def describe(self, fw) -> list[str]:
+        """The emulated differences from what config.json says (the embedding decision included)."""
+        out = list(fw.differences)
+        if fw.own_embedding == "unless_equal":
+            cmp = self.embedding_comparison or {}
+            seen = (f"{cmp['rows']} of {cmp['of']} rows compared ({cmp['how']}), max difference "
+                    f"{cmp['max_abs_diff']:.3g}" if cmp.get("max_abs_diff") is not None else cmp.get("how", ""))
+            if self.own_embedding(fw):
+                out.append(f"{fw.engine} embeds with the drafter's own embed_tokens, which differs from the "
+                           f"target's ({seen})" if cmp.get("identical") is False else
+                           f"{fw.engine} embeds with the drafter's own embed_tokens (not compared with the "
+                           f"target's: {seen})")
+        return out
+
+    def needs_tensors(self, rows: list[dict], main_fw) -> bool:
+        from eagle3conv.spec.engines import parse_engine
+
+        mine = self.key(main_fw)
+        return any(self.key(self.of(parse_engine(r["engine"]))) != mine for r in rows if r.get("layers"))
+
+
+def _score_engines(rows: list[dict], scores: list[Score], drafter, states, *, serving: _Serving | None = None,
+                   main_fw=None, device=None, dtype=None, **kw) -> dict[str, Score]:
     """Serving emulation, side by side: for each engine release of the wiring check, score
-    the aux layers it captures from this config (docs/facts.md §9), reusing a score already
-    made for the same layers; each row gets ``accept_length`` and ``acceptance`` (per draft
-    position), or ``not_scored`` saying why."""
-    done = {s.candidate.layers: s for s in scores}
+    the aux layers it captures from this config, run the way that engine runs the drafter
+    (RoPE layout, norm_before_residual, whose embedding: docs/facts.md §9), reusing a
+    score already made for the same layers and forward; each row gets ``accept_length``
+    and ``acceptance`` (per draft position), or ``not_scored`` saying why, and
+    ``emulated`` / ``not_emulated`` / ``not_read``: the engine's differences from
+    config.json that were run, that captured states cannot show, and that the rules
+    do not record; ``paired_vs_main``: its accept length minus verify's main score's
+    (the config's wiring, run as the first --engine or SGLang runs it), with the paired
+    95% interval. Returns each scored row's :class:`Score` by engine."""
+    from eagle3conv.spec.engines import parse_engine
+    from eagle3conv.verify.stats import paired_difference
+
+    main_key = serving.key(main_fw) if serving is not None else None
+    done = {(s.candidate.layers, main_key): s for s in scores}
+    built = {main_key: (drafter, kw.get("target_embeds"))}
+    out: dict[str, Score] = {}
     for row in rows:
+        fw = serving.of(parse_engine(row["engine"])) if serving is not None else None
+        if fw is not None:
+            row["forward"] = {"rope": None if fw.rope_interleave is None else
+                              ("interleaved" if fw.rope_interleave else "half-split (neox)"),
+                              "norm_before_residual": fw.norm_before_residual,
+                              "embedding": "drafter's own" if serving.own_embedding(fw) else "target's",
+                              "why": fw.why, "source": fw.source}
+            row["emulated"] = serving.describe(fw)
+            row["not_emulated"] = list(fw.not_emulated)
+            row["not_read"] = list(fw.not_read)
         if row.get("layers") is None:
             row["not_scored"] = row.get("error") or "the engine captures nothing usable from this config"
             continue
         refs = tuple(LayerRef(x["output_of"]) for x in row["layers"])
-        s = done.get(refs)
+        key = serving.key(fw) if fw is not None else None
+        s = done.get((refs, key))
         if s is None:
             try:
                 states.check_refs(refs)
             except (WiringError, UsageError) as err:
                 row["not_scored"] = f"the states do not hold what {row['release']} captures: {err.message}"
                 continue
-            s = evaluate(drafter, states, Candidate(f"engine {row['engine']}", refs,
-                                                    f"what {row['release']} captures from this config"), **kw)
-            done[refs] = s
+            if key not in built:
+                if serving.tensors is None:  # pragma: no cover - needs_tensors kept them
+                    row["not_scored"] = "the drafter's weights were released before this engine's forward was built"
+                    continue
+                built[key] = build_drafter(serving.config, serving.tensors, device, dtype, embeddings=serving.table,
+                                           **serving.kwargs(fw))
+            runner, embeds = built[key]
+            s = evaluate(runner, states, Candidate(f"engine {row['engine']}", refs,
+                                                   f"what {row['release']} captures from this config, run as it "
+                                                   "runs the drafter"), **{**kw, "target_embeds": embeds})
+            done[(refs, key)] = s
         row["accept_length"] = round(s.accept_length, 4)
         row["acceptance"] = [round(a, 4) for a in s.acceptance]
+        row["accept_length_ci95"] = [round(x, 4) for x in s.accept_length_ci]
+        if scores:
+            d, lo, hi = paired_difference(s, scores[0])
+            row["paired_vs_main"] = {"difference": round(d, 4),
+                                     "ci95": [round(lo, 4), round(hi, 4)] if math.isfinite(lo + hi) else None,
+                                     "definition": "accept length over every chain start, this engine minus "
+                                                   "verify's main score, resampling sequences jointly"}
+        out[row["engine"]] = s
+    return out
 
 
 def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto", wiring_options=None) -> dict:

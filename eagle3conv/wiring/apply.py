@@ -237,7 +237,7 @@ def wire(config: dict, ev: Evidence, opts: WiringOptions, *, fc_in: int | None, 
         numbering = sglang_numbering(family, prio) if prio is not None else "sglang-old"
         version = sglang_version_for(config, truth.layers, n, opts.sglang_version, numbering)
         edits = wiring_edits(config, truth, num_layers=n, target=tname,
-                             target_repo=target.hf_repo if target else None, sglang_version=version)
+                             target_repo=target.hf_repo if target else None, sglang_version=version, family=family)
         if n is not None:
             edits.engines = per_engine_ids(truth.layers, family, n, kw["engines"])
         config = apply_edits(config, edits.config_edits)
@@ -254,7 +254,23 @@ def _audit(report: WiringReport, config: dict, ev: Evidence, opts: WiringOptions
 
     report.findings += audit_config(config, tensor_names, read_d2t=read_d2t,
                                     target_vocab=ev.target.vocab_size if ev.target else None,
-                                    max_context=opts.max_context if opts else None)
+                                    **served_context(opts, ev.target))
+
+
+def served_context(opts: WiringOptions | None, target) -> dict:
+    """The context the audit checks ``max_position_embeddings`` against: ``--max-context``,
+    else the target's own ``max_position_embeddings`` (its profile, with its source), else
+    none, with why (audit_config's ``max_context`` / ``max_context_from`` / ``context_unknown``)."""
+    if opts is not None and opts.max_context is not None:
+        return {"max_context": opts.max_context, "max_context_from": "--max-context"}
+    if target is None:
+        return {}
+    mpe = getattr(target, "max_position_embeddings", None)
+    if mpe:
+        return {"max_context": mpe, "max_context_from": f"{target.name}'s max_position_embeddings, the default "
+                                                        "of --max-context"}
+    return {"context_unknown": f"the profile of {target.name} names no max_position_embeddings and no "
+                               "--max-context was given"}
 
 
 def _check(config: dict, ev: Evidence, kw: dict, target_hidden: int | None) -> WiringReport:

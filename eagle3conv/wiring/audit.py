@@ -7,10 +7,15 @@ of its tensors and the target, and returns warnings (area ``config``):
 * ``draft_vocab_size`` missing while the drafter has its own ``lm_head``: SGLang then uses
   the target's head;
 * ``d2t`` holding the identity map while the draft vocab equals the target's: vLLM refuses
-  it at load (drop it);
+  it at load (drop it); ``d2t`` missing while the draft vocab is reduced (an error: no
+  engine can map the drafts; where the vocab check also runs, only its message is kept);
+* ``embed_tokens`` shipped while the drafter embeds with the target's table: vLLM embeds
+  with it unless it is the target's (:func:`audit_embedding` compares, when the target's
+  embedding or captured embedding outputs are at hand; otherwise a notice says it could not);
 * only one of ``rope_scaling`` / ``rope_parameters`` written (readers of the other fall
   back to no scaling);
-* ``max_position_embeddings`` below the context served (``--max-context``);
+* ``max_position_embeddings`` below the context served (``--max-context``, default the
+  target's own ``max_position_embeddings``; a notice when neither is known);
 * flags only one engine honours: ``norm_before_fc`` on an MLA drafter (neither),
   ``rope_interleave: false`` (SGLang only), an ``fc.bias`` tensor (vLLM ignores it);
   ``norm_before_residual: true`` (vLLM only) is reported by the config reader;
@@ -23,7 +28,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from eagle3conv.findings import (
+    AUDIT_CONTEXT_UNKNOWN,
     AUDIT_D2T_IDENTITY,
+    AUDIT_D2T_MISSING,
+    AUDIT_EMBED_DIFFERS,
+    AUDIT_EMBED_UNCOMPARED,
     AUDIT_DRAFT_VOCAB,
     AUDIT_MAX_POSITIONS,
     AUDIT_ONE_ENGINE_FLAG,
@@ -32,6 +41,7 @@ from eagle3conv.findings import (
     CONFIG,
     Finding,
 )
+from eagle3conv.spec.canonical import drafter_uses_own_embedding
 from eagle3conv.spec.drafter import architecture_key
 
 
@@ -50,12 +60,18 @@ def audit_config(
     read_d2t: Callable[[], Any] | None = None,
     target_vocab: int | None = None,
     max_context: int | None = None,
+    max_context_from: str | None = None,
+    context_unknown: str | None = None,
+    embedding_comparison: Mapping[str, Any] | None = None,
     where: str = "config.json",
 ) -> list[Finding]:
     """The audit's findings for one drafter config (see the module text). ``read_d2t``
     returns the ``d2t`` values (a sequence of integers) when asked; ``target_vocab``:
     the target's vocab size (default: the config's ``vocab_size``); ``max_context``:
-    the longest context the drafter will be served at."""
+    the longest context the drafter will be served at, ``max_context_from`` where that
+    figure comes from (default ``--max-context``); ``context_unknown``: why no context
+    is known (a notice says the check could not run); ``embedding_comparison``: the
+    drafter's ``embed_tokens`` against the target's (see :func:`audit_embedding`)."""
     out: list[Finding] = []
     cfg = config or {}
     vocab = target_vocab if _is_int(target_vocab) else cfg.get("vocab_size")
@@ -78,6 +94,15 @@ def audit_config(
                           f"d2t maps every draft token to itself and the draft vocab equals the target's "
                           f"({vocab}): vLLM refuses such a d2t at load; SGLang does not need it",
                           "drop d2t (and t2d) from the weights: the full vocab needs no map"))
+    if "d2t" not in tensor_names and _is_int(vocab) and _is_int(draft_vocab) and draft_vocab < vocab:
+        out.append(Finding("error", CONFIG, AUDIT_D2T_MISSING,
+                           f"{where} has draft_vocab_size {draft_vocab} below the vocab {vocab} but the weights hold "
+                           "no d2t: SGLang and vLLM then read draft id i as target id i, and acceptance collapses",
+                           "add the d2t of the training run (the trainer's vocab mapping), or convert again with "
+                           "eagle3conv fix-keys, which checks and repairs the vocab maps"))
+    if "embed_tokens.weight" in tensor_names and not drafter_uses_own_embedding(
+            cfg.get("hidden_size"), cfg.get("target_hidden_size")):
+        out += audit_embedding(embedding_comparison, where=where)
     has_scaling, has_params = "rope_scaling" in cfg, "rope_parameters" in cfg
     if has_scaling != has_params:
         have, missing = ("rope_scaling", "rope_parameters") if has_scaling else ("rope_parameters", "rope_scaling")
@@ -88,9 +113,14 @@ def audit_config(
     mpe = cfg.get("max_position_embeddings")
     if _is_int(mpe) and _is_int(max_context) and mpe < max_context:
         out.append(_w(AUDIT_MAX_POSITIONS,
-                      f"max_position_embeddings is {mpe}, below the {max_context}-token context served: "
-                      "positions beyond it are out of the drafter's range and acceptance collapses there",
+                      f"max_position_embeddings is {mpe}, below the {max_context}-token context served "
+                      f"({max_context_from or '--max-context'}): positions beyond it are out of the drafter's "
+                      "range and acceptance collapses there",
                       f"set max_position_embeddings in {where} to at least {max_context}"))
+    elif not _is_int(max_context) and context_unknown:
+        out.append(Finding("notice", CONFIG, AUDIT_CONTEXT_UNKNOWN,
+                           f"max_position_embeddings was not checked against the served context: {context_unknown}",
+                           "pass --max-context N (the longest context you serve)"))
     # norm_before_residual: true (vLLM only) is reported by the config reader (checkpoint/config.py)
     if mla and cfg.get("norm_before_fc"):
         out.append(_w(AUDIT_ONE_ENGINE_FLAG,
@@ -110,3 +140,27 @@ def audit_config(
                       f"{where} has use_cache: false: strict Hub config validation refuses it",
                       f"set use_cache: true in {where}"))
     return out
+
+
+def audit_embedding(comparison: Mapping[str, Any] | None, *, where: str = "config.json") -> list[Finding]:
+    """The finding for a drafter that ships ``embed_tokens`` while it embeds with the target's
+    table: SGLang replaces it with the target's, vLLM keeps it unless identical (docs/facts.md
+    §4, §9). ``comparison`` (from verify: ``rows`` compared of ``of``, ``max_abs_diff``,
+    ``identical``, ``how``) says whether it is the target's; None or ``identical`` None:
+    a notice that it could not be compared."""
+    cmp = dict(comparison or {})
+    if cmp.get("identical") is True:
+        return []
+    if cmp.get("identical") is False:
+        seen = (f"{cmp.get('rows')} of {cmp.get('of')} rows compared, max difference {cmp['max_abs_diff']:.3g}"
+                if cmp.get("max_abs_diff") is not None else str(cmp.get("how") or "compared"))
+        return [_w(AUDIT_EMBED_DIFFERS,
+                   f"the weights hold an embed_tokens that is not the target's ({seen}): vLLM embeds with it, "
+                   "SGLang with the target's, so the two engines draft differently",
+                   "drop embed_tokens.weight from the weights (both engines then share the target's), or copy "
+                   "the target's exactly")]
+    why = cmp.get("how") or "the target's embedding is not at hand"
+    return [Finding("notice", CONFIG, AUDIT_EMBED_UNCOMPARED,
+                    f"the weights hold an embed_tokens; whether it is the target's was not checked ({why}): vLLM "
+                    "embeds with it unless it is identical to the target's, SGLang always uses the target's",
+                    "run eagle3conv verify with captured states (it compares the rows), or drop embed_tokens.weight")]

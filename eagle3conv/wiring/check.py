@@ -159,8 +159,10 @@ def sglang_preference(target_arch: Sequence[str] | None, model_type: str | None)
 
 
 def engine_spec(rel: Any) -> str:
-    """How to write an engine release on the command line: ``sglang==0.5.12``."""
-    return rel.label.replace(" ", "==", 1)
+    """How to write an engine release on the command line: ``sglang==0.5.12``,
+    ``vllm==0.33.0:runner=v1`` when a runner was asked for."""
+    spec = rel.label.replace(" ", "==", 1)
+    return f"{spec}:runner={rel.runner}" if getattr(rel, "runner", None) else spec
 
 
 def priority_releases(engines: Sequence[Any], explicit: bool) -> dict[str, Any]:
@@ -244,8 +246,12 @@ def engine_rows(
         cap = capture(rel, config, family, n, launch_ids=need if launch else None)
         row = {
             "engine": engine_spec(rel),
-            "release": rel.label,
+            "release": str(rel),
             "release_note": rel.note,
+            "runner": cap.runner,
+            "runner_assumed": None if cap.runner is None or rel.runner else
+            f"{cap.runner}, {rel.engine}'s default runner (ask for another with --engine "
+            f"{engine_spec(rel)}:runner=NAME)",
             "family": family,
             "reads": cap.field,
             "ids": None if cap.ids is None else list(cap.ids),

@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 from eagle3conv.version import __version__
 from eagle3conv.errors import WiringError
 from eagle3conv.checkpoint.config import ConfigEdit
+from eagle3conv.spec.engines import SglangIds, sglang_ids
 from eagle3conv.spec.layers import (
     LayerRef,
     LayerSet,
-    SglangIds,
     describe,
-    sglang_ids_for,
     to_ids,
     validate_refs,
 )
@@ -140,6 +139,14 @@ def sglang_version_for(config: Mapping | None, layers: LayerSet, num_layers: int
     return family_default
 
 
+def rules_layer_count(layers: LayerSet, num_layers: int | None) -> int:
+    """The layer count to read the engine rules with: the target's, or, when it is not
+    known, one past the deepest layer named (no range check is possible then)."""
+    if num_layers is not None:
+        return num_layers
+    return max([r.output_of for r in layers] + [0]) + 2
+
+
 def per_engine_ids(layers: LayerSet, family: str | None, num_layers: int, engines) -> list[dict]:
     """For each engine release: where it reads its ids and the ids that make it capture
     ``layers`` (engine rules, docs/facts.md §9); None when no id list can."""
@@ -164,16 +171,20 @@ def wiring_edits(
     target: str | None,
     target_repo: str | None = None,
     sglang_version: str = "sglang-old",
+    family: str | None = None,
 ) -> WiringEdits:
     """The config edits that wire ``record.layers`` for every engine.
 
-    Raises :class:`WiringError` when SGLang cannot capture the set (the
-    embedding output, the last layer's output) or a layer is out of range.
+    The SGLang ids come from the engine rules for the target's ``family``
+    (:func:`eagle3conv.spec.engines.sglang_ids`; ``sglang_version`` is the numbering
+    preferred when old and new SGLang read no id list alike). Raises
+    :class:`WiringError` when SGLang cannot capture the set (the embedding output,
+    the last layer's output) or a layer is out of range.
     """
     if record.layers is None:
         raise WiringError(f"the training record names no layers ({record.source})")
     layers = validate_refs(record.layers, num_layers)
-    sg = sglang_ids_for(layers, num_layers, prefer=sglang_version)
+    sg = sglang_ids(layers, family, rules_layer_count(layers, num_layers), prefer=sglang_version)
     vllm = to_ids(layers, "input", num_layers)
     trt = to_ids(layers, "output", num_layers)
     out = WiringEdits(layers, record, num_layers, target, target_repo, sg, vllm, trt)
