@@ -550,6 +550,35 @@ def chain_rate(drafter, d: dict, fl: dict, S: int, steps: int, B: int, dev: str,
     return out
 
 
+def first_call_probe(drafter, d: dict, S: int, steps: int, dev: str, states_path: Path) -> dict:
+    """What a process pays the first time: one draft_chain call on new shapes, twice (the first loads
+    kernels and plans), and the GPU feeder's pinned buffers."""
+    from eagle3conv.spec.layers import LayerRef
+    from eagle3conv.states.readers import open_states
+    from eagle3conv.verify.feed import GpuFeeder, mapped_states
+
+    out = {}
+    gen = torch.Generator(device=dev).manual_seed(3)
+    aux = torch.randn(8, S, d["k"] * d["T"], generator=gen, device=dev).to(torch.bfloat16)
+    ids = torch.randint(0, d["V"], (8, S), generator=gen, device=dev)
+    for label in ("chain_first", "chain_second"):
+        sync(dev)
+        t = time.perf_counter()
+        drafter.draft_chain(aux, ids, steps)
+        sync(dev)
+        out[label] = round(time.perf_counter() - t, 3)
+    del aux, ids
+    if dev == "cuda":
+        views = mapped_states(open_states(states_path))
+        for label in ("feeder_buffers_first", "feeder_buffers_second"):
+            t = time.perf_counter()
+            f = GpuFeeder(views, tuple(LayerRef(o) for o in (2, 30, 58)), 8, 8, True, torch.device(dev),
+                          torch.bfloat16)
+            out[label] = round(time.perf_counter() - t, 3)
+            del f
+    return out
+
+
 def evaluate_rate(drafter, states_path: Path, fl: dict, steps: int, mm: float, target_embeds: bool,
                   outputs=(2, 30, 58)) -> dict:
     from eagle3conv.spec.layers import LayerRef
@@ -627,18 +656,23 @@ def fresh_verify_bench(folders: dict, states_path: Path, dev: str, compute_s: di
     for fam, folder in folders.items():
         files = sorted(Path(folder).glob("*.safetensors")) + [Path(folder) / "config.json", states_path]
         r: dict = {}
-        for label in ("cold", "warm"):
-            how = evict(files) if label == "cold" else None
-            rs, nbytes = read_loop(files)
-            r[f"read_loop_{label}_s"] = round(rs, 3)
-            r["read_bytes"] = nbytes
-            if label == "cold":
+        labels = ["cold", "warm"] + (["cold, no read-ahead"] if fam == "llama" else [])
+        for label in labels:
+            cold = label.startswith("cold")
+            how = evict(files) if cold else None
+            if label in ("cold", "warm"):
+                rs, nbytes = read_loop(files)
+                r[f"read_loop_{label}_s"] = round(rs, 3)
+                r["read_bytes"] = nbytes
+            if cold:
                 r["evicted_by"] = evict(files)
             cmd = [sys.executable, "-m", "eagle3conv", "verify", str(folder), "--states", str(states_path),
                    "--device", dev, "--no-save", "--json"]
+            run_env = dict(env, EAGLE3CONV_PHASES="1")
+            if "no read-ahead" in label:
+                run_env["EAGLE3CONV_NO_READ_AHEAD"] = "1"
             t = time.perf_counter()
-            p = subprocess.run(cmd, env=dict(env, EAGLE3CONV_PHASES="1"), capture_output=True, text=True,
-                               timeout=timeout)
+            p = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=timeout)
             wall = time.perf_counter() - t
             run: dict = {"wall_s": round(wall, 3), "exit_code": p.returncode}
             try:
@@ -1050,7 +1084,22 @@ def main() -> int:
         drafter, target_embeds = build_drafter(config, tensors, dev, torch.bfloat16)
         del tensors
         fl = flops_per_token_step(d, S, steps)
-        lres = {"evaluate": evaluate_rate(drafter, shared, fl, steps, mm, target_embeds)}
+        lres: dict = {"first_calls_s": first_call_probe(drafter, d, S, steps, dev, shared)}
+        lres["evaluate"] = evaluate_rate(drafter, shared, fl, steps, mm, target_embeds)
+        if dev == "cuda":  # the feeder (parallel host copies) against the plain batch path: same numbers
+            from eagle3conv.spec.layers import LayerRef
+            from eagle3conv.states.readers import open_states
+            from eagle3conv.verify import Candidate, evaluate
+
+            cand = Candidate("bench", tuple(LayerRef(o) for o in (2, 30, 58)), "bench")
+            fast = evaluate(drafter, open_states(shared), cand, steps=steps, batch_size=8, target_embeds=target_embeds)
+            plain = evaluate(drafter, open_states(shared), cand, steps=steps, batch_size=8,
+                             target_embeds=target_embeds, feeder=False)
+            lres["feeder_vs_plain"] = {
+                "feeder_s": round(fast.seconds, 3), "plain_s": round(plain.seconds, 3),
+                "identical_counts": fast.matched == plain.matched and fast.counted == plain.counted
+                and fast.chains == plain.chains and fast.chain_accepted == plain.chain_accepted,
+                "identical_norms": fast.norms == plain.norms}
         gen = torch.Generator(device=dev).manual_seed(1)
         drafter.embed_tokens = (torch.randn(d["V"], d["H"], generator=gen, device=dev) * 0.02).to(torch.bfloat16)
         Bc = max(int(x) for x in args.batches.split(","))

@@ -105,8 +105,10 @@ class GpuFeeder:
         store = first.dtype
         k = len(refs)
         self.nbuf = 2
-        self.aux = [torch.empty(batch_size, self.S, k * self.T, dtype=store).pin_memory() for _ in range(self.nbuf)]
-        self.emb = ([torch.empty(batch_size, self.S, self.T, dtype=store).pin_memory() for _ in range(self.nbuf)]
+        # allocated pinned (not empty().pin_memory(), which fills a pageable copy first)
+        self.aux = [torch.empty(batch_size, self.S, k * self.T, dtype=store, pin_memory=True)
+                    for _ in range(self.nbuf)]
+        self.emb = ([torch.empty(batch_size, self.S, self.T, dtype=store, pin_memory=True) for _ in range(self.nbuf)]
                     if with_emb else None)
         self.stream = torch.cuda.Stream(device=device)
 
@@ -123,6 +125,12 @@ class GpuFeeder:
         ready: queue.Queue = queue.Queue()
         stop = threading.Event()
 
+        from concurrent.futures import ThreadPoolExecutor
+
+        # the host copies of one batch (one per slot, and the embedding) run side by side: each is a
+        # page-cache (or disk) read into pinned memory, and torch releases the GIL while copying
+        pool = ThreadPoolExecutor(max_workers=len(self.refs) + 1, thread_name_prefix="eagle3conv-copy")
+
         def fill():
             try:
                 for j, start in enumerate(starts):
@@ -134,10 +142,12 @@ class GpuFeeder:
                         ev.synchronize()  # the previous upload from this buffer is done
                     end = min(start + self.bs, self.total)
                     n = end - start
-                    for s, ref in enumerate(self.refs):
-                        self.aux[i][:n, :, s * self.T:(s + 1) * self.T].copy_(self.views[ref][start:end])
+                    jobs = [(self.aux[i][:n, :, s * self.T:(s + 1) * self.T], self.views[ref])
+                            for s, ref in enumerate(self.refs)]
                     if self.emb is not None:
-                        self.emb[i][:n].copy_(self.views[EMBEDDING][start:end])
+                        jobs.append((self.emb[i][:n], self.views[EMBEDDING]))
+                    for f in [pool.submit(dst.copy_, src[start:end]) for dst, src in jobs]:
+                        f.result()
                     ready.put((i, start, end))
                 ready.put(None)
             except BaseException as err:  # noqa: BLE001 - re-raised by the consumer
@@ -170,6 +180,7 @@ class GpuFeeder:
             for q in free:
                 q.put(None)
             t.join(timeout=5)
+            pool.shutdown(wait=False)
 
 
 def batches(states, refs: LayerSet, *, total: int, batch_size: int, with_embeddings: bool, device, dtype,
