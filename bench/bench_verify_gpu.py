@@ -437,10 +437,11 @@ def mla_flops_per_token_step(d: dict, S: int, steps: int) -> dict:
             "avg_per_token_step": per_chain / steps, "path": "expanded MHA (kv_b_proj on every key)"}
 
 
-def evict(files: list[Path]) -> str:
-    """Drop files from the page cache: /proc/sys/vm/drop_caches when writable (everything), else
-    posix_fadvise(DONTNEED) per file (only these files). Returns which."""
-    if drop_caches():
+def evict(files: list[Path], only_these: bool = False) -> str:
+    """Drop files from the page cache: /proc/sys/vm/drop_caches when writable (everything: Python's
+    and torch's libraries too), else -- or with ``only_these`` -- posix_fadvise(DONTNEED) per file
+    (only these files). Returns which."""
+    if not only_these and drop_caches():
         return "drop_caches"
     for p in files:
         fd = os.open(p, os.O_RDONLY)
@@ -656,21 +657,24 @@ def fresh_verify_bench(folders: dict, states_path: Path, dev: str, compute_s: di
     for fam, folder in folders.items():
         files = sorted(Path(folder).glob("*.safetensors")) + [Path(folder) / "config.json", states_path]
         r: dict = {}
-        labels = ["cold", "warm"] + (["cold, no read-ahead"] if fam == "llama" else [])
-        for label in labels:
+        # (label, evict only these files, read-ahead threads): "cold" drops every cache (torch's
+        # libraries too); "cold-files" only the drafter's and the states' files (torch warm)
+        labels = [("cold", False, 4), ("warm", False, 4), ("cold, no read-ahead", False, 0),
+                  ("cold-files", True, 4), ("cold-files, no read-ahead", True, 0), ("warm, no read-ahead", False, 0)]
+        if fam == "llama":
+            labels += [("cold, 1 reader", False, 1), ("cold-files, 1 reader", True, 1)]
+        for label, only, threads in labels:
             cold = label.startswith("cold")
-            how = evict(files) if cold else None
-            if label in ("cold", "warm"):
+            how = evict(files, only) if cold else None
+            if label in ("cold", "warm", "cold-files"):
                 rs, nbytes = read_loop(files)
                 r[f"read_loop_{label}_s"] = round(rs, 3)
                 r["read_bytes"] = nbytes
             if cold:
-                r["evicted_by"] = evict(files)
+                r[f"evicted_by ({label})"] = evict(files, only)
             cmd = [sys.executable, "-m", "eagle3conv", "verify", str(folder), "--states", str(states_path),
                    "--device", dev, "--no-save", "--json"]
-            run_env = dict(env, EAGLE3CONV_PHASES="1")
-            if "no read-ahead" in label:
-                run_env["EAGLE3CONV_NO_READ_AHEAD"] = "1"
+            run_env = dict(env, EAGLE3CONV_PHASES="1", EAGLE3CONV_READ_AHEAD=str(threads))
             t = time.perf_counter()
             p = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=timeout)
             wall = time.perf_counter() - t
@@ -690,8 +694,9 @@ def fresh_verify_bench(folders: dict, states_path: Path, dev: str, compute_s: di
             log("fresh verify", fam, label, run)
         chain = compute_s.get(fam)
         r["chain_compute_s"] = chain
-        for label in ("cold", "warm"):
-            bound = max(r[f"read_loop_{label}_s"], chain or 0.0)
+        for label, _, _ in labels:
+            loop = r[f"read_loop_{label.split(',')[0]}_s"]
+            bound = max(loop, chain or 0.0)
             r[f"{label}_ratio_to_bound"] = round(r[label]["wall_s"] / bound, 3) if bound else None
         res[fam] = r
         RESULT["fresh_verify"] = res
@@ -1154,7 +1159,7 @@ def main() -> int:
             max(RESULT["llama_shared"]["evaluate"][x]["frac_of_matmul"] for x in ("first", "second")) * mm / mm_max, 4)
     if "fresh_verify" in RESULT:
         summ["fresh_verify_ratio_to_bound"] = {
-            fam: {x: r.get(f"{x}_ratio_to_bound") for x in ("cold", "warm")}
+            fam: {k[:-len("_ratio_to_bound")]: v for k, v in r.items() if k.endswith("_ratio_to_bound")}
             for fam, r in RESULT["fresh_verify"].items() if isinstance(r, dict) and "cold" in r}
     RESULT["summary"] = summ
     dump()

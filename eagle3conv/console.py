@@ -8,8 +8,9 @@ own handler is reported here.
 
 ``eagle3conv verify DRAFTER --states FILE`` starts reading its weights and
 states (a few threads, states in row order) before torch is imported, so the
-disk works while Python imports and CUDA initialises. With EAGLE3CONV_PHASES
-set, one line on stderr gives the seconds since start of each phase.
+disk works while Python imports and CUDA initialises (EAGLE3CONV_READ_AHEAD: the
+number of reader threads, 0 turns it off). With EAGLE3CONV_PHASES set, one line
+on stderr gives the seconds since start of each phase.
 """
 
 import os
@@ -158,7 +159,11 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
     heavy imports, when they fit in half the available memory (else reading ahead would
     only evict what it read before the command gets there)."""
     files = _verify_inputs(argv)
-    if not files or os.environ.get("EAGLE3CONV_NO_READ_AHEAD"):
+    try:  # EAGLE3CONV_READ_AHEAD: reader threads (0: off)
+        workers = int(os.environ.get("EAGLE3CONV_READ_AHEAD") or 4)
+    except ValueError:
+        workers = 4
+    if not files or workers < 1:
         return False
     try:
         size = sum(os.path.getsize(p) for p in files)
@@ -169,8 +174,10 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
     import threading
 
     plan = [span for i, p in enumerate(files) for span in _read_plan(p, striped=i == len(files) - 1)]
-    threading.Thread(target=_read_ahead, args=(plan, info), name="eagle3conv-read-ahead", daemon=True).start()
+    threading.Thread(target=_read_ahead, args=(plan, info, min(workers, 16)), name="eagle3conv-read-ahead",
+                     daemon=True).start()
     info["read_ahead_files"] = len(files)
+    info["read_ahead_threads"] = min(workers, 16)
     return True
 
 
