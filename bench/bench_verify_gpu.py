@@ -32,6 +32,15 @@ FLOPs per token-step (useful work, multiply-add = 2):
   attention 4*nh*hd*(keys per query: (S+1)/2 causal, + (k-1) own drafts at step k),
   fc 2*H*(3T) at step 1 only (averaged over the steps).
 
+6. (``--sections mla``) the same for a Kimi-K2.5-size MLA drafter (``Eagle3DeepseekV2ForCausalLM``,
+   docs/facts.md §10; FLOPs of the expanded path eagle3conv runs): load vs read, draft_chain vs
+   matmul with a profile, evaluate over a shared 96 x 2048 states file.
+7. (``--sections fresh``) ``python3 -m eagle3conv verify`` in a fresh process for both families, cold
+   (every cache dropped, or only the inputs evicted) and warm, with and without the console's
+   read-ahead, next to a plain read loop of the same files and the chain's compute.
+
+``--sections`` picks among llama (1-4), mla, fresh and search (5); the default runs all.
+
 Everything is printed as one JSON line at the end and written to
 ``$OUT/verify_gpu.json`` (or --out). ``--small`` runs tiny shapes (CPU smoke test).
 

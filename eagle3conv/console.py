@@ -31,7 +31,7 @@ def _early_sigint(signum, frame):  # pragma: no cover - timing dependent
     os._exit(130)
 
 
-def _verify_inputs(argv: list[str]) -> list[str]:
+def verify_inputs(argv: list[str]) -> list[str]:
     """The files ``eagle3conv verify DRAFTER --states FILE`` will read, weights first: the drafter
     folder's ``*.safetensors`` and the states file (a folder of dumps is left alone). Only the
     plain spelling is recognised; anything unusual gives [] (the command itself reports errors)."""
@@ -54,7 +54,7 @@ def _verify_inputs(argv: list[str]) -> list[str]:
     return files if states else []
 
 
-def _mem_available() -> int:
+def mem_available() -> int:
     try:
         with open("/proc/meminfo", "rb") as f:
             for line in f:
@@ -65,10 +65,10 @@ def _mem_available() -> int:
     return 0
 
 
-_CHUNK = 16 << 20
+READ_CHUNK = 16 << 20
 
 
-def _read_plan(path: str, striped: bool) -> list[tuple[str, int, int]]:
+def read_plan(path: str, striped: bool) -> list[tuple[str, int, int]]:
     """(path, offset, length) reads covering the file. ``striped``: a safetensors file whose large
     tensors are read a slice of each at a time, in row order -- states are stored one [sequences,
     positions, width] tensor per layer, so slice j of every layer is the same sequences, and the
@@ -87,11 +87,11 @@ def _read_plan(path: str, striped: bool) -> list[tuple[str, int, int]]:
             base = 8 + n
             spans = sorted((base + v["data_offsets"][0], base + v["data_offsets"][1])
                            for k, v in header.items() if k != "__metadata__")
-            small = [(a, b - a) for a, b in spans if b - a < 4 * _CHUNK]
-            large = [(a, b - a) for a, b in spans if b - a >= 4 * _CHUNK]
+            small = [(a, b - a) for a, b in spans if b - a < 4 * READ_CHUNK]
+            large = [(a, b - a) for a, b in spans if b - a >= 4 * READ_CHUNK]
             plan = [(path, 0, base)] + [(path, a, n) for a, n in small]
             if large:
-                parts = max(1, min(256, max(n for _, n in large) // _CHUNK))
+                parts = max(1, min(256, max(n for _, n in large) // READ_CHUNK))
                 for j in range(parts):
                     for a, n in large:
                         lo, hi = n * j // parts, n * (j + 1) // parts
@@ -99,7 +99,7 @@ def _read_plan(path: str, striped: bool) -> list[tuple[str, int, int]]:
             return plan
         except (OSError, ValueError, KeyError, TypeError, AttributeError, struct.error):
             pass
-    return [(path, off, min(4 * _CHUNK, size - off)) for off in range(0, size, 4 * _CHUNK)]
+    return [(path, off, min(4 * READ_CHUNK, size - off)) for off in range(0, size, 4 * READ_CHUNK)]
 
 
 def _read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4) -> None:  # pragma: no cover
@@ -114,7 +114,7 @@ def _read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4) 
     fds: dict = {}
 
     def work() -> None:
-        buf = bytearray(_CHUNK)
+        buf = bytearray(READ_CHUNK)
         mv = memoryview(buf)
         while True:
             with lock:
@@ -133,7 +133,7 @@ def _read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4) 
             end = off + length
             while off < end:
                 try:
-                    n = os.preadv(fd, [mv[: min(_CHUNK, end - off)]], off)
+                    n = os.preadv(fd, [mv[: min(READ_CHUNK, end - off)]], off)
                 except OSError:
                     break
                 if not n:
@@ -158,7 +158,7 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
     """For ``verify``, start reading its weights and states in a daemon thread, before the
     heavy imports, when they fit in half the available memory (else reading ahead would
     only evict what it read before the command gets there)."""
-    files = _verify_inputs(argv)
+    files = verify_inputs(argv)
     try:  # EAGLE3CONV_READ_AHEAD: reader threads (0: off)
         workers = int(os.environ.get("EAGLE3CONV_READ_AHEAD") or 4)
     except ValueError:
@@ -169,11 +169,11 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
         size = sum(os.path.getsize(p) for p in files)
     except OSError:
         return False
-    if size > _mem_available() // 2:
+    if size > mem_available() // 2:
         return False
     import threading
 
-    plan = [span for i, p in enumerate(files) for span in _read_plan(p, striped=i == len(files) - 1)]
+    plan = [span for i, p in enumerate(files) for span in read_plan(p, striped=i == len(files) - 1)]
     threading.Thread(target=_read_ahead, args=(plan, info, min(workers, 16)), name="eagle3conv-read-ahead",
                      daemon=True).start()
     info["read_ahead_files"] = len(files)

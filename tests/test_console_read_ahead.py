@@ -38,19 +38,19 @@ def drafter_and_states(tmp_path_factory):
 
 def test_verify_inputs_are_the_weights_then_the_states(drafter_and_states):
     drafter, states = drafter_and_states
-    files = console._verify_inputs(["eagle3conv", "verify", str(drafter), "--states", str(states), "--json"])
+    files = console.verify_inputs(["eagle3conv", "verify", str(drafter), "--states", str(states), "--json"])
     assert files == sorted(str(p) for p in drafter.glob("*.safetensors")) + [str(states)]
-    assert console._verify_inputs(["eagle3conv", "verify", str(drafter), f"--states={states}"])[-1] == str(states)
+    assert console.verify_inputs(["eagle3conv", "verify", str(drafter), f"--states={states}"])[-1] == str(states)
     # other commands, the smoke test (no states), a missing folder: nothing is read ahead
-    assert console._verify_inputs(["eagle3conv", "inspect", str(drafter)]) == []
-    assert console._verify_inputs(["eagle3conv", "verify", str(drafter)]) == []
-    assert console._verify_inputs(["eagle3conv", "verify", str(drafter / "nope"), "--states", str(states)]) == []
+    assert console.verify_inputs(["eagle3conv", "inspect", str(drafter)]) == []
+    assert console.verify_inputs(["eagle3conv", "verify", str(drafter)]) == []
+    assert console.verify_inputs(["eagle3conv", "verify", str(drafter / "nope"), "--states", str(states)]) == []
 
 
 def test_read_ahead_is_skipped_when_the_files_do_not_fit_in_memory(drafter_and_states, monkeypatch):
     drafter, states = drafter_and_states
     argv = ["eagle3conv", "verify", str(drafter), "--states", str(states)]
-    monkeypatch.setattr(console, "_mem_available", lambda: 0)
+    monkeypatch.setattr(console, "mem_available", lambda: 0)
     assert console.start_read_ahead(argv, {}) is False
 
 
@@ -58,8 +58,8 @@ def test_states_are_read_every_layer_a_slice_at_a_time(drafter_and_states, monke
     """The striped plan covers every byte of the file exactly once, and reads the first slice of
     every layer's tensor before the second slice of any (the first batches come first)."""
     _, states = drafter_and_states
-    monkeypatch.setattr(console, "_CHUNK", 256)  # every hidden tensor (3*40*64*2 bytes) counts as large
-    plan = console._read_plan(str(states), striped=True)
+    monkeypatch.setattr(console, "READ_CHUNK", 256)  # every hidden tensor (3*40*64*2 bytes) counts as large
+    plan = console.read_plan(str(states), striped=True)
     spans = sorted((off, off + n) for _, off, n in plan if n)
     assert spans[0][0] == 0 and spans[-1][1] == states.stat().st_size
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # contiguous, no overlap, no gap
@@ -74,7 +74,7 @@ def test_states_are_read_every_layer_a_slice_at_a_time(drafter_and_states, monke
     # and a file that is not safetensors is read front to back
     junk = states.parent / "junk.bin"
     junk.write_bytes(b"x" * 3000)
-    assert [(o, n) for _, o, n in console._read_plan(str(junk), striped=True)] == [(0, 1024), (1024, 1024),
+    assert [(o, n) for _, o, n in console.read_plan(str(junk), striped=True)] == [(0, 1024), (1024, 1024),
                                                                                   (2048, 952)]
 
 
