@@ -1078,7 +1078,7 @@ def main() -> int:
 
     # -- the states file shared by the MLA evaluate and the fresh-process runs (written once)
     shared = None
-    if sections & {"mla", "fresh"}:
+    if sections & {"mla", "fresh", "feed"}:
         shared = work / "states_shared.safetensors"
         RESULT["shared_states"] = write_shared_states(shared, d, dev, 3 if args.small else args.fresh_seqs, S)
         log("shared states", RESULT["shared_states"])
@@ -1090,7 +1090,7 @@ def main() -> int:
         dump()
         c8 = RESULT["mla"]["draft_chain"][max(RESULT["mla"]["draft_chain"])]
         compute_s["mla"] = round(c8["ms"] / 1e3 * -(-RESULT["shared_states"]["sequences"] // c8["B"]), 3)
-    if "fresh" in sections:
+    if sections & {"fresh", "feed"}:
         # the Llama family's chain and evaluate on the same shared states
         from eagle3conv.verify import build_drafter, load_drafter_weights
 
@@ -1128,7 +1128,8 @@ def main() -> int:
         folders = {"llama": folder}
         if "mla" in sections:
             folders["mla"] = Path(RESULT["mla"]["folder"])
-        RESULT["fresh_verify"] = fresh_verify_bench(folders, shared, dev, compute_s, timeout=240)
+        if "fresh" in sections:
+            RESULT["fresh_verify"] = fresh_verify_bench(folders, shared, dev, compute_s, timeout=240)
         dump()
     if shared is not None and not args.keep:
         shared.unlink()

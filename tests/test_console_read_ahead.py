@@ -78,11 +78,35 @@ def test_states_are_read_every_layer_a_slice_at_a_time(drafter_and_states, monke
                                                                                   (2048, 952)]
 
 
+def evict(paths) -> None:
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def test_cached_tells_a_cached_file_from_an_evicted_one(tmp_path):
+    f = tmp_path / "blob.bin"
+    f.write_bytes(os.urandom(4 << 20))
+    if not console.cached([str(f)]):
+        pytest.skip("this kernel does not answer preadv(RWF_NOWAIT) for buffered reads")
+    evict([f])
+    assert not console.cached([str(f)])
+    f.read_bytes()
+    assert console.cached([str(f)])
+
+
 def test_fresh_process_reads_ahead_and_keeps_stdout_one_json_document(drafter_and_states):
     drafter, states = drafter_and_states
     env = dict(os.environ, PYTHONPATH=str(REPO), EAGLE3CONV_PHASES="1")
     cmd = [sys.executable, "-m", "eagle3conv", "verify", str(drafter), "--states", str(states), "--json",
            "--no-save", "--device", "cpu"]
+    inputs = [*drafter.glob("*.safetensors"), states]
+    evict(inputs)
+    can_tell = not console.cached([str(p) for p in inputs])
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)  # exactly one JSON document: the phases line went to stderr
@@ -95,6 +119,12 @@ def test_fresh_process_reads_ahead_and_keeps_stdout_one_json_document(drafter_an
     if "read_ahead_bytes" in phases:  # the daemon thread may still be reading when a tiny run exits
         assert phases["read_ahead_bytes"] == weights + states.stat().st_size
     assert 0 < phases["import_cli"] <= phases["exit"]
+    # run again: the inputs are cached now, so nothing is read ahead (where the kernel can tell)
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    warm = json.loads([ln for ln in again.stderr.splitlines() if ln.startswith("eagle3conv phases:")][0]
+                      .split(":", 1)[1])
+    if can_tell:
+        assert warm.get("read_ahead") == "inputs already cached" and "read_ahead_files" not in warm
     # without the variable: no phases line
     env.pop("EAGLE3CONV_PHASES")
     q = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)

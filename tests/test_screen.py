@@ -73,3 +73,27 @@ def test_screen_hits_equal_evaluate_step1_hits(planted):
     phases = list(res.phase_seconds)
     assert phases[0] == "project" and len(phases) == 2 and phases[1].startswith("stage 1: 35 wirings")
     assert all(v >= 0 for v in res.phase_seconds.values())
+
+
+def test_state_spans_read_the_same_rows_as_the_mapped_views(planted):
+    """The GPU feeder's direct reads (one byte range per slot and batch) land on the same rows
+    as the memory-mapped views it reads otherwise."""
+    import os
+
+    import numpy as np
+
+    from eagle3conv.verify.feed import mapped_states, pread_into, state_spans
+
+    _, path = planted
+    states = open_states(path)
+    views, spans = mapped_states(states), state_spans(states)
+    assert set(spans) == set(views) == set(states.layers)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for ref, view in views.items():
+            start, row = spans[ref]
+            dst = np.empty((2, *view.shape[1:]), dtype=np.float32)
+            pread_into(fd, dst, start + 1 * row, path)  # sequences 1 and 2
+            assert torch.equal(torch.from_numpy(dst), view[1:3])
+    finally:
+        os.close(fd)
