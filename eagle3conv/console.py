@@ -210,12 +210,12 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
 
 def run() -> None:
     phases: dict = {}
-    start_read_ahead(sys.argv, phases)
     previous = signal.getsignal(signal.SIGINT)
     early = previous is signal.default_int_handler
     if early:
         signal.signal(signal.SIGINT, _early_sigint)
     try:
+        start_read_ahead(sys.argv, phases)
         from eagle3conv import cli
     finally:
         if early:
