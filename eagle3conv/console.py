@@ -5,11 +5,20 @@ would otherwise print a ``KeyboardInterrupt`` traceback. Until the CLI is
 imported (nothing is written before then), SIGINT exits at once; after, the
 usual KeyboardInterrupt runs every cleanup, and whatever escapes the command's
 own handler is reported here.
+
+``eagle3conv verify DRAFTER --states FILE`` starts reading its weights and
+states (a few threads, states in row order) before torch is imported, so the
+disk works while Python imports and CUDA initialises (EAGLE3CONV_READ_AHEAD: the
+number of reader threads, 0 turns it off); not when they are already cached. With EAGLE3CONV_PHASES set, one line
+on stderr gives the seconds since start of each phase.
 """
 
 import os
 import signal
 import sys
+import time
+
+_T0 = time.perf_counter()
 
 _MESSAGE = b"interrupted; your files are as they were (an in-place write finishes or rolls back on the next run)\n"
 
@@ -22,20 +31,228 @@ def _early_sigint(signum, frame):  # pragma: no cover - timing dependent
     os._exit(130)
 
 
+def verify_inputs(argv: list[str]) -> list[str]:
+    """The files ``eagle3conv verify DRAFTER --states FILE`` will read, weights first: the drafter
+    folder's ``*.safetensors`` and the states file (a folder of dumps is left alone). Only the
+    plain spelling is recognised; anything unusual gives [] (the command itself reports errors)."""
+    if len(argv) < 3 or argv[1] != "verify" or argv[2].startswith("-"):
+        return []
+    states = None
+    for i, a in enumerate(argv[3:], 3):
+        if a == "--states" and i + 1 < len(argv):
+            states = argv[i + 1]
+        elif a.startswith("--states="):
+            states = a.split("=", 1)[1]
+    files = []
+    try:
+        with os.scandir(argv[2]) as it:
+            files = sorted(e.path for e in it if e.name.endswith(".safetensors") and e.is_file())
+    except OSError:
+        return []
+    if states and os.path.isfile(states):
+        files.append(states)
+    return files if states else []
+
+
+def mem_available() -> int:
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+READ_CHUNK = 16 << 20
+
+
+def read_plan(path: str, striped: bool) -> list[tuple[str, int, int]]:
+    """(path, offset, length) reads covering the file. ``striped``: a safetensors file whose large
+    tensors are read a slice of each at a time, in row order -- states are stored one [sequences,
+    positions, width] tensor per layer, so slice j of every layer is the same sequences, and the
+    first batches of every layer are in the page cache first, as the drafter reads them."""
+    import json
+    import struct
+
+    size = os.path.getsize(path)
+    if striped:
+        try:
+            with open(path, "rb") as f:
+                (n,) = struct.unpack("<Q", f.read(8))
+                if n > min(size - 8, 100 << 20):
+                    raise ValueError("not a safetensors header")
+                header = json.loads(f.read(n))
+            base = 8 + n
+            spans = sorted((base + v["data_offsets"][0], base + v["data_offsets"][1])
+                           for k, v in header.items() if k != "__metadata__")
+            small = [(a, b - a) for a, b in spans if b - a < 4 * READ_CHUNK]
+            large = [(a, b - a) for a, b in spans if b - a >= 4 * READ_CHUNK]
+            plan = [(path, 0, base)] + [(path, a, n) for a, n in small]
+            if large:
+                parts = max(1, min(256, max(n for _, n in large) // READ_CHUNK))
+                for j in range(parts):
+                    for a, n in large:
+                        lo, hi = n * j // parts, n * (j + 1) // parts
+                        plan.append((path, a + lo, hi - lo))
+            return plan
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, struct.error):
+            pass
+    return [(path, off, min(4 * READ_CHUNK, size - off)) for off in range(0, size, 4 * READ_CHUNK)]
+
+
+def _read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4) -> None:  # pragma: no cover
+    """Read the plan's spans once, in order, with a few threads (a disk serves several requests
+    at once faster than one), discarding the bytes: the page cache holds them when the command
+    reaches them, and the disk works while Python imports torch and initialises CUDA."""
+    import threading
+
+    lock = threading.Lock()
+    nxt = [0]
+    total = [0]
+    fds: dict = {}
+
+    def work() -> None:
+        buf = bytearray(READ_CHUNK)
+        mv = memoryview(buf)
+        while True:
+            with lock:
+                if nxt[0] >= len(plan):
+                    return
+                path, off, length = plan[nxt[0]]
+                nxt[0] += 1
+                fd = fds.get(path)
+                if fd is None:
+                    try:
+                        fd = fds[path] = os.open(path, os.O_RDONLY)
+                    except OSError:
+                        fd = fds[path] = -1
+            if fd < 0:
+                continue
+            end = off + length
+            while off < end:
+                try:
+                    n = os.preadv(fd, [mv[: min(READ_CHUNK, end - off)]], off)
+                except OSError:
+                    break
+                if not n:
+                    break
+                off += n
+                with lock:
+                    total[0] += n
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for fd in fds.values():
+        if fd >= 0:
+            os.close(fd)
+    info["read_ahead_bytes"] = total[0]
+    info["read_ahead_done"] = round(time.perf_counter() - _T0, 3)
+
+
+def cached(files: list[str], samples: int = 16) -> bool:
+    """Whether the files look fully in the page cache: a one-page ``preadv(RWF_NOWAIT)`` at
+    ``samples`` places in each succeeds (it fails instead of waiting for the disk). False when
+    the kernel cannot say. Reading ahead files already cached only costs memory bandwidth."""
+    nowait = getattr(os, "RWF_NOWAIT", None)
+    if nowait is None:
+        return False
+    buf = bytearray(4096)
+    for path in files:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            size = os.fstat(fd).st_size
+            for j in range(samples):
+                os.preadv(fd, [buf], size * j // samples, nowait)
+        except OSError:  # BlockingIOError: not cached; EOPNOTSUPP etc.: cannot tell
+            return False
+        finally:
+            os.close(fd)
+    return True
+
+
+def start_read_ahead(argv: list[str], info: dict) -> bool:
+    """For ``verify``, start reading its weights and states in a daemon thread, before the
+    heavy imports, when they fit in half the available memory (else reading ahead would
+    only evict what it read before the command gets there)."""
+    files = verify_inputs(argv)
+    try:  # EAGLE3CONV_READ_AHEAD: reader threads (0: off)
+        workers = int(os.environ.get("EAGLE3CONV_READ_AHEAD") or 4)
+    except ValueError:
+        workers = 4
+    if not files or workers < 1:
+        return False
+    try:
+        size = sum(os.path.getsize(p) for p in files)
+    except OSError:
+        return False
+    if size > mem_available() // 2:
+        return False
+    if cached(files):
+        info["read_ahead"] = "inputs already cached"
+        return False
+    import threading
+
+    plan = [span for i, p in enumerate(files) for span in read_plan(p, striped=i == len(files) - 1)]
+    threading.Thread(target=_read_ahead, args=(plan, info, min(workers, 16)), name="eagle3conv-read-ahead",
+                     daemon=True).start()
+    info["read_ahead_files"] = len(files)
+    info["read_ahead_threads"] = min(workers, 16)
+    return True
+
+
 def run() -> None:
+    phases: dict = {}
     previous = signal.getsignal(signal.SIGINT)
     early = previous is signal.default_int_handler
     if early:
         signal.signal(signal.SIGINT, _early_sigint)
     try:
+        start_read_ahead(sys.argv, phases)
         from eagle3conv import cli
     finally:
         if early:
             signal.signal(signal.SIGINT, previous)
+    phases["import_cli"] = round(time.perf_counter() - _T0, 3)
     try:
-        _main(cli)
-    except KeyboardInterrupt:
-        cli.interrupted("--json" in sys.argv[1:])
+        try:
+            _main(cli)
+        except KeyboardInterrupt:
+            cli.interrupted("--json" in sys.argv[1:])
+    except SystemExit as e:
+        _finish(phases, e.code)
+        raise
+    _finish(phases, 0)
+
+
+def _finish(phases: dict, code) -> None:
+    """The command is done: report the phases (EAGLE3CONV_PHASES), and after ``verify`` on a GPU
+    exit at once -- its output is written and flushed, and tearing down the CUDA context and
+    the pinned buffers takes seconds nobody waits for. Everything else exits normally."""
+    if os.environ.get("EAGLE3CONV_PHASES"):  # seconds since the console started, for benchmarks
+        phases["exit"] = round(time.perf_counter() - _T0, 3)
+        os.write(2, ("eagle3conv phases: " + _json_line(phases) + "\n").encode())
+    torch = sys.modules.get("torch")
+    if (len(sys.argv) > 1 and sys.argv[1] == "verify" and (code is None or isinstance(code, int))
+            and torch is not None and torch.cuda.is_initialized()):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code or 0)
+
+
+def _json_line(d: dict) -> str:
+    return "{" + ", ".join(f'"{k}": {v!r}' if not isinstance(v, str) else f'"{k}": "{v}"'
+                           for k, v in d.items()) + "}"
 
 
 def _main(cli) -> None:

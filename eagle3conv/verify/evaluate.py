@@ -229,6 +229,7 @@ class ScreenResult:
     step1: list[float] = field(default_factory=list)  # per wiring: acceptance on the rows of its last stage
 
     positions: int = 0  # positions the last stage scored
+    phase_seconds: dict = field(default_factory=dict)  # "project" (fc per slot and layer), then per stage
 
     def acceptance(self, i: int) -> float:
         """Wiring ``i``'s step-1 acceptance on the positions of the last stage it was scored in."""
@@ -272,8 +273,10 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     ref_next[:, :S - 1] = tnext[:, 1:]
     counted = ok.sum(1).cpu().tolist()
     # each slot's projection of each layer: [B, S, H], in the drafter's dtype
+    # (one tensor [slots, layers, B, S, H]; a wiring's fc output is a sum of one entry per slot)
     w = drafter.fc_weight
-    proj: dict = {}
+    col = {r: j for j, r in enumerate(refs)}
+    proj = torch.empty(k_slots, len(refs), B, S, w.shape[0], dtype=dt, device=dev)
     emb = None
     for r in refs:
         batch = next(iter(states.batches([r], batch_size=rows, with_embeddings=target_embeds and emb is None)))
@@ -284,8 +287,13 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             x = h
             if drafter.fc_norm:
                 x = drafter.fc_norm[s] * F.rms_norm(x, (T,), eps=c.rms_norm_eps)
-            proj[(s, r)] = F.linear(x, w[:, s * T:(s + 1) * T])
+            torch.matmul(x, w[:, s * T:(s + 1) * T].t(), out=proj[s, col[r]])
         del h
+    wiring_cols = torch.tensor([[col[r] for r in ls] for ls in sets], dtype=torch.long, device=dev)
+    phases = {}
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    phases["project"] = round(time.perf_counter() - t0, 3)
     if target_embeds:  # the captured embedding output at (b, t) is embed(x_t): index it by position
         drafter.embed_tokens = emb.reshape(B * S, T)
         run_ids = torch.arange(B * S, device=dev).view(B, S)
@@ -309,7 +317,10 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         got: dict[int, list[int]] = {}
         for a in range(0, len(alive), per):
             part = alive[a:a + per]
-            g = torch.stack([sum(proj[(s, sets[i][s])][:n, :Sj] for s in range(k_slots)) for i in part])
+            cols = wiring_cols[part]  # [P, slots]: each slot's layer; sum in slot order (as sum() did)
+            g = proj[0, cols[:, 0], :n, :Sj]
+            for s in range(1, k_slots):
+                g = g + proj[s, cols[:, s], :n, :Sj]
             if drafter.fc_bias is not None:
                 g = g + drafter.fc_bias
             g = g.reshape(len(part) * n, Sj, -1)
@@ -322,6 +333,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             if progress:
                 progress(min(done, total_work), total_work)
         den = int(ok[:n, :Sj].sum())
+        phases[f"stage {len(phases)}: {len(got)} wirings x {n * Sj} positions"] = round(
+            time.perf_counter() - t0 - sum(phases.values()), 3)
         for i, row in got.items():
             hits[i] = row
             step1[i] = sum(row) / den if den else 0.0
@@ -332,7 +345,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         alive = ranked
     full = [h if h is not None and len(h) == B else [0] * B for h in hits]  # last-stage rows only
     res = ScreenResult(sets=list(sets), hits=full, counted=counted, sequences=B,
-                       seconds=time.perf_counter() - t0, step1=step1, positions=den)
+                       seconds=time.perf_counter() - t0, step1=step1, positions=den, phase_seconds=phases)
     return res, alive
 
 __all__ = ["Candidate", "Score", "ScreenResult", "evaluate", "screen"]

@@ -89,13 +89,55 @@ def mapped_states(states) -> dict | None:
     return out
 
 
-class GpuFeeder:
-    """Batches of aux (and embedding) states on the GPU, double-buffered: a thread
-    copies the next batch's rows from the memory-mapped file straight into a pinned
-    buffer (one host copy, no cat), a side stream uploads it, and the drafter's
-    stream waits only for that upload. Host reads, uploads and compute overlap."""
+def state_spans(states) -> dict | None:
+    """Where each hidden state's rows lie in an eagle3conv states file: by LayerRef,
+    ``(first byte, bytes per sequence)`` (the tensors are ``[sequences, positions, width]``,
+    row-major); None for other sources. Offsets from the validated header reader."""
+    from eagle3conv.io.safetensors import read_safetensors_header
+    from eagle3conv.states.format import StatesFile, hidden_key
 
-    def __init__(self, views: dict, refs: LayerSet, total: int, batch_size: int, with_emb: bool, device, dtype):
+    if not isinstance(states, StatesFile):
+        return None
+    header, _ = read_safetensors_header(states.path)
+    out = {}
+    for ref in states.layers:
+        info = header[hidden_key(ref)]
+        rows = info.shape[0] if info.shape else 0
+        if not rows or (info.end - info.start) % rows:
+            return None
+        out[ref] = (info.start, (info.end - info.start) // rows)
+    return out
+
+
+def pread_into(fd: int, dst, offset: int, path) -> None:
+    """Fill the contiguous numpy array ``dst`` with the file's bytes from ``offset``."""
+    import os
+
+    from eagle3conv.errors import CheckpointReadError
+
+    mv = memoryview(dst).cast("B")
+    got = 0
+    while got < len(mv):
+        n = os.preadv(fd, [mv[got:]], offset + got)
+        if n <= 0:
+            raise CheckpointReadError(f"{path}: the file ended early (was it truncated while verify read it?)")
+        got += n
+
+
+class GpuFeeder:
+    """Batches of aux (and embedding) states on the GPU, double-buffered: threads read
+    the next batch's rows into a pinned buffer (one host copy, no cat), a side stream
+    uploads it, and the drafter's stream waits only for that upload. Host reads,
+    uploads and compute overlap.
+
+    With ``spans`` (:func:`state_spans`) and ``path``, each slot's rows -- one contiguous
+    byte range of the file -- are read with ``preadv`` straight into a slot-major pinned
+    buffer ``[slots, batch, positions, width]`` (large reads, no page faults), and the
+    GPU puts the slots side by side after the upload. Otherwise the rows are copied from
+    the memory-mapped ``views``. The bytes, and so the numbers, are the same."""
+
+    def __init__(self, views: dict, refs: LayerSet, total: int, batch_size: int, with_emb: bool, device, dtype,
+                 *, spans: dict | None = None, path=None):
         import torch
 
         self.views, self.refs, self.total, self.bs = views, refs, total, batch_size
@@ -105,9 +147,21 @@ class GpuFeeder:
         store = first.dtype
         k = len(refs)
         self.nbuf = 2
-        self.aux = [torch.empty(batch_size, self.S, k * self.T, dtype=store).pin_memory() for _ in range(self.nbuf)]
-        self.emb = ([torch.empty(batch_size, self.S, self.T, dtype=store).pin_memory() for _ in range(self.nbuf)]
+        need = list(refs) + ([EMBEDDING] if with_emb else [])
+        self.spans = spans if spans is not None and path is not None and all(r in spans for r in need) else None
+        self.path = path
+        # allocated pinned (not empty().pin_memory(), which fills a pageable copy first)
+        if self.spans is not None:
+            self.aux = [torch.empty(k, batch_size, self.S, self.T, dtype=store, pin_memory=True)
+                        for _ in range(self.nbuf)]
+            self.aux_bytes = [t.view(torch.uint8).numpy() for t in self.aux]
+        else:
+            self.aux = [torch.empty(batch_size, self.S, k * self.T, dtype=store, pin_memory=True)
+                        for _ in range(self.nbuf)]
+        self.emb = ([torch.empty(batch_size, self.S, self.T, dtype=store, pin_memory=True) for _ in range(self.nbuf)]
                     if with_emb else None)
+        if self.spans is not None and self.emb is not None:
+            self.emb_bytes = [t.view(torch.uint8).numpy() for t in self.emb]
         self.stream = torch.cuda.Stream(device=device)
 
     def __iter__(self):
@@ -123,6 +177,15 @@ class GpuFeeder:
         ready: queue.Queue = queue.Queue()
         stop = threading.Event()
 
+        from concurrent.futures import ThreadPoolExecutor
+
+        # the host copies of one batch (one per slot, and the embedding) run side by side: each is a
+        # page-cache (or disk) read into pinned memory, and torch releases the GIL while copying
+        pool = ThreadPoolExecutor(max_workers=len(self.refs) + 1, thread_name_prefix="eagle3conv-copy")
+        import os
+
+        fd = os.open(self.path, os.O_RDONLY) if self.spans is not None else -1
+
         def fill():
             try:
                 for j, start in enumerate(starts):
@@ -134,10 +197,20 @@ class GpuFeeder:
                         ev.synchronize()  # the previous upload from this buffer is done
                     end = min(start + self.bs, self.total)
                     n = end - start
-                    for s, ref in enumerate(self.refs):
-                        self.aux[i][:n, :, s * self.T:(s + 1) * self.T].copy_(self.views[ref][start:end])
-                    if self.emb is not None:
-                        self.emb[i][:n].copy_(self.views[EMBEDDING][start:end])
+                    if self.spans is not None:  # each slot's rows: one contiguous range of the file
+                        jobs = [(self.aux_bytes[i][s, :n], ref) for s, ref in enumerate(self.refs)]
+                        if self.emb is not None:
+                            jobs.append((self.emb_bytes[i][:n], EMBEDDING))
+                        futures = [pool.submit(pread_into, fd, dst, self.spans[ref][0] + start * self.spans[ref][1],
+                                               self.path) for dst, ref in jobs]
+                    else:
+                        copies = [(self.aux[i][:n, :, s * self.T:(s + 1) * self.T], self.views[ref])
+                                  for s, ref in enumerate(self.refs)]
+                        if self.emb is not None:
+                            copies.append((self.emb[i][:n], self.views[EMBEDDING]))
+                        futures = [pool.submit(dst.copy_, src[start:end]) for dst, src in copies]
+                    for f in futures:
+                        f.result()
                     ready.put((i, start, end))
                 ready.put(None)
             except BaseException as err:  # noqa: BLE001 - re-raised by the consumer
@@ -155,7 +228,11 @@ class GpuFeeder:
                 i, start, end = item
                 n = end - start
                 with torch.cuda.stream(self.stream):
-                    aux = self.aux[i][:n].to(self.device, non_blocking=True)
+                    if self.spans is not None:  # [slots, batch, S, T] -> [n, S, slots*T] on the GPU
+                        raw = self.aux[i].to(self.device, non_blocking=True)
+                        aux = raw[:, :n].permute(1, 2, 0, 3).reshape(n, self.S, len(self.refs) * self.T)
+                    else:
+                        aux = self.aux[i][:n].to(self.device, non_blocking=True)
                     emb = self.emb[i][:n].to(self.device, non_blocking=True) if self.emb is not None else None
                     done = torch.cuda.Event()
                     done.record(self.stream)
@@ -170,6 +247,10 @@ class GpuFeeder:
             for q in free:
                 q.put(None)
             t.join(timeout=5)
+            alive = t.is_alive()
+            pool.shutdown(wait=not alive)
+            if fd >= 0 and not alive:  # (a reader still running keeps its descriptor)
+                os.close(fd)
 
 
 def batches(states, refs: LayerSet, *, total: int, batch_size: int, with_embeddings: bool, device, dtype,
@@ -181,10 +262,11 @@ def batches(states, refs: LayerSet, *, total: int, batch_size: int, with_embeddi
     cuda = device.type == "cuda"
     views = mapped_states(states) if cuda and feeder else None
     if views is not None:
-        yield from GpuFeeder(views, refs, total, batch_size, with_embeddings, device, dtype)
+        yield from GpuFeeder(views, refs, total, batch_size, with_embeddings, device, dtype,
+                             spans=state_spans(states), path=states.path)
         return
     for b in prefetch(states.batches(refs, batch_size=batch_size, with_embeddings=with_embeddings), pin=cuda):
         yield b.start, b.stop, b.aux, b.embeddings
 
 
-__all__ = ["GpuFeeder", "batches", "mapped_states", "prefetch"]
+__all__ = ["GpuFeeder", "batches", "mapped_states", "prefetch", "pread_into", "state_spans"]

@@ -1,0 +1,132 @@
+"""The console's read-ahead for ``eagle3conv verify``: what it reads, in which order, and that a
+fresh process (a real subprocess, as a user runs it) still prints exactly one JSON document."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from eagle3conv import console
+from eagle3conv.example import Dims, write_example
+from eagle3conv.states.format import write_states
+
+REPO = Path(__file__).resolve().parents[1]
+DIMS = Dims(hidden=64, target_hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=512,
+            draft_vocab=300, aux_ids=(1, 3, 4))
+
+
+@pytest.fixture(scope="module")
+def drafter_and_states(tmp_path_factory):
+    root = tmp_path_factory.mktemp("readahead")
+    drafter = write_example(root / "drafter", "sglang", DIMS)
+    g = torch.Generator().manual_seed(0)
+    B, S = 3, 40
+    states = root / "states.safetensors"
+    write_states(states, input_ids=torch.randint(0, 512, (B, S), generator=g),
+                 attention_mask=torch.ones(B, S, dtype=torch.bool),
+                 target_next=torch.randint(0, 512, (B, S), generator=g),
+                 hidden={o: torch.randn(B, S, 64, generator=g) for o in (-1, 1, 3, 4)}, num_layers=6,
+                 vocab_size=512, target="tiny")
+    return drafter, states
+
+
+def test_verify_inputs_are_the_weights_then_the_states(drafter_and_states):
+    drafter, states = drafter_and_states
+    files = console.verify_inputs(["eagle3conv", "verify", str(drafter), "--states", str(states), "--json"])
+    assert files == sorted(str(p) for p in drafter.glob("*.safetensors")) + [str(states)]
+    assert console.verify_inputs(["eagle3conv", "verify", str(drafter), f"--states={states}"])[-1] == str(states)
+    # other commands, the smoke test (no states), a missing folder: nothing is read ahead
+    assert console.verify_inputs(["eagle3conv", "inspect", str(drafter)]) == []
+    assert console.verify_inputs(["eagle3conv", "verify", str(drafter)]) == []
+    assert console.verify_inputs(["eagle3conv", "verify", str(drafter / "nope"), "--states", str(states)]) == []
+
+
+def test_read_ahead_is_skipped_when_the_files_do_not_fit_in_memory(drafter_and_states, monkeypatch):
+    drafter, states = drafter_and_states
+    argv = ["eagle3conv", "verify", str(drafter), "--states", str(states)]
+    monkeypatch.setattr(console, "mem_available", lambda: 0)
+    assert console.start_read_ahead(argv, {}) is False
+
+
+def test_states_are_read_every_layer_a_slice_at_a_time(drafter_and_states, monkeypatch):
+    """The striped plan covers every byte of the file exactly once, and reads the first slice of
+    every layer's tensor before the second slice of any (the first batches come first)."""
+    _, states = drafter_and_states
+    monkeypatch.setattr(console, "READ_CHUNK", 256)  # every hidden tensor (3*40*64*2 bytes) counts as large
+    plan = console.read_plan(str(states), striped=True)
+    spans = sorted((off, off + n) for _, off, n in plan if n)
+    assert spans[0][0] == 0 and spans[-1][1] == states.stat().st_size
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # contiguous, no overlap, no gap
+    header_n = int.from_bytes(states.read_bytes()[:8], "little")
+    header = json.loads(states.read_bytes()[8:8 + header_n])
+    starts = sorted(8 + header_n + v["data_offsets"][0] for k, v in header.items()
+                    if k.startswith("hidden") or (k != "__metadata__" and len(v["shape"]) == 3))
+    assert len(starts) == 4
+    first_slices = [off for _, off, _ in plan if off in starts]
+    pos = [i for i, (_, off, _) in enumerate(plan) if off in starts]
+    assert sorted(first_slices) == starts and pos == list(range(pos[0], pos[0] + 4))
+    # and a file that is not safetensors is read front to back
+    junk = states.parent / "junk.bin"
+    junk.write_bytes(b"x" * 3000)
+    assert [(o, n) for _, o, n in console.read_plan(str(junk), striped=True)] == [(0, 1024), (1024, 1024),
+                                                                                  (2048, 952)]
+
+
+def evict(paths) -> None:
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def test_cached_tells_a_cached_file_from_an_evicted_one(tmp_path):
+    f = tmp_path / "blob.bin"
+    f.write_bytes(os.urandom(4 << 20))
+    if not console.cached([str(f)]):
+        pytest.skip("this kernel does not answer preadv(RWF_NOWAIT) for buffered reads")
+    evict([f])
+    assert not console.cached([str(f)])
+    f.read_bytes()
+    assert console.cached([str(f)])
+
+
+def test_fresh_process_reads_ahead_and_keeps_stdout_one_json_document(drafter_and_states):
+    drafter, states = drafter_and_states
+    env = dict(os.environ, PYTHONPATH=str(REPO), EAGLE3CONV_PHASES="1")
+    cmd = [sys.executable, "-m", "eagle3conv", "verify", str(drafter), "--states", str(states), "--json",
+           "--no-save", "--device", "cpu"]
+    inputs = [*drafter.glob("*.safetensors"), states]
+    evict(inputs)
+    can_tell = not console.cached([str(p) for p in inputs])
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)  # exactly one JSON document: the phases line went to stderr
+    assert len(doc["acceptance_per_position"]) == 3
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("eagle3conv phases:")]
+    assert len(lines) == 1
+    phases = json.loads(lines[0].split(":", 1)[1])
+    weights = sum(f.stat().st_size for f in drafter.glob("*.safetensors"))
+    assert phases["read_ahead_files"] == 2
+    if "read_ahead_bytes" in phases:  # the daemon thread may still be reading when a tiny run exits
+        assert phases["read_ahead_bytes"] == weights + states.stat().st_size
+    assert 0 < phases["import_cli"] <= phases["exit"]
+    # run again: the inputs are cached now, so nothing is read ahead (where the kernel can tell)
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    warm = json.loads([ln for ln in again.stderr.splitlines() if ln.startswith("eagle3conv phases:")][0]
+                      .split(":", 1)[1])
+    if can_tell:
+        assert warm.get("read_ahead") == "inputs already cached" and "read_ahead_files" not in warm
+    # without the variable: no phases line
+    env.pop("EAGLE3CONV_PHASES")
+    q = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert q.returncode == 0 and "eagle3conv phases" not in q.stderr
+    assert json.loads(q.stdout)["acceptance_per_position"] == doc["acceptance_per_position"]

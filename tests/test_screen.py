@@ -1,0 +1,99 @@
+"""``evaluate.screen`` against ``evaluate`` itself: the screen's step-1 hits of every wiring (fc
+composed from per-slot projections of each layer) equal step-1 hits scored the ordinary way,
+and the screen records how long each of its phases took."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from eagle3conv.example import Dims, write_example
+from eagle3conv.spec.layers import LayerRef
+from eagle3conv.states.format import write_states
+from eagle3conv.states.readers import open_states
+from eagle3conv.verify import Candidate, build_drafter, evaluate, load_drafter_weights
+from eagle3conv.verify.evaluate import screen
+
+DIMS = Dims(hidden=64, target_hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=512,
+            draft_vocab=300, aux_ids=(1, 3, 4))
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """Layer outputs that drift over the layers (neighbours alike) and reference tokens planted
+    from the drafter's own step-1 guesses with outputs 1, 3, 4: graded hits, few ties."""
+    root = tmp_path_factory.mktemp("screen")
+    folder = write_example(root / "drafter", "sglang", DIMS)
+    config, tensors = load_drafter_weights(folder)
+    drafter, target_embeds = build_drafter(config, tensors, "cpu", torch.float32)
+    assert target_embeds
+    g = torch.Generator().manual_seed(1)
+    B, S, T = 4, 48, 64
+    base = torch.randn(B, S, T, generator=g)
+    hidden = {-1: torch.randn(B, S, T, generator=g)}
+    walk = torch.zeros(B, S, T)
+    for o in range(6):
+        walk += torch.randn(B, S, T, generator=g) * 0.3
+        hidden[o] = base + walk
+    drafter.embed_tokens = hidden[-1].reshape(B * S, T)
+    ids = torch.arange(B * S).view(B, S)
+    tokens = torch.zeros_like(ids)
+    tokens[:, :S - 1] = ids[:, 1:]
+    guess = drafter.forward(torch.cat([hidden[o] for o in (1, 3, 4)], -1), tokens).target_ids
+    target_next = torch.randint(0, 512, (B, S), generator=g)
+    target_next[:, 1:] = guess[:, :-1]
+    path = root / "states.safetensors"
+    write_states(path, input_ids=torch.randint(0, 512, (B, S), generator=g),
+                 attention_mask=torch.ones(B, S, dtype=torch.bool), target_next=target_next,
+                 hidden=hidden, num_layers=6, vocab_size=512, dtype="fp32", target="tiny")
+    return drafter, path
+
+
+def test_screen_hits_equal_evaluate_step1_hits(planted):
+    drafter, path = planted
+    states = open_states(path)
+    refs = sorted(states.layers, key=lambda r: r.output_of)
+    sets = [tuple(c) for c in itertools.combinations(refs, 3)]
+    res, kept = screen(drafter, states, sets, rows=states.num_sequences, target_embeds=True,
+                       stages=((10 ** 9, len(sets)),))
+    assert len(sets) == 35 and sorted(kept) == list(range(35))
+    per_wiring = []
+    for i, ls in enumerate(sets):
+        sc = evaluate(drafter, open_states(path), Candidate("w", ls, "test"), steps=1, batch_size=4,
+                      target_embeds=True)
+        assert res.hits[i] == sc.matched[0], ls  # the same hits, sequence by sequence
+        assert res.counted == sc.counted[0]
+        per_wiring.append(sum(sc.matched[0]))
+    planted_i = sets.index(tuple(LayerRef(o) for o in (1, 3, 4)))
+    assert per_wiring[planted_i] == sum(res.counted)  # the planted wiring is right everywhere
+    assert kept[0] == planted_i and len(set(per_wiring)) > 5  # graded, not all tied
+    # the phases: the projections, then one entry per stage
+    phases = list(res.phase_seconds)
+    assert phases[0] == "project" and len(phases) == 2 and phases[1].startswith("stage 1: 35 wirings")
+    assert all(v >= 0 for v in res.phase_seconds.values())
+
+
+def test_state_spans_read_the_same_rows_as_the_mapped_views(planted):
+    """The GPU feeder's direct reads (one byte range per slot and batch) land on the same rows
+    as the memory-mapped views it reads otherwise."""
+    import os
+
+    import numpy as np
+
+    from eagle3conv.verify.feed import mapped_states, pread_into, state_spans
+
+    _, path = planted
+    states = open_states(path)
+    views, spans = mapped_states(states), state_spans(states)
+    assert set(spans) == set(views) == set(states.layers)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for ref, view in views.items():
+            start, row = spans[ref]
+            dst = np.empty((2, *view.shape[1:]), dtype=np.float32)
+            pread_into(fd, dst, start + 1 * row, path)  # sequences 1 and 2
+            assert torch.equal(torch.from_numpy(dst), view[1:3])
+    finally:
+        os.close(fd)
