@@ -34,7 +34,9 @@ def _early_sigint(signum, frame):  # pragma: no cover - timing dependent
 def verify_inputs(argv: list[str]) -> list[str]:
     """The files ``eagle3conv verify DRAFTER --states FILE`` will read, weights first: the drafter
     folder's ``*.safetensors`` and the states file (a folder of dumps is left alone). Only the
-    plain spelling is recognised; anything unusual gives [] (the command itself reports errors)."""
+    plain spelling is recognised; anything unusual gives [] (the command itself reports errors).
+    Only regular files of the folder itself: a link (which may leave the folder) is never read
+    ahead -- the command decides about links, with its own checks (docs/architecture.md)."""
     if len(argv) < 3 or argv[1] != "verify" or argv[2].startswith("-"):
         return []
     states = None
@@ -46,7 +48,7 @@ def verify_inputs(argv: list[str]) -> list[str]:
     files = []
     try:
         with os.scandir(argv[2]) as it:
-            files = sorted(e.path for e in it if e.name.endswith(".safetensors") and e.is_file())
+            files = sorted(e.path for e in it if e.name.endswith(".safetensors") and e.is_file(follow_symlinks=False))
     except OSError:
         return []
     if states and os.path.isfile(states):
@@ -125,7 +127,7 @@ def _read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4) 
                 fd = fds.get(path)
                 if fd is None:
                     try:
-                        fd = fds[path] = os.open(path, os.O_RDONLY)
+                        fd = fds[path] = os.open(path, open_flags(path, info))
                     except OSError:
                         fd = fds[path] = -1
             if fd < 0:
@@ -154,6 +156,15 @@ def _read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4) 
     info["read_ahead_done"] = round(time.perf_counter() - _T0, 3)
 
 
+def open_flags(path: str, info: dict) -> int:
+    """Read-only, never blocking (a FIFO put in a file's place between the check and the open gives
+    no data instead of a hang), and not through a link except for the states file the user named."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    if path != info.get("_states"):
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    return flags
+
+
 def cached(files: list[str], samples: int = 16) -> bool:
     """Whether the files look fully in the page cache: a one-page ``preadv(RWF_NOWAIT)`` at
     ``samples`` places in each succeeds (it fails instead of waiting for the disk). False when
@@ -164,7 +175,8 @@ def cached(files: list[str], samples: int = 16) -> bool:
     buf = bytearray(4096)
     for path in files:
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+                         | (getattr(os, "O_NOFOLLOW", 0) if path != files[-1] else 0))
         except OSError:
             return False
         try:
@@ -189,6 +201,7 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
         workers = 4
     if not files or workers < 1:
         return False
+    info["_states"] = files[-1]  # not a phase: the one file read through a link
     try:
         size = sum(os.path.getsize(p) for p in files)
     except OSError:
@@ -251,8 +264,9 @@ def _finish(phases: dict, code) -> None:
 
 
 def _json_line(d: dict) -> str:
-    return "{" + ", ".join(f'"{k}": {v!r}' if not isinstance(v, str) else f'"{k}": "{v}"'
-                           for k, v in d.items()) + "}"
+    import json
+
+    return json.dumps({k: v for k, v in d.items() if not k.startswith("_")})
 
 
 def _main(cli) -> None:

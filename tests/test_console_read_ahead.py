@@ -130,3 +130,32 @@ def test_fresh_process_reads_ahead_and_keeps_stdout_one_json_document(drafter_an
     q = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert q.returncode == 0 and "eagle3conv phases" not in q.stderr
     assert json.loads(q.stdout)["acceptance_per_position"] == doc["acceptance_per_position"]
+
+
+def test_read_ahead_never_follows_a_link_out_of_the_folder_nor_waits_on_a_fifo(drafter_and_states, tmp_path):
+    """A downloaded folder must not make eagle3conv read a file outside it: a weight file that is a
+    link (to a secret, say) is not read ahead -- verify itself refuses it by name -- and a FIFO in a
+    weight file's place is neither listed nor able to block the reader."""
+    drafter, states = drafter_and_states
+    secret = tmp_path / "token"
+    secret.write_bytes(b"hf_secret")
+    hostile = tmp_path / "hostile"
+    hostile.mkdir()
+    for f in drafter.iterdir():
+        (hostile / f.name).write_bytes(f.read_bytes())
+    (hostile / "extra.safetensors").symlink_to(secret)
+    os.mkfifo(hostile / "fifo.safetensors")
+    argv = ["eagle3conv", "verify", str(hostile), "--states", str(states)]
+    files = console.verify_inputs(argv)
+    assert str(hostile / "extra.safetensors") not in files and str(hostile / "fifo.safetensors") not in files
+    assert files[-1] == str(states)
+    # the open the readers use refuses a link in the folder even if one is swapped in after the listing
+    info = {"_states": str(states)}
+    with pytest.raises(OSError):
+        os.open(hostile / "extra.safetensors", console.open_flags(str(hostile / "extra.safetensors"), info))
+    fd = os.open(hostile / "fifo.safetensors", console.open_flags(str(hostile / "fifo.safetensors"), info))
+    os.close(fd)  # returned at once: O_NONBLOCK, no writer needed
+    # the states file the user named may itself be a link
+    link = tmp_path / "states-link.safetensors"
+    link.symlink_to(states)
+    os.close(os.open(link, console.open_flags(str(link), {"_states": str(link)})))
