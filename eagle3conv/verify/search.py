@@ -120,7 +120,7 @@ SCREEN_TOKENS = 4096  # real tokens the screen reads (whole sequences from the s
 # (real tokens screened, wirings kept), ranked by the step-1 log score: far less noisy than step-1 hits
 # on as many positions (the lost-wiring drafter's trained set ranks first of 4,495 on the first 64 tokens
 # of the held-out states, where hits rank it 33rd in a 64-way tie), so the first stages read few tokens
-SCREEN_STAGES = ((64, 640), (512, 160), (SCREEN_TOKENS, 16))
+SCREEN_STAGES = ((64, 320), (512, 40), (SCREEN_TOKENS, 16))
 SCREEN_RANK = "log-score"
 FINALISTS = 8  # screened wirings confirmed on every position (the evidence wirings are confirmed too)
 
