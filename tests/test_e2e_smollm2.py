@@ -8,7 +8,10 @@ loaded offline) and verify must (a) report clearly higher acceptance for the
 trained wiring than for the seed incident's embedding-included wiring, (b) not
 prefer an off-by-one wiring, and (c) name the trained wiring with
 --search-wiring, by acceptance or, where the data cannot separate, by the norm
-fingerprint.
+fingerprint. The lost-wiring drafter in tests/data/smollm2-drafter-lost (config ids
+null, trained on outputs 4, 11, 21) must be recovered exactly by the global search on
+the 60 held-out conversations captured fresh (about 11,000 scored positions, where the
+step-1 log score separates what acceptance ties).
 """
 
 from __future__ import annotations
