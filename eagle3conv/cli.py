@@ -527,9 +527,12 @@ def _target_dict(p, *, detail: bool) -> dict:
                    "tried 3 times); nothing is committed then and pushing again is safe.")
 @click.option("--engine", "engines", multiple=True, metavar="ENGINE[==RELEASE]", expose_value=False,
               callback=_remember_engines, help="The engine releases the wiring check covers (as for config).")
+@click.option("--plot", "plot", type=click.Path(path_type=str), metavar="FILE",
+              help="Also send the wiring-search figure FILE (from verify --plot, .svg or .png; under its file "
+                   "name, or its path inside the folder) and show it in the card's wiring section.")
 @_common
 def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, include, exclude, base_model, force,
-             dry_run, follow_symlinks, timeout, json_, debug):
+             dry_run, follow_symlinks, timeout, plot, json_, debug):
     """Publish a checked drafter to the Hugging Face Hub, with a model card that records its wiring.
 
     Before anything is sent, the fix-keys check, the aux-layer wiring check and
@@ -552,7 +555,8 @@ def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, 
         res = push(Path(checkpoint), repo_id, private=private, revision=revision, create_pr=create_pr,
                    gate=gate_for(engines),
                    commit_message=commit_message, include=include, exclude=exclude, dry_run=dry_run, force=force,
-                   base_model=base_model, progress=progress, follow_symlinks=follow_symlinks, timeout=timeout)
+                   base_model=base_model, progress=progress, follow_symlinks=follow_symlinks, timeout=timeout,
+                   plot=plot)
     d = res.to_dict()
     _emit(json_, d, _push_text(d))
 
@@ -569,7 +573,9 @@ def _push_text(d: dict) -> str:
         lines.append(f"followed symlink {f['path']} -> {f['target']} (--follow-symlinks)")
     lines.append(f"files ({len(d['files'])}, {human_bytes(d['total_bytes'])}):")
     for f in d["files"]:
-        lines.append(f"  {f['path']}  {human_bytes(f['size'])}" + ("  (generated card)" if f["source"] == "generated" else ""))
+        lines.append(f"  {f['path']}  {human_bytes(f['size'])}" + {"generated": "  (generated card)",
+                                                                   "plot": "  (wiring plot, shown in the card)"
+                                                                   }.get(f["source"], ""))
     if d["dry_run"]:
         lines.append("")
         lines.append(d["card"] or "(no card)")

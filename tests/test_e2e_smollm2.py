@@ -8,7 +8,10 @@ loaded offline) and verify must (a) report clearly higher acceptance for the
 trained wiring than for the seed incident's embedding-included wiring, (b) not
 prefer an off-by-one wiring, and (c) name the trained wiring with
 --search-wiring, by acceptance or, where the data cannot separate, by the norm
-fingerprint.
+fingerprint. The lost-wiring drafter in tests/data/smollm2-drafter-lost (config ids
+null, trained on outputs 4, 11, 21) must be recovered exactly by the global search on
+the 60 held-out conversations captured fresh (about 11,000 scored positions, where the
+step-1 log score separates what acceptance ties).
 """
 
 from __future__ import annotations
@@ -52,6 +55,30 @@ def smollm2_states(tmp_path_factory):
     out = tmp_path_factory.mktemp("smollm2") / "states.safetensors"
     capture_states(target.model, target.tokenizer, HELDOUT, out, layers=None,  # every layer: the global search
                    generate_tokens=64, batch_size=10, dtype="fp32", target=target.name)
+    return out
+
+
+HELDOUT_CHATS = Path(__file__).parent / "data" / "smollm2-heldout.jsonl"  # bench/smollm2/heldout_messages.py
+
+
+@pytest.fixture(scope="module")
+def heldout_states(tmp_path_factory):
+    """The 60 held-out prompts with the target's own greedy responses (never seen in training),
+    captured fresh and teacher-forced: one forward per batch, no generation, every layer,
+    about 11,000 scored positions (what separates the lost drafter's wiring from its
+    neighbours; the 10 generated sequences above hold about 500)."""
+    from eagle3conv.errors import Eagle3ConvError
+    from eagle3conv.states.capture import capture_states
+    from eagle3conv.states.target_model import load_target_model
+
+    try:
+        target = load_target_model("smollm2-135m")
+    except Eagle3ConvError as e:
+        pytest.skip(f"SmolLM2 not installed: {e.message}")
+    chats = [json.loads(line) for line in HELDOUT_CHATS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    out = tmp_path_factory.mktemp("smollm2-heldout") / "states.safetensors"
+    capture_states(target.model, target.tokenizer, chats, out, layers=None, batch_size=10, dtype="bf16",
+                   target=target.name)
     return out
 
 
@@ -200,28 +227,44 @@ def _lost_wiring_checks(res):
     return v, trained
 
 
-def test_global_search_recovers_the_lost_wiring(smollm2_states, tmp_path):
-    """issue 13: ids null, nothing near 4, 11, 21 on the table; verify searches by itself."""
+def test_global_search_recovers_the_lost_wiring(heldout_states, tmp_path):
+    """issue 13: ids null, nothing near 4, 11, 21 on the table; verify searches by itself and
+    names exactly outputs 4, 11, 21, saying which statistic decided."""
+    from eagle3conv.verify.search import decide
+
     dest = tmp_path / "lost"
     shutil.copytree(LOST, dest)
-    res = verify(dest, smollm2_states, save=False)  # no --search-wiring: null ids start the search
+    res = verify(dest, heldout_states, save=False)  # no --search-wiring: null ids start the search
     assert any("ran the global wiring search by itself" in n for n in res.states["verify_notes"])
     v, trained = _lost_wiring_checks(res)
-    best = max(res.scores, key=lambda s: s.accept_length_all)
-    if v.status == "named":  # only a separated winner of a global search is named
-        assert v.best_layers == "outputs of layers 4, 11, 21" and v.separated
-        assert "--trained-on 4,11,21 --captured-at output" in v.advice
-    else:  # the data cannot separate: the tied set is named, with the positions that would separate it
-        assert v.status == "ambiguous" and v.best is None, v
-        assert "outputs of layers 4, 11, 21" in v.tied_set, v.tied_set
-        assert v.positions_to_separate is None or v.positions_to_separate > trained.tokens
-        assert "most likely trained on" not in v.advice
-        assert f"--trained-on {','.join(str(r.output_of) for r in best.candidate.layers)}" in v.advice
-    # every confirmed wiring that ties with the leader reads layer 21 in its last slot
-    assert all(t.endswith(", 21") for t in v.tied_set or [v.best_layers])
+    assert trained.tokens > 10_000
+    assert v.status == "named" and v.best_layers == "outputs of layers 4, 11, 21", v.decided_by
+    assert "most likely trained on outputs of layers 4, 11, 21" in v.advice
+    assert "--trained-on 4,11,21 --captured-at output" in v.advice
+    assert v.statistic in ("acceptance", "log-score")
+    # never against a clear acceptance difference: no confirmed wiring is clearly above the named one
+    scored = {s.candidate.layers: s for s in res.scores}
+    from eagle3conv.verify.stats import paired_difference
+
+    assert all(paired_difference(trained, s)[2] >= 0 for s in res.scores if s is not trained)
+    if v.statistic == "log-score":  # acceptance ties it with neighbours; the log score separates them
+        ls = v.log_score
+        assert v.tied >= 2 and ls["separated"] and ls["leader"] == "outputs of layers 4, 11, 21"
+        assert ls["differences"] and all(d["ci95"][0] > 0 for d in ls["differences"]), ls
+        assert "log score" in v.decided_by and "proper scoring rule" in v.decided_by
+        # negative control: the verdict without the log score (the old decision) names nothing
+        old = decide(res.scores, res.comparisons, True, dest, None, coverage=dict(v.coverage),
+                     config_names_layers=False)
+        assert old.status == "ambiguous" and old.best is None
+        assert "outputs of layers 4, 11, 21" in old.tied_set
+    else:
+        assert v.separated and v.tied == 1
+    assert outputs(4, 11, 21) in scored
 
 
 def test_global_search_agrees_with_the_training_record(smollm2_states, tmp_path):
+    """With the record beside it, the search agrees with it (here on the 10 generated sequences:
+    the record's wiring is among the acceptance leaders, so it stands)."""
     dest = tmp_path / "lost"
     shutil.copytree(LOST, dest)
     shutil.copy(LOST_RECORD, dest / "training_metadata.json")
@@ -229,3 +272,7 @@ def test_global_search_agrees_with_the_training_record(smollm2_states, tmp_path)
     v, _ = _lost_wiring_checks(res)
     assert v.status in ("named", "stands") and v.best_layers == "outputs of layers 4, 11, 21", v
     assert "--trained-on 4,11,21 --captured-at output" in v.advice
+    # the record stands; the log score, where it separates a leader (not on these ~500 positions), agrees
+    assert v.log_score is None or not v.log_score["separated"] or v.log_score["leader"] == "outputs of layers 4, 11, 21"
+    if v.status == "stands":
+        assert v.statistic == "training-record" and "training record's wiring is among them" in v.decided_by

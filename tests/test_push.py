@@ -755,3 +755,90 @@ def test_push_commit_without_answer_does_not_claim_nothing_landed(hub, ckpt, rep
 def test_push_timeout_must_be_positive(hub, ckpt, repo):
     with pytest.raises(UsageError, match="--timeout"):
         do_push(hub, ckpt, repo, timeout=0)
+
+
+# --------------------------------------------------------------------------- push --plot (issue 13)
+
+
+def wiring_plot(path: Path) -> Path:
+    """A real verify --plot figure (eagle3conv's own SVG writer) from a search's report dictionary."""
+    from eagle3conv.verify.plot import write_plot
+
+    profile = [[{"output_of": o, "step1_acceptance": a} for o, a in ((0, 0.2), (1, 0.5), (2, 0.3))]
+               for _ in range(3)]
+    d = {"verdict": {"best_layers": "outputs of layers 1, 14, 26", "coverage": {"slot_profile": profile}},
+         "results": [{"described": "outputs of layers 1, 14, 26",
+                      "layers": [{"output_of": i} for i in (1, 14, 26)],
+                      "norms": [{"median": m} for m in (10.0, 20.0, 30.0)]}]}
+    return write_plot(d, path)
+
+
+def test_push_plot_is_uploaded_and_shown_in_the_card(hub, ckpt, repo, tmp_path):
+    """issue 13: push --plot sends verify's figure next to README.md and the card's wiring
+    section embeds it by the uploaded name; --dry-run lists it and sends nothing."""
+    from click.testing import CliRunner
+
+    from eagle3conv.cli import main
+
+    fig = wiring_plot(tmp_path / "wiring.svg")  # outside the checkpoint folder: sent under its file name
+    before = tree_hash(ckpt)
+    dry = do_push(hub, ckpt, repo, plot=fig, dry_run=True)
+    assert ("wiring.svg", fig.stat().st_size, "plot") in {(f.path, f.size, f.source) for f in dry.files}
+    assert "![The wiring search" in dry.card and "](wiring.svg)" in dry.card
+    assert not sent(hub, repo)
+    res = CliRunner().invoke(main, ["push", str(ckpt), "--repo-id", repo, "--plot", str(fig), "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "wiring.svg" in res.stdout and "(wiring plot, shown in the card)" in res.stdout
+    assert not sent(hub, repo)
+
+    result = do_push(hub, ckpt, repo, plot=fig)
+    assert hub.paths(repo) == SENT | {".gitattributes", "wiring.svg"}
+    assert hub.read(repo, "wiring.svg") == fig.read_bytes()  # the image bytes arrived
+    card = hub.read(repo, "README.md").decode()
+    assert card == result.card
+    wiring = card[card.index("### Target layers it reads"):card.index("### Training")]
+    assert "![The wiring search: acceptance per aux slot and candidate layer](wiring.svg)" in wiring
+    assert tree_hash(ckpt) == before  # nothing local changed but the push record
+    assert read_record(ckpt)["files"]["wiring.svg"] == fig.stat().st_size
+    # without --plot the card embeds no figure
+    assert "![The wiring search" not in do_push(hub, ckpt, repo, dry_run=True).card
+
+
+def test_push_plot_inside_the_folder_keeps_its_path(hub, ckpt, repo):
+    (ckpt / "plots").mkdir()
+    fig = wiring_plot(ckpt / "plots" / "wiring search.svg")
+    result = do_push(hub, ckpt, repo, plot=fig)
+    assert hub.read(repo, "plots/wiring search.svg") == fig.read_bytes()
+    assert "](plots/wiring%20search.svg)" in result.card  # a markdown link that resolves to the uploaded name
+    assert [f.path for f in result.files].count("plots/wiring search.svg") == 1
+
+
+def test_push_plot_bad_files_are_refused_before_anything_is_sent(hub, ckpt, repo, tmp_path, stored_token):
+    # a link in the folder to a file outside it (a stored token): the same refusal as any pushed file
+    (ckpt / "wiring.svg").symlink_to(stored_token)
+    with pytest.raises(UnsafeLinkError, match="outside the checkpoint folder"):
+        do_push(hub, ckpt, repo, plot=ckpt / "wiring.svg")
+    (ckpt / "wiring.svg").unlink()
+    os.mkfifo(tmp_path / "pipe.svg")
+    with pytest.raises(UnsafeLinkError, match="a FIFO"):
+        do_push(hub, ckpt, repo, plot=tmp_path / "pipe.svg", follow_symlinks=True)
+    (tmp_path / "fake.png").write_text("not an image")
+    with pytest.raises(UsageError, match="not a PNG file"):
+        do_push(hub, ckpt, repo, plot=tmp_path / "fake.png")
+    with pytest.raises(UsageError, match=r"must be an \.svg or \.png"):
+        do_push(hub, ckpt, repo, plot=ckpt / "config.json")
+    with pytest.raises(UsageError, match="no such file") as info:
+        do_push(hub, ckpt, repo, plot=tmp_path / "missing.svg")
+    assert "verify" in info.value.hint and "--plot" in info.value.hint
+    # a figure outside the folder whose name is a file this push already sends
+    wiring_plot(ckpt / "wiring.svg")
+    with pytest.raises(UsageError, match="already sends a file named wiring.svg"):
+        do_push(hub, ckpt, repo, plot=wiring_plot(tmp_path / "wiring.svg"), include=["*.svg"])
+    assert not sent(hub, repo)
+    from click.testing import CliRunner
+
+    from eagle3conv.cli import main
+
+    res = CliRunner().invoke(main, ["push", str(ckpt), "--repo-id", repo, "--plot", str(tmp_path / "fake.png")])
+    assert res.exit_code == EXIT_USAGE and "Traceback" not in res.output and "not a PNG file" in res.stderr
+    assert not sent(hub, repo)

@@ -656,3 +656,64 @@ def test_plot_png_needs_matplotlib(world, tmp_path):
         return
     run("verify", drafter, "--states", captured, "--search-wiring", "--plot", png, "--no-save")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_log_score_separates_what_acceptance_ties():
+    """issue 13: where acceptance ties a global search's leaders and no record or config stands,
+    the step-1 log score (paired over sequences) names the leader it separates from every
+    wiring acceptance leaves tied with it -- and says so; never against a clear acceptance
+    difference, and never when its own intervals overlap."""
+    from eagle3conv.verify import decide
+    from eagle3conv.verify.logscore import LogScore
+
+    seqs = 12
+    glob = {"global": True, "layers": 31, "missing_layers": [], "screened": 4495, "screen_positions": 900,
+            "confirmed": 3}
+    far = _score("engine default", (1, 14, 26), [120] * seqs)
+    a = _score("search #1", (4, 13, 21), [180] * seqs)
+    b = _score("search #2", (4, 11, 21), [180 + (10 if i % 2 else -9) for i in range(seqs)])
+    scores = [far, a, b]
+
+    def logs(means, noise=0.0):
+        out = {}
+        for i, m in enumerate(means):
+            rows = [(m + (noise if (j + i) % 2 else -noise)) * 100 for j in range(seqs)]
+            out[i] = LogScore(scores[i].candidate.layers, [rows], [[100] * seqs])
+        calls = []
+
+        def log_score(idx):
+            calls.append(list(idx))
+            return [out[i] for i in idx]
+
+        return log_score, calls
+
+    # without the log score (the old decision): nothing named
+    v = decide(scores, [None] * 3, True, "ck", None, coverage=dict(glob), config_names_layers=False)
+    assert v.status == "ambiguous" and v.best is None and v.statistic is None
+    # the log score separates outputs 4, 11, 21 from its acceptance-tied neighbour
+    fn, calls = logs([-3.0, -1.70, -1.65])
+    v = decide(scores, [None] * 3, True, "ck", None, coverage=dict(glob), config_names_layers=False, log_score=fn)
+    assert v.status == "named" and v.statistic == "log-score" and v.best_layers == "outputs of layers 4, 11, 21"
+    assert v.decided_by.startswith("log score:") and "proper scoring rule" in v.decided_by
+    assert v.log_score["separated"] and v.log_score["differences"][0]["ci95"][0] > 0
+    assert "--trained-on 4,11,21" in v.advice and "most likely trained on" in v.advice
+    assert 0 not in sum(calls, [])  # the clearly worse default needs no log score
+    # overlapping log-score intervals: still ambiguous, and the verdict says the log score was consulted
+    fn, _ = logs([-3.0, -1.70, -1.69], noise=0.2)
+    v = decide(scores, [None] * 3, True, "ck", None, coverage=dict(glob), config_names_layers=False, log_score=fn)
+    assert v.status == "ambiguous" and v.best is None and not v.log_score["separated"]
+    assert "neither the log score nor the norms" in v.decided_by
+    # a wiring clearly above the log-score leader in acceptance: the log score never overrides it
+    top = _score("search #1", (4, 13, 21), [190] * seqs)
+    above = _score("search #3", (4, 12, 21), [188 + (30 if i % 2 else -30) for i in range(seqs)])
+    lead = _score("search #2", (4, 11, 21), [180 + (30 if i % 2 else -30) for i in range(seqs)])
+    scores = [far, top, above, lead]
+    fn, _ = logs([-3.0, -1.80, -1.80, -1.50])
+    v = decide(scores, [None] * 4, True, "ck", None, coverage=dict(glob), config_names_layers=False, log_score=fn)
+    assert v.tied == 3 and v.log_score["leader"] == "outputs of layers 4, 11, 21"
+    assert v.log_score["acceptance_above"] == ["outputs of layers 4, 12, 21"] and not v.log_score["separated"]
+    assert v.status == "ambiguous" and v.best is None
+    # outside a global search the log score is not consulted (nothing is named there anyway)
+    fn, calls = logs([-3.0, -1.70, -1.65])
+    v = decide([far, a, b], [None] * 3, True, "ck", None, config_names_layers=False, log_score=fn)
+    assert v.status == "ambiguous" and not calls and v.log_score is None

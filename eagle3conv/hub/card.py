@@ -129,6 +129,7 @@ class CardFacts:
     checks: list = field(default_factory=list)  # Checks
     checks_run: bool = True
     forced: bool = False
+    plot: str | None = None  # the wiring-search figure uploaded next to README.md (its path in the repo)
 
 
 def _target_layers(target: str | None, config: Mapping) -> int | None:
@@ -181,8 +182,10 @@ def _config_target(config: Mapping) -> str | None:
 
 
 def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = None,
-                 checks: Sequence[Check] = (), checks_run: bool = True, forced: bool = False) -> CardFacts:
-    """Read config.json, the training records and the verify report of ``folder``."""
+                 checks: Sequence[Check] = (), checks_run: bool = True, forced: bool = False,
+                 plot: str | None = None) -> CardFacts:
+    """Read config.json, the training records and the verify report of ``folder``
+    (``plot``: the wiring-search figure's path in the repo, embedded in the wiring section)."""
     from eagle3conv.errors import Eagle3ConvError
     from eagle3conv.checkpoint.config import aux_ids_in
     from eagle3conv.spec.engines import SGLANG_NUMBERINGS, capture
@@ -213,7 +216,8 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
     family = _target_family(target)
     facts = CardFacts(repo_id=repo_id, config=config, target=target, target_layers=n, target_family=family,
                       records=list(records),
-                      verify=read_verify_report(root), checks=list(checks), checks_run=checks_run, forced=forced)
+                      verify=read_verify_report(root), checks=list(checks), checks_run=checks_run, forced=forced,
+                      plot=plot)
     facts.raw_config_ids = aux_ids_in(config) if config else {}
     trained = next((r for r in records if r.layers), None)
     if trained is not None:
@@ -299,6 +303,18 @@ def _wiring_section(facts: CardFacts) -> list[str]:
         held = "; ".join(f"`{k}` = `{v}`" for k, v in sorted(facts.raw_config_ids.items()))
         out += ["", f"config.json holds: {held}."]
     return out
+
+
+def _plot_lines(facts: CardFacts) -> list[str]:
+    """The wiring-search figure ``push --plot`` uploads, embedded under the wiring section."""
+    if not facts.plot:
+        return []
+    from urllib.parse import quote
+
+    return ["", f"![The wiring search: acceptance per aux slot and candidate layer]({quote(facts.plot)})", "",
+            "Drawn by `eagle3conv verify --plot`: per aux slot, the step-1 acceptance of each candidate layer "
+            "in the wiring search (the chosen layer marked), and each slot's hidden-state norm next to the "
+            "training record's."]
 
 
 def _training_section(facts: CardFacts) -> list[str]:
@@ -477,7 +493,8 @@ def render_block(facts: CardFacts) -> str:
     """The generated part of the card, markers included."""
     lines = [BEGIN, "<!-- Written by `eagle3conv push`; this block is replaced on every push. "
                     "Text outside it is yours and is kept. -->", ""]
-    for section in (_about(facts), _wiring_section(facts), _training_section(facts), _verify_section(facts),
+    for section in (_about(facts), _wiring_section(facts) + _plot_lines(facts), _training_section(facts),
+                    _verify_section(facts),
                     _checks_section(facts), _launch_section(facts)):
         lines += section + [""]
     lines.append(END)

@@ -108,7 +108,7 @@ Gate = Callable[[Path], Iterable[Check]]
 class PushFile:
     path: str  # in the repo
     size: int
-    source: str  # "local" or "generated" (the README card)
+    source: str  # "local", "generated" (the README card) or "plot" (push --plot's figure, embedded in the card)
 
 
 @dataclass
@@ -237,6 +237,42 @@ def check_links(root: Path, names: Iterable[str], *, follow: bool = False) -> li
         for rel in wanted:
             safe_member(root, root / rel, follow=follow)
     return list(followed or [])
+
+
+def plot_member(root: Path, plot: str | os.PathLike, *, follow: bool = False) -> tuple[Path, str]:
+    """``push --plot``'s figure: (the file to read, its path in the repo), checked before anything is sent.
+
+    An SVG or PNG (as ``verify --plot`` writes it). Inside the checkpoint folder it keeps its
+    relative path; elsewhere it is sent under its file name. Either way it passes the checks
+    every pushed file does (:func:`~eagle3conv.checkpoint.links.safe_member`: a regular file,
+    not a link leaving its folder unless ``follow``), and its first bytes must be the format
+    its name says."""
+    from eagle3conv.verify.plot import FORMATS
+
+    p = Path(plot).expanduser()
+    suffix = p.suffix.lower()
+    if suffix not in FORMATS:
+        raise UsageError(f"--plot {plot}: the figure must be an .svg or .png file (as verify --plot writes)")
+    draw = "draw it first: eagle3conv verify CHECKPOINT --states STATES --search-wiring --plot wiring.svg"
+    if not os.path.lexists(p):
+        raise UsageError(f"--plot {plot}: no such file", hint=draw)
+    full = Path(os.path.realpath(p.parent)) / p.name  # the folder resolved, the file itself not: a link is checked
+    try:
+        rel, fence = full.relative_to(root).as_posix(), root
+    except ValueError:
+        rel, fence = full.name, full.parent
+    never = _never(rel)
+    if never is not None:
+        raise UsageError(f"--plot {plot}: not sent ({never})", hint="rename the figure")
+    safe_member(fence, full, follow=follow)
+    with open(full, "rb") as f:
+        head = f.read(256)
+    ok = (head.startswith(b"\x89PNG\r\n\x1a\n") if suffix == ".png"
+          else head.lstrip().startswith((b"<svg", b"<?xml")) and b"<svg" in head)
+    if not ok:
+        raise UsageError(f"--plot {plot}: not a{' PNG' if suffix == '.png' else 'n SVG'} file (its first bytes "
+                         "say otherwise)", hint=draw)
+    return full, rel
 
 
 # --------------------------------------------------------------------------- repo id, record
@@ -518,6 +554,7 @@ def _push(
     gate: Gate | None,
     follow_symlinks: bool = False,
     timeout: float | None = DEFAULT_TIMEOUT,
+    plot: str | os.PathLike | None = None,
 ) -> PushResult:
     """Publish the checkpoint folder ``path`` to the Hub repo ``repo_id`` in one commit.
 
@@ -532,6 +569,8 @@ def _push(
     nothing) is refused before anything is sent (:class:`UnsafeLinkError`, exit 1) unless
     ``follow_symlinks``; links followed are listed in ``PushResult.followed_symlinks``.
     ``timeout`` bounds each request to the Hub (seconds; None: no bound, as huggingface_hub).
+    ``plot``: the wiring-search figure (``verify --plot``, SVG or PNG), sent with the other files
+    (:func:`plot_member` says under which name) and embedded in the card's wiring section.
     """
     def say(message: str) -> None:  # a step with nothing to count (see eagle3conv.io.progress)
         if progress:
@@ -546,6 +585,11 @@ def _push(
     if timeout is not None and not timeout > 0:
         raise UsageError(f"--timeout {timeout}: give a number of seconds above 0")
     followed = check_links(root, select_files(root, include, exclude)[0], follow=follow_symlinks)
+    plot_file: tuple[Path, str] | None = None
+    if plot is not None:
+        with following() if follow_symlinks else nullcontext() as log:
+            plot_file = plot_member(root, plot, follow=follow_symlinks)
+        followed += [x for x in log or [] if x not in followed]
     for link, target in followed:
         say(f"following symlink {link} -> {target} (--follow-symlinks)")
     repo_id, _ = resolve_repo_id(root, repo_id)
@@ -582,14 +626,23 @@ def _push(
                   else f"convert first: eagle3conv fix-keys {root} --out DIR"))
     with_card = "README.md" in names or not any(fnmatch.fnmatch("README.md", p) for p in exclude)
     local_files = [n for n in names if n != "README.md"]
+    plot_name = None
+    if plot_file is not None:
+        plot_name = plot_file[1]
+        if plot_name == "README.md" or (plot_name in names and plot_file[0].parent != root / Path(plot_name).parent):
+            raise UsageError(f"--plot {plot}: this push already sends a file named {plot_name}",
+                             hint="rename the figure")
+        local_files = [n for n in local_files if n != plot_name]
     local_readme = (root / "README.md").read_text(encoding="utf-8", errors="replace") if "README.md" in names else None
 
     def card_for(existing: str | None) -> str:
         facts = gather_facts(root, repo_id, base_model=base_model, checks=checks, checks_run=gate is not None,
-                             forced=force and any(not c.ok for c in checks))
+                             forced=force and any(not c.ok for c in checks), plot=plot_name)
         return render_card(facts, existing)
 
     files = [PushFile(n, (root / n).stat().st_size, "local") for n in local_files]
+    if plot_file is not None:
+        files.append(PushFile(plot_name, plot_file[0].stat().st_size, "plot"))
     forced = force and any(not c.ok for c in checks)
     ep = (endpoint or _default_endpoint()).rstrip("/")
     message = commit_message or f"Upload EAGLE-3 drafter with eagle3conv{' (forced past failed checks)' if forced else ''}"
@@ -630,6 +683,8 @@ def _push(
                 card = card_for(base)
                 files.append(PushFile("README.md", len(card.encode()), "generated"))
             ops = [CommitOperationAdd(path_in_repo=n, path_or_fileobj=str(root / n)) for n in local_files]
+            if plot_file is not None:
+                ops.append(CommitOperationAdd(path_in_repo=plot_name, path_or_fileobj=str(plot_file[0])))
             if card is not None:
                 ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode("utf-8")))
             stage = "upload"
@@ -683,7 +738,7 @@ def _default_endpoint() -> str:
 
 
 __all__ = [
-    "DEFAULT_FILES", "PUSH_RECORD", "Gate", "PushFile", "PushResult", "push", "read_record",
+    "DEFAULT_FILES", "PUSH_RECORD", "Gate", "PushFile", "PushResult", "plot_member", "push", "read_record",
     "resolve_repo_id", "select_files",
 ]
 

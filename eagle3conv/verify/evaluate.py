@@ -227,6 +227,8 @@ class ScreenResult:
     sequences: int
     seconds: float = 0.0
     step1: list[float] = field(default_factory=list)  # per wiring: acceptance on the rows of its last stage
+    logp: list[float] = field(default_factory=list)  # per wiring: mean step-1 log-probability of the reference
+    # token (in the draft vocab) on the positions of its last stage (ranks the stages with rank_by="log-score")
 
     positions: int = 0  # positions the last stage scored
     phase_seconds: dict = field(default_factory=dict)  # "project" (fc per slot and layer), then per stage
@@ -237,7 +239,7 @@ class ScreenResult:
 
 def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: bool, labels=None,
            stages: tuple[tuple[int, int], ...] = ((256, 160), (4096, 16)), chunk_tokens: int | None = None,
-           progress: Progress | None = None) -> tuple[ScreenResult, list[int]]:
+           progress: Progress | None = None, rank_by: str = "acceptance") -> tuple[ScreenResult, list[int]]:
     """Step-1 acceptance of every wiring in ``sets`` on the first ``rows`` sequences,
     by successive halving: stage ``(tokens, keep)`` scores the wirings still in on
     the first ``tokens`` real tokens (whole sequences, or the first ``tokens``
@@ -248,7 +250,10 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     Step 1's ``fc`` is linear in each slot (``fc_norm``, if configured, acts per
     slot): each slot's projection of each layer is computed once, and a wiring's
     ``fc`` output is their sum. Only the rest of step 1 (attention, MLP, head) runs
-    per wiring, many wirings to a forward."""
+    per wiring, many wirings to a forward. ``rank_by="log-score"`` ranks each stage by the
+    mean log-probability the drafter gives the reference token (positions whose token is in
+    the draft vocabulary; :mod:`eagle3conv.verify.logscore`), far less noisy than step-1
+    hits on the same positions, so a stage can read fewer tokens."""
     import torch
     import torch.nn.functional as F
 
@@ -272,6 +277,15 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     ref_next = torch.zeros(B, S, dtype=tnext.dtype, device=dev)
     ref_next[:, :S - 1] = tnext[:, 1:]
     counted = ok.sum(1).cpu().tolist()
+    by_log = rank_by == "log-score"
+    if by_log:  # the reference token's draft id (-1: outside the draft vocab, never scored)
+        d2t = drafter.d2t.long().to(dev)
+        tgt = torch.arange(d2t.numel(), device=dev) + d2t
+        t2d = torch.full((int(max(int(tgt.max()), int(ref_next.max()))) + 1,), -1, dtype=torch.long, device=dev)
+        t2d[tgt] = torch.arange(d2t.numel(), device=dev)
+        ref_draft = t2d[ref_next.long().clamp(min=0)]
+        ok_lp = ok & (ref_draft >= 0)
+        ref_draft = ref_draft.clamp(min=0)
     # each slot's projection of each layer: [B, S, H], in the drafter's dtype
     # (one tensor [slots, layers, B, S, H]; a wiring's fc output is a sum of one entry per slot)
     w = drafter.fc_weight
@@ -304,6 +318,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     tokens[:, :S - 1] = run_ids[:, 1:]
     hits: list[list[int] | None] = [None] * len(sets)
     step1 = [0.0] * len(sets)
+    logp = [0.0] * len(sets)
     alive = list(range(len(sets)))
     total_work = sum(len(sets) if j == 0 else keep for j, (_, keep) in enumerate(stages))
     done = 0
@@ -315,6 +330,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         Sj = min(S, want) if n == 1 else S
         per = max(1, chunk_tokens // max(1, n * Sj))
         got: dict[int, list[int]] = {}
+        lps: dict[int, float] = {}
         for a in range(0, len(alive), per):
             part = alive[a:a + per]
             cols = wiring_cols[part]  # [P, slots]: each slot's layer; sum in slot order (as sum() did)
@@ -329,23 +345,37 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             hit = (out.target_ids.view(len(part), n, Sj) == ref_next[:n, :Sj]) & ok[:n, :Sj]
             for i, row in zip(part, hit.sum(2).cpu().tolist()):
                 got[i] = row
+            if by_log:
+                lg = out.logits.view(len(part), n, Sj, -1).float()
+                lp = lg.gather(-1, ref_draft[:n, :Sj].expand(len(part), n, Sj).unsqueeze(-1)).squeeze(-1)
+                lp = (lp - torch.logsumexp(lg, -1)) * ok_lp[:n, :Sj]
+                for i, v in zip(part, lp.sum((1, 2)).tolist()):
+                    lps[i] = v
             done += len(part)
             if progress:
                 progress(min(done, total_work), total_work)
         den = int(ok[:n, :Sj].sum())
         phases[f"stage {len(phases)}: {len(got)} wirings x {n * Sj} positions"] = round(
             time.perf_counter() - t0 - sum(phases.values()), 3)
+        den_lp = int(ok_lp[:n, :Sj].sum()) if by_log else 0
         for i, row in got.items():
             hits[i] = row
             step1[i] = sum(row) / den if den else 0.0
-        ranked = sorted(alive, key=lambda i: -sum(got[i]))
+            if by_log:
+                logp[i] = lps[i] / den_lp if den_lp else 0.0
+
+        def stat(i: int) -> float:
+            return lps[i] if by_log else sum(got[i])
+
+        ranked = sorted(alive, key=lambda i: -stat(i))
         if len(ranked) > keep:
-            cut = sum(got[ranked[keep - 1]])
-            ranked = [i for i in ranked if sum(got[i]) >= cut]
+            cut = stat(ranked[keep - 1])
+            ranked = [i for i in ranked if stat(i) >= cut]
         alive = ranked
     full = [h if h is not None and len(h) == B else [0] * B for h in hits]  # last-stage rows only
     res = ScreenResult(sets=list(sets), hits=full, counted=counted, sequences=B,
-                       seconds=time.perf_counter() - t0, step1=step1, positions=den, phase_seconds=phases)
+                       seconds=time.perf_counter() - t0, step1=step1, positions=den, phase_seconds=phases,
+                       logp=logp)
     return res, alive
 
 __all__ = ["Candidate", "Score", "ScreenResult", "evaluate", "screen"]

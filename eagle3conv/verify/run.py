@@ -216,8 +216,15 @@ def verify(
         same = training is not None and training.layers == s.candidate.layers
         comparisons.append(norm_comparison(s, training.norms) if same or (
             training is not None and len(training.layers or ()) == len(s.candidate.layers)) else None)
+    def log_score(idx):  # the step-1 log score, only where acceptance leaves a global search tied
+        from eagle3conv.verify.logscore import log_scores
+
+        return log_scores(drafter, states, [scores[i].candidate.layers for i in idx], steps=1, batch_size=batch_size,
+                          target_embeds=target_embeds, labels=labels, max_sequences=max_sequences)
+
     verdict = decide(scores, comparisons, search, path, ev.target.name if ev.target else None,
-                     coverage=coverage, config_names_layers=layers is not None or names_layers(config))
+                     coverage=coverage, config_names_layers=layers is not None or names_layers(config),
+                     log_score=log_score)
     t_end = time.perf_counter()
     result = VerifyResult(
         checkpoint=root, states=dict(states.summary(), verify_notes=notes), device=dev, dtype=str(dt).removeprefix("torch."),

@@ -9,7 +9,9 @@ default, per-slot moves of 1 and 2), among the layers the states hold.
 what the search concluded (callers branch on it, never on the wording):
 
 ``named``      acceptance separates a leader from every other wiring, or, where it
-               cannot, the norm fingerprint picks the one leader clearly in line
+               cannot, the log score (:mod:`eagle3conv.verify.logscore`) separates one of
+               the leaders from every wiring acceptance leaves tied with it, or the norm
+               fingerprint picks the one leader clearly in line
 ``stands``     acceptance cannot separate the leaders; the training record's or the
                config's wiring is among them (norms not out of line), so it stands
 ``ambiguous``  neither acceptance nor the norms decide: nothing is named
@@ -26,11 +28,12 @@ from typing import Literal
 
 from eagle3conv.errors import UsageError, WiringError
 from eagle3conv.verify.evaluate import Candidate, Score
-from eagle3conv.verify.stats import paired_difference
+from eagle3conv.verify.stats import paired_difference, paired_mean_difference
 from eagle3conv.spec.layers import EMBEDDING, LayerRef, LayerSet, describe, engine_defaults, to_ids, to_refs
 from eagle3conv.spec.drafter import aux_ids
 
 MIN_SEARCH_SEQUENCES = 10  # below this, sequence-bootstrap intervals are not worth naming a wiring on
+LOG_SCORE_STEP = 0  # the log score that separates wirings acceptance ties: draft step 1's (0-based index)
 NORM_FLAG_RATIO = 2.0
 
 Status = Literal["named", "stands", "ambiguous", "undecided"]
@@ -114,7 +117,11 @@ def candidates(base: Candidate, trained: LayerSet | None, available: Sequence[La
 # --------------------------------------------------------------------------- the global search
 
 SCREEN_TOKENS = 4096  # real tokens the screen reads (whole sequences from the start of the states)
-SCREEN_STAGES = ((256, 160), (SCREEN_TOKENS, 16))  # (real tokens screened, wirings kept)
+# (real tokens screened, wirings kept), ranked by the step-1 log score: far less noisy than step-1 hits
+# on as many positions (the lost-wiring drafter's trained set ranks first of 4,495 on the first 64 tokens
+# of the held-out states, where hits rank it 33rd in a 64-way tie), so the first stages read few tokens
+SCREEN_STAGES = ((64, 320), (512, 40), (SCREEN_TOKENS, 16))
+SCREEN_RANK = "log-score"
 FINALISTS = 8  # screened wirings confirmed on every position (the evidence wirings are confirmed too)
 
 
@@ -151,7 +158,7 @@ def screen_dtype(device: str, dtype):
 def global_search(drafter, states, near: list[Candidate], available: Sequence[LayerRef], slots: int,
                   num_layers: int | None, *, target_embeds: bool, labels=None, max_sequences: int | None = None,
                   progress=None) -> tuple[list[Candidate], dict]:
-    """Screen every ascending wiring of the layers the states hold with step-1 acceptance on
+    """Screen every ascending wiring of the layers the states hold with the step-1 log score on
     the first sequences (:func:`eagle3conv.verify.evaluate.screen`), and return the wirings
     to confirm on every position -- ``near`` (the evidence: the config's, the record's,
     the engine defaults) then the screen's finalists -- and the search's coverage."""
@@ -170,15 +177,15 @@ def global_search(drafter, states, near: list[Candidate], available: Sequence[La
         def cb(done, tot):
             progress(f"screening {len(sets)} wirings", done, tot)
     res, kept = screen(drafter, states, sets, rows=rows, target_embeds=target_embeds, labels=labels,
-                       stages=SCREEN_STAGES, progress=cb)
+                       stages=SCREEN_STAGES, progress=cb, rank_by=SCREEN_RANK)
     out = list(near)
     seen = {c.layers for c in out}
     finalists = [sets[i] for i in kept[:FINALISTS]]
     for j, ls in enumerate(finalists):
         if ls not in seen:
             seen.add(ls)
-            out.append(Candidate(f"search #{j + 1}", ls, f"global search finalist (step-1 acceptance "
-                                 f"{res.acceptance(kept[j]):.3f} on the screen)"))
+            out.append(Candidate(f"search #{j + 1}", ls, f"global search finalist (step-1 log score "
+                                 f"{res.logp[kept[j]]:.4f}, acceptance {res.acceptance(kept[j]):.3f} on the screen)"))
     have = {r.output_of for r in available}
     missing = [] if num_layers is None else [i for i in range(-1, num_layers) if i not in have]
     coverage = {
@@ -189,8 +196,10 @@ def global_search(drafter, states, near: list[Candidate], available: Sequence[La
         "screen_sequences": res.sequences,
         "screen_positions": res.positions,
         "confirmed": len(out),
-        "screen_best": [{"layers": describe(sets[i]), "step1_acceptance": round(res.acceptance(i), 4)}
-                        for i in kept[:FINALISTS]],
+        "screen_ranked_by": f"step-1 {SCREEN_RANK}",
+        "screen_stages": [list(x) for x in SCREEN_STAGES],
+        "screen_best": [{"layers": describe(sets[i]), "step1_acceptance": round(res.acceptance(i), 4),
+                         "step1_log_score": round(res.logp[i], 5)} for i in kept[:FINALISTS]],
         "screen_seconds": round(res.seconds, 3),
         "slot_profile": slot_profile(res, slots),
     }
@@ -261,6 +270,8 @@ class Verdict:
     tied_set: list[str] = field(default_factory=list)  # the wirings acceptance cannot separate (leader first)
     positions_to_separate: int | None = None  # estimated positions that would separate the leader from the rest
     config_worse: bool | None = None  # the config's wiring is clearly (paired interval) below the best found
+    statistic: str | None = None  # what decided: acceptance | log-score | norm-fingerprint | training-record | config
+    log_score: dict | None = None  # the log-score comparison, where acceptance left wirings tied
 
     def __post_init__(self) -> None:
         if self.status is not None and self.status not in STATUSES:
@@ -288,7 +299,7 @@ class Verdict:
         })
         if self.advice is not None:
             out["advice"] = self.advice
-        for key in ("coverage", "best_found", "positions_to_separate", "config_worse"):
+        for key in ("coverage", "best_found", "positions_to_separate", "config_worse", "statistic", "log_score"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.tied_set:
@@ -306,15 +317,52 @@ class Verdict:
         return cls(**kw)
 
 
+def log_score_leader(scores: list[Score], tied: list[int], log_score) -> tuple[int | None, dict]:
+    """Among ``tied`` (wirings acceptance cannot separate), the leader on the step-1 log score
+    and whether it is separated: its paired interval against every wiring acceptance does not
+    separate it from excludes 0. Returns (the leader, or None when it is not separated or a
+    wiring's acceptance is clearly above it -- a clear acceptance difference is never
+    overridden -- , the comparison for the verdict). ``log_score(indices)``: their
+    :class:`~eagle3conv.verify.logscore.LogScore`."""
+    k = LOG_SCORE_STEP
+    got = dict(zip(tied, log_score(list(tied))))
+    lead = max(tied, key=lambda i: got[i].mean(k))
+    acc = {j: paired_difference(scores[lead], scores[j]) for j in range(len(scores)) if j != lead}
+    above = [j for j, (_, _, hi) in acc.items() if hi < 0]
+    close = [j for j, (_, lo, _) in acc.items() if lo <= 0 and j not in above]
+    missing = [j for j in close if j not in got]
+    got.update(zip(missing, log_score(missing)))
+    rows, separated = [], not above
+    for j in close:
+        d, lo, hi = paired_mean_difference(got[lead].logp[k], got[lead].counted[k], got[j].logp[k],
+                                           got[j].counted[k])
+        separated = separated and lo > 0
+        rows.append({"wiring": scores[j].candidate.name, "layers": describe(scores[j].candidate.layers),
+                     "log_score_gap": round(d, 5), "ci95": [round(lo, 5), round(hi, 5)]})
+    rows.sort(key=lambda r: r["log_score_gap"])
+    out = {"statistic": f"mean log-probability (nats) the drafter gives the target's token at draft step {k + 1}, "
+                        "on the positions whose token is in the draft vocabulary; paired 95% bootstrap over "
+                        "sequences",
+           "leader": describe(scores[lead].candidate.layers), "leader_mean": round(got[lead].mean(k), 5),
+           "positions": sum(got[lead].counted[k]), "separated": bool(separated and rows),
+           "differences": rows}
+    if above:
+        out["acceptance_above"] = [describe(scores[j].candidate.layers) for j in above]
+    return (lead if out["separated"] else None), out
+
+
 def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search: bool, path,
-           target: str | None, *, coverage: dict | None = None, config_names_layers: bool = True) -> Verdict:
+           target: str | None, *, coverage: dict | None = None, config_names_layers: bool = True,
+           log_score=None) -> Verdict:
     """The verdict on ``scores`` (``scores[0]``: the config's or the given wiring;
     ``comparisons[i]``: :func:`norm_comparison` of ``scores[i]``, or None).
     ``path`` and ``target`` go into the advice's ``eagle3conv config`` command.
     ``coverage``: what :func:`global_search` screened (None: only the wirings scored);
     a wiring is named only when the search covered every layer of the target.
     ``config_names_layers``: False when config.json names no aux layers (``scores[0]``
-    is then the engines' default, which never "stands" on its own)."""
+    is then the engines' default, which never "stands" on its own).
+    ``log_score(indices)``: the :class:`~eagle3conv.verify.logscore.LogScore` of those scores
+    (computed only when acceptance leaves a global search's leaders tied)."""
     main = scores[0]
     out = Verdict(config_accept_length=round(main.accept_length, 4), coverage=coverage)
     flagged = [c for c in (comparisons[0] or []) if c["flagged"]]
@@ -335,7 +383,7 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
     tied = [ranked[0]] + [i for i in ranked[1:] if diffs[i][1] <= 0]
     separated = len(tied) == 1  # the leader's paired interval excludes 0 against every other wiring
     chosen, status = ranked[0], "named"
-    decided_by = "acceptance"
+    decided_by, statistic = "acceptance", "acceptance"
     if complete:
         coverage["summary"] = (f"global search: {coverage['screened']} wirings screened (every ascending set of the "
                                f"{coverage['layers']} layers the states hold) on {coverage['screen_positions']} "
@@ -374,23 +422,41 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
             [0] if 0 in tied and config_names_layers else [])
         anchor = next((i for i in anchors if in_line(i) is not False), None)
         ok = [i for i in tied if clearly_in_line(i)]
+        by_log = None
+        if complete and log_score is not None:
+            by_log, out.log_score = log_score_leader(scores, tied, log_score)
         if anchor is not None:
             chosen, status = anchor, "stands"
-            who = "the training record's" if scores[anchor].candidate.name == "training record" else "the config's"
+            rec = scores[anchor].candidate.name == "training record"
+            who = "the training record's" if rec else "the config's"
+            statistic = "training-record" if rec else "config"
             decided_by = (f"acceptance cannot separate {len(tied)} wirings; {who} wiring is among them"
                           + (" and its norms match training" if in_line(anchor) else "") + ", so it stands")
+            if by_log is not None and by_log != anchor:
+                decided_by += (f" (the log score prefers {describe(scores[by_log].candidate.layers)}: see "
+                               "verdict.log_score)")
+        elif by_log is not None:
+            chosen, statistic = by_log, "log-score"
+            nxt = out.log_score["differences"][0]
+            decided_by = (f"log score: acceptance cannot separate {len(tied)} wirings; the log-probability the "
+                          f"drafter gives the target's token at draft step {LOG_SCORE_STEP + 1} (a proper scoring "
+                          f"rule, on {out.log_score['positions']} positions) separates this one from every wiring "
+                          f"acceptance leaves tied with it (closest: {nxt['layers']}, "
+                          f"{nxt['log_score_gap']:+.4f} nats [{nxt['ci95'][0]:+.4f}, {nxt['ci95'][1]:+.4f}] paired)")
         elif ok and complete and len(ok) == 1:
-            chosen = ok[0]
+            chosen, statistic = ok[0], "norm-fingerprint"
             decided_by = ("norm fingerprint (acceptance cannot separate the leaders; of them, only this wiring's "
                           "norms are within 25% of training)")
         else:
+            statistic = None
             status = "ambiguous"
             more = (f"; about {out.positions_to_separate - main.tokens} more positions would separate them at the "
                     f"variance seen" if out.positions_to_separate and out.positions_to_separate > main.tokens else
                     "; no number of positions separates them at the gaps seen")
             decided_by = (f"ambiguous: acceptance cannot separate {len(tied)} wirings ("
                           + "; ".join(out.tied_set[:4]) + (" ..." if len(tied) > 4 else "")
-                          + ") and the norms do not decide" + more + ": capture more tokens")
+                          + ") and " + ("neither the log score nor " if out.log_score else "")
+                          + "the norms do not decide" + more + ": capture more tokens")
     if status == "named" and not complete:
         status = "ambiguous"
         where = ("only the wirings near the evidence were scored" if coverage is None else
@@ -401,7 +467,7 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
                       f"wirings scored, but not a global search ({where}); capture every layer "
                       "(eagle3conv capture without --layers) and search again")
     win = scores[chosen]
-    out.status, out.decided_by = status, decided_by
+    out.status, out.decided_by, out.statistic = status, decided_by, statistic if status != "ambiguous" else None
     out.best, out.best_layers = win.candidate.name, describe(win.candidate.layers)
     out.best_accept_length, out.tied, out.separated = round(win.accept_length, 4), len(tied), separated
     out.runner_up = second.candidate.name if chosen == ranked[0] else best.candidate.name
@@ -434,7 +500,7 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
 
 
 __all__ = [
-    "FINALISTS", "SCREEN_STAGES", "SCREEN_TOKENS", "all_wirings", "global_search", "names_layers", "screen_dtype",
+    "FINALISTS", "LOG_SCORE_STEP", "SCREEN_STAGES", "log_score_leader", "SCREEN_TOKENS", "all_wirings", "global_search", "names_layers", "screen_dtype",
     "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "STATUSES", "Status", "Verdict", "candidates", "config_candidate",
     "decide", "norm_comparison", "norm_mismatch",
 ]

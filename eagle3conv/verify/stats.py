@@ -62,6 +62,28 @@ def paired_difference(a: Any, b: Any, rounds: int = 2000, seed: int = 0) -> tupl
     return (a.accept_length_all - b.accept_length_all, float(lo), float(hi))
 
 
+def paired_mean_difference(num_a, den_a, num_b, den_b, rounds: int = 2000,
+                           seed: int = 0) -> tuple[float, float, float]:
+    """sum(num_a)/sum(den_a) minus sum(num_b)/sum(den_b), two statistics measured on the same
+    sequences (rows): (difference, 95% low, high), resampling sequences jointly, as
+    :func:`paired_difference` does for accept lengths. Rows where either ``den`` is 0 say
+    nothing and are dropped; with no row left the interval is unbounded."""
+    import numpy as np
+
+    xa, na = np.asarray(num_a, float), np.asarray(den_a, float)
+    xb, nb = np.asarray(num_b, float), np.asarray(den_b, float)
+    keep = (na > 0) & (nb > 0) if len(na) == len(nb) else np.zeros(0, bool)
+    if not keep.any():
+        d = (xa.sum() / na.sum() if na.sum() else 0.0) - (xb.sum() / nb.sum() if nb.sum() else 0.0)
+        return (float(d), -math.inf, math.inf)
+    xa, na, xb, nb = xa[keep], na[keep], xb[keep], nb[keep]
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(xa), size=(rounds, len(xa)))
+    d = xa[idx].sum(1) / na[idx].sum(1) - xb[idx].sum(1) / nb[idx].sum(1)
+    lo, hi = np.percentile(d, [2.5, 97.5])
+    return (float(xa.sum() / na.sum() - xb.sum() / nb.sum()), float(lo), float(hi))
+
+
 def replay(leading, full) -> tuple[list[int], list[int]]:
     """Greedy chain decoding replayed on teacher-forced results, per sequence.
 
@@ -90,4 +112,4 @@ def replay(leading, full) -> tuple[list[int], list[int]]:
     return accepted, rounds
 
 
-__all__ = ["bootstrap", "paired_difference", "replay", "wilson"]
+__all__ = ["bootstrap", "paired_difference", "paired_mean_difference", "replay", "wilson"]
