@@ -52,6 +52,7 @@ def world(tmp_path_factory):
     dims = Dims(hidden=64, target_hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128,
                 vocab=len(tok), draft_vocab=300, aux_ids=(1, 3, 4))
     drafter = write_example(root / "drafter", "sglang", dims)
+    model.save_pretrained(root / "target")  # the target's weights, for --embeddings (its own lm_head: not tied)
     return root, captured, drafter
 
 
@@ -717,3 +718,67 @@ def test_log_score_separates_what_acceptance_ties():
     fn, calls = logs([-3.0, -1.70, -1.65])
     v = decide([far, a, b], [None] * 3, True, "ck", None, config_names_layers=False, log_score=fn)
     assert v.status == "ambiguous" and not calls and v.log_score is None
+
+
+def test_engines_emulate_the_targets_head(world, tmp_path):
+    """Without draft_vocab_size in config.json SGLang replaces the drafter's lm_head with the
+    target's, vLLM keeps the drafter's (docs/facts.md §9). With the target's weights at hand
+    (--embeddings), verify runs each engine with the head it serves: on states whose labels are
+    the drafter's step-1 guesses through the target's head (computed here independently),
+    SGLang's rows accept every draft and vLLM's do not; without the target's weights the
+    SGLang rows say the head could not be emulated."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from eagle3conv.model.drafter import Eagle3Drafter
+
+    root, captured, drafter = world
+    target = root / "target"
+    config, tensors = load_drafter_weights(drafter)
+    head = load_file(str(target / "model.safetensors"))["lm_head.weight"].float()
+    with_target_head = {k: v for k, v in tensors.items() if k not in ("d2t", "t2d")} | {"lm_head.weight": head}
+    with StatesFile(captured) as st:
+        ids, mask = st.input_ids, st.attention_mask.bool()
+        table = torch.zeros(config["vocab_size"], config["hidden_size"])
+        table[ids[mask]] = st.embeddings()[mask].float()
+        d = Eagle3Drafter({**config, "draft_vocab_size": config["vocab_size"]}, with_target_head,
+                          dtype=torch.float32, embed_tokens=table)
+        nxt = torch.zeros_like(ids)
+        nxt[:, :-1] = ids[:, 1:]
+        guess = d.forward(st.aux(outputs(1, 3, 4)).float(), nxt).target_ids
+        tn = st.target_next.clone()
+        tn[:, 1:] = guess[:, :-1]
+        labelled = tmp_path / "labelled-target-head.safetensors"
+        write_states(labelled, input_ids=st.input_ids, attention_mask=st.attention_mask, target_next=tn,
+                     hidden={ref: st.hidden(ref) for ref in st.layers}, num_layers=st.num_layers,
+                     vocab_size=st.vocab_size, target=st.target, loss_mask=st.loss_mask, dtype="fp32")
+    # a full-vocabulary drafter (as Kimi-K2.5's: draft vocab = vocab, no d2t) whose config lacks
+    # draft_vocab_size (with a reduced head verify refuses it outright)
+    d2 = tmp_path / "d2"
+    shutil.copytree(drafter, d2)
+    full = {k: v for k, v in tensors.items() if k not in ("d2t", "t2d")}
+    full["lm_head.weight"] = torch.randn(config["vocab_size"], config["hidden_size"],
+                                         generator=torch.Generator().manual_seed(1)).to(tensors["lm_head.weight"].dtype)
+    (d2 / "model.safetensors").unlink()
+    save_file(full, str(d2 / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((d2 / "config.json").read_text())
+    cfg.pop("draft_vocab_size", None)
+    cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [1, 3, 4], "use_aux_hidden_state": True}
+    cfg["eagle_aux_hidden_state_layer_ids"] = [2, 4, 5]  # vLLM reads these raw: outputs 1, 3, 4 as SGLang
+    (d2 / "config.json").write_text(json.dumps(cfg))
+
+    args = ("verify", d2, "--states", labelled, "--steps", "2", "--no-save", "--json")
+    d = json.loads(run(*args, "--embeddings", target).stdout)
+    rows = {r["engine"]: r for r in d["wiring_check"]["engines"]}
+    sg, vl = rows["sglang==0.5.23"], rows["vllm==0.33.0"]
+    assert sg["captures"] == vl["captures"] == "outputs of layers 1, 3, 4"
+    assert sg["forward"]["head"] == "target's" and vl["forward"]["head"] == "drafter's own"
+    assert any("replaces the drafter's lm_head" in e for e in sg["emulated"]) and not sg["not_emulated"]
+    assert sg["acceptance"][0] == 1.0 and vl["acceptance"][0] < 0.9
+    assert d["acceptance_per_position"][0] == 1.0  # verify's own score runs as SGLang serves it
+    # without the target's weights: the drafter's own head, and the row says what it could not run
+    d = json.loads(run(*args).stdout)
+    sg = {r["engine"]: r for r in d["wiring_check"]["engines"]}["sglang==0.5.23"]
+    assert sg["forward"]["head"] == "drafter's own" and sg["acceptance"][0] < 0.9
+    assert any("target's lm_head" in e and "--embeddings" in e for e in sg["not_emulated"])

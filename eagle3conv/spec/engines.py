@@ -988,7 +988,10 @@ class Serving:
     drafter's own ``embed_tokens``, which it ships, unless identical to the target's: the
     caller compares). ``differences``: where it runs the drafter otherwise than its
     config.json says; ``not_emulated``: differences a run on captured states cannot show;
-    ``not_read``: what the rules do not record for this engine (run as SGLang does)."""
+    ``not_read``: what the rules do not record for this engine (run as SGLang does).
+    ``target_head``: it replaces the drafter's ``lm_head`` with the target's (no
+    ``draft_vocab_size`` in config.json) and the target's head is at hand, so the run
+    uses it."""
 
     engine: EngineRelease
     drafter: str
@@ -1000,16 +1003,19 @@ class Serving:
     not_read: tuple[str, ...]
     why: str
     source: str
+    target_head: bool = False
 
     @property
     def key(self) -> tuple:
         """Equal keys run the same forward (on the same embedding decision)."""
-        return (self.rope_interleave, self.norm_before_residual, self.own_embedding)
+        return (self.rope_interleave, self.norm_before_residual, self.own_embedding, self.target_head)
 
 
 def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
-            tensor_names: Iterable[str] = ()) -> Serving:
-    """How ``engine`` runs the drafter with ``config`` and tensors ``tensor_names``."""
+            tensor_names: Iterable[str] = (), *, target_head_at_hand: bool = False) -> Serving:
+    """How ``engine`` runs the drafter with ``config`` and tensors ``tensor_names``.
+    ``target_head_at_hand``: the target's ``lm_head`` was given (verify ``--embeddings``),
+    so an engine that would use it instead of the drafter's is run with it."""
     rel = _as_release(engine)
     eng = engines()[rel.engine]
     cfg = config or {}
@@ -1047,14 +1053,21 @@ def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
         own = "unless_equal"
     elif fw.embedding is None:
         not_read.append(f"which embedding {who} uses")
+    target_head = False
     if cfg.get("draft_vocab_size") is None and "lm_head.weight" in names:
         if fw.head_without_draft_vocab_size == "target":
-            missing.append(f"config.json has no draft_vocab_size, so {who} uses the target's lm_head instead "
-                           "of the drafter's; the target's head is not in captured states, so verify scores "
-                           "the drafter's own head")
+            if target_head_at_hand:
+                target_head = True
+                diffs.append(f"config.json has no draft_vocab_size, so {who} replaces the drafter's lm_head with "
+                             "the target's (run here with the target's head from --embeddings)")
+            else:
+                missing.append(f"config.json has no draft_vocab_size, so {who} uses the target's lm_head instead "
+                               "of the drafter's; the target's head is not in captured states, so verify scores "
+                               "the drafter's own head (pass the target's weights with --embeddings to run it)")
         elif fw.head_without_draft_vocab_size is None:
             not_read.append(f"which head {who} uses without draft_vocab_size")
-    return Serving(rel, kind, rope, nbr, own, tuple(diffs), tuple(missing), tuple(not_read), fw.why, fw.source)
+    return Serving(rel, kind, rope, nbr, own, tuple(diffs), tuple(missing), tuple(not_read), fw.why, fw.source,
+                   target_head)
 
 
 # --------------------------------------------------------------------------- the SGLang ids to write

@@ -68,9 +68,45 @@ def load_target_embeddings(path: str | os.PathLike, vocab: int, hidden: int):
     raise UsageError(f"--embeddings {p}: no token embedding among its tensors (looked for {', '.join(EMBED_NAMES)})")
 
 
+HEAD_NAMES = ("lm_head.weight", "language_model.lm_head.weight", "model.language_model.lm_head.weight")
+
+
+def load_target_head(path: str | os.PathLike, vocab: int, hidden: int):
+    """The target's ``lm_head`` ``[V, H]`` from its safetensors (a file, or a model folder),
+    or its token embedding when the folder's config.json ties the two
+    (``tie_word_embeddings``); None when neither can be told from what is there."""
+    import json
+
+    from safetensors import safe_open
+
+    p = Path(path)
+    files = [p] if p.is_file() else sorted(p.glob("*.safetensors")) if p.is_dir() else []
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt") as st:
+                name = next((n for n in HEAD_NAMES if n in st.keys()), None)
+                if name is None:
+                    continue
+                shape = tuple(st.get_slice(name).get_shape())
+                if shape != (vocab, hidden):
+                    raise WiringError(f"--embeddings {f}: {name} is {list(shape)}, the drafter needs "
+                                      f"[{vocab}, {hidden}] (vocab_size, hidden_size): another target?")
+                return st.get_tensor(name)
+        except (OSError, ValueError) as err:
+            raise CheckpointReadError(f"--embeddings {f}: cannot read: {err}") from None
+    cfg_file = (p if p.is_dir() else p.parent) / "config.json"
+    try:
+        cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
+    except (OSError, ValueError):
+        cfg = {}
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    tied = cfg.get("tie_word_embeddings", text.get("tie_word_embeddings"))
+    return load_target_embeddings(path, vocab, hidden) if tied is True else None
+
+
 def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings=None,
                   rope_interleave: bool | None = None, norm_before_residual: bool = False,
-                  own_embedding: bool = False) -> tuple[Any, bool]:
+                  own_embedding: bool = False, target_head=None) -> tuple[Any, bool]:
     """The drafter, and whether it embeds from the captured embedding output (SGLang
     uses the target's table unless ``target_hidden_size`` differs from
     ``hidden_size``). ``embeddings``: the target's ``[V, H]`` table, for states
@@ -81,7 +117,9 @@ def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings
     Per-engine serving (docs/facts.md §9): ``rope_interleave`` runs an MLA drafter with
     that RoPE layout whatever its config says; ``norm_before_residual`` norms the
     residual (vLLM honours the flag, SGLang does not); ``own_embedding`` embeds with the
-    drafter's own ``embed_tokens`` (vLLM, when it differs from the target's)."""
+    drafter's own ``embed_tokens`` (vLLM, when it differs from the target's);
+    ``target_head`` (``[V, H]``) replaces the drafter's ``lm_head`` and its vocab map, as
+    SGLang does for a config without ``draft_vocab_size``."""
     import torch
 
     from eagle3conv.errors import InvalidCheckpointError
@@ -89,6 +127,10 @@ def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings
 
     from eagle3conv.spec.canonical import drafter_uses_own_embedding
 
+    if target_head is not None:
+        tensors = {k: v for k, v in tensors.items() if k not in ("d2t", "t2d")}
+        tensors["lm_head.weight"] = target_head
+        config = {**config, "draft_vocab_size": int(target_head.shape[0])}
     cls = drafter_class(config, tensors.keys())
     c = drafter_config(config, tensors.keys())
     if rope_interleave is not None and hasattr(c, "rope_interleave"):
@@ -172,4 +214,5 @@ def data_labels(input_ids, attention_mask):
     return labels
 
 
-__all__ = ["EMBED_NAMES", "build_drafter", "compare_embeddings", "data_labels", "load_drafter_weights", "load_target_embeddings"]
+__all__ = ["EMBED_NAMES", "HEAD_NAMES", "build_drafter", "compare_embeddings", "data_labels", "load_drafter_weights",
+           "load_target_embeddings", "load_target_head"]

@@ -24,6 +24,7 @@ from eagle3conv.verify.inputs import (
     data_labels,
     load_drafter_weights,
     load_target_embeddings,
+    load_target_head,
 )
 from eagle3conv.verify.report import REPORT_FILE, VerifyResult
 from eagle3conv.verify.search import (
@@ -146,7 +147,12 @@ def verify(
     elif not states.has_embeddings and dc.target_hidden_size == dc.hidden_size:
         raise UsageError(f"{states_path}: these states hold no embedding output, and the drafter embeds with "
                          "the target's table", hint="pass the target's weights: --embeddings TARGET_DIR")
-    serving = _Serving(config, tensors, states, table, opts)
+    head = None
+    if embeddings is not None and config.get("draft_vocab_size") is None and "lm_head.weight" in tensors:
+        # an engine that serves the target's head in place of the drafter's (no draft_vocab_size) is run with it
+        head = load_target_head(embeddings, dc.vocab_size, dc.hidden_size)
+        head = None if head is None else head.to(dt)
+    serving = _Serving(config, tensors, states, table, opts, head)
     if "embed_tokens.weight" in tensors and not drafter_uses_own_embedding(dc.hidden_size, dc.target_hidden_size):
         from eagle3conv.wiring.audit import audit_embedding
 
@@ -164,7 +170,7 @@ def verify(
         screener, _ = build_drafter(config, tensors, dev, screen_dtype(dev, dt), embeddings=table,
                                     **serving.kwargs(main_fw))
     if not serving.needs_tensors(check.to_dict().get("engines") or [], main_fw):
-        del tensors, table  # no engine runs the drafter otherwise: the weights are not needed again
+        del tensors, table, head  # no engine runs the drafter otherwise: the weights are not needed again
         serving.release()
     t_built = time.perf_counter()
     truth = ev.truth.layers if ev.truth else None
@@ -258,18 +264,20 @@ class _Serving:
     The drafter's own embed_tokens is compared with the target's once, when an engine
     would use it."""
 
-    def __init__(self, config: dict, tensors: dict, states, table, opts) -> None:
+    def __init__(self, config: dict, tensors: dict, states, table, opts, head=None) -> None:
         self.config, self.tensors, self.states, self.table, self.opts = config, tensors, states, table, opts
+        self.head = head  # the target's lm_head (from --embeddings), for engines that use it
         self.names = frozenset(tensors)  # kept when the weights are released
+        self.head_at_hand = head is not None
         self.embedding_comparison: dict | None = None
 
     def release(self) -> None:
-        self.tensors = self.table = None
+        self.tensors = self.table = self.head = None
 
     def of(self, rel):
         from eagle3conv.spec.engines import serving
 
-        return serving(rel, self.config, self.names)
+        return serving(rel, self.config, self.names, target_head_at_hand=self.head_at_hand)
 
     def main(self):
         """verify's own forward: the first --engine's, else SGLang's (the newest release)."""
@@ -293,10 +301,10 @@ class _Serving:
 
     def kwargs(self, fw) -> dict:
         return {"rope_interleave": fw.rope_interleave, "norm_before_residual": fw.norm_before_residual,
-                "own_embedding": self.own_embedding(fw)}
+                "own_embedding": self.own_embedding(fw), "target_head": self.head if fw.target_head else None}
 
     def key(self, fw) -> tuple:
-        return (fw.rope_interleave, fw.norm_before_residual, self.own_embedding(fw))
+        return (fw.rope_interleave, fw.norm_before_residual, self.own_embedding(fw), fw.target_head)
 
     def describe(self, fw) -> list[str]:
         """The emulated differences from what config.json says (the embedding decision included)."""
@@ -345,6 +353,7 @@ def _score_engines(rows: list[dict], scores: list[Score], drafter, states, *, se
                               ("interleaved" if fw.rope_interleave else "half-split (neox)"),
                               "norm_before_residual": fw.norm_before_residual,
                               "embedding": "drafter's own" if serving.own_embedding(fw) else "target's",
+                              "head": "target's" if fw.target_head else "drafter's own",
                               "why": fw.why, "source": fw.source}
             row["emulated"] = serving.describe(fw)
             row["not_emulated"] = list(fw.not_emulated)
