@@ -42,20 +42,20 @@ EMBED_NAMES = ("model.embed_tokens.weight", "embed_tokens.weight", "model.langua
                 "language_model.model.embed_tokens.weight", "transformer.wte.weight", "model.embed.weight")
 
 
-def load_target_embeddings(path: str | os.PathLike, vocab: int, hidden: int):
-    """The target's token embedding ``[V, H]`` from its safetensors (a file, or a model
-    folder, sharded or not), reading only that tensor."""
+def _target_files(path: str | os.PathLike) -> list[Path]:
+    p = Path(path)
+    return [p] if p.is_file() else sorted(p.glob("*.safetensors")) if p.is_dir() else []
+
+
+def _target_tensor(files: list[Path], names: tuple[str, ...], vocab: int, hidden: int):
+    """The first of ``names`` found in ``files``, checked to be ``[vocab, hidden]`` (only that
+    tensor is read); None when none is there."""
     from safetensors import safe_open
 
-    p = Path(path)
-    files = [p] if p.is_file() else sorted(p.glob("*.safetensors")) if p.is_dir() else []
-    if not files:
-        raise UsageError(f"--embeddings {p}: no safetensors file there",
-                         hint="give the target model's folder or the .safetensors file holding its embed_tokens")
     for f in files:
         try:
             with safe_open(str(f), framework="pt") as st:
-                name = next((n for n in EMBED_NAMES if n in st.keys()), None)
+                name = next((n for n in names if n in st.keys()), None)
                 if name is None:
                     continue
                 shape = tuple(st.get_slice(name).get_shape())
@@ -65,7 +65,21 @@ def load_target_embeddings(path: str | os.PathLike, vocab: int, hidden: int):
                 return st.get_tensor(name)
         except (OSError, ValueError) as err:  # safetensors raises these for unreadable files
             raise CheckpointReadError(f"--embeddings {f}: cannot read: {err}") from None
-    raise UsageError(f"--embeddings {p}: no token embedding among its tensors (looked for {', '.join(EMBED_NAMES)})")
+    return None
+
+
+def load_target_embeddings(path: str | os.PathLike, vocab: int, hidden: int):
+    """The target's token embedding ``[V, H]`` from its safetensors (a file, or a model
+    folder, sharded or not), reading only that tensor."""
+    files = _target_files(path)
+    if not files:
+        raise UsageError(f"--embeddings {path}: no safetensors file there",
+                         hint="give the target model's folder or the .safetensors file holding its embed_tokens")
+    table = _target_tensor(files, EMBED_NAMES, vocab, hidden)
+    if table is None:
+        raise UsageError(f"--embeddings {path}: no token embedding among its tensors (looked for "
+                         f"{', '.join(EMBED_NAMES)})")
+    return table
 
 
 HEAD_NAMES = ("lm_head.weight", "language_model.lm_head.weight", "model.language_model.lm_head.weight")
@@ -77,27 +91,16 @@ def load_target_head(path: str | os.PathLike, vocab: int, hidden: int):
     (``tie_word_embeddings``); None when neither can be told from what is there."""
     import json
 
-    from safetensors import safe_open
-
+    head = _target_tensor(_target_files(path), HEAD_NAMES, vocab, hidden)
+    if head is not None:
+        return head
     p = Path(path)
-    files = [p] if p.is_file() else sorted(p.glob("*.safetensors")) if p.is_dir() else []
-    for f in files:
-        try:
-            with safe_open(str(f), framework="pt") as st:
-                name = next((n for n in HEAD_NAMES if n in st.keys()), None)
-                if name is None:
-                    continue
-                shape = tuple(st.get_slice(name).get_shape())
-                if shape != (vocab, hidden):
-                    raise WiringError(f"--embeddings {f}: {name} is {list(shape)}, the drafter needs "
-                                      f"[{vocab}, {hidden}] (vocab_size, hidden_size): another target?")
-                return st.get_tensor(name)
-        except (OSError, ValueError) as err:
-            raise CheckpointReadError(f"--embeddings {f}: cannot read: {err}") from None
     cfg_file = (p if p.is_dir() else p.parent) / "config.json"
     try:
         cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
     except (OSError, ValueError):
+        cfg = {}
+    if not isinstance(cfg, dict):
         cfg = {}
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
     tied = cfg.get("tie_word_embeddings", text.get("tie_word_embeddings"))
