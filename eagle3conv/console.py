@@ -33,7 +33,7 @@ def _early_sigint(signum, frame):  # pragma: no cover - timing dependent
 
 def verify_inputs(argv: list[str]) -> list[str]:
     """The files ``eagle3conv verify DRAFTER --states FILE`` will read, weights first: the drafter
-    folder's ``*.safetensors`` and the states file (a folder of dumps is left alone). Only the
+    folder's ``*.safetensors`` and the states file, last (with a folder of dumps, nothing). Only the
     plain spelling is recognised; anything unusual gives [] (the command itself reports errors).
     Only regular files of the folder itself: a link (which may leave the folder) is never read
     ahead -- the command decides about links, with its own checks (docs/architecture.md)."""
@@ -51,9 +51,9 @@ def verify_inputs(argv: list[str]) -> list[str]:
             files = sorted(e.path for e in it if e.name.endswith(".safetensors") and e.is_file(follow_symlinks=False))
     except OSError:
         return []
-    if states and os.path.isfile(states):
-        files.append(states)
-    return files if states else []
+    if not states or not os.path.isfile(states):
+        return []  # no states file (the smoke test, or a folder of dumps): nothing is read ahead
+    return files + [states]
 
 
 def mem_available() -> int:
@@ -81,7 +81,7 @@ def read_plan(path: str, striped: bool) -> list[tuple[str, int, int]]:
     size = os.path.getsize(path)
     if striped:
         try:
-            with open(path, "rb") as f:
+            with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
                 (n,) = struct.unpack("<Q", f.read(8))
                 if n > min(size - 8, 100 << 20):
                     raise ValueError("not a safetensors header")

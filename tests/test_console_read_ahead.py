@@ -159,3 +159,13 @@ def test_read_ahead_never_follows_a_link_out_of_the_folder_nor_waits_on_a_fifo(d
     link = tmp_path / "states-link.safetensors"
     link.symlink_to(states)
     os.close(os.open(link, console.open_flags(str(link), {"_states": str(link)})))
+
+
+def test_states_folder_reads_nothing_ahead(drafter_and_states, tmp_path):
+    """With a folder of dumps as --states nothing is read ahead (so no drafter file is ever taken
+    for the user-named states file, which alone may be read through a link)."""
+    drafter, _ = drafter_and_states
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    assert console.verify_inputs(["eagle3conv", "verify", str(drafter), "--states", str(dumps)]) == []
+    assert console.start_read_ahead(["eagle3conv", "verify", str(drafter), "--states", str(dumps)], {}) is False

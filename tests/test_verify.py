@@ -609,7 +609,8 @@ def test_engines_emulate_whose_embedding(world, tmp_path):
     assert any(f"{cmp['rows']} of {V} rows compared" in e for e in vl["emulated"])
     (f,) = [f for f in d["wiring_check"]["findings"] if f["code"] == "audit-embed-differs"]  # the audit says it too
     assert f"{cmp['rows']} of {V} rows compared" in f["message"] and "drop embed_tokens.weight" in f["fix"]
-    # embed_tokens equal to the target's rows: vLLM shares the target's table, the same numbers as SGLang
+    # embed_tokens equal to the target's on the rows the states hold: the same numbers as SGLang on
+    # these states, but vLLM compares the whole table (torch.equal), so "identical" is not claimed
     with StatesFile(captured) as st:
         ids, mask = st.input_ids, st.attention_mask.bool()
         table = torch.zeros(V, H)
@@ -617,9 +618,12 @@ def test_engines_emulate_whose_embedding(world, tmp_path):
     same = _copy_with(drafter, tmp_path / "same", {"embed_tokens.weight": table})
     d = json.loads(run("verify", same, "--states", labelled, "--steps", "2", "--no-save", "--json").stdout)
     rows = {r["engine"]: r for r in d["wiring_check"]["engines"]}
-    assert rows["vllm==0.33.0"]["acceptance"][0] == 1.0 and rows["vllm==0.33.0"]["forward"]["embedding"] == "target's"
-    assert d["wiring_check"]["embedding_comparison"]["identical"] is True
-    assert not [f for f in d["wiring_check"]["findings"] if f["code"].startswith("audit-embed")]
+    assert rows["vllm==0.33.0"]["acceptance"][0] == 1.0
+    cmp = d["wiring_check"]["embedding_comparison"]
+    assert cmp["identical"] is None and cmp["identical_rows"] is True
+    assert not [f for f in d["wiring_check"]["findings"] if f["code"] == "audit-embed-differs"]
+    (f,) = [f for f in d["wiring_check"]["findings"] if f["code"] == "audit-embed-uncompared"]
+    assert f"{cmp['rows']} rows the states hold equal the target's" in f["message"] and "--embeddings" in f["fix"]
 
 
 def test_plot_svg_and_bad_paths(world, tmp_path):
@@ -782,3 +786,44 @@ def test_engines_emulate_the_targets_head(world, tmp_path):
     sg = {r["engine"]: r for r in d["wiring_check"]["engines"]}["sglang==0.5.23"]
     assert sg["forward"]["head"] == "drafter's own" and sg["acceptance"][0] < 0.9
     assert any("target's lm_head" in e and "--embeddings" in e for e in sg["not_emulated"])
+
+
+def test_a_drafter_narrower_than_its_target_embeds_with_its_own_table_in_every_engine(world, tmp_path):
+    """A drafter whose hidden size differs from the target's ships its own embed_tokens, and every
+    engine embeds with it (a table of the target's width cannot feed it): verify scores it on
+    captured states, every engine row says so, and nothing tries to compare tables of two widths."""
+    root, captured, _ = world
+    with StatesFile(captured) as st:
+        vocab = st.vocab_size
+    narrow = write_example(tmp_path / "narrow", "sglang", Dims(hidden=32, target_hidden=64, heads=4, kv_heads=2,
+                                                                 head_dim=8, intermediate=64, vocab=vocab,
+                                                                 draft_vocab=300, aux_ids=(1, 3, 4)))
+    d = json.loads(run("verify", narrow, "--states", captured, "--steps", "2", "--no-save", "--json").stdout)
+    rows = d["wiring_check"]["engines"]
+    assert rows and all(r["forward"]["embedding"] == "drafter's own" for r in rows if "forward" in r)
+    assert not any("embeds with the drafter's own" in e for r in rows for e in r.get("emulated", []))
+    assert "embedding_comparison" not in d["wiring_check"]
+    assert d["acceptance_per_position"] and d["results"][0]["positions_scored"] > 0
+
+
+def test_embedding_rows_seen_identical_are_not_called_the_whole_table(world):
+    """vLLM compares the whole table (torch.equal): rows the states hold that match the captured
+    embedding output say nothing of the others, so ``identical`` stays None (not True) and the
+    comparison says which rows were not compared."""
+    from eagle3conv.verify.inputs import compare_embeddings
+
+    _, captured, _ = world
+    with StatesFile(captured) as st:
+        ids, mask = st.input_ids, st.attention_mask.bool()
+        own = torch.zeros(st.vocab_size, st.hidden_size)
+        own[ids[mask]] = st.embeddings()[mask].float()
+        cmp = compare_embeddings(own, st)
+        assert 0 < cmp["rows"] < cmp["of"] and cmp["max_abs_diff"] == 0.0
+        assert cmp["identical"] is None and cmp["identical_rows"] is True and "not compared" in cmp["how"]
+        # every row compared through the target's own table: identical means identical
+        assert compare_embeddings(own, st, table=own.clone())["identical"] is True
+        other = own.clone()
+        other[-1, 0] += 1.0  # a row the states never hold
+        assert compare_embeddings(own, st, table=other)["identical"] is False
+        # a table of another width is not compared row by row
+        assert compare_embeddings(torch.zeros(st.vocab_size, 8), st)["identical"] is False

@@ -265,8 +265,11 @@ def plot_member(root: Path, plot: str | os.PathLike, *, follow: bool = False) ->
     if never is not None:
         raise UsageError(f"--plot {plot}: not sent ({never})", hint="rename the figure")
     safe_member(fence, full, follow=follow)
-    with open(full, "rb") as f:
-        head = f.read(256)
+    try:  # O_NONBLOCK: a FIFO swapped in after the check gives no bytes instead of a hang
+        with os.fdopen(os.open(full, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
+            head = f.read(256)
+    except OSError as err:
+        raise UsageError(f"--plot {plot}: cannot read it: {err.strerror or err}") from None
     ok = (head.startswith(b"\x89PNG\r\n\x1a\n") if suffix == ".png"
           else head.lstrip().startswith((b"<svg", b"<?xml")) and b"<svg" in head)
     if not ok:

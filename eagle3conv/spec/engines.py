@@ -1005,11 +1005,6 @@ class Serving:
     source: str
     target_head: bool = False
 
-    @property
-    def key(self) -> tuple:
-        """Equal keys run the same forward (on the same embedding decision)."""
-        return (self.rope_interleave, self.norm_before_residual, self.own_embedding, self.target_head)
-
 
 def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
             tensor_names: Iterable[str] = (), *, target_head_at_hand: bool = False) -> Serving:

@@ -348,7 +348,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             if by_log:
                 lg = out.logits.view(len(part), n, Sj, -1).float()
                 lp = lg.gather(-1, ref_draft[:n, :Sj].expand(len(part), n, Sj).unsqueeze(-1)).squeeze(-1)
-                lp = (lp - torch.logsumexp(lg, -1)) * ok_lp[:n, :Sj]
+                lp = torch.where(ok_lp[:n, :Sj], lp - torch.logsumexp(lg, -1), 0.0)  # no inf * 0 at padding
                 for i, v in zip(part, lp.sum((1, 2)).tolist()):
                     lps[i] = v
             done += len(part)

@@ -161,27 +161,46 @@ def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings
                norm_before_residual=norm_before_residual), not own
 
 
-def compare_embeddings(own, states, *, table=None, max_sequences: int = 64) -> dict:
-    """Whether the drafter's own ``embed_tokens`` (``own``, ``[V, H]``) is the target's,
-    as vLLM decides it (``torch.equal``, docs/facts.md §4). With the target's ``table``
-    the whole tables are compared; otherwise the rows of the token ids the captured
-    states hold, against the captured embedding output (the first ``max_sequences``
-    sequences), both cast to the coarser of the two dtypes. Returns ``rows`` (rows
-    compared), ``of`` (the vocab size), ``max_abs_diff``, ``identical`` and ``how``;
-    ``identical`` is None when nothing could be compared."""
+def _max_abs_diff(a, b, rows: int = 4096) -> float:
+    """max |a - b| over two equal-shape tables, a block of rows at a time, in the coarser of the
+    two dtypes (no full-size float copies of a Kimi-size table)."""
     import torch
 
+    coarse = min((a.dtype, b.dtype), key=lambda d: torch.finfo(d).bits)
+    out = 0.0
+    for i in range(0, a.shape[0], rows):
+        d = (a[i:i + rows].to(coarse).float() - b[i:i + rows].to(coarse).float()).abs().max().item()
+        out = max(out, d)
+    return out
+
+
+def compare_embeddings(own, states, *, table=None, max_sequences: int = 64) -> dict:
+    """Whether the drafter's own ``embed_tokens`` (``own``, ``[V, H]``) is the target's,
+    as vLLM decides it (``torch.equal`` on the whole table, docs/facts.md §4). With the
+    target's ``table`` (as stored: not cast to verify's dtype) the whole tables are compared;
+    otherwise the rows of the token ids the captured states hold, against the captured
+    embedding output (the first ``max_sequences`` sequences). Both sides are cast to the
+    coarser of the two dtypes. Returns ``rows`` (rows compared), ``of`` (the vocab size),
+    ``max_abs_diff``, ``identical`` and ``how``. ``identical`` is True only when every row
+    was compared and none differs, False when a row differs, None when nothing (or only
+    some rows, all equal: ``identical_rows`` True) could be compared."""
+    import torch
+
+    width = int(own.shape[1]) if own.ndim == 2 else None
     if table is not None:
         if tuple(table.shape) != tuple(own.shape):
             return {"rows": 0, "of": int(own.shape[0]), "max_abs_diff": None, "identical": False,
                     "how": f"the target's table is {list(table.shape)}, the drafter's {list(own.shape)}"}
-        diff = (own.float() - table.float()).abs().max().item() if own.numel() else 0.0
+        diff = _max_abs_diff(own, table) if own.numel() else 0.0
         return {"rows": int(own.shape[0]), "of": int(own.shape[0]), "max_abs_diff": diff,
                 "identical": diff == 0.0,
                 "how": "the whole table against the target's (--embeddings)"}
     if not states.has_embeddings:
         return {"rows": 0, "of": int(own.shape[0]), "max_abs_diff": None, "identical": None,
                 "how": "the states hold no embedding output and no --embeddings was given"}
+    if width != states.hidden_size:
+        return {"rows": 0, "of": int(own.shape[0]), "max_abs_diff": None, "identical": False,
+                "how": f"the drafter's table is {width} wide, the target's embedding output {states.hidden_size}"}
     take = min(max_sequences, states.num_sequences)
     ids = states.input_ids[:take]
     mask = states.attention_mask[:take].bool()
@@ -197,10 +216,15 @@ def compare_embeddings(own, states, *, table=None, max_sequences: int = 64) -> d
     coarse = min((mine.dtype, captured.dtype), key=lambda d: torch.finfo(d).bits)
     a, b = mine.to(coarse).float(), captured.to(coarse).float()
     diff = (a - b).abs().max().item()
-    return {"rows": int(tokens.unique().numel()), "of": int(own.shape[0]), "max_abs_diff": diff,
-            "identical": diff == 0.0,
-            "how": f"the rows of the {int(tokens.unique().numel())} token ids in the first {take} sequences against "
-                   f"the captured embedding output, in {str(coarse).removeprefix('torch.')}"}
+    rows = int(tokens.unique().numel())
+    every = rows == int(own.shape[0])
+    how = (f"the rows of the {rows} token ids in the first {take} sequences against the captured embedding "
+           f"output, in {str(coarse).removeprefix('torch.')}")
+    if diff == 0.0 and not every:
+        how += f"; the other {int(own.shape[0]) - rows} rows were not compared (pass the target's weights with --embeddings)"
+    return {"rows": rows, "of": int(own.shape[0]), "max_abs_diff": diff,
+            "identical": (True if every else None) if diff == 0.0 else False,
+            "identical_rows": diff == 0.0, "how": how}
 
 
 def data_labels(input_ids, attention_mask):

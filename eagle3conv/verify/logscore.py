@@ -89,8 +89,8 @@ def log_scores(drafter, states, sets: list[LayerSet], *, steps: int, batch_size:
                     ref = tnext[:, k:]
                     draft = torch.where(ref >= 0, t2d[ref.clamp(min=0, max=vt - 1)], -1)
                     ok = loss[:, k:] & mask[:, k:] & (ref >= 0) & (draft >= 0)
-                    lsm = torch.log_softmax(chain.logits[k - 1, :, : S - k].float(), dim=-1)
-                    got = lsm.gather(-1, draft.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+                    lg = chain.logits[k - 1, :, : S - k].float()  # one fp32 copy; no full log-softmax tensor
+                    got = lg.gather(-1, draft.clamp(min=0).unsqueeze(-1)).squeeze(-1) - lg.logsumexp(-1)
                     lp_b[k - 1] = torch.where(ok, got, torch.zeros_like(got)).double().sum(1)
                     n_b[k - 1] = ok.sum(1)
             logp.append(lp_b.cpu())

@@ -141,18 +141,25 @@ def verify(
         if search:
             notes.append("--search-wiring needs states that name their layers: only the stored slots were scored")
             search = False
-    table = None
+    table = raw_table = None
     if embeddings is not None:
-        table = load_target_embeddings(embeddings, dc.vocab_size, dc.hidden_size).to(dt)
+        raw_table = load_target_embeddings(embeddings, dc.vocab_size, dc.hidden_size)
+        table = raw_table.to(dt)
     elif not states.has_embeddings and dc.target_hidden_size == dc.hidden_size:
         raise UsageError(f"{states_path}: these states hold no embedding output, and the drafter embeds with "
                          "the target's table", hint="pass the target's weights: --embeddings TARGET_DIR")
     head = None
     if embeddings is not None and config.get("draft_vocab_size") is None and "lm_head.weight" in tensors:
         # an engine that serves the target's head in place of the drafter's (no draft_vocab_size) is run with it
-        head = load_target_head(embeddings, dc.vocab_size, dc.hidden_size)
-        head = None if head is None else head.to(dt)
-    serving = _Serving(config, tensors, states, table, opts, head)
+        from eagle3conv.spec.engines import serving as engine_serving
+
+        if any(engine_serving(r, config, tensors.keys(), target_head_at_hand=True).target_head
+               for r in opts.releases()):
+            head = load_target_head(embeddings, dc.vocab_size, dc.hidden_size)
+            head = None if head is None else head.to(dt)
+    serving = _Serving(config, tensors, states, table, opts, head, raw_table=raw_table,
+                       own_only=drafter_uses_own_embedding(dc.hidden_size, dc.target_hidden_size))
+    del raw_table
     if "embed_tokens.weight" in tensors and not drafter_uses_own_embedding(dc.hidden_size, dc.target_hidden_size):
         from eagle3conv.wiring.audit import audit_embedding
 
@@ -264,15 +271,18 @@ class _Serving:
     The drafter's own embed_tokens is compared with the target's once, when an engine
     would use it."""
 
-    def __init__(self, config: dict, tensors: dict, states, table, opts, head=None) -> None:
+    def __init__(self, config: dict, tensors: dict, states, table, opts, head=None, *, raw_table=None,
+                 own_only: bool = False) -> None:
         self.config, self.tensors, self.states, self.table, self.opts = config, tensors, states, table, opts
+        self.raw_table = raw_table  # the target's table as stored, for the comparison (table: cast to verify's dtype)
+        self.own_only = own_only  # the drafter is narrower/wider than the target: every engine uses its own table
         self.head = head  # the target's lm_head (from --embeddings), for engines that use it
         self.names = frozenset(tensors)  # kept when the weights are released
         self.head_at_hand = head is not None
         self.embedding_comparison: dict | None = None
 
     def release(self) -> None:
-        self.tensors = self.table = self.head = None
+        self.tensors = self.table = self.head = self.raw_table = None
 
     def of(self, rel):
         from eagle3conv.spec.engines import serving
@@ -286,14 +296,17 @@ class _Serving:
 
     def compare(self) -> dict | None:
         """The drafter's own embed_tokens against the target's (computed once)."""
-        if self.embedding_comparison is None and self.tensors is not None and "embed_tokens.weight" in self.tensors:
+        if (self.embedding_comparison is None and self.tensors is not None and not self.own_only
+                and "embed_tokens.weight" in self.tensors):
             from eagle3conv.verify.inputs import compare_embeddings
 
             self.embedding_comparison = compare_embeddings(self.tensors["embed_tokens.weight"], self.states,
-                                                           table=self.table)
+                                                           table=self.raw_table)
         return self.embedding_comparison
 
     def own_embedding(self, fw) -> bool:
+        if self.own_only:  # a table of the target's width cannot feed the drafter: every engine uses its own
+            return True
         if fw.own_embedding != "unless_equal":
             return False
         cmp = self.compare() or {}
@@ -309,7 +322,7 @@ class _Serving:
     def describe(self, fw) -> list[str]:
         """The emulated differences from what config.json says (the embedding decision included)."""
         out = list(fw.differences)
-        if fw.own_embedding == "unless_equal":
+        if fw.own_embedding == "unless_equal" and not self.own_only:
             cmp = self.embedding_comparison or {}
             seen = (f"{cmp['rows']} of {cmp['of']} rows compared ({cmp['how']}), max difference "
                     f"{cmp['max_abs_diff']:.3g}" if cmp.get("max_abs_diff") is not None else cmp.get("how", ""))

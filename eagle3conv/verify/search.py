@@ -206,6 +206,13 @@ def global_search(drafter, states, near: list[Candidate], available: Sequence[La
     return out, coverage
 
 
+def _finite(x: float, digits: int) -> float | None:
+    """A number for the JSON report: rounded, or None where it is not finite (no data left)."""
+    import math
+
+    return round(x, digits) if math.isfinite(x) else None
+
+
 def slot_profile(res, slots: int) -> list[list[dict]]:
     """Per aux slot, per layer: the best screen acceptance of any wiring reading that layer
     in that slot (what ``verify --plot`` draws)."""
@@ -338,8 +345,8 @@ def log_score_leader(scores: list[Score], tied: list[int], log_score) -> tuple[i
                                            got[j].counted[k])
         separated = separated and lo > 0
         rows.append({"wiring": scores[j].candidate.name, "layers": describe(scores[j].candidate.layers),
-                     "log_score_gap": round(d, 5), "ci95": [round(lo, 5), round(hi, 5)]})
-    rows.sort(key=lambda r: r["log_score_gap"])
+                     "log_score_gap": _finite(d, 5), "ci95": [_finite(lo, 5), _finite(hi, 5)]})
+    rows.sort(key=lambda r: (r["log_score_gap"] is None, r["log_score_gap"] or 0.0))
     out = {"statistic": f"mean log-probability (nats) the drafter gives the target's token at draft step {k + 1}, "
                         "on the positions whose token is in the draft vocabulary; paired 95% bootstrap over "
                         "sequences",

@@ -159,6 +159,14 @@ def audit_embedding(comparison: Mapping[str, Any] | None, *, where: str = "confi
                    "SGLang with the target's, so the two engines draft differently",
                    "drop embed_tokens.weight from the weights (both engines then share the target's), or copy "
                    "the target's exactly")]
+    if cmp.get("identical_rows"):
+        return [Finding("notice", CONFIG, AUDIT_EMBED_UNCOMPARED,
+                        f"the weights hold an embed_tokens whose {cmp.get('rows')} rows the states hold equal the "
+                        f"target's; the other {int(cmp.get('of') or 0) - int(cmp.get('rows') or 0)} rows were not "
+                        "compared: vLLM embeds with the drafter's table unless the whole table is identical to the "
+                        "target's, SGLang always uses the target's",
+                        "run eagle3conv verify with --embeddings TARGET_DIR (it compares the whole table), or drop "
+                        "embed_tokens.weight")]
     why = cmp.get("how") or "the target's embedding is not at hand"
     return [Finding("notice", CONFIG, AUDIT_EMBED_UNCOMPARED,
                     f"the weights hold an embed_tokens; whether it is the target's was not checked ({why}): vLLM "
