@@ -533,6 +533,12 @@ def test_engines_side_by_side(world, tmp_path):
     d = json.loads(run("verify", d2, "--states", labelled, "--steps", "2", "--no-save", "--json",
                        "--engine", "vllm").stdout)
     assert [r["engine"] for r in d["wiring_check"]["engines"]] == ["vllm==0.33.0"]
+    # ... and verify's own score feeds what that engine captures: vLLM's outputs 0, 2, 3, accepted
+    assert [x["output_of"] for x in d["results"][0]["layers"]] == [0, 2, 3]
+    assert d["acceptance_per_position"][0] == 1.0
+    d = json.loads(run("verify", d2, "--states", labelled, "--steps", "2", "--no-save", "--json",
+                       "--engine", "sglang==0.5.23", "--engine", "vllm").stdout)
+    assert [x["output_of"] for x in d["results"][0]["layers"]] == [1, 3, 4]  # the first --engine leads
 
 
 def _labelled_with(drafter_dir: Path, captured: Path, layers, out: Path) -> Path:

@@ -127,8 +127,13 @@ def verify(
         search = True
         notes.append("config.json names no aux layers: verify ran the global wiring search by itself "
                      "(as with --search-wiring)")
+    asked = (check.to_dict().get("engines") or [None])[0] if opts.engines else None
     if layers is not None:
         base = Candidate("given", to_refs(list(layers), "output", n), f"--layers {','.join(map(str, layers))}")
+    elif asked is not None and asked.get("layers"):
+        # --engine E: verify's own score feeds what E captures from this config (E's row, the engine rules)
+        base = Candidate("config", tuple(LayerRef(x["output_of"]) for x in asked["layers"]),
+                         f"what {asked['release']} captures from this config (the first --engine)")
     else:
         base = config_candidate(config, n, prefer)
     if len(base.layers) != dc.num_aux:
