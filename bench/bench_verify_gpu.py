@@ -101,6 +101,20 @@ def time_gpu(fn, dev: str, warmup: int, reps: int) -> list[float]:
     return out
 
 
+def kernel_category(name: str, reductions: str = "reductions") -> str:
+    """The profile bucket of one CUDA kernel, by its name (the two profiles share it)."""
+    low = name.lower()
+    if any(x in low for x in ("gemm", "nvjet", "xmma", "cutlass", "sm90", "cublas")) and "fmha" not in low:
+        return "matmul"
+    if any(x in low for x in ("fmha", "flash", "attention", "efficient")):
+        return "attention"
+    if "reduce" in low or "argmax" in low or "norm" in low:
+        return reductions
+    if "cat" in low or "copy" in low or "index" in low or "gather" in low:
+        return "copies/cat/index"
+    return "elementwise"
+
+
 def matmul_tflops(dev: str, n: int) -> dict:
     a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
@@ -505,17 +519,7 @@ def profile_chain(drafter, aux, ids, steps: int) -> dict:
         us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
         if not us or e.key.startswith("aten::") or e.key.startswith("cuda"):
             continue
-        low = e.key.lower()
-        if any(x in low for x in ("gemm", "nvjet", "xmma", "cutlass", "sm90", "cublas")) and "fmha" not in low:
-            cat = "matmul"
-        elif any(x in low for x in ("fmha", "flash", "attention", "efficient")):
-            cat = "attention"
-        elif "reduce" in low or "argmax" in low or "norm" in low:
-            cat = "reductions"
-        elif "cat" in low or "copy" in low or "index" in low or "gather" in low:
-            cat = "copies/cat/index"
-        else:
-            cat = "elementwise"
+        cat = kernel_category(e.key)
         cats[cat] = cats.get(cat, 0.0) + us / 1e3
         kern.append((us / 1e3, e.count, cat, e.key[:100]))
     kern.sort(reverse=True)
@@ -859,17 +863,7 @@ def main() -> int:
                 if not us or e.key.startswith("aten::") or e.key.startswith("cuda"):
                     continue
                 name = e.key
-                low = name.lower()
-                if any(x in low for x in ("gemm", "nvjet", "xmma", "cutlass", "sm90", "cublas")) and "fmha" not in low:
-                    cat = "matmul"
-                elif any(x in low for x in ("fmha", "flash", "attention", "efficient")):
-                    cat = "attention"
-                elif "reduce" in low or "argmax" in low or "norm" in low:
-                    cat = "reductions (rmsnorm mean, argmax)"
-                elif "cat" in low or "copy" in low or "index" in low or "gather" in low:
-                    cat = "copies/cat/index"
-                else:
-                    cat = "elementwise"
+                cat = kernel_category(name, reductions="reductions (rmsnorm mean, argmax)")
                 cats[cat] = cats.get(cat, 0.0) + us / 1e3
                 kern.append((us / 1e3, e.count, cat, name[:120]))
             kern.sort(reverse=True)

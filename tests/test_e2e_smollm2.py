@@ -82,11 +82,14 @@ def heldout_states(tmp_path_factory):
     return out
 
 
+def _copy(src: Path, dest: Path) -> Path:
+    shutil.copytree(src, dest)
+    return dest
+
+
 @pytest.fixture
 def drafter(tmp_path):
-    dest = tmp_path / "drafter"
-    shutil.copytree(FIXTURE, dest)
-    return dest
+    return _copy(FIXTURE, tmp_path / "drafter")
 
 
 def test_trained_wiring_beats_the_incident_and_off_by_one(smollm2_states, drafter):
@@ -133,9 +136,7 @@ MLA_FIXTURE = Path(__file__).parent / "data" / "smollm2-drafter-mla"
 
 @pytest.fixture
 def mla_drafter(tmp_path):
-    dest = tmp_path / "mla"
-    shutil.copytree(MLA_FIXTURE, dest)
-    return dest
+    return _copy(MLA_FIXTURE, tmp_path / "mla")
 
 
 def test_mla_trained_wiring_beats_the_incident_and_off_by_one(smollm2_states, mla_drafter):

@@ -60,26 +60,36 @@ def prefetch(items, depth: int = 2, pin: bool = False):
                 t.join(timeout=0.05)
 
 
-def mapped_states(states) -> dict | None:
-    """Zero-copy CPU views (``np.memmap``) of every hidden state in an eagle3conv
-    states file, by LayerRef; None for other sources. Byte offsets come from the
-    validated safetensors header reader (the file was validated on open, too)."""
-    import warnings
-
-    import numpy as np
-    import torch
-
-    from eagle3conv.io import dtypes
+def hidden_infos(states) -> dict | None:
+    """Each hidden state's :class:`~eagle3conv.io.safetensors.TensorInfo` (dtype, shape, byte
+    range) in an eagle3conv states file, by LayerRef, from one read of the validated header;
+    None for other sources."""
     from eagle3conv.io.safetensors import read_safetensors_header
     from eagle3conv.states.format import StatesFile, hidden_key
 
     if not isinstance(states, StatesFile):
         return None
     header, _ = read_safetensors_header(states.path)
+    return {ref: header[hidden_key(ref)] for ref in states.layers}
+
+
+def mapped_states(states, infos: dict | None = None) -> dict | None:
+    """Zero-copy CPU views (``np.memmap``) of every hidden state in an eagle3conv
+    states file, by LayerRef; None for other sources. Byte offsets come from the
+    validated safetensors header reader (:func:`hidden_infos`, or ``infos`` already read)."""
+    import warnings
+
+    import numpy as np
+    import torch
+
+    from eagle3conv.io import dtypes
+
+    infos = hidden_infos(states) if infos is None else infos
+    if infos is None:
+        return None
     raw = np.memmap(states.path, dtype=np.uint8, mode="r")
     out = {}
-    for ref in states.layers:
-        info = header[hidden_key(ref)]
+    for ref, info in infos.items():
         np_dt, view = dtypes.storage_view(info.dtype)
         arr = raw[info.start: info.end].view(np_dt).reshape(info.shape)
         with warnings.catch_warnings():
@@ -89,19 +99,15 @@ def mapped_states(states) -> dict | None:
     return out
 
 
-def state_spans(states) -> dict | None:
+def state_spans(states, infos: dict | None = None) -> dict | None:
     """Where each hidden state's rows lie in an eagle3conv states file: by LayerRef,
     ``(first byte, bytes per sequence)`` (the tensors are ``[sequences, positions, width]``,
-    row-major); None for other sources. Offsets from the validated header reader."""
-    from eagle3conv.io.safetensors import read_safetensors_header
-    from eagle3conv.states.format import StatesFile, hidden_key
-
-    if not isinstance(states, StatesFile):
+    row-major); None for other sources. Offsets from :func:`hidden_infos` (or ``infos``)."""
+    infos = hidden_infos(states) if infos is None else infos
+    if infos is None:
         return None
-    header, _ = read_safetensors_header(states.path)
     out = {}
-    for ref in states.layers:
-        info = header[hidden_key(ref)]
+    for ref, info in infos.items():
         rows = info.shape[0] if info.shape else 0
         if not rows or (info.end - info.start) % rows:
             return None
@@ -260,10 +266,10 @@ def batches(states, refs: LayerSet, *, total: int, batch_size: int, with_embeddi
     :class:`GpuFeeder` (unless ``feeder`` is False: the plain path, same numbers);
     otherwise the states' own batches, read ahead in a thread (pinned on CUDA)."""
     cuda = device.type == "cuda"
-    views = mapped_states(states) if cuda and feeder else None
-    if views is not None:
-        yield from GpuFeeder(views, refs, total, batch_size, with_embeddings, device, dtype,
-                             spans=state_spans(states), path=states.path)
+    infos = hidden_infos(states) if cuda and feeder else None  # the header read once for views and spans
+    if infos is not None:
+        yield from GpuFeeder(mapped_states(states, infos), refs, total, batch_size, with_embeddings, device, dtype,
+                             spans=state_spans(states, infos), path=states.path)
         return
     for b in prefetch(states.batches(refs, batch_size=batch_size, with_embeddings=with_embeddings), pin=cuda):
         yield b.start, b.stop, b.aux, b.embeddings

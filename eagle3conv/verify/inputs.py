@@ -85,10 +85,11 @@ def load_target_embeddings(path: str | os.PathLike, vocab: int, hidden: int):
 HEAD_NAMES = ("lm_head.weight", "language_model.lm_head.weight", "model.language_model.lm_head.weight")
 
 
-def load_target_head(path: str | os.PathLike, vocab: int, hidden: int):
+def load_target_head(path: str | os.PathLike, vocab: int, hidden: int, *, table=None):
     """The target's ``lm_head`` ``[V, H]`` from its safetensors (a file, or a model folder),
     or its token embedding when the folder's config.json ties the two
-    (``tie_word_embeddings``); None when neither can be told from what is there."""
+    (``tie_word_embeddings``; ``table``: that embedding, already read); None when neither
+    can be told from what is there."""
     import json
 
     head = _target_tensor(_target_files(path), HEAD_NAMES, vocab, hidden)
@@ -104,7 +105,9 @@ def load_target_head(path: str | os.PathLike, vocab: int, hidden: int):
         cfg = {}
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
     tied = cfg.get("tie_word_embeddings", text.get("tie_word_embeddings"))
-    return load_target_embeddings(path, vocab, hidden) if tied is True else None
+    if tied is not True:
+        return None
+    return table if table is not None else load_target_embeddings(path, vocab, hidden)
 
 
 def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings=None,

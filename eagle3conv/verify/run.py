@@ -160,7 +160,7 @@ def verify(
 
         if any(engine_serving(r, config, tensors.keys(), target_head_at_hand=True).target_head
                for r in opts.releases()):
-            head = load_target_head(embeddings, dc.vocab_size, dc.hidden_size)
+            head = load_target_head(embeddings, dc.vocab_size, dc.hidden_size, table=raw_table)
             head = None if head is None else head.to(dt)
     serving = _Serving(config, tensors, states, table, opts, head, raw_table=raw_table,
                        own_only=drafter_uses_own_embedding(dc.hidden_size, dc.target_hidden_size))
