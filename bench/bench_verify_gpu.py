@@ -246,6 +246,60 @@ def ttt_attention_flash_lse(self, q, keys, values, chunk_size):
     return out.to(q.dtype)
 
 
+def mla_qkv_with_cat(self, g, input_ids, position_offset):
+    """The MLA step's q/k/v as eagle3conv built them before 2026-12-01 (kept here to time the change
+    side by side): q = cat(q_nope, q_pe), k = cat(k_nope, k_pe expanded), v made contiguous."""
+    from eagle3conv.model.mla import mla_rotate
+    from eagle3conv.model.ops import rms_norm
+
+    c = self.config
+    eps = c.rms_norm_eps
+    residual, x = self._layer_input(g, input_ids)
+    b, s, _ = x.shape
+    nh, nope, rope = c.num_heads, c.qk_nope_head_dim, c.qk_rope_head_dim
+    c_q = rms_norm(F.linear(x, self.q_a_proj), self.q_a_layernorm, eps)
+    q = F.linear(c_q, self.q_b_proj).view(b, s, nh, nope + rope).transpose(1, 2)
+    q_nope, q_pe = q.split([nope, rope], dim=-1)
+    c_kv, k_pe = F.linear(x, self.kv_a_proj_with_mqa).split([c.kv_lora_rank, rope], dim=-1)
+    kv = F.linear(rms_norm(c_kv, self.kv_a_layernorm, eps), self.kv_b_proj)
+    kv = kv.view(b, s, nh, nope + c.v_head_dim).transpose(1, 2)
+    k_nope, v = kv.split([nope, c.v_head_dim], dim=-1)
+    cos, sin = self.rope(torch.arange(position_offset, position_offset + s, device=self.device))
+    q_pe = mla_rotate(q_pe, cos, sin, c.rope_interleave)
+    k_pe = mla_rotate(k_pe, cos, sin, c.rope_interleave)[:, None]
+    q = torch.cat((q_nope, q_pe), dim=-1)
+    k = torch.cat((k_nope, k_pe.expand(b, nh, s, rope)), dim=-1)
+    return residual, q, k, v.contiguous()
+
+
+class CatChainKeys:
+    """The training-time-test attention as eagle3conv ran it before 2026-12-01: per query chunk,
+    cat(keys_1[:b], keys_2[a:b], ...) and the same for values (same interface as ChainKeys)."""
+
+    def __init__(self, k0, v0, extra_steps, chunk_size):
+        self.keys, self.values, self.chunk = [k0], [v0], chunk_size
+
+    def add(self, k, v):
+        self.keys.append(k)
+        self.values.append(v)
+
+    def attention(self, q, *, enable_gqa, scale):
+        seq, n_extra, keys, values = q.shape[2], len(self.keys) - 1, self.keys, self.values
+        out = q.new_empty(*q.shape[:-1], values[0].shape[-1])
+        for a in range(0, seq, self.chunk):
+            b = min(a + self.chunk, seq)
+            size = b - a
+            k = torch.cat([keys[0][:, :, :b]] + [kj[:, :, a:b] for kj in keys[1:]], dim=2)
+            v = torch.cat([values[0][:, :, :b]] + [vj[:, :, a:b] for vj in values[1:]], dim=2)
+            eye = torch.eye(size, dtype=torch.bool, device=q.device)
+            mask = torch.cat([torch.ones(size, a, dtype=torch.bool, device=q.device),
+                              torch.ones(size, size, dtype=torch.bool, device=q.device).tril(),
+                              eye.repeat(1, n_extra)], dim=1)
+            out[:, :, a:b] = F.scaled_dot_product_attention(q[:, :, a:b], k, v, attn_mask=mask,
+                                                            enable_gqa=enable_gqa, scale=scale)
+        return out
+
+
 def rms_norm_fused(x, weight, eps):
     """LlamaRMSNorm through torch's fused kernel: fp32 inside, one rounding to x's dtype,
     then the weight in x's dtype, as the original."""
@@ -493,7 +547,7 @@ def load_vs_read(folder: Path, dev: str) -> tuple[object, dict]:
         if dev == "cuda":
             torch.cuda.empty_cache()
         t0 = time.perf_counter()
-        config, tensors = load_drafter_weights(folder)
+        config, tensors = load_drafter_weights(folder, device=dev)  # as verify loads (on CUDA: to the GPU)
         t1 = time.perf_counter()
         drafter, _ = build_drafter(config, tensors, dev, torch.bfloat16)
         sync(dev)
@@ -502,6 +556,19 @@ def load_vs_read(folder: Path, dev: str) -> tuple[object, dict]:
         out[label] = {"evicted_by": how, "read_loop_s": round(rs, 3), "read_GBps": round(nbytes / rs / 1e9, 2),
                       "load_drafter_weights_s": round(t1 - t0, 3), "build_drafter_s": round(t2 - t1, 3),
                       "load_plus_build_s": round(t2 - t0, 3), "ratio_to_read": round((t2 - t0) / rs, 3)}
+        if dev == "cuda":  # the previous path side by side: memory-mapped host tensors, copied at build
+            drafter = None
+            torch.cuda.empty_cache()
+            if label == "cold":
+                evict(files)
+            t0 = time.perf_counter()
+            config, tensors = load_drafter_weights(folder)
+            drafter, _ = build_drafter(config, tensors, dev, torch.bfloat16)
+            sync(dev)
+            t_old = time.perf_counter() - t0
+            del tensors
+            out[label]["mmap_then_build_s"] = round(t_old, 3)
+            out[label]["mmap_then_build_ratio_to_read"] = round(t_old / rs, 3)
         log("load", folder.name, label, out[label])
         out["bytes"] = nbytes
     return drafter, out
@@ -631,12 +698,33 @@ def mla_bench(args, dev: str, work: Path, mm: float, S: int, steps: int, states_
         log("mla draft_chain", B, {k: v for k, v in res["draft_chain"][B].items() if k != "profile"})
         RESULT["mla"] = res
         dump()
+    if dev == "cuda":  # side by side in this run: the code before the no-cat change, and cuDNN's SDPA off
+        from eagle3conv.model import drafter as drafter_mod
+        from eagle3conv.model.mla import Eagle3MLADrafter
+
+        B = max(int(x) for x in args.batches.split(","))
+        variants = {}
+        own_qkv, own_keys = Eagle3MLADrafter._qkv, drafter_mod.ChainKeys
+        try:
+            Eagle3MLADrafter._qkv, drafter_mod.ChainKeys = mla_qkv_with_cat, CatChainKeys
+            variants["previous code (q/k cat, per-chunk key cat)"] = chain_rate(
+                drafter, d, fl, S, steps, B, dev, args.reps, mm)
+        finally:
+            Eagle3MLADrafter._qkv, drafter_mod.ChainKeys = own_qkv, own_keys
+        try:
+            torch.backends.cuda.enable_cudnn_sdp(False)
+            variants["cuDNN SDPA off"] = chain_rate(drafter, d, fl, S, steps, B, dev, args.reps, mm)
+        finally:
+            torch.backends.cuda.enable_cudnn_sdp(True)
+        res["draft_chain_variants"] = variants
+        log("mla variants", {n: {k: v for k, v in r.items() if k != "profile"} for n, r in variants.items()})
+        dump()
     if dev == "cuda":
         torch.cuda.empty_cache()
     if states_path is not None:
         from eagle3conv.verify import build_drafter, load_drafter_weights
 
-        config, tensors = load_drafter_weights(folder)
+        config, tensors = load_drafter_weights(folder, device=dev)
         drafter, target_embeds = build_drafter(config, tensors, dev, torch.bfloat16)
         del tensors
         res["evaluate"] = evaluate_rate(drafter, states_path, fl, steps, mm, target_embeds)
@@ -659,23 +747,32 @@ def fresh_verify_bench(folders: dict, states_path: Path, dev: str, compute_s: di
 
     res: dict = {"states_bytes": states_path.stat().st_size}
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    from eagle3conv.console import torch_libraries
+
+    libs = torch_libraries()
+    res["torch_libraries"] = {"files": len(libs), "bytes": sum(os.path.getsize(x) for x in libs),
+                              "largest": [(os.path.basename(x), os.path.getsize(x)) for x in libs[:8]]}
     ref = {}
-    for name, code in (("python_import_torch_cuda_init",
-                        "import torch; torch.zeros(1, device='cuda' if torch.cuda.is_available() else 'cpu')"),
-                       ("python_import_eagle3conv_cli", "import eagle3conv.cli")):
+    code = "import torch; torch.zeros(1, device='cuda' if torch.cuda.is_available() else 'cpu')"
+    for name in ("python_import_torch_cuda_init (cold, drop_caches)", "python_import_torch_cuda_init (warm)"):
+        if "cold" in name:
+            ref[name + " evicted_by"] = evict([])
         t = time.perf_counter()
         subprocess.run([sys.executable, "-c", code], env=env, check=True)
         ref[name] = round(time.perf_counter() - t, 3)
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import eagle3conv.cli"], env=env, check=True)
+    ref["python_import_eagle3conv_cli"] = round(time.perf_counter() - t, 3)
     res["reference_process_s"] = ref
+    log("reference processes", ref, res["torch_libraries"])
     for fam, folder in folders.items():
         files = sorted(Path(folder).glob("*.safetensors")) + [Path(folder) / "config.json", states_path]
         r: dict = {}
         # (label, evict only these files, read-ahead threads): "cold" drops every cache (torch's
         # libraries too); "cold-files" only the drafter's and the states' files (torch warm)
         labels = [("cold", False, 4), ("warm", False, 4), ("cold, no read-ahead", False, 0),
+                  ("cold, libraries not read ahead", False, 4),
                   ("cold-files", True, 4), ("cold-files, no read-ahead", True, 0), ("warm, no read-ahead", False, 0)]
-        if fam == "llama":
-            labels += [("cold, 1 reader", False, 1), ("cold-files, 1 reader", True, 1)]
         for label, only, threads in labels:
             cold = label.startswith("cold")
             how = evict(files, only) if cold else None
@@ -687,7 +784,8 @@ def fresh_verify_bench(folders: dict, states_path: Path, dev: str, compute_s: di
                 r[f"evicted_by ({label})"] = evict(files, only)
             cmd = [sys.executable, "-m", "eagle3conv", "verify", str(folder), "--states", str(states_path),
                    "--device", dev, "--no-save", "--json"]
-            run_env = dict(env, EAGLE3CONV_PHASES="1", EAGLE3CONV_READ_AHEAD=str(threads))
+            run_env = dict(env, EAGLE3CONV_PHASES="1", EAGLE3CONV_READ_AHEAD=str(threads),
+                           EAGLE3CONV_READ_AHEAD_LIBS="0" if "libraries not" in label else "1")
             t = time.perf_counter()
             p = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=timeout)
             wall = time.perf_counter() - t

@@ -190,10 +190,62 @@ def cached(files: list[str], samples: int = 16) -> bool:
     return True
 
 
+def torch_libraries() -> list[str]:
+    """torch's shared libraries and those of the CUDA wheels beside it (``site-packages/nvidia``),
+    largest first, found without importing torch; regular files only, test libraries left out."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.origin:
+        return []
+    pkg = os.path.dirname(spec.origin)
+    found = []
+    for top, depth in ((os.path.join(pkg, "lib"), 0), (os.path.join(os.path.dirname(pkg), "nvidia"), 3)):
+        stack = [(top, 0)]
+        while stack:
+            folder, level = stack.pop()
+            try:
+                with os.scandir(folder) as it:
+                    for e in it:
+                        if e.is_dir(follow_symlinks=False) and level < depth:
+                            stack.append((e.path, level + 1))
+                        elif (".so" in e.name and "test" not in e.name and e.is_file(follow_symlinks=False)):
+                            found.append((e.stat(follow_symlinks=False).st_size, e.path))
+            except OSError:
+                continue
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def loaded_since_cached(path: str) -> bool:
+    """Whether the first page of a shared library is in the page cache: the dynamic loader reads
+    it whenever the library is loaded, so a cold first page means a cold library (and a process
+    that imports torch would fault it in from disk a page at a time). False when unsure."""
+    nowait = getattr(os, "RWF_NOWAIT", None)
+    if nowait is None:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        os.preadv(fd, [bytearray(4096)], 0, nowait)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def start_read_ahead(argv: list[str], info: dict) -> bool:
     """For ``verify``, start reading its weights and states in a daemon thread, before the
     heavy imports, when they fit in half the available memory (else reading ahead would
-    only evict what it read before the command gets there)."""
+    only evict what it read before the command gets there). When torch's own libraries are
+    cold too (after a reboot, or a dropped page cache), those that are are read first, whole
+    and in large reads: importing torch would otherwise fault them in a page at a time,
+    each fault queued behind the inputs' reads (EAGLE3CONV_READ_AHEAD_LIBS=0 turns it off)."""
     files = verify_inputs(argv)
     try:  # EAGLE3CONV_READ_AHEAD: reader threads (0: off)
         workers = int(os.environ.get("EAGLE3CONV_READ_AHEAD") or 4)
@@ -202,18 +254,27 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
     if not files or workers < 1:
         return False
     info["_states"] = files[-1]  # not a phase: the one file read through a link
+    libs = []
+    if os.environ.get("EAGLE3CONV_READ_AHEAD_LIBS", "1") != "0":
+        libs = [p for p in torch_libraries() if not loaded_since_cached(p)]
     try:
+        lib_size = sum(os.path.getsize(p) for p in libs)
         size = sum(os.path.getsize(p) for p in files)
     except OSError:
         return False
-    if size > mem_available() // 2:
+    if size + lib_size > mem_available() // 2:
         return False
     if cached(files):
-        info["read_ahead"] = "inputs already cached"
-        return False
+        if not libs:
+            info["read_ahead"] = "inputs already cached"
+            return False
+        files = []
+        info["read_ahead"] = "inputs already cached; torch's libraries cold"
     import threading
 
-    plan = [span for i, p in enumerate(files) for span in read_plan(p, striped=i == len(files) - 1)]
+    plan = [span for p in libs for span in read_plan(p, striped=False)]
+    info["read_ahead_libs_bytes"] = lib_size
+    plan += [span for i, p in enumerate(files) for span in read_plan(p, striped=i == len(files) - 1)]
     threading.Thread(target=_read_ahead, args=(plan, info, min(workers, 16)), name="eagle3conv-read-ahead",
                      daemon=True).start()
     info["read_ahead_files"] = len(files)

@@ -99,9 +99,67 @@ def test_cached_tells_a_cached_file_from_an_evicted_one(tmp_path):
     assert console.cached([str(f)])
 
 
+def test_torch_libraries_are_found_without_importing_anything():
+    libs = console.torch_libraries()
+    names = [os.path.basename(p) for p in libs]
+    assert "libtorch_cpu.so" in names  # every torch wheel has it
+    assert not [n for n in names if "test" in n]
+    assert all(os.path.isfile(p) and not os.path.islink(p) for p in libs)
+    sizes = [os.path.getsize(p) for p in libs]
+    assert sizes == sorted(sizes, reverse=True)
+
+
+def test_a_library_counts_as_cold_when_its_first_page_is(tmp_path):
+    lib = next(p for p in console.torch_libraries() if p.endswith("libtorch_cpu.so"))
+    fake = tmp_path / "libfake.so"
+    fake.write_bytes(os.urandom(1 << 20))
+    if not console.loaded_since_cached(str(fake)):
+        pytest.skip("this kernel does not answer preadv(RWF_NOWAIT) for buffered reads")
+    assert console.loaded_since_cached(lib)  # this process has torch loaded
+    evict([fake])
+    assert not console.loaded_since_cached(str(fake))
+    fake.read_bytes()
+    assert console.loaded_since_cached(str(fake))
+
+
+def test_cold_libraries_are_read_first_even_when_the_inputs_are_cached(drafter_and_states, tmp_path,
+                                                                        monkeypatch):
+    """Cached inputs and a cold library: only the library is read, whole; with the switch off,
+    nothing (the inputs are cached)."""
+    import time
+
+    drafter, states = drafter_and_states
+    argv = ["eagle3conv", "verify", str(drafter), "--states", str(states)]
+    for p in [*drafter.glob("*.safetensors"), states]:
+        p.read_bytes()
+    probe = tmp_path / "libprobe.so"
+    probe.write_bytes(os.urandom(1 << 20))
+    evict([probe])
+    if console.loaded_since_cached(str(probe)) or not console.cached([str(states)]):
+        pytest.skip("this kernel does not answer preadv(RWF_NOWAIT) for buffered reads")
+    lib = tmp_path / "libcold.so"  # not probed before (a failed RWF_NOWAIT read may start a read-ahead)
+    lib.write_bytes(os.urandom(3 << 20))
+    evict([lib])
+    monkeypatch.setattr(console, "torch_libraries", lambda: [str(lib)])
+    info: dict = {}
+    assert console.start_read_ahead(argv, info) is True
+    assert info["read_ahead"] == "inputs already cached; torch's libraries cold"
+    assert info["read_ahead_libs_bytes"] == 3 << 20
+    deadline = time.monotonic() + 30
+    while "read_ahead_done" not in info and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert info["read_ahead_bytes"] == 3 << 20  # the library, and none of the cached inputs
+    assert console.loaded_since_cached(str(lib))
+    evict([lib])
+    monkeypatch.setenv("EAGLE3CONV_READ_AHEAD_LIBS", "0")
+    off: dict = {}
+    assert console.start_read_ahead(argv, off) is False and off["read_ahead"] == "inputs already cached"
+
+
 def test_fresh_process_reads_ahead_and_keeps_stdout_one_json_document(drafter_and_states):
     drafter, states = drafter_and_states
-    env = dict(os.environ, PYTHONPATH=str(REPO), EAGLE3CONV_PHASES="1")
+    # torch's libraries are left out here (their own tests are below): the byte count is the inputs'
+    env = dict(os.environ, PYTHONPATH=str(REPO), EAGLE3CONV_PHASES="1", EAGLE3CONV_READ_AHEAD_LIBS="0")
     cmd = [sys.executable, "-m", "eagle3conv", "verify", str(drafter), "--states", str(states), "--json",
            "--no-save", "--device", "cpu"]
     inputs = [*drafter.glob("*.safetensors"), states]

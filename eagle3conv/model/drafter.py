@@ -56,6 +56,7 @@ from eagle3conv.findings import (
 from eagle3conv.model.ops import apply_rope, rms_norm, rope_inv_freq
 
 __all__ = [
+    "ChainKeys",
     "DraftChain",
     "DrafterConfig",
     "Eagle3Drafter",
@@ -487,10 +488,13 @@ class Eagle3Drafter:
         first: the same for every attention the drafter may have (Llama, MLA)."""
         c = self.config
         eps = c.rms_norm_eps
-        normed_g = rms_norm(g, self.hidden_norm, eps)
-        residual = normed_g if c.norm_before_residual else g
+        h = g.shape[-1]
+        x = g.new_empty(*g.shape[:-1], 2 * h)  # the norms are written into its halves: no cat
         embeds = F.embedding(input_ids.to(self.device), self.embed_tokens)
-        return residual, torch.cat((rms_norm(embeds, self.input_layernorm, eps), normed_g), dim=-1)
+        rms_norm(embeds, self.input_layernorm, eps, out=x[..., :h])
+        normed_g = rms_norm(g, self.hidden_norm, eps, out=x[..., h:])
+        residual = normed_g if c.norm_before_residual else g
+        return residual, x
 
     def _qkv(
         self, g: Tensor, input_ids: Tensor, position_offset: int
@@ -662,19 +666,20 @@ class Eagle3Drafter:
 
         tokens = shifted(1)
         state = self._input_state(aux)
-        keys: list[Tensor] = []
-        values: list[Tensor] = []
+        cache: ChainKeys | None = None
         target_ids, all_logits = [], []
         for step in range(num_steps):
             residual, q, k, v = self._qkv(state, tokens, position_offset=step)
-            keys.append(k)
-            values.append(v)
             if step == 0:
                 attn = F.scaled_dot_product_attention(
                     q, k, v, is_causal=True, enable_gqa=self.gqa, scale=self._attn_scale
                 )
+                if num_steps > 1:
+                    cache = ChainKeys(k, v, num_steps - 1, chunk_size)
             else:
-                attn = self.ttt_attention(q, keys, values, chunk_size)
+                assert cache is not None
+                cache.add(k, v)
+                attn = cache.attention(q, enable_gqa=self.gqa, scale=self._attn_scale)
             out = self._finish(residual, attn)
             target_ids.append(out.target_ids)
             if return_logits:
@@ -692,30 +697,74 @@ class Eagle3Drafter:
     ) -> Tensor:
         """Query t attends keys[0][:t+1] (causal) and keys[j][t] for j >= 1 (diagonal).
 
-        Per query chunk [a, b): keys = cat(keys[0][:b], keys[1][a:b], ..., keys[n][a:b])
-        with mask [all a | causal C x C | eye C ... eye C]. Cost ~ causal attention
-        plus n*C extra columns per query.
+        The attention :meth:`draft_chain` runs at step ``len(keys)``; see :class:`ChainKeys`.
         """
-        seq = q.shape[2]
-        n_extra = len(keys) - 1
-        out = q.new_empty(*q.shape[:-1], values[0].shape[-1])  # value head dim (MLA: != q's)
+        cache = ChainKeys(keys[0], values[0], len(keys) - 1, chunk_size)
+        for k, v in zip(keys[1:], values[1:], strict=True):
+            cache.add(k, v)
+        return cache.attention(q, enable_gqa=self.gqa, scale=self._attn_scale)
+
+
+class ChainKeys:
+    """One draft chain's keys and values, for the training-time-test attention of steps 2+.
+
+    At step k the query at t attends step 1's keys at ``0..t`` (causal) and the keys of
+    steps 2..k at index t only (the chain's own drafts). Per query chunk ``[a, b)``
+    that is one SDPA call over ``[diag_2 | ... | diag_k | keys_1[:b]]`` with the mask
+    ``[eye ... eye | all a | causal]`` (key order does not change attention). Step 1's
+    keys are copied once, after a region of ``extra_steps * chunk`` rows; each chunk
+    writes only its diagonal keys into that region, so the keys SDPA reads are one
+    contiguous slice and nothing is concatenated per chunk. Buffers are sequence-major
+    (``[B, rows, heads, dim]``, read through a transposed view), as flash attention
+    stores them.
+    """
+
+    def __init__(self, k0: Tensor, v0: Tensor, extra_steps: int, chunk_size: int) -> None:
+        b, heads, seq, _ = k0.shape
+        self.seq = seq
+        self.chunk = max(1, min(chunk_size, seq))
+        self.pad = extra_steps * self.chunk
+        self.k = k0.new_empty(b, self.pad + seq, heads, k0.shape[-1])
+        self.v = v0.new_empty(b, self.pad + seq, heads, v0.shape[-1])
+        self.k[:, self.pad :].copy_(k0.transpose(1, 2))
+        self.v[:, self.pad :].copy_(v0.transpose(1, 2))
+        self.extra_k: list[Tensor] = []
+        self.extra_v: list[Tensor] = []
+        self.capacity = extra_steps
+
+    def add(self, k: Tensor, v: Tensor) -> None:
+        """The keys and values of the next step (``[B, heads, S, dim]``, any strides)."""
+        if len(self.extra_k) >= self.capacity:
+            raise ValueError(f"ChainKeys holds {self.capacity} later steps")
+        self.extra_k.append(k)
+        self.extra_v.append(v)
+
+    def attention(self, q: Tensor, *, enable_gqa: bool, scale: float | None) -> Tensor:
+        """Attention of the latest step's queries ``q`` ``[B, heads, S, dim]``."""
+        seq, n = self.seq, len(self.extra_k)
+        out = q.new_empty(*q.shape[:-1], self.v.shape[-1])  # value head dim (MLA: != q's)
         device = q.device
-        for a in range(0, seq, chunk_size):
-            b = min(a + chunk_size, seq)
+        for a in range(0, seq, self.chunk):
+            b = min(a + self.chunk, seq)
             size = b - a
-            k = torch.cat([keys[0][:, :, :b]] + [kj[:, :, a:b] for kj in keys[1:]], dim=2)
-            v = torch.cat([values[0][:, :, :b]] + [vj[:, :, a:b] for vj in values[1:]], dim=2)
+            lo = self.pad - n * size
+            for j, (kj, vj) in enumerate(zip(self.extra_k, self.extra_v, strict=True)):
+                rows = slice(lo + j * size, lo + (j + 1) * size)
+                self.k[:, rows].copy_(kj[:, :, a:b].transpose(1, 2))
+                self.v[:, rows].copy_(vj[:, :, a:b].transpose(1, 2))
+            k = self.k[:, lo : self.pad + b].transpose(1, 2)
+            v = self.v[:, lo : self.pad + b].transpose(1, 2)
             eye = torch.eye(size, dtype=torch.bool, device=device)
             mask = torch.cat(
                 [
+                    eye.repeat(1, n),
                     torch.ones(size, a, dtype=torch.bool, device=device),
                     torch.ones(size, size, dtype=torch.bool, device=device).tril(),
-                    eye.repeat(1, n_extra),
                 ],
                 dim=1,
             )
             out[:, :, a:b] = F.scaled_dot_product_attention(
-                q[:, :, a:b], k, v, attn_mask=mask, enable_gqa=self.gqa, scale=self._attn_scale
+                q[:, :, a:b], k, v, attn_mask=mask, enable_gqa=enable_gqa, scale=scale
             )
         return out
 

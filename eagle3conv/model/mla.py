@@ -51,6 +51,7 @@ __all__ = [
     "expected_mla_tensors",
     "mla_rope",
     "MLARope",
+    "mla_rotate",
     "yarn_get_mscale",
 ]
 
@@ -232,7 +233,7 @@ def mla_rope(config: Mapping[str, Any], c: MLAConfig) -> MLARope:
     return MLARope("yarn", inv_freq, cos_sin_scale, softmax_scale)
 
 
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleave: bool) -> Tensor:
+def mla_rotate(x: Tensor, cos: Tensor, sin: Tensor, interleave: bool) -> Tensor:
     """Rotate the last dim of x by the angles in cos/sin (``[S, d/2]``), layout kept.
 
     Interleaved (GPT-J, DeepSeek's default): pairs ``(x0, x1), (x2, x3), ...``.
@@ -306,6 +307,7 @@ class Eagle3MLADrafter(Eagle3Drafter):
         self.kv_a_proj_with_mqa = w(f"{p}kv_a_proj_with_mqa.weight")
         self.kv_a_layernorm = w(f"{p}kv_a_layernorm.weight")
         self.kv_b_proj = w(f"{p}kv_b_proj.weight")
+        self._kv_b = self._kv_b_weight()
         self.o_proj = w(f"{p}o_proj.weight")
 
     def _init_rope(self, config: Mapping[str, Any]) -> None:
@@ -325,27 +327,40 @@ class Eagle3MLADrafter(Eagle3Drafter):
     def _qkv(
         self, g: Tensor, input_ids: Tensor, position_offset: int
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Residual, q and k ``[B, nh, S, nope+rope]``, v ``[B, nh, S, v_head_dim]``."""
+        """Residual, q and k ``[B, nh, S, nope+rope]``, v ``[B, nh, S, v_head_dim]``.
+
+        No concatenation: RoPE is written in place into q's rope dims, and the keys are
+        built by ``kv_b_proj`` itself, its weight laid out per head as ``[nope | rope | v]``
+        with zero rows in the rope slots (:meth:`_kv_b_weight`), into which the shared
+        rotated ``k_pe`` is then written. q, k and v are strided views (last dim contiguous).
+        """
         c = self.config
         eps = c.rms_norm_eps
         residual, x = self._layer_input(g, input_ids)
         b, s, _ = x.shape
-        nh, nope, rope = c.num_heads, c.qk_nope_head_dim, c.qk_rope_head_dim
+        nh, nope, rope, vh = c.num_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
         if self.q_proj is not None:
             q = F.linear(x, self.q_proj)
         else:
             c_q = rms_norm(F.linear(x, self.q_a_proj), self.q_a_layernorm, eps)
             q = F.linear(c_q, self.q_b_proj)
-        q = q.view(b, s, nh, nope + rope).transpose(1, 2)
-        q_nope, q_pe = q.split([nope, rope], dim=-1)
+        q = q.view(b, s, nh, nope + rope)
         c_kv, k_pe = F.linear(x, self.kv_a_proj_with_mqa).split([c.kv_lora_rank, rope], dim=-1)
-        kv = F.linear(rms_norm(c_kv, self.kv_a_layernorm, eps), self.kv_b_proj)
-        kv = kv.view(b, s, nh, nope + c.v_head_dim).transpose(1, 2)
-        k_nope, v = kv.split([nope, c.v_head_dim], dim=-1)
+        kv = F.linear(rms_norm(c_kv, self.kv_a_layernorm, eps), self._kv_b)
+        kv = kv.view(b, s, nh, nope + rope + vh)
         positions = torch.arange(position_offset, position_offset + s, device=self.device)
         cos, sin = self._rope(positions)
-        q_pe = _rotate(q_pe, cos, sin, c.rope_interleave)
-        k_pe = _rotate(k_pe, cos, sin, c.rope_interleave)[:, None]  # [B, 1, S, rope], all heads
-        q = torch.cat((q_nope, q_pe), dim=-1)
-        k = torch.cat((k_nope, k_pe.expand(b, nh, s, rope)), dim=-1)
-        return residual, q, k, v.contiguous()
+        q[..., nope:] = mla_rotate(q[..., nope:], cos[:, None], sin[:, None], c.rope_interleave)
+        kv[..., nope : nope + rope] = mla_rotate(k_pe, cos, sin, c.rope_interleave)[:, :, None]
+        k, v = kv.split([nope + rope, vh], dim=-1)
+        return residual, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+    def _kv_b_weight(self) -> Tensor:
+        """``kv_b_proj`` with ``qk_rope_head_dim`` zero rows after each head's nope rows:
+        its output per head is ``[k_nope | 0 | v]``, the keys' layout, once the rope slots
+        are filled."""
+        c = self.config
+        w = self.kv_b_proj.view(c.num_heads, c.qk_nope_head_dim + c.v_head_dim, c.kv_lora_rank)
+        nope, vrows = w.split([c.qk_nope_head_dim, c.v_head_dim], dim=1)
+        zeros = w.new_zeros(c.num_heads, c.qk_rope_head_dim, c.kv_lora_rank)
+        return torch.cat((nope, zeros, vrows), dim=1).reshape(-1, c.kv_lora_rank)

@@ -80,12 +80,18 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + rotate_half(x) * sin
 
 
-def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+def rms_norm(x: Tensor, weight: Tensor, eps: float, *, out: Tensor | None = None) -> Tensor:
     """LlamaRMSNorm: normalize in fp32, cast back, then scale by the weight.
+
+    ``out``: a tensor (a view, such as one half of a wider buffer) to write the
+    result into instead of a new one; the same numbers either way.
 
     ``F.rms_norm`` computes the normalization in fp32 and returns x's dtype: on
     CPU it equals the spelled-out formula bit for bit; on CUDA it is one fused
     kernel (bench/README.md: 0.7056 -> 0.755 of matmul throughput for a
     Kimi-size drafter), like the fused norm SGLang itself runs.
     """
-    return weight * F.rms_norm(x, (x.shape[-1],), eps=eps)
+    normed = F.rms_norm(x, (x.shape[-1],), eps=eps)
+    if out is None:
+        return weight * normed
+    return torch.mul(weight, normed, out=out)
