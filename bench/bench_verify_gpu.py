@@ -264,7 +264,7 @@ def mla_qkv_with_cat(self, g, input_ids, position_offset):
     kv = F.linear(rms_norm(c_kv, self.kv_a_layernorm, eps), self.kv_b_proj)
     kv = kv.view(b, s, nh, nope + c.v_head_dim).transpose(1, 2)
     k_nope, v = kv.split([nope, c.v_head_dim], dim=-1)
-    cos, sin = self.rope(torch.arange(position_offset, position_offset + s, device=self.device))
+    cos, sin = self._rope(torch.arange(position_offset, position_offset + s, device=self.device))
     q_pe = mla_rotate(q_pe, cos, sin, c.rope_interleave)
     k_pe = mla_rotate(k_pe, cos, sin, c.rope_interleave)[:, None]
     q = torch.cat((q_nope, q_pe), dim=-1)
@@ -711,6 +711,12 @@ def mla_bench(args, dev: str, work: Path, mm: float, S: int, steps: int, states_
                 drafter, d, fl, S, steps, B, dev, args.reps, mm)
         finally:
             Eagle3MLADrafter._qkv, drafter_mod.ChainKeys = own_qkv, own_keys
+        own_argmax = drafter_mod.argmax_last
+        try:
+            drafter_mod.argmax_last = lambda x: x.argmax(dim=-1)
+            variants["one-pass argmax"] = chain_rate(drafter, d, fl, S, steps, B, dev, args.reps, mm)
+        finally:
+            drafter_mod.argmax_last = own_argmax
         try:
             torch.backends.cuda.enable_cudnn_sdp(False)
             variants["cuDNN SDPA off"] = chain_rate(drafter, d, fl, S, steps, B, dev, args.reps, mm)
