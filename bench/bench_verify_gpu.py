@@ -547,7 +547,7 @@ def load_vs_read(folder: Path, dev: str) -> tuple[object, dict]:
         if dev == "cuda":
             torch.cuda.empty_cache()
         t0 = time.perf_counter()
-        config, tensors = load_drafter_weights(folder, device=dev)  # as verify loads (on CUDA: to the GPU)
+        config, tensors = load_drafter_weights(folder)
         t1 = time.perf_counter()
         drafter, _ = build_drafter(config, tensors, dev, torch.bfloat16)
         sync(dev)
@@ -556,19 +556,6 @@ def load_vs_read(folder: Path, dev: str) -> tuple[object, dict]:
         out[label] = {"evicted_by": how, "read_loop_s": round(rs, 3), "read_GBps": round(nbytes / rs / 1e9, 2),
                       "load_drafter_weights_s": round(t1 - t0, 3), "build_drafter_s": round(t2 - t1, 3),
                       "load_plus_build_s": round(t2 - t0, 3), "ratio_to_read": round((t2 - t0) / rs, 3)}
-        if dev == "cuda":  # the previous path side by side: memory-mapped host tensors, copied at build
-            drafter = None
-            torch.cuda.empty_cache()
-            if label == "cold":
-                evict(files)
-            t0 = time.perf_counter()
-            config, tensors = load_drafter_weights(folder)
-            drafter, _ = build_drafter(config, tensors, dev, torch.bfloat16)
-            sync(dev)
-            t_old = time.perf_counter() - t0
-            del tensors
-            out[label]["mmap_then_build_s"] = round(t_old, 3)
-            out[label]["mmap_then_build_ratio_to_read"] = round(t_old / rs, 3)
         log("load", folder.name, label, out[label])
         out["bytes"] = nbytes
     return drafter, out
@@ -711,12 +698,6 @@ def mla_bench(args, dev: str, work: Path, mm: float, S: int, steps: int, states_
                 drafter, d, fl, S, steps, B, dev, args.reps, mm)
         finally:
             Eagle3MLADrafter._qkv, drafter_mod.ChainKeys = own_qkv, own_keys
-        own_argmax = drafter_mod.argmax_last
-        try:
-            drafter_mod.argmax_last = lambda x: x.argmax(dim=-1)
-            variants["one-pass argmax"] = chain_rate(drafter, d, fl, S, steps, B, dev, args.reps, mm)
-        finally:
-            drafter_mod.argmax_last = own_argmax
         try:
             torch.backends.cuda.enable_cudnn_sdp(False)
             variants["cuDNN SDPA off"] = chain_rate(drafter, d, fl, S, steps, B, dev, args.reps, mm)
@@ -730,7 +711,7 @@ def mla_bench(args, dev: str, work: Path, mm: float, S: int, steps: int, states_
     if states_path is not None:
         from eagle3conv.verify import build_drafter, load_drafter_weights
 
-        config, tensors = load_drafter_weights(folder, device=dev)
+        config, tensors = load_drafter_weights(folder)
         drafter, target_embeds = build_drafter(config, tensors, dev, torch.bfloat16)
         del tensors
         res["evaluate"] = evaluate_rate(drafter, states_path, fl, steps, mm, target_embeds)
@@ -753,11 +734,6 @@ def fresh_verify_bench(folders: dict, states_path: Path, dev: str, compute_s: di
 
     res: dict = {"states_bytes": states_path.stat().st_size}
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    from eagle3conv.console import torch_libraries
-
-    libs = torch_libraries()
-    res["torch_libraries"] = {"files": len(libs), "bytes": sum(os.path.getsize(x) for x in libs),
-                              "largest": [(os.path.basename(x), os.path.getsize(x)) for x in libs[:8]]}
     ref = {}
     code = "import torch; torch.zeros(1, device='cuda' if torch.cuda.is_available() else 'cpu')"
     for name in ("python_import_torch_cuda_init (cold, drop_caches)", "python_import_torch_cuda_init (warm)"):
@@ -770,14 +746,14 @@ def fresh_verify_bench(folders: dict, states_path: Path, dev: str, compute_s: di
     subprocess.run([sys.executable, "-c", "import eagle3conv.cli"], env=env, check=True)
     ref["python_import_eagle3conv_cli"] = round(time.perf_counter() - t, 3)
     res["reference_process_s"] = ref
-    log("reference processes", ref, res["torch_libraries"])
+    log("reference processes", ref)
     for fam, folder in folders.items():
         files = sorted(Path(folder).glob("*.safetensors")) + [Path(folder) / "config.json", states_path]
         r: dict = {}
         # (label, evict only these files, read-ahead threads): "cold" drops every cache (torch's
         # libraries too); "cold-files" only the drafter's and the states' files (torch warm)
         labels = [("cold", False, 4), ("warm", False, 4), ("cold, no read-ahead", False, 0),
-                  ("cold, libraries not read ahead", False, 4),
+                  ("cold, gentle start off", False, 4),
                   ("cold-files", True, 4), ("cold-files, no read-ahead", True, 0), ("warm, no read-ahead", False, 0)]
         for label, only, threads in labels:
             cold = label.startswith("cold")
@@ -791,7 +767,7 @@ def fresh_verify_bench(folders: dict, states_path: Path, dev: str, compute_s: di
             cmd = [sys.executable, "-m", "eagle3conv", "verify", str(folder), "--states", str(states_path),
                    "--device", dev, "--no-save", "--json"]
             run_env = dict(env, EAGLE3CONV_PHASES="1", EAGLE3CONV_READ_AHEAD=str(threads),
-                           EAGLE3CONV_READ_AHEAD_LIBS="0" if "libraries not" in label else "1")
+                           EAGLE3CONV_READ_AHEAD_GENTLE="0" if "gentle start off" in label else "1")
             t = time.perf_counter()
             p = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=timeout)
             wall = time.perf_counter() - t

@@ -9,8 +9,10 @@ own handler is reported here.
 ``eagle3conv verify DRAFTER --states FILE`` starts reading its weights and
 states (a few threads, states in row order) before torch is imported, so the
 disk works while Python imports and CUDA initialises (EAGLE3CONV_READ_AHEAD: the
-number of reader threads, 0 turns it off); not when they are already cached. With EAGLE3CONV_PHASES set, one line
-on stderr gives the seconds since start of each phase.
+number of reader threads, 0 turns it off); not when they are already cached. When torch's own
+files are cold as well, one thread reads 1 MiB at a time until torch is imported, so the import's
+small reads are not queued behind the large ones (EAGLE3CONV_READ_AHEAD_GENTLE=0 turns that off).
+With EAGLE3CONV_PHASES set, one line on stderr gives the seconds since start of each phase.
 """
 
 import os
@@ -104,10 +106,16 @@ def read_plan(path: str, striped: bool) -> list[tuple[str, int, int]]:
     return [(path, off, min(4 * READ_CHUNK, size - off)) for off in range(0, size, 4 * READ_CHUNK)]
 
 
-def _read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4) -> None:  # pragma: no cover
+GENTLE_CHUNK = 1 << 20
+
+
+def _read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4, gate=None) -> None:  # pragma: no cover
     """Read the plan's spans once, in order, with a few threads (a disk serves several requests
     at once faster than one), discarding the bytes: the page cache holds them when the command
-    reaches them, and the disk works while Python imports torch and initialises CUDA."""
+    reaches them, and the disk works while Python imports torch and initialises CUDA.
+
+    ``gate`` (a threading.Event): until it is set, one thread reads, ``GENTLE_CHUNK`` at a time,
+    so that the small reads of an import from a cold disk are not queued behind large ones."""
     import threading
 
     lock = threading.Lock()
@@ -115,7 +123,9 @@ def _read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4) 
     total = [0]
     fds: dict = {}
 
-    def work() -> None:
+    def work(first: bool) -> None:
+        if gate is not None and not first:
+            gate.wait()
         buf = bytearray(READ_CHUNK)
         mv = memoryview(buf)
         while True:
@@ -134,8 +144,9 @@ def _read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4) 
                 continue
             end = off + length
             while off < end:
+                step = READ_CHUNK if gate is None or gate.is_set() else GENTLE_CHUNK
                 try:
-                    n = os.preadv(fd, [mv[: min(READ_CHUNK, end - off)]], off)
+                    n = os.preadv(fd, [mv[: min(step, end - off)]], off)
                 except OSError:
                     break
                 if not n:
@@ -144,7 +155,7 @@ def _read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4) 
                 with lock:
                     total[0] += n
 
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(workers)]
+    threads = [threading.Thread(target=work, args=(i == 0,), daemon=True) for i in range(workers)]
     for t in threads:
         t.start()
     for t in threads:
@@ -190,62 +201,27 @@ def cached(files: list[str], samples: int = 16) -> bool:
     return True
 
 
-def torch_libraries() -> list[str]:
-    """torch's shared libraries and those of the CUDA wheels beside it (``site-packages/nvidia``),
-    largest first, found without importing torch; regular files only, test libraries left out."""
+def torch_cached() -> bool:
+    """Whether torch's own ``__init__.py`` is in the page cache (found without importing torch).
+    When it is not, torch's files are cold too (after a reboot or a dropped page cache) and the
+    import reads hundreds of small files from the disk. True when it cannot tell."""
     import importlib.util
 
     try:
         spec = importlib.util.find_spec("torch")
     except (ImportError, ValueError):
-        return []
-    if spec is None or not spec.origin:
-        return []
-    pkg = os.path.dirname(spec.origin)
-    found = []
-    for top, depth in ((os.path.join(pkg, "lib"), 0), (os.path.join(os.path.dirname(pkg), "nvidia"), 3)):
-        stack = [(top, 0)]
-        while stack:
-            folder, level = stack.pop()
-            try:
-                with os.scandir(folder) as it:
-                    for e in it:
-                        if e.is_dir(follow_symlinks=False) and level < depth:
-                            stack.append((e.path, level + 1))
-                        elif (".so" in e.name and "test" not in e.name and e.is_file(follow_symlinks=False)):
-                            found.append((e.stat(follow_symlinks=False).st_size, e.path))
-            except OSError:
-                continue
-    return [path for _, path in sorted(found, reverse=True)]
-
-
-def loaded_since_cached(path: str) -> bool:
-    """Whether the first page of a shared library is in the page cache: the dynamic loader reads
-    it whenever the library is loaded, so a cold first page means a cold library (and a process
-    that imports torch would fault it in from disk a page at a time). False when unsure."""
-    nowait = getattr(os, "RWF_NOWAIT", None)
-    if nowait is None:
-        return False
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return False
-    try:
-        os.preadv(fd, [bytearray(4096)], 0, nowait)
         return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        return True
+    if getattr(os, "RWF_NOWAIT", None) is None:
+        return True
+    return cached([spec.origin])
 
 
 def start_read_ahead(argv: list[str], info: dict) -> bool:
     """For ``verify``, start reading its weights and states in a daemon thread, before the
     heavy imports, when they fit in half the available memory (else reading ahead would
-    only evict what it read before the command gets there). When torch's own libraries are
-    cold too (after a reboot, or a dropped page cache), those that are are read first, whole
-    and in large reads: importing torch would otherwise fault them in a page at a time,
-    each fault queued behind the inputs' reads (EAGLE3CONV_READ_AHEAD_LIBS=0 turns it off)."""
+    only evict what it read before the command gets there)."""
     files = verify_inputs(argv)
     try:  # EAGLE3CONV_READ_AHEAD: reader threads (0: off)
         workers = int(os.environ.get("EAGLE3CONV_READ_AHEAD") or 4)
@@ -254,28 +230,23 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
     if not files or workers < 1:
         return False
     info["_states"] = files[-1]  # not a phase: the one file read through a link
-    libs = []
-    if os.environ.get("EAGLE3CONV_READ_AHEAD_LIBS", "1") != "0":
-        libs = [p for p in torch_libraries() if not loaded_since_cached(p)]
     try:
-        lib_size = sum(os.path.getsize(p) for p in libs)
         size = sum(os.path.getsize(p) for p in files)
     except OSError:
         return False
-    if size + lib_size > mem_available() // 2:
+    if size > mem_available() // 2:
         return False
     if cached(files):
-        if not libs:
-            info["read_ahead"] = "inputs already cached"
-            return False
-        files = []
-        info["read_ahead"] = "inputs already cached; torch's libraries cold"
+        info["read_ahead"] = "inputs already cached"
+        return False
     import threading
 
-    plan = [span for p in libs for span in read_plan(p, striped=False)]
-    info["read_ahead_libs_bytes"] = lib_size
-    plan += [span for i, p in enumerate(files) for span in read_plan(p, striped=i == len(files) - 1)]
-    threading.Thread(target=_read_ahead, args=(plan, info, min(workers, 16)), name="eagle3conv-read-ahead",
+    gate = None
+    if os.environ.get("EAGLE3CONV_READ_AHEAD_GENTLE", "1") != "0" and not torch_cached():
+        gate = info["_gate"] = threading.Event()  # run() sets it once torch is imported
+        info["read_ahead_gentle"] = True
+    plan = [span for i, p in enumerate(files) for span in read_plan(p, striped=i == len(files) - 1)]
+    threading.Thread(target=_read_ahead, args=(plan, info, min(workers, 16), gate), name="eagle3conv-read-ahead",
                      daemon=True).start()
     info["read_ahead_files"] = len(files)
     info["read_ahead_threads"] = min(workers, 16)
@@ -290,6 +261,13 @@ def run() -> None:
         signal.signal(signal.SIGINT, _early_sigint)
     try:
         start_read_ahead(sys.argv, phases)
+        gate = phases.get("_gate")
+        if gate is not None:  # torch's files are cold: import it while the read-ahead is gentle
+            try:
+                import torch  # noqa: F401
+            finally:
+                gate.set()
+            phases["import_torch"] = round(time.perf_counter() - _T0, 3)
         from eagle3conv import cli
     finally:
         if early:

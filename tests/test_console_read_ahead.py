@@ -99,67 +99,9 @@ def test_cached_tells_a_cached_file_from_an_evicted_one(tmp_path):
     assert console.cached([str(f)])
 
 
-def test_torch_libraries_are_found_without_importing_anything():
-    libs = console.torch_libraries()
-    names = [os.path.basename(p) for p in libs]
-    assert "libtorch_cpu.so" in names  # every torch wheel has it
-    assert not [n for n in names if "test" in n]
-    assert all(os.path.isfile(p) and not os.path.islink(p) for p in libs)
-    sizes = [os.path.getsize(p) for p in libs]
-    assert sizes == sorted(sizes, reverse=True)
-
-
-def test_a_library_counts_as_cold_when_its_first_page_is(tmp_path):
-    lib = next(p for p in console.torch_libraries() if p.endswith("libtorch_cpu.so"))
-    fake = tmp_path / "libfake.so"
-    fake.write_bytes(os.urandom(1 << 20))
-    if not console.loaded_since_cached(str(fake)):
-        pytest.skip("this kernel does not answer preadv(RWF_NOWAIT) for buffered reads")
-    assert console.loaded_since_cached(lib)  # this process has torch loaded
-    evict([fake])
-    assert not console.loaded_since_cached(str(fake))
-    fake.read_bytes()
-    assert console.loaded_since_cached(str(fake))
-
-
-def test_cold_libraries_are_read_first_even_when_the_inputs_are_cached(drafter_and_states, tmp_path,
-                                                                        monkeypatch):
-    """Cached inputs and a cold library: only the library is read, whole; with the switch off,
-    nothing (the inputs are cached)."""
-    import time
-
-    drafter, states = drafter_and_states
-    argv = ["eagle3conv", "verify", str(drafter), "--states", str(states)]
-    for p in [*drafter.glob("*.safetensors"), states]:
-        p.read_bytes()
-    probe = tmp_path / "libprobe.so"
-    probe.write_bytes(os.urandom(1 << 20))
-    evict([probe])
-    if console.loaded_since_cached(str(probe)) or not console.cached([str(states)]):
-        pytest.skip("this kernel does not answer preadv(RWF_NOWAIT) for buffered reads")
-    lib = tmp_path / "libcold.so"  # not probed before (a failed RWF_NOWAIT read may start a read-ahead)
-    lib.write_bytes(os.urandom(3 << 20))
-    evict([lib])
-    monkeypatch.setattr(console, "torch_libraries", lambda: [str(lib)])
-    info: dict = {}
-    assert console.start_read_ahead(argv, info) is True
-    assert info["read_ahead"] == "inputs already cached; torch's libraries cold"
-    assert info["read_ahead_libs_bytes"] == 3 << 20
-    deadline = time.monotonic() + 30
-    while "read_ahead_done" not in info and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert info["read_ahead_bytes"] == 3 << 20  # the library, and none of the cached inputs
-    assert console.loaded_since_cached(str(lib))
-    evict([lib])
-    monkeypatch.setenv("EAGLE3CONV_READ_AHEAD_LIBS", "0")
-    off: dict = {}
-    assert console.start_read_ahead(argv, off) is False and off["read_ahead"] == "inputs already cached"
-
-
 def test_fresh_process_reads_ahead_and_keeps_stdout_one_json_document(drafter_and_states):
     drafter, states = drafter_and_states
-    # torch's libraries are left out here (their own tests are below): the byte count is the inputs'
-    env = dict(os.environ, PYTHONPATH=str(REPO), EAGLE3CONV_PHASES="1", EAGLE3CONV_READ_AHEAD_LIBS="0")
+    env = dict(os.environ, PYTHONPATH=str(REPO), EAGLE3CONV_PHASES="1")
     cmd = [sys.executable, "-m", "eagle3conv", "verify", str(drafter), "--states", str(states), "--json",
            "--no-save", "--device", "cpu"]
     inputs = [*drafter.glob("*.safetensors"), states]
@@ -227,3 +169,63 @@ def test_states_folder_reads_nothing_ahead(drafter_and_states, tmp_path):
     dumps.mkdir()
     assert console.verify_inputs(["eagle3conv", "verify", str(drafter), "--states", str(dumps)]) == []
     assert console.start_read_ahead(["eagle3conv", "verify", str(drafter), "--states", str(dumps)], {}) is False
+
+
+def _torch_init() -> Path:
+    import importlib.util
+
+    return Path(importlib.util.find_spec("torch").origin)
+
+
+def test_read_ahead_is_gentle_while_torch_itself_is_cold(drafter_and_states):
+    """torch's own files cold (a dropped page cache): one reader, 1 MiB at a time, until run()
+    has imported torch and opens the gate; then every reader, and every byte is read."""
+    import time
+
+    drafter, states = drafter_and_states
+    inputs = [*drafter.glob("*.safetensors"), states]
+    argv = ["eagle3conv", "verify", str(drafter), "--states", str(states)]
+    evict([_torch_init()])
+    if console.torch_cached():
+        pytest.skip("this kernel does not answer preadv(RWF_NOWAIT) for buffered reads")
+    evict([_torch_init(), *inputs])  # again: a refused RWF_NOWAIT read may have started a read-ahead
+    info: dict = {}
+    assert console.start_read_ahead(argv, info) is True
+    assert info["read_ahead_gentle"] is True and not info["_gate"].is_set()
+    info["_gate"].set()
+    deadline = time.monotonic() + 30
+    while "read_ahead_done" not in info and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert info["read_ahead_bytes"] == sum(p.stat().st_size for p in inputs)
+    # torch's files cached: full speed from the start; or turned off by the variable
+    _torch_init().read_bytes()
+    evict(inputs)
+    warm: dict = {}
+    assert console.start_read_ahead(argv, warm) is True and "_gate" not in warm
+    evict([_torch_init()])
+    evict(inputs)
+    off: dict = {}
+    os.environ["EAGLE3CONV_READ_AHEAD_GENTLE"] = "0"
+    try:
+        assert console.start_read_ahead(argv, off) is True and "_gate" not in off
+    finally:
+        del os.environ["EAGLE3CONV_READ_AHEAD_GENTLE"]
+    _torch_init().read_bytes()
+
+
+def test_fresh_process_with_torch_cold_imports_it_first_and_prints_one_document(drafter_and_states):
+    drafter, states = drafter_and_states
+    env = dict(os.environ, PYTHONPATH=str(REPO), EAGLE3CONV_PHASES="1")
+    cmd = [sys.executable, "-m", "eagle3conv", "verify", str(drafter), "--states", str(states), "--json",
+           "--no-save", "--device", "cpu"]
+    evict([_torch_init(), *drafter.glob("*.safetensors"), states])
+    if console.torch_cached():
+        pytest.skip("this kernel does not answer preadv(RWF_NOWAIT) for buffered reads")
+    evict([_torch_init()])
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert len(json.loads(p.stdout)["acceptance_per_position"]) == 3
+    phases = json.loads([ln for ln in p.stderr.splitlines() if ln.startswith("eagle3conv phases:")][0]
+                        .split(":", 1)[1])
+    assert phases["read_ahead_gentle"] is True
+    assert 0 < phases["import_torch"] <= phases["import_cli"] <= phases["exit"]

@@ -686,20 +686,3 @@ def test_plain_drafter_does_not_import_transformers():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stderr
-
-
-@pytest.mark.parametrize("width", [163840 // 40, 32000 // 10, 1024 * 8])
-def test_two_pass_argmax_is_the_first_maximum(width):
-    """The GPU's two-pass argmax (block maxima, then the best block) gives torch.argmax's index,
-    ties included: the first maximum, across and within blocks."""
-    from eagle3conv.model.ops import argmax_last
-
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(6, 5, width, generator=g).to(torch.bfloat16)
-    x[0, 0, 7] = x[0, 0, width - 3] = 50  # a tie across blocks: the first wins
-    x[0, 1, 130] = x[0, 1, 131] = 50  # a tie inside one block
-    x[1] = 0  # every column tied
-    x[2, 0, width - 1] = float("inf")
-    got = argmax_last(x, two_pass=True)
-    assert torch.equal(got, x.argmax(dim=-1))
-    assert got[0, 0] == 7 and got[0, 1] == 130 and (got[1] == 0).all() and got[2, 0] == width - 1

@@ -53,7 +53,7 @@ from eagle3conv.findings import (
     STATE_WIDTH,
     Finding,
 )
-from eagle3conv.model.ops import apply_rope, argmax_last, rms_norm, rope_inv_freq
+from eagle3conv.model.ops import apply_rope, rms_norm, rope_inv_freq
 
 __all__ = [
     "ChainKeys",
@@ -523,7 +523,7 @@ class Eagle3Drafter:
         h = h + mlp
         normed = rms_norm(h, self.norm, c.rms_norm_eps)
         logits = F.linear(normed, self.lm_head)
-        draft_ids = argmax_last(logits)
+        draft_ids = logits.argmax(dim=-1)
         return StepOutput(
             logits=logits,
             draft_ids=draft_ids,

@@ -18,7 +18,7 @@ from eagle3conv.errors import InvalidCheckpointError
 if TYPE_CHECKING:
     from eagle3conv.model.drafter import DrafterConfig
 
-__all__ = ["SUPPORTED_ROPE", "apply_rope", "argmax_last", "rms_norm", "rope_inv_freq", "rotate_half"]
+__all__ = ["SUPPORTED_ROPE", "apply_rope", "rms_norm", "rope_inv_freq", "rotate_half"]
 
 SUPPORTED_ROPE = ("default", "linear", "llama3", "yarn")
 
@@ -96,20 +96,3 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float, *, out: Tensor | None = None
         return weight * normed
     return torch.mul(weight, normed, out=out)
 
-
-def argmax_last(x: Tensor, *, two_pass: bool | None = None) -> Tensor:
-    """``x.argmax(dim=-1)`` (the first maximum), in two passes for wide rows on a GPU: the maximum
-    of each block of up to 1024 columns, then the best block. One pass over a 163,840-wide
-    vocabulary leaves most of the GPU idle (bench/README.md); the result is the same index.
-    ``two_pass``: force it on or off (None: on a GPU, for rows of at least 8 blocks)."""
-    n = x.shape[-1]
-    block = 1024
-    while block >= 128 and n % block:
-        block //= 2
-    if two_pass is None:
-        two_pass = x.device.type != "cpu" and n >= 8 * block
-    if not two_pass or block < 128:
-        return x.argmax(dim=-1)
-    values, inner = x.unflatten(-1, (n // block, block)).max(dim=-1)
-    best = values.argmax(dim=-1, keepdim=True)  # the first block holding the maximum
-    return (best * block + inner.gather(-1, best)).squeeze(-1)

@@ -18,16 +18,8 @@ from typing import Any
 from eagle3conv.errors import CheckpointReadError, UsageError, WiringError
 
 
-# read straight to a CUDA device, but kept in host memory: the embedding is only compared on the
-# host (a drafter that embeds with its own table moves it when it is built); t2d is never used
-HOST_TENSORS = frozenset({"embed_tokens.weight", "t2d"})
-
-
-def load_drafter_weights(root: Path, device: str | None = None) -> tuple[dict, dict]:
-    """config.json and every tensor of a canonical (fixed) drafter folder.
-
-    On a CUDA ``device`` the tensors (but :data:`HOST_TENSORS`) are read straight onto it
-    (:func:`read_to_device`); otherwise they are memory-mapped host tensors."""
+def load_drafter_weights(root: Path) -> tuple[dict, dict]:
+    """config.json and every tensor of a canonical (fixed) drafter folder."""
     from safetensors.torch import load_file
 
     from eagle3conv.checkpoint.index import open_checkpoint
@@ -40,101 +32,10 @@ def load_drafter_weights(root: Path, device: str | None = None) -> tuple[dict, d
         if index.layout not in ("safetensors", "safetensors-sharded"):
             raise UsageError(f"{root}: verify reads a fixed safetensors drafter, this is {index.layout}",
                              hint=f"eagle3conv fix-keys {root} --out FIXED, then verify FIXED")
-        if device is not None and str(device).startswith("cuda"):
-            return index.config, read_to_device(index.tensors, device, host=HOST_TENSORS)
         tensors: dict = {}
         for f in index.weight_files:
             tensors.update(load_file(str(f)))
         return index.config, tensors
-
-
-def read_to_device(infos: dict, device, *, host=frozenset(), chunk: int = 32 << 20, depth: int = 3) -> dict:
-    """The tensors ``infos`` describe (name -> :class:`~eagle3conv.io.safetensors.TensorInfo`,
-    from validated safetensors headers) on ``device``, those named in ``host`` in host memory.
-
-    A thread reads each file front to back with ``preadv`` in ``chunk``-byte pieces into a
-    ring of ``depth`` pinned buffers, while the caller's thread copies each piece's bytes
-    into the tensors it overlaps (asynchronously on CUDA; a buffer is reused once its
-    copies are done). Reading and uploading overlap, so a load takes about as long as a
-    plain read of the files (bench/README.md), with no page faults and no second host copy."""
-    import queue
-    import threading
-
-    import torch
-
-    from eagle3conv.io import dtypes
-    from eagle3conv.verify.feed import pread_into
-
-    dev = torch.device(device)
-    on_device = dev.type != "cpu"
-    out: dict = {}
-    by_file: dict = {}
-    for name, info in infos.items():
-        where = "cpu" if name in host else dev
-        out[name] = torch.empty(info.shape, dtype=dtypes.torch_dtype(info.dtype), device=where)
-        if info.end > info.start:
-            by_file.setdefault(info.file, []).append(info)
-    pieces = []  # (file, offset, nbytes, tensors overlapping it in file order)
-    for path, group in by_file.items():
-        group.sort(key=lambda i: i.start)
-        lo, hi = group[0].start, max(i.end for i in group)
-        for off in range(lo, hi, chunk):
-            n = min(chunk, hi - off)
-            pieces.append((path, off, n, [i for i in group if i.start < off + n and i.end > off]))
-    if not pieces:
-        return out
-    size = min(chunk, max(p[2] for p in pieces))
-    buffers = [torch.empty(size, dtype=torch.uint8, pin_memory=on_device) for _ in range(min(depth, len(pieces)))]
-    done = [None] * len(buffers)  # per buffer: the CUDA event after its last copies
-    filled: queue.Queue = queue.Queue()
-    free = [threading.Semaphore(1) for _ in buffers]
-    stop = threading.Event()
-
-    def reader():
-        fds: dict = {}
-        try:
-            for k, (path, off, n, _) in enumerate(pieces):
-                slot = k % len(buffers)
-                free[slot].acquire()
-                if stop.is_set():
-                    return
-                if done[slot] is not None:
-                    done[slot].synchronize()
-                if path not in fds:
-                    fds[path] = os.open(path, os.O_RDONLY)
-                pread_into(fds[path], buffers[slot][:n].numpy(), off, path)
-                filled.put((k, slot))
-        except BaseException as err:  # noqa: BLE001 - re-raised by the caller's thread
-            filled.put((None, err))
-        finally:
-            for fd in fds.values():
-                os.close(fd)
-
-    thread = threading.Thread(target=reader, name="eagle3conv-load", daemon=True)
-    thread.start()
-    try:
-        for _ in pieces:
-            k, slot = filled.get()
-            if k is None:
-                raise slot
-            _, off, n, overlapping = pieces[k]
-            buf = buffers[slot]
-            for info in overlapping:
-                a, b = max(info.start, off), min(info.end, off + n)
-                dst = out[info.name].view(-1).view(torch.uint8)
-                dst[a - info.start: b - info.start].copy_(buf[a - off: b - off], non_blocking=on_device)
-            if on_device:
-                done[slot] = torch.cuda.Event()
-                done[slot].record(torch.cuda.current_stream(dev))
-            free[slot].release()
-    finally:
-        stop.set()
-        for sem in free:
-            sem.release()
-        thread.join()
-    if on_device:
-        torch.cuda.current_stream(dev).synchronize()
-    return out
 
 
 EMBED_NAMES = ("model.embed_tokens.weight", "embed_tokens.weight", "model.language_model.embed_tokens.weight",

@@ -91,7 +91,7 @@ def verify(
     dt = resolve_dtype(dtype, dev)
     root = Path(path)
     opts = wiring_options or WiringOptions()
-    config, tensors = load_drafter_weights(root, device=dev)  # on CUDA: read straight to the GPU
+    config, tensors = load_drafter_weights(root)
     t_loaded = time.perf_counter()
     notes: list[str] = []
     states = open_states(states_path, layers=_out_refs(states_layers))
