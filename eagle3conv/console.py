@@ -11,8 +11,7 @@ states (a few threads, states in row order) before torch is imported, so the
 disk works while Python imports and CUDA initialises (EAGLE3CONV_READ_AHEAD: the
 number of reader threads, 0 turns it off); not when they are already cached. When torch's own
 files are cold as well, one thread reads 1 MiB at a time until torch is imported, so the import's
-small reads are not queued behind the large ones (EAGLE3CONV_READ_AHEAD_COLD=gentle), or torch's and
-numpy's compiled Python files are read first (=python, the default; =off: neither).
+small reads are not queued behind the large ones (EAGLE3CONV_READ_AHEAD_GENTLE=0 turns that off).
 With EAGLE3CONV_PHASES set, one line on stderr gives the seconds since start of each phase.
 """
 
@@ -202,36 +201,6 @@ def cached(files: list[str], samples: int = 16) -> bool:
     return True
 
 
-def python_files(packages: tuple[str, ...] = ("torch", "numpy")) -> list[tuple[str, int]]:
-    """The compiled Python files (``__pycache__/*.<cache tag>.pyc``) of torch and numpy, with their
-    sizes, found without importing them: ``import torch`` reads about a thousand of them, each a
-    small read that a cold disk answers slowly, and slower still behind large reads."""
-    import importlib.util
-
-    tag = f".{sys.implementation.cache_tag}.pyc"
-    out = []
-    for name in packages:
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            continue
-        if spec is None or not spec.submodule_search_locations:
-            continue
-        stack = list(spec.submodule_search_locations)
-        while stack:
-            folder = stack.pop()
-            try:
-                with os.scandir(folder) as it:
-                    for e in it:
-                        if e.is_dir(follow_symlinks=False):
-                            stack.append(e.path)
-                        elif e.name.endswith(tag) and e.is_file(follow_symlinks=False):
-                            out.append((e.path, e.stat(follow_symlinks=False).st_size))
-            except OSError:
-                continue
-    return out
-
-
 def torch_cached() -> bool:
     """Whether torch's own ``__init__.py`` is in the page cache (found without importing torch).
     When it is not, torch's files are cold too (after a reboot or a dropped page cache) and the
@@ -273,17 +242,10 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
     import threading
 
     gate = None
-    plan = []
-    cold = os.environ.get("EAGLE3CONV_READ_AHEAD_COLD", "python")
-    if cold != "off" and not torch_cached():
-        if cold == "gentle":
-            gate = info["_gate"] = threading.Event()  # run() sets it once torch is imported
-            info["read_ahead_gentle"] = True
-        else:  # torch's and numpy's compiled Python files first: the import finds them cached
-            python = python_files()
-            plan = [(p, 0, n) for p, n in python]
-            info["read_ahead_python_files"] = len(python)
-    plan += [span for i, p in enumerate(files) for span in read_plan(p, striped=i == len(files) - 1)]
+    if os.environ.get("EAGLE3CONV_READ_AHEAD_GENTLE", "1") != "0" and not torch_cached():
+        gate = info["_gate"] = threading.Event()  # run() sets it once torch is imported
+        info["read_ahead_gentle"] = True
+    plan = [span for i, p in enumerate(files) for span in read_plan(p, striped=i == len(files) - 1)]
     threading.Thread(target=_read_ahead, args=(plan, info, min(workers, 16), gate), name="eagle3conv-read-ahead",
                      daemon=True).start()
     info["read_ahead_files"] = len(files)
