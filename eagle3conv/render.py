@@ -136,7 +136,18 @@ def wiring_lines(w: dict | None) -> list[str]:
 
 def smoke_text(d: dict) -> str:
     """``verify`` without states: the smoke test's fields, then the wiring report."""
-    lines = [f"{k}: {v}" for k, v in d.items() if k != "wiring"]
+    lines = []
+    for k, v in d.items():
+        if k in ("wiring", "forward_ok", "wiring_ok"):
+            continue
+        if k == "ok" and not v:
+            why = [what for what, good in (("the forward", d.get("forward_ok")), ("the wiring", d.get("wiring_ok")))
+                   if good is False]
+            v = f"False ({' and '.join(why)} failed" + ("; the forward itself ran clean" if "the forward" not in why
+                                                       else "") + ")"
+        elif k == "problems":
+            k, v = "forward problems", ", ".join(v) if v else "none"
+        lines.append(f"{k}: {v}")
     if d.get("wiring"):
         lines.append("wiring:")
         lines += ["  " + line for line in wiring_lines(d["wiring"])]

@@ -83,10 +83,14 @@ def test_verify_smoke_shows_the_engine_report_and_exits_3(make_ckpt):
     res = run("verify", ck, "--target", "kimi-k2.5", "--json", ok=3)
     d = json.loads(res.stdout)
     assert d["ok"] is False and not d["problems"]  # the forward itself is fine: the wiring is not
+    assert d["forward_ok"] is True and d["wiring_ok"] is False
     assert not rows(d["wiring"])["sglang==0.5.23"]["ok"]
     assert any(f["code"] == "engine-captures-other" and f["level"] == "error" for f in d["wiring"]["findings"])
     text = run("verify", ck, "--target", "kimi-k2.5", ok=3).stdout
     assert "BAD sglang 0.5.23" in text and "captures outputs of layers 1, 29, 57" in text
+    # the top lines say what failed, not a bare False beside an empty problem list
+    assert "ok: False (the wiring failed; the forward itself ran clean)" in text
+    assert "forward problems: none" in text and "problems: []" not in text
     d = json.loads(run("verify", ck, "--target", "kimi-k2.5", "--engine", "sglang==0.5.12", "--json").stdout)
     assert d["ok"] is True and list(rows(d["wiring"])) == ["sglang==0.5.12"]
 

@@ -416,7 +416,8 @@ def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto",
     """The structural smoke test (no states): strict load, random inputs at step 1
     (k*T wide) and step 2 (H wide), finite outputs, logits Vd wide, d2t in range.
     With ``wiring_options`` naming a target (or a record naming one), the wiring check
-    too, engine by engine: its errors make ``ok`` false."""
+    too, engine by engine: its errors make ``ok`` false. ``forward_ok`` (and ``problems``)
+    is the forward's own verdict, ``wiring_ok`` the wiring's."""
     config, tensors = load_drafter_weights(Path(path))
     d = _smoke_forward(path, config, tensors, device, dtype)
     if wiring_options is not None:
@@ -431,7 +432,8 @@ def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto",
                        tensor_names=set(tensors),
                        read_d2t=lambda: tensors["d2t"].tolist())
         d["wiring"] = w.to_dict(str(path))
-        d["ok"] = bool(d["ok"] and w.report.ok)
+        d["wiring_ok"] = bool(w.report.ok)
+        d["ok"] = bool(d["forward_ok"] and w.report.ok)
     return d
 
 
@@ -443,7 +445,7 @@ def _smoke_forward(path, config: dict, tensors: dict, device: str, dtype: str) -
     dt = resolve_dtype(dtype, dev)
     t0 = time.perf_counter()
     r = smoke_test(config, tensors, dev, dtype=dt)
-    d = {"checkpoint": str(path), "ok": r.ok, "problems": list(r.problems), "device": dev,
+    d = {"checkpoint": str(path), "ok": r.ok, "forward_ok": r.ok, "problems": list(r.problems), "device": dev,
          "dtype": str(dt).removeprefix("torch."), "step1_input_width": r.step1_input_width,
          "step2_input_width": r.step2_input_width, "logits_width": r.logits_width,
          "vocab_size": r.vocab_size, "embedding": r.embedding_source,
