@@ -685,7 +685,7 @@ def mla_bench(args, dev: str, work: Path, mm: float, S: int, steps: int, states_
         log("mla draft_chain", B, {k: v for k, v in res["draft_chain"][B].items() if k != "profile"})
         RESULT["mla"] = res
         dump()
-    if dev == "cuda":  # side by side in this run: the code before the no-cat change, and cuDNN's SDPA off
+    if dev == "cuda" and not args.mla_light:  # side by side: the code before the no-cat change, cuDNN's SDPA off
         from eagle3conv.model import drafter as drafter_mod
         from eagle3conv.model.mla import Eagle3MLADrafter
 
@@ -708,7 +708,7 @@ def mla_bench(args, dev: str, work: Path, mm: float, S: int, steps: int, states_
         dump()
     if dev == "cuda":
         torch.cuda.empty_cache()
-    if states_path is not None:
+    if states_path is not None and not args.mla_light:
         from eagle3conv.verify import build_drafter, load_drafter_weights
 
         config, tensors = load_drafter_weights(folder)
@@ -726,7 +726,8 @@ def mla_bench(args, dev: str, work: Path, mm: float, S: int, steps: int, states_
 # --------------------------------------------------------------------------- fresh-process verify (issue 12)
 
 
-def fresh_verify_bench(folders: dict, states_path: Path, dev: str, compute_s: dict, timeout: float) -> dict:
+def fresh_verify_bench(folders: dict, states_path: Path, dev: str, compute_s: dict, timeout: float,
+                       only_labels: str = "") -> dict:
     """``python3 -m eagle3conv verify DRAFTER --states FILE --json --no-save`` as a user runs it, in a fresh
     process, cold (the drafter's and the states' files evicted from the page cache first) and warm, next
     to a plain read loop of the same files, cold and warm, and the chain's compute (in-process)."""
@@ -753,8 +754,10 @@ def fresh_verify_bench(folders: dict, states_path: Path, dev: str, compute_s: di
         # (label, evict only these files, read-ahead threads): "cold" drops every cache (torch's
         # libraries too); "cold-files" only the drafter's and the states' files (torch warm)
         labels = [("cold", False, 4), ("warm", False, 4), ("cold, no read-ahead", False, 0),
-                  ("cold, gentle start off", False, 4),
+                  ("cold, gentle start", False, 4),
                   ("cold-files", True, 4), ("cold-files, no read-ahead", True, 0), ("warm, no read-ahead", False, 0)]
+        if only_labels:
+            labels = [x for x in labels if x[0] in only_labels.split(";")]
         for label, only, threads in labels:
             cold = label.startswith("cold")
             how = evict(files, only) if cold else None
@@ -767,7 +770,7 @@ def fresh_verify_bench(folders: dict, states_path: Path, dev: str, compute_s: di
             cmd = [sys.executable, "-m", "eagle3conv", "verify", str(folder), "--states", str(states_path),
                    "--device", dev, "--no-save", "--json"]
             run_env = dict(env, EAGLE3CONV_PHASES="1", EAGLE3CONV_READ_AHEAD=str(threads),
-                           EAGLE3CONV_READ_AHEAD_GENTLE="0" if "gentle start off" in label else "1")
+                           EAGLE3CONV_READ_AHEAD_COLD="gentle" if "gentle start" in label else "python")
             t = time.perf_counter()
             p = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=timeout)
             wall = time.perf_counter() - t
@@ -818,6 +821,9 @@ def main() -> int:
     ap.add_argument("--fresh-seqs", type=int, default=96, help="sequences of the shared states file (mla, fresh)")
     ap.add_argument("--search-runs", type=int, default=2, help="verify --search-wiring runs on the same states")
     ap.add_argument("--keep", action="store_true", help="keep the states files")
+    ap.add_argument("--fresh-labels", default="", help="only these fresh-process cases, ';' separated")
+    ap.add_argument("--mla-light", action="store_true",
+                    help="mla: the load and the chain at --batches only (no variants, no evaluate)")
     args = ap.parse_args()
     sections = {"search"} if args.only_search else set(args.sections.split(","))
     out_dir = args.out or (os.path.join(os.environ["OUT"], "verify_gpu.json") if os.environ.get("OUT") else None)
@@ -1203,7 +1209,8 @@ def main() -> int:
         if "mla" in sections:
             folders["mla"] = Path(RESULT["mla"]["folder"])
         if "fresh" in sections:
-            RESULT["fresh_verify"] = fresh_verify_bench(folders, shared, dev, compute_s, timeout=240)
+            RESULT["fresh_verify"] = fresh_verify_bench(folders, shared, dev, compute_s, timeout=240,
+                                                        only_labels=args.fresh_labels)
         dump()
     if shared is not None and not args.keep:
         shared.unlink()

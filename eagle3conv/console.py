@@ -11,7 +11,8 @@ states (a few threads, states in row order) before torch is imported, so the
 disk works while Python imports and CUDA initialises (EAGLE3CONV_READ_AHEAD: the
 number of reader threads, 0 turns it off); not when they are already cached. When torch's own
 files are cold as well, one thread reads 1 MiB at a time until torch is imported, so the import's
-small reads are not queued behind the large ones (EAGLE3CONV_READ_AHEAD_GENTLE=0 turns that off).
+small reads are not queued behind the large ones (EAGLE3CONV_READ_AHEAD_COLD=gentle), or torch's and
+numpy's Python files (sources and compiled) are read first (=python, the default; =off: neither).
 With EAGLE3CONV_PHASES set, one line on stderr gives the seconds since start of each phase.
 """
 
@@ -109,7 +110,7 @@ def read_plan(path: str, striped: bool) -> list[tuple[str, int, int]]:
 GENTLE_CHUNK = 1 << 20
 
 
-def _read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4, gate=None) -> None:  # pragma: no cover
+def read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4, gate=None) -> None:  # pragma: no cover
     """Read the plan's spans once, in order, with a few threads (a disk serves several requests
     at once faster than one), discarding the bytes: the page cache holds them when the command
     reaches them, and the disk works while Python imports torch and initialises CUDA.
@@ -122,6 +123,16 @@ def _read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4, 
     nxt = [0]
     total = [0]
     fds: dict = {}
+    left: dict = {}  # spans still to read per file: a file is closed after its last one
+    for path, _, _ in plan:
+        left[path] = left.get(path, 0) + 1
+
+    def done_with(path: str) -> None:
+        with lock:
+            left[path] -= 1
+            fd = fds.pop(path, -1) if not left[path] else -1
+        if fd >= 0:
+            os.close(fd)
 
     def work(first: bool) -> None:
         if gate is not None and not first:
@@ -141,6 +152,7 @@ def _read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4, 
                     except OSError:
                         fd = fds[path] = -1
             if fd < 0:
+                done_with(path)
                 continue
             end = off + length
             while off < end:
@@ -154,6 +166,7 @@ def _read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4, 
                 off += n
                 with lock:
                     total[0] += n
+            done_with(path)
 
     threads = [threading.Thread(target=work, args=(i == 0,), daemon=True) for i in range(workers)]
     for t in threads:
@@ -201,6 +214,37 @@ def cached(files: list[str], samples: int = 16) -> bool:
     return True
 
 
+def python_files(packages: tuple[str, ...] = ("torch", "numpy")) -> list[tuple[str, int]]:
+    """The Python files of torch and numpy (sources, and compiled files of this interpreter's cache
+    tag where there are any), with their sizes, found without importing them: ``import torch``
+    reads about a thousand of them, each a small read that a cold disk answers slowly, and slower
+    still behind large reads."""
+    import importlib.util
+
+    tag = f".{sys.implementation.cache_tag}.pyc"
+    out = []
+    for name in packages:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        stack = list(spec.submodule_search_locations)
+        while stack:
+            folder = stack.pop()
+            try:
+                with os.scandir(folder) as it:
+                    for e in it:
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(e.path)
+                        elif (e.name.endswith(".py") or e.name.endswith(tag)) and e.is_file(follow_symlinks=False):
+                            out.append((e.path, e.stat(follow_symlinks=False).st_size))
+            except OSError:
+                continue
+    return out
+
+
 def torch_cached() -> bool:
     """Whether torch's own ``__init__.py`` is in the page cache (found without importing torch).
     When it is not, torch's files are cold too (after a reboot or a dropped page cache) and the
@@ -242,11 +286,18 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
     import threading
 
     gate = None
-    if os.environ.get("EAGLE3CONV_READ_AHEAD_GENTLE", "1") != "0" and not torch_cached():
-        gate = info["_gate"] = threading.Event()  # run() sets it once torch is imported
-        info["read_ahead_gentle"] = True
-    plan = [span for i, p in enumerate(files) for span in read_plan(p, striped=i == len(files) - 1)]
-    threading.Thread(target=_read_ahead, args=(plan, info, min(workers, 16), gate), name="eagle3conv-read-ahead",
+    plan = []
+    cold = os.environ.get("EAGLE3CONV_READ_AHEAD_COLD", "python")
+    if cold != "off" and not torch_cached():
+        if cold == "gentle":
+            gate = info["_gate"] = threading.Event()  # run() sets it once torch is imported
+            info["read_ahead_gentle"] = True
+        else:  # torch's and numpy's Python files first: the import finds them cached
+            python = python_files()
+            plan = [(p, 0, n) for p, n in python]
+            info["read_ahead_python_files"] = len(python)
+    plan += [span for i, p in enumerate(files) for span in read_plan(p, striped=i == len(files) - 1)]
+    threading.Thread(target=read_ahead, args=(plan, info, min(workers, 16), gate), name="eagle3conv-read-ahead",
                      daemon=True).start()
     info["read_ahead_files"] = len(files)
     info["read_ahead_threads"] = min(workers, 16)

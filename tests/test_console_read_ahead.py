@@ -177,9 +177,10 @@ def _torch_init() -> Path:
     return Path(importlib.util.find_spec("torch").origin)
 
 
-def test_read_ahead_is_gentle_while_torch_itself_is_cold(drafter_and_states):
-    """torch's own files cold (a dropped page cache): one reader, 1 MiB at a time, until run()
-    has imported torch and opens the gate; then every reader, and every byte is read."""
+def test_read_ahead_with_torch_itself_cold(drafter_and_states, monkeypatch):
+    """torch's own files cold (a dropped page cache): by default its and numpy's compiled Python
+    files are read first, then the inputs; with EAGLE3CONV_READ_AHEAD_COLD=gentle one reader,
+    1 MiB at a time, until run() has imported torch and opens the gate; =off: neither."""
     import time
 
     drafter, states = drafter_and_states
@@ -188,34 +189,53 @@ def test_read_ahead_is_gentle_while_torch_itself_is_cold(drafter_and_states):
     evict([_torch_init()])
     if console.torch_cached():
         pytest.skip("this kernel does not answer preadv(RWF_NOWAIT) for buffered reads")
+
+    def wait(info):
+        deadline = time.monotonic() + 60
+        while "read_ahead_done" not in info and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    python = console.python_files()
+    names = {p for p, _ in python}
+    assert str(_torch_init()) in names  # sources (an install may have no compiled files)...
+    compiled = _torch_init().parent / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc"
+    assert (str(compiled) in names) == compiled.is_file()  # ...and compiled ones where there are
+    assert all(n == os.path.getsize(p) for p, n in python)
     evict([_torch_init(), *inputs])  # again: a refused RWF_NOWAIT read may have started a read-ahead
     info: dict = {}
     assert console.start_read_ahead(argv, info) is True
-    assert info["read_ahead_gentle"] is True and not info["_gate"].is_set()
-    info["_gate"].set()
-    deadline = time.monotonic() + 30
-    while "read_ahead_done" not in info and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert info["read_ahead_bytes"] == sum(p.stat().st_size for p in inputs)
-    # torch's files cached: full speed from the start; or turned off by the variable
+    assert info["read_ahead_python_files"] == len(python) and "_gate" not in info
+    wait(info)
+    assert info["read_ahead_bytes"] == sum(n for _, n in python) + sum(p.stat().st_size for p in inputs)
+
+    monkeypatch.setenv("EAGLE3CONV_READ_AHEAD_COLD", "gentle")
+    evict([_torch_init(), *inputs])
+    gentle: dict = {}
+    assert console.start_read_ahead(argv, gentle) is True
+    assert gentle["read_ahead_gentle"] is True and not gentle["_gate"].is_set()
+    assert "read_ahead_python_files" not in gentle
+    gentle["_gate"].set()
+    wait(gentle)
+    assert gentle["read_ahead_bytes"] == sum(p.stat().st_size for p in inputs)
+
+    monkeypatch.setenv("EAGLE3CONV_READ_AHEAD_COLD", "off")
+    evict([_torch_init(), *inputs])
+    off: dict = {}
+    assert console.start_read_ahead(argv, off) is True
+    assert "_gate" not in off and "read_ahead_python_files" not in off
+    # torch's files cached: nothing but the inputs, whatever the setting
+    monkeypatch.delenv("EAGLE3CONV_READ_AHEAD_COLD")
     _torch_init().read_bytes()
     evict(inputs)
     warm: dict = {}
-    assert console.start_read_ahead(argv, warm) is True and "_gate" not in warm
-    evict([_torch_init()])
-    evict(inputs)
-    off: dict = {}
-    os.environ["EAGLE3CONV_READ_AHEAD_GENTLE"] = "0"
-    try:
-        assert console.start_read_ahead(argv, off) is True and "_gate" not in off
-    finally:
-        del os.environ["EAGLE3CONV_READ_AHEAD_GENTLE"]
-    _torch_init().read_bytes()
+    assert console.start_read_ahead(argv, warm) is True
+    assert "_gate" not in warm and "read_ahead_python_files" not in warm
 
 
-def test_fresh_process_with_torch_cold_imports_it_first_and_prints_one_document(drafter_and_states):
+@pytest.mark.parametrize("cold", ["python", "gentle"])
+def test_fresh_process_with_torch_cold_prints_one_document(drafter_and_states, cold):
     drafter, states = drafter_and_states
-    env = dict(os.environ, PYTHONPATH=str(REPO), EAGLE3CONV_PHASES="1")
+    env = dict(os.environ, PYTHONPATH=str(REPO), EAGLE3CONV_PHASES="1", EAGLE3CONV_READ_AHEAD_COLD=cold)
     cmd = [sys.executable, "-m", "eagle3conv", "verify", str(drafter), "--states", str(states), "--json",
            "--no-save", "--device", "cpu"]
     evict([_torch_init(), *drafter.glob("*.safetensors"), states])
@@ -227,5 +247,27 @@ def test_fresh_process_with_torch_cold_imports_it_first_and_prints_one_document(
     assert len(json.loads(p.stdout)["acceptance_per_position"]) == 3
     phases = json.loads([ln for ln in p.stderr.splitlines() if ln.startswith("eagle3conv phases:")][0]
                         .split(":", 1)[1])
-    assert phases["read_ahead_gentle"] is True
-    assert 0 < phases["import_torch"] <= phases["import_cli"] <= phases["exit"]
+    if cold == "gentle":
+        assert phases["read_ahead_gentle"] is True
+        assert 0 < phases["import_torch"] <= phases["import_cli"] <= phases["exit"]
+    else:
+        assert phases["read_ahead_python_files"] > 100 and "import_torch" not in phases
+
+
+def test_thousands_of_small_files_are_read_with_few_descriptors_open():
+    """torch's Python files are thousands: each is closed once read, so a process allowed 64 open
+    files still reads every byte (keeping them all open until the end ran out of descriptors)."""
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+        "from eagle3conv import console\n"
+        "files = console.python_files()\n"
+        "info = {}\n"
+        "console.read_ahead([(p, 0, n) for p, n in files], info, 4)\n"
+        "print(len(files), info['read_ahead_bytes'] == sum(n for _, n in files))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(REPO)),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    count, complete = p.stdout.split()
+    assert int(count) > 1000 and complete == "True"
