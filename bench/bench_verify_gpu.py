@@ -754,7 +754,6 @@ def fresh_verify_bench(folders: dict, states_path: Path, dev: str, compute_s: di
         # (label, evict only these files, read-ahead threads): "cold" drops every cache (torch's
         # libraries too); "cold-files" only the drafter's and the states' files (torch warm)
         labels = [("cold", False, 4), ("warm", False, 4), ("cold, no read-ahead", False, 0),
-                  ("cold, gentle start", False, 4),
                   ("cold-files", True, 4), ("cold-files, no read-ahead", True, 0), ("warm, no read-ahead", False, 0)]
         if only_labels:
             labels = [x for x in labels if x[0] in only_labels.split(";")]
@@ -769,8 +768,7 @@ def fresh_verify_bench(folders: dict, states_path: Path, dev: str, compute_s: di
                 r[f"evicted_by ({label})"] = evict(files, only)
             cmd = [sys.executable, "-m", "eagle3conv", "verify", str(folder), "--states", str(states_path),
                    "--device", dev, "--no-save", "--json"]
-            run_env = dict(env, EAGLE3CONV_PHASES="1", EAGLE3CONV_READ_AHEAD=str(threads),
-                           EAGLE3CONV_READ_AHEAD_COLD="gentle" if "gentle start" in label else "python")
+            run_env = dict(env, EAGLE3CONV_PHASES="1", EAGLE3CONV_READ_AHEAD=str(threads))
             t = time.perf_counter()
             p = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=timeout)
             wall = time.perf_counter() - t

@@ -9,10 +9,9 @@ own handler is reported here.
 ``eagle3conv verify DRAFTER --states FILE`` starts reading its weights and
 states (a few threads, states in row order) before torch is imported, so the
 disk works while Python imports and CUDA initialises (EAGLE3CONV_READ_AHEAD: the
-number of reader threads, 0 turns it off); not when they are already cached. When torch's own
-files are cold as well, one thread reads 1 MiB at a time until torch is imported, so the import's
-small reads are not queued behind the large ones (EAGLE3CONV_READ_AHEAD_COLD=gentle), or torch's and
-numpy's Python files (sources and compiled) are read first (=python, the default; =off: neither).
+number of reader threads, 0 turns it off); not when they are already cached, and not when torch's
+own files are cold too (after a reboot or a dropped page cache): then reading ahead only slows the
+import, whose many small reads queue behind the large ones (bench/README.md, runs 6-10).
 With EAGLE3CONV_PHASES set, one line on stderr gives the seconds since start of each phase.
 """
 
@@ -107,16 +106,11 @@ def read_plan(path: str, striped: bool) -> list[tuple[str, int, int]]:
     return [(path, off, min(4 * READ_CHUNK, size - off)) for off in range(0, size, 4 * READ_CHUNK)]
 
 
-GENTLE_CHUNK = 1 << 20
-
-
-def read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4, gate=None) -> None:  # pragma: no cover
+def read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4) -> None:  # pragma: no cover
     """Read the plan's spans once, in order, with a few threads (a disk serves several requests
     at once faster than one), discarding the bytes: the page cache holds them when the command
-    reaches them, and the disk works while Python imports torch and initialises CUDA.
-
-    ``gate`` (a threading.Event): until it is set, one thread reads, ``GENTLE_CHUNK`` at a time,
-    so that the small reads of an import from a cold disk are not queued behind large ones."""
+    reaches them, and the disk works while Python imports torch and initialises CUDA. Each file
+    is closed after its last span."""
     import threading
 
     lock = threading.Lock()
@@ -134,9 +128,7 @@ def read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4, g
         if fd >= 0:
             os.close(fd)
 
-    def work(first: bool) -> None:
-        if gate is not None and not first:
-            gate.wait()
+    def work() -> None:
         buf = bytearray(READ_CHUNK)
         mv = memoryview(buf)
         while True:
@@ -156,9 +148,8 @@ def read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4, g
                 continue
             end = off + length
             while off < end:
-                step = READ_CHUNK if gate is None or gate.is_set() else GENTLE_CHUNK
                 try:
-                    n = os.preadv(fd, [mv[: min(step, end - off)]], off)
+                    n = os.preadv(fd, [mv[: min(READ_CHUNK, end - off)]], off)
                 except OSError:
                     break
                 if not n:
@@ -168,7 +159,7 @@ def read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4, g
                     total[0] += n
             done_with(path)
 
-    threads = [threading.Thread(target=work, args=(i == 0,), daemon=True) for i in range(workers)]
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(workers)]
     for t in threads:
         t.start()
     for t in threads:
@@ -214,37 +205,6 @@ def cached(files: list[str], samples: int = 16) -> bool:
     return True
 
 
-def python_files(packages: tuple[str, ...] = ("torch", "numpy")) -> list[tuple[str, int]]:
-    """The Python files of torch and numpy (sources, and compiled files of this interpreter's cache
-    tag where there are any), with their sizes, found without importing them: ``import torch``
-    reads about a thousand of them, each a small read that a cold disk answers slowly, and slower
-    still behind large reads."""
-    import importlib.util
-
-    tag = f".{sys.implementation.cache_tag}.pyc"
-    out = []
-    for name in packages:
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            continue
-        if spec is None or not spec.submodule_search_locations:
-            continue
-        stack = list(spec.submodule_search_locations)
-        while stack:
-            folder = stack.pop()
-            try:
-                with os.scandir(folder) as it:
-                    for e in it:
-                        if e.is_dir(follow_symlinks=False):
-                            stack.append(e.path)
-                        elif (e.name.endswith(".py") or e.name.endswith(tag)) and e.is_file(follow_symlinks=False):
-                            out.append((e.path, e.stat(follow_symlinks=False).st_size))
-            except OSError:
-                continue
-    return out
-
-
 def torch_cached() -> bool:
     """Whether torch's own ``__init__.py`` is in the page cache (found without importing torch).
     When it is not, torch's files are cold too (after a reboot or a dropped page cache) and the
@@ -283,21 +243,13 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
     if cached(files):
         info["read_ahead"] = "inputs already cached"
         return False
+    if not torch_cached():
+        info["read_ahead"] = "torch's own files are cold: reading ahead would slow its import"
+        return False
     import threading
 
-    gate = None
-    plan = []
-    cold = os.environ.get("EAGLE3CONV_READ_AHEAD_COLD", "python")
-    if cold != "off" and not torch_cached():
-        if cold == "gentle":
-            gate = info["_gate"] = threading.Event()  # run() sets it once torch is imported
-            info["read_ahead_gentle"] = True
-        else:  # torch's and numpy's Python files first: the import finds them cached
-            python = python_files()
-            plan = [(p, 0, n) for p, n in python]
-            info["read_ahead_python_files"] = len(python)
-    plan += [span for i, p in enumerate(files) for span in read_plan(p, striped=i == len(files) - 1)]
-    threading.Thread(target=read_ahead, args=(plan, info, min(workers, 16), gate), name="eagle3conv-read-ahead",
+    plan = [span for i, p in enumerate(files) for span in read_plan(p, striped=i == len(files) - 1)]
+    threading.Thread(target=read_ahead, args=(plan, info, min(workers, 16)), name="eagle3conv-read-ahead",
                      daemon=True).start()
     info["read_ahead_files"] = len(files)
     info["read_ahead_threads"] = min(workers, 16)
@@ -312,13 +264,6 @@ def run() -> None:
         signal.signal(signal.SIGINT, _early_sigint)
     try:
         start_read_ahead(sys.argv, phases)
-        gate = phases.get("_gate")
-        if gate is not None:  # torch's files are cold: import it while the read-ahead is gentle
-            try:
-                import torch  # noqa: F401
-            finally:
-                gate.set()
-            phases["import_torch"] = round(time.perf_counter() - _T0, 3)
         from eagle3conv import cli
     finally:
         if early:
