@@ -121,13 +121,13 @@ def test_embed_tokens_compared_with_the_target():
     assert audit_config({**BASE, "hidden_size": 64, "target_hidden_size": 128}, names) == []
 
 
-def test_max_context_defaults_to_the_targets(make_ckpt):
+def test_max_context_defaults_to_the_targets(make_ckpt, tmp_path):
     """--max-context defaults to the target profile's max_position_embeddings (with its source);
     a profile without one makes the audit say it could not check."""
     from eagle3conv.spec.targets import get_target
 
     assert get_target("smollm2-135m").max_position_embeddings == 8192
-    assert get_target("kimi-k2").max_position_embeddings is None  # no source names it: stays without
+    assert get_target("kimi-k2.5").max_position_embeddings == 262144  # text_config's, two sources
     (f,) = audit_config({**BASE, "max_position_embeddings": 2048}, NAMES, max_context=8192,
                         max_context_from="smollm2-135m's max_position_embeddings")
     assert "8192-token context served (smollm2-135m's max_position_embeddings)" in f.message
@@ -145,8 +145,14 @@ def test_max_context_defaults_to_the_targets(make_ckpt):
     assert "smollm2-135m's max_position_embeddings" in got["audit-max-positions"]["message"]
     assert "at least 8192" in got["audit-max-positions"]["fix"]
     assert "audit-max-positions" not in findings("--target", "smollm2-135m", "--max-context", "2048")
-    got = findings("--target", "kimi-k2")
-    assert "audit-max-positions" not in got and "kimi-k2 names no max_position_embeddings" in \
+    # a target whose config.json names no max_position_embeddings: the audit says it could not check
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576, "num_hidden_layers": 30,
+        "vocab_size": 49152, "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536}))
+    got = findings("--target", str(target))
+    assert "audit-max-positions" not in got and "names no max_position_embeddings" in \
         got["audit-context-unknown"]["message"]
     assert "audit-context-unknown" not in findings()  # no target: nothing to default to, nothing said
 

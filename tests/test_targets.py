@@ -230,6 +230,7 @@ KIMI_K25_CONFIG = {
         "intermediate_size": 18432,
         "num_attention_heads": 64,
         "num_hidden_layers": 61,
+        "max_position_embeddings": 262144,
         "num_key_value_heads": 64,
         "kv_lora_rank": 512,
         "qk_rope_head_dim": 64,
