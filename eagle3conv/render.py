@@ -143,8 +143,9 @@ def smoke_text(d: dict) -> str:
         if k == "ok" and not v:
             why = [what for what, good in (("the forward", d.get("forward_ok")), ("the wiring", d.get("wiring_ok")))
                    if good is False]
-            v = f"False ({' and '.join(why)} failed" + ("; the forward itself ran clean" if "the forward" not in why
-                                                       else "") + ")"
+            if why:
+                clean = "; the forward itself ran clean" if "the forward" not in why else ""
+                v = f"False ({' and '.join(why)} failed{clean})"
         elif k == "problems":
             k, v = "forward problems", ", ".join(v) if v else "none"
         lines.append(f"{k}: {v}")

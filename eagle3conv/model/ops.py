@@ -95,4 +95,3 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float, *, out: Tensor | None = None
     if out is None:
         return weight * normed
     return torch.mul(weight, normed, out=out)
-
