@@ -105,6 +105,7 @@ def test_fresh_process_reads_ahead_and_keeps_stdout_one_json_document(drafter_an
     cmd = [sys.executable, "-m", "eagle3conv", "verify", str(drafter), "--states", str(states), "--json",
            "--no-save", "--device", "cpu"]
     inputs = [*drafter.glob("*.safetensors"), states]
+    _torch_init().read_bytes()  # torch's files cached (else nothing is read ahead, by design)
     evict(inputs)
     can_tell = not console.cached([str(p) for p in inputs])
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)

@@ -399,10 +399,22 @@ def test_check_one_engine_missing():
 
 
 def test_check_unverified_ids():
-    rep = check_wiring(cfg([2, 30, 58]), **KW)
+    """No record: the warning says what each asked SGLang release reads, by the engine rules for the
+    target's family -- not the two generic numberings, which named a reading (PR #25454's first-id
+    rule) that only the DeepSeek family's releases have."""
+    rep = check_wiring(cfg([2, 30, 58]), family="deepseek_v2", **KW)
     assert codes(rep)["unverified-ids"] == "warning"
-    assert "outputs of layers 2, 30, 58" in rep.warnings[0].message  # old SGLang
-    assert "outputs of layers 1, 29, 57" in rep.warnings[0].message  # new SGLang
+    (w,) = [f for f in rep.warnings if f.code == "unverified-ids"]
+    assert "sglang 0.5.12 reads outputs of layers 2, 30, 58" in w.message
+    assert "sglang 0.5.23 reads outputs of layers 1, 29, 57" in w.message  # the first-id rule
+    rep = check_wiring(cfg([2, 30, 58]), family="llama", **KW)
+    (w,) = [f for f in rep.warnings if f.code == "unverified-ids"]
+    assert "sglang 0.5.23 reads outputs of layers 2, 30, 58" in w.message  # no first-id rule there
+    assert "PR #25454" not in w.message
+    # without the target's layer count there are no engine rows: the two numberings are all there is
+    rep = check_wiring(cfg([2, 30, 58]), fc_in=3 * 7168, target_hidden=7168)
+    (w,) = [f for f in rep.warnings if f.code == "unverified-ids"]
+    assert "PR #25454" in w.message and "outputs of layers 1, 29, 57" in w.message
 
 
 def test_check_target_width(make_ckpt):

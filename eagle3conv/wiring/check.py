@@ -403,6 +403,20 @@ def check_wiring(
             ok = False
         return ok
 
+    # every asked engine release, by its rules (docs/facts.md §9); attached in step 6
+    rows: list = []
+    found: list = []
+    if n is not None:
+        from eagle3conv.spec.engines import default_engines
+
+        asked = tuple(engines) if engines else default_engines()
+        rows, found = engine_rows(config, truth, rep.record.source if rep.record else None, family, n, asked,
+                                  explicit=bool(engines) and explicit_engines, fix_command=fix_command)
+    # what each asked SGLang release reads from the nested ids: these name the releases, where the two
+    # generic numberings below (before/after PR #25454) can only name the change
+    sg_rows = [r for r in rows if r["engine"].startswith("sglang") and r["reads"] == SGLANG_FIELD
+               and not r["fell_back"]]
+
     # 3. SGLang's nested ids
     if sg_raw is not None:
         ids = _int_ids(sg_raw)
@@ -431,6 +445,27 @@ def check_wiring(
                 add(_f("error", IDS_UNREADABLE,
                             f"{SGLANG_FIELD} = {ids}: no SGLang version can use these ids ({reads['sglang-old']})",
                             fix_command))
+            elif sg_rows:
+                words = "; ".join(f"{r['release']} reads {r['captures'] or 'nothing: ' + str(r['error'])}"
+                                  for r in sg_rows)
+                releases = ", ".join(r["release"] for r in sg_rows)
+                if truth is None:
+                    add(_f(
+                        "warning", UNVERIFIED_IDS,
+                        f"{SGLANG_FIELD} = {ids} ({words}); no training record says which layers the drafter "
+                        "was trained on",
+                        "record them: eagle3conv config CKPT --target TARGET --trained-on IDS "
+                        "--captured-at input|output"))
+                elif all(r["ok"] for r in sg_rows):
+                    add(_f("ok", SGLANG_IDS, f"{SGLANG_FIELD} = {ids} means {describe(truth)} in {releases}, "
+                                             "as trained"))
+                elif not any(r["ok"] for r in sg_rows):
+                    add(_f(
+                        "error", DISAGREES_WITH_TRAINING,
+                        f"config ids {SGLANG_FIELD} = {ids} do not mean the trained layers in any asked SGLang "
+                        f"release: {words}; training captured {describe(truth)} ({rep.record.source})",
+                        fix_command))
+                # some releases right, some not: each wrong one has its own engine row error (step 6)
             elif truth is not None:
                 right = [v for v, m in means.items() if m == truth]
                 if len(right) == 2:
@@ -533,13 +568,8 @@ def check_wiring(
         add(_f("warning", VLLM_DEFAULT,
                     f"vLLM reads the top-level {VLLM_FIELD}, which is absent: vLLM will use its default, the "
                     f"{default_words}", fix_command))
-    # 6. every asked engine release, by its rules (docs/facts.md §9)
+    # 6. every asked engine release, by its rules (docs/facts.md §9), computed above
     if n is not None:
-        from eagle3conv.spec.engines import default_engines
-
-        asked = tuple(engines) if engines else default_engines()
-        rows, found = engine_rows(config, truth, rep.record.source if rep.record else None, family, n, asked,
-                                  explicit=bool(engines) and explicit_engines, fix_command=fix_command)
         rep.engines = rows
         # what each release reads, by its own rules (replaces the two generic SGLang numberings)
         rep.reads = {}
