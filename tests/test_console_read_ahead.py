@@ -172,30 +172,48 @@ def test_states_folder_reads_nothing_ahead(drafter_and_states, tmp_path):
     assert console.start_read_ahead(["eagle3conv", "verify", str(drafter), "--states", str(dumps)], {}) is False
 
 
+def skip_unless_the_kernel_can_tell(folder: Path) -> None:
+    """Skip where preadv(RWF_NOWAIT) cannot tell a cold file from a cached one. Asked of a file of
+    its own: a refused RWF_NOWAIT read may start a read-ahead of the file it probed, which would
+    race with the eviction of a file the test needs cold."""
+    probe = folder / "probe.bin"
+    probe.write_bytes(os.urandom(1 << 20))
+    evict([probe])
+    if console.cached([str(probe)]):
+        pytest.skip("this kernel does not answer preadv(RWF_NOWAIT) for buffered reads")
+
+
 def _torch_init() -> Path:
     import importlib.util
 
     return Path(importlib.util.find_spec("torch").origin)
 
 
-def test_nothing_is_read_ahead_while_torch_itself_is_cold(drafter_and_states):
+def test_nothing_is_read_ahead_while_torch_itself_is_cold(drafter_and_states, tmp_path):
     """torch's own files cold (a dropped page cache): reading ahead would queue the import's small
     reads behind large ones (bench/README.md, runs 6-10), so nothing is read ahead; with torch
     cached, the cold inputs are."""
     drafter, states = drafter_and_states
     inputs = [*drafter.glob("*.safetensors"), states]
     argv = ["eagle3conv", "verify", str(drafter), "--states", str(states)]
-    evict([_torch_init()])
-    if console.torch_cached():
-        pytest.skip("this kernel does not answer preadv(RWF_NOWAIT) for buffered reads")
-    evict([_torch_init(), *inputs])  # again: a refused RWF_NOWAIT read may have started a read-ahead
+    skip_unless_the_kernel_can_tell(drafter.parent)
+    evict([_torch_init(), *inputs])
     info: dict = {}
     assert console.start_read_ahead(argv, info) is False
     assert info["read_ahead"] == "torch's own files are cold: reading ahead would slow its import"
+    # torch cached, the inputs cold: read ahead. Fresh copies (the probe above may have started a
+    # read-ahead of the files it asked about, racing with a second eviction of them)
     _torch_init().read_bytes()
-    evict(inputs)
+    copy = tmp_path / "drafter"
+    copy.mkdir()
+    for f in drafter.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    states_copy = tmp_path / "states.safetensors"
+    states_copy.write_bytes(states.read_bytes())
+    evict([*copy.glob("*.safetensors"), states_copy])
     warm: dict = {}
-    assert console.start_read_ahead(argv, warm) is True and "read_ahead" not in warm
+    assert console.start_read_ahead(["eagle3conv", "verify", str(copy), "--states", str(states_copy)], warm) is True
+    assert "read_ahead" not in warm
 
 
 def test_fresh_process_with_torch_cold_prints_one_document(drafter_and_states):
@@ -203,10 +221,8 @@ def test_fresh_process_with_torch_cold_prints_one_document(drafter_and_states):
     env = dict(os.environ, PYTHONPATH=str(REPO), EAGLE3CONV_PHASES="1")
     cmd = [sys.executable, "-m", "eagle3conv", "verify", str(drafter), "--states", str(states), "--json",
            "--no-save", "--device", "cpu"]
+    skip_unless_the_kernel_can_tell(drafter.parent)
     evict([_torch_init(), *drafter.glob("*.safetensors"), states])
-    if console.torch_cached():
-        pytest.skip("this kernel does not answer preadv(RWF_NOWAIT) for buffered reads")
-    evict([_torch_init()])
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert len(json.loads(p.stdout)["acceptance_per_position"]) == 3
