@@ -300,10 +300,24 @@ class CatChainKeys:
         return out
 
 
-def rms_norm_fused(x, weight, eps):
+def rms_norm_fused(x, weight, eps, *, out=None):
     """LlamaRMSNorm through torch's fused kernel: fp32 inside, one rounding to x's dtype,
-    then the weight in x's dtype, as the original."""
-    return weight * F.rms_norm(x, (x.shape[-1],), eps=eps)
+    then the weight in x's dtype, as the original (since 2026-11-29 the package's own)."""
+    normed = F.rms_norm(x, (x.shape[-1],), eps=eps)
+    return weight * normed if out is None else torch.mul(weight, normed, out=out)
+
+
+def flash_lse_chain_keys():
+    """A ChainKeys whose attention is ttt_attention_flash_lse (draft_chain builds a ChainKeys)."""
+    from eagle3conv.model.drafter import ChainKeys
+
+    class FlashLseChainKeys(ChainKeys):
+        def attention(self, q, *, enable_gqa, scale):
+            keys = [self.k[:, self.pad:].transpose(1, 2), *self.extra_k]
+            values = [self.v[:, self.pad:].transpose(1, 2), *self.extra_v]
+            return ttt_attention_flash_lse(None, q, keys, values, self.chunk)
+
+    return FlashLseChainKeys
 
 
 def qkv_no_cat(self, g, input_ids, position_offset):
@@ -1021,11 +1035,13 @@ def main() -> int:
             except Exception as exc:
                 RESULT["flash_lse_max_abs_diff"] = f"{type(exc).__name__}: {exc}"[:300]
 
+            own_keys = drafter_mod.ChainKeys
+
             def set_flash():
-                drafter_mod.Eagle3Drafter.ttt_attention = ttt_attention_flash_lse
+                drafter_mod.ChainKeys = flash_lse_chain_keys()
 
             def unset():
-                drafter_mod.Eagle3Drafter.ttt_attention = orig_ttt
+                drafter_mod.ChainKeys = own_keys
 
             try_variant("ttt_attention=flash+lse", lambda: drafter.draft_chain(aux, ids, steps), set_flash, unset)
 
