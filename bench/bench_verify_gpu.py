@@ -158,10 +158,19 @@ def make_dims(small: bool) -> dict:
     return dict(H=7168, T=7168, k=3, NH=64, NKV=8, HD=128, I=18432, V=163840, Vd=32000, L=61)
 
 
-def write_drafter(folder: Path, d: dict, aux_outputs: tuple[int, ...], dev: str) -> dict:
-    """A canonical safetensors drafter folder with random bf16 weights, made on ``dev``."""
+def save_drafter(folder: Path, t: dict, cfg: dict, ids) -> dict:
+    """A canonical drafter folder (model.safetensors + config.json); what was written."""
     from safetensors.torch import save_file
 
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(t, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    return {"bytes": sum(x.numel() * x.element_size() for x in t.values()), "eagle_config_ids": list(ids),
+            "tensors": len(t)}
+
+
+def write_drafter(folder: Path, d: dict, aux_outputs: tuple[int, ...], dev: str) -> dict:
+    """A canonical safetensors drafter folder with random bf16 weights, made on ``dev``."""
     from eagle3conv.example import Dims, llama_config
     from eagle3conv.spec.layers import LayerRef, to_ids
 
@@ -195,11 +204,7 @@ def write_drafter(folder: Path, d: dict, aux_outputs: tuple[int, ...], dev: str)
     ids = to_ids(tuple(LayerRef(o) for o in aux_outputs), "sglang-old", L)
     cfg = llama_config(Dims(hidden=H, target_hidden=T, heads=NH, kv_heads=NKV, head_dim=HD, intermediate=I,
                             vocab=V, draft_vocab=Vd, aux_ids=tuple(ids)))
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file(t, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
-    return {"bytes": sum(x.numel() * x.element_size() for x in t.values()), "eagle_config_ids": list(ids),
-            "tensors": len(t)}
+    return save_drafter(folder, t, cfg, ids)
 
 
 def flops_per_token_step(d: dict, S: int, steps: int) -> dict:
@@ -488,8 +493,6 @@ def mla_config(d: dict, ids: list[int]) -> dict:
 
 def write_mla_drafter(folder: Path, d: dict, aux_outputs: tuple[int, ...], dev: str) -> dict:
     """A canonical safetensors MLA drafter folder (Kimi-K2.5 dims), random bf16 weights, no d2t."""
-    from safetensors.torch import save_file
-
     from eagle3conv.model.mla import MLAConfig, expected_mla_tensors
     from eagle3conv.spec.layers import LayerRef, to_ids
 
@@ -504,11 +507,7 @@ def write_mla_drafter(folder: Path, d: dict, aux_outputs: tuple[int, ...], dev: 
             t[key] = (1.0 + 0.1 * torch.randn(shape, generator=g, device=dev)).to(torch.bfloat16).cpu()
         else:
             t[key] = (torch.randn(shape, generator=g, device=dev) / shape[1] ** 0.5).to(torch.bfloat16).cpu()
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file(t, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
-    return {"bytes": sum(x.numel() * x.element_size() for x in t.values()), "eagle_config_ids": list(ids),
-            "tensors": len(t)}
+    return save_drafter(folder, t, cfg, ids)
 
 
 def mla_flops_per_token_step(d: dict, S: int, steps: int) -> dict:
@@ -575,7 +574,9 @@ def load_vs_read(folder: Path, dev: str) -> tuple[object, dict]:
     return drafter, out
 
 
-def profile_chain(drafter, aux, ids, steps: int) -> dict:
+def profile_chain(drafter, aux, ids, steps: int, *, reductions: str = "reductions", top: int = 12,
+                  name_len: int = 100) -> dict:
+    """One draft_chain call under torch.profiler: GPU kernel time by category and the top kernels."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -587,13 +588,15 @@ def profile_chain(drafter, aux, ids, steps: int) -> dict:
         us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
         if not us or e.key.startswith("aten::") or e.key.startswith("cuda"):
             continue
-        cat = kernel_category(e.key)
+        cat = kernel_category(e.key, reductions=reductions)
         cats[cat] = cats.get(cat, 0.0) + us / 1e3
-        kern.append((us / 1e3, e.count, cat, e.key[:100]))
+        kern.append((us / 1e3, e.count, cat, e.key[:name_len]))
     kern.sort(reverse=True)
-    return {"gpu_ms_total": round(sum(cats.values()), 2),
+    total = sum(cats.values())
+    return {"gpu_ms_total": round(total, 2),
             "by_category_ms": {c: round(v, 2) for c, v in sorted(cats.items(), key=lambda x: -x[1])},
-            "top_kernels": [{"ms": round(a, 2), "calls": n, "cat": c, "name": nm} for a, n, c, nm in kern[:12]]}
+            "by_category_frac": {c: round(v / total, 3) for c, v in cats.items()} if total else {},
+            "top_kernels": [{"ms": round(a, 2), "calls": n, "cat": c, "name": nm} for a, n, c, nm in kern[:top]]}
 
 
 def write_shared_states(path: Path, d: dict, dev: str, seqs: int, S: int, outputs=(-1, 2, 30, 58)) -> dict:
@@ -773,7 +776,8 @@ def fresh_verify_bench(folders: dict, states_path: Path, dev: str, compute_s: di
             labels = [x for x in labels if x[0] in only_labels.split(";")]
         for label, only, threads in labels:
             cold = label.startswith("cold")
-            how = evict(files, only) if cold else None
+            if cold:  # before the read loop as well: its cold figure is part of the bound
+                evict(files, only)
             if label in ("cold", "warm", "cold-files"):
                 rs, nbytes = read_loop(files)
                 r[f"read_loop_{label}_s"] = round(rs, 3)
@@ -874,35 +878,7 @@ def main() -> int:
     RESULT["checkpoint"] = info
     log("checkpoint", info)
     if "llama" in sections:  # the Llama family: load, chain, profile, variants, verify, evaluate
-        files = sorted(folder.glob("*.safetensors")) + [folder / "config.json"]
-
-        def load_build():
-            t0 = time.perf_counter()
-            config, tensors = load_drafter_weights(folder)
-            t1 = time.perf_counter()
-            drafter, target_embeds = build_drafter(config, tensors, dev, torch.bfloat16)
-            sync(dev)
-            t2 = time.perf_counter()
-            return drafter, t1 - t0, t2 - t1
-
-        load = {}
-        for label in ("cold", "warm"):
-            dropped = drop_caches() if label == "cold" else False
-            rs, nbytes = read_loop(files)
-            if label == "cold":
-                drop_caches()
-            drafter, tl, tb = load_build()
-            load[label] = {"page_cache_dropped": dropped, "read_loop_s": round(rs, 3),
-                           "read_GBps": round(nbytes / rs / 1e9, 2), "load_drafter_weights_s": round(tl, 3),
-                           "build_drafter_s": round(tb, 3), "load_plus_build_s": round(tl + tb, 3),
-                           "ratio_to_read": round((tl + tb) / rs, 2)}
-            log("load", label, load[label])
-            if label == "cold":
-                del drafter
-                if dev == "cuda":
-                    torch.cuda.empty_cache()
-        load["bytes"] = nbytes
-        RESULT["load"] = load
+        drafter, RESULT["load"] = load_vs_read(folder, dev)
         dump()
 
         # -- 2. draft_chain on synthetic states
@@ -949,28 +925,8 @@ def main() -> int:
         Bp = max(inputs)
         aux, ids = inputs[Bp]
         if dev == "cuda":
-            from torch.profiler import ProfilerActivity, profile
-
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                drafter.draft_chain(aux, ids, steps)
-                torch.cuda.synchronize()
-            cats: dict[str, float] = {}
-            kern = []
-            for e in prof.key_averages():
-                us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
-                if not us or e.key.startswith("aten::") or e.key.startswith("cuda"):
-                    continue
-                name = e.key
-                cat = kernel_category(name, reductions="reductions (rmsnorm mean, argmax)")
-                cats[cat] = cats.get(cat, 0.0) + us / 1e3
-                kern.append((us / 1e3, e.count, cat, name[:120]))
-            kern.sort(reverse=True)
-            total = sum(cats.values())
-            RESULT["profile"] = {"batch": Bp, "gpu_ms_total": round(total, 2),
-                                 "by_category_ms": {c: round(v, 2) for c, v in sorted(cats.items(), key=lambda x: -x[1])},
-                                 "by_category_frac": {c: round(v / total, 3) for c, v in cats.items()},
-                                 "top_kernels": [{"ms": round(a, 2), "calls": n, "cat": c, "name": nm}
-                                                 for a, n, c, nm in kern[:15]]}
+            RESULT["profile"] = {"batch": Bp, **profile_chain(
+                drafter, aux, ids, steps, reductions="reductions (rmsnorm mean, argmax)", top=15, name_len=120)}
             log("profile", json.dumps(RESULT["profile"], indent=1))
             dump()
 
