@@ -1,0 +1,332 @@
+"""`eagle3conv verify` in a fresh process from a truly cold page cache, read-ahead schedules side by side.
+
+``bench_verify_gpu.py --sections fresh`` drops the page cache from a process that has imported torch,
+so the pages of torch's shared libraries that process maps stay cached: its "cold, all" is cold for
+Python's files and the inputs, not for torch's libraries. This driver never imports torch: the
+drafters (Kimi-K2.5-size Llama and MLA, random bf16) and the 96 x 2048 states file are written, and
+the chain timed, by a child process (``--make``) that exits before anything is measured; each
+measured case runs ``eagle3conv verify DRAFTER --states FILE --json --no-save`` in a fresh process
+after ``/proc/sys/vm/drop_caches`` (or, for "cold, inputs", ``posix_fadvise(DONTNEED)`` on the inputs
+only), next to a plain 16 MiB read loop of the same files in the same cache state.
+
+Each schedule is the console's own read-ahead (``eagle3conv/console.py``) with a setting changed in
+the child before ``console.run()`` (``--child``): the code under test is the package's.
+
+    PYTHONUNBUFFERED=1 PYTHONPATH=. python3 bench/fresh_cold.py          # JSON to $OUT/fresh_cold.json
+    PYTHONPATH=. .venv/bin/python bench/fresh_cold.py --small --out /tmp/fc.json   # CPU smoke test
+
+Needs root for drop_caches (the device machine runs as root); without it every "cold, all" case is
+reported as not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# name -> how the child changes the console's read-ahead before running it
+SCHEDULES: dict[str, dict] = {
+    # the package as it is: with torch's own files cold, no read-ahead
+    "as shipped": {},
+    # the read-ahead forced on from the start: 4 threads, 16 MiB reads (the code before stop 10)
+    "full": {"force": True},
+    # the same with 1 MiB reads: a page fault of the import waits behind less queued I/O
+    "4 x 1 MiB": {"force": True, "chunk": 1 << 20},
+    "2 x 1 MiB": {"force": True, "chunk": 1 << 20, "threads": 2},
+    # the same reads at the idle I/O priority (only a scheduler that honours priorities can tell)
+    "full, idle priority": {"force": True, "idle": True},
+    # torch imported first, then the full read-ahead (overlaps CUDA init, the load and the scoring)
+    "after import torch": {"force": True, "after_import": True},
+}
+
+
+def log(*a) -> None:
+    print("[fresh_cold]", *a, file=sys.stderr, flush=True)
+
+
+def drop_caches() -> bool:
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def fadvise_out(files: list[Path]) -> None:
+    for p in files:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def read_loop(files: list[Path], buf_mb: int = 16) -> tuple[float, int]:
+    buf = bytearray(buf_mb << 20)
+    mv = memoryview(buf)
+    total = 0
+    t = time.perf_counter()
+    for p in files:
+        with open(p, "rb", buffering=0) as f:
+            while n := f.readinto(mv):
+                total += n
+    return time.perf_counter() - t, total
+
+
+def system_info(work: Path) -> dict:
+    """The disk the inputs live on and how the kernel queues its reads (for the idle-priority case)."""
+    info: dict = {"kernel": os.uname().release, "python": sys.version.split()[0], "cpus": os.cpu_count()}
+    try:
+        src = subprocess.run(["findmnt", "-no", "SOURCE,FSTYPE", "--target", str(work)], capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        info["mount"] = src
+    except (OSError, subprocess.SubprocessError):
+        pass
+    queues = {}
+    for q in sorted(Path("/sys/block").glob("*/queue")):
+        row = {}
+        for name in ("scheduler", "read_ahead_kb", "nr_requests", "max_sectors_kb", "rotational"):
+            try:
+                row[name] = (q / name).read_text().strip()
+            except OSError:
+                pass
+        queues[q.parent.name] = row
+    info["block_queues"] = queues
+    return info
+
+
+# --------------------------------------------------------------------------- child: write the inputs
+
+
+def make(work: Path, small: bool, seqs: int) -> None:
+    """Write both drafters and the states file, time each drafter's chain at B=8 (the bound's compute
+    term), print one JSON line. Runs in its own process, which exits before anything is measured."""
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    import bench_verify_gpu as b
+    from eagle3conv.verify import build_drafter, load_drafter_weights
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    d, dm = b.make_dims(small), b.make_mla_dims(small)
+    S = 64 if small else 2048
+    out: dict = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "torch": torch.__version__}
+    out["llama"] = b.write_drafter(work / "drafter", d, (2, 30, 58), dev)
+    out["mla"] = b.write_mla_drafter(work / "drafter-mla", dm, (2, 30, 58), dev)
+    out["states"] = b.write_shared_states(work / "states.safetensors", d, dev, seqs, S)
+    B = 8
+    for fam, folder, dims in (("llama", work / "drafter", d), ("mla", work / "drafter-mla", dm)):
+        config, tensors = load_drafter_weights(folder)
+        drafter, _ = build_drafter(config, tensors, dev, torch.bfloat16)
+        del tensors
+        gen = torch.Generator(device=dev).manual_seed(1)
+        drafter.embed_tokens = (torch.randn(dims["V"], dims["H"], generator=gen, device=dev) * 0.02).to(torch.bfloat16)
+        aux = torch.randn(B, S, dims["k"] * dims["T"], generator=gen, device=dev).to(torch.bfloat16)
+        ids = torch.randint(0, dims["V"], (B, S), generator=gen, device=dev)
+        ts = sorted(b.time_gpu(lambda: drafter.draft_chain(aux, ids, 3), dev, 2, 5))
+        out[fam]["chain_B8_s"] = round(ts[len(ts) // 2], 4)
+        out[fam]["chain_compute_s"] = round(ts[len(ts) // 2] * -(-seqs // B), 3)
+        del drafter, aux, ids
+        if dev == "cuda":
+            torch.cuda.empty_cache()
+    print(json.dumps(out))
+
+
+# --------------------------------------------------------------------------- child: one verify
+
+
+def child(schedule: str, argv: list[str]) -> None:
+    """``eagle3conv verify`` through the package's console, with the schedule's change applied."""
+    from eagle3conv import console
+
+    s = SCHEDULES[schedule]
+    if s.get("force"):
+        console.torch_cached = lambda: True
+    if s.get("chunk"):
+        console.READ_CHUNK = s["chunk"]
+    if s.get("threads"):
+        os.environ["EAGLE3CONV_READ_AHEAD"] = str(s["threads"])
+    if s.get("idle"):
+        import ctypes
+
+        own = console.read_ahead
+
+        def idle_read_ahead(plan, info, workers=4):
+            # ioprio_set(IOPRIO_WHO_PROCESS, this thread, IOPRIO_CLASS_IDLE): the reader threads it
+            # starts inherit it
+            libc = ctypes.CDLL(None, use_errno=True)
+            info["ioprio_set"] = libc.syscall(251, 1, 0, 3 << 13)
+            return own(plan, info, workers)
+
+        console.read_ahead = idle_read_ahead
+    if s.get("after_import"):
+        own_start = console.start_read_ahead
+
+        def start_after_import(argv_, info):
+            import torch  # noqa: F401
+
+            info["import_torch"] = round(time.perf_counter() - console._T0, 3)
+            return own_start(argv_, info)
+
+        console.start_read_ahead = start_after_import
+    sys.argv = ["eagle3conv", *argv]
+    console.run()
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+def run_verify(schedule: str, folder: Path, states: Path, dev: str, timeout: float) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", schedule, "--", "verify", str(folder),
+           "--states", str(states), "--device", dev, "--no-save", "--json"]
+    env = dict(os.environ, EAGLE3CONV_PHASES="1", PYTHONUNBUFFERED="1")
+    t = time.perf_counter()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    run: dict = {"wall_s": round(time.perf_counter() - t, 3), "exit_code": p.returncode}
+    try:
+        doc = json.loads(p.stdout)
+        run["verify_seconds"] = doc.get("seconds")
+        run["accept_length"] = (doc.get("accept_length") or {}).get("value") if isinstance(
+            doc.get("accept_length"), dict) else doc.get("accept_length")
+    except (ValueError, AttributeError):
+        run["stdout_tail"] = p.stdout[-400:]
+    phases = [ln for ln in p.stderr.splitlines() if ln.startswith("eagle3conv phases:")]
+    if phases:
+        run["phases"] = json.loads(phases[-1].split(":", 1)[1])
+    if p.returncode not in (0, 4):
+        run["stderr_tail"] = p.stderr[-1500:]
+    return run
+
+
+def reference_import(dev: str) -> float:
+    code = f"import torch; torch.zeros(1, device={dev!r})"
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True)
+    return round(time.perf_counter() - t, 3)
+
+
+def main() -> int:
+    if len(sys.argv) > 2 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[4:] if sys.argv[3:4] == ["--"] else sys.argv[3:])
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--small", action="store_true", help="tiny shapes (a CPU smoke test)")
+    ap.add_argument("--make", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--workdir", default="/tmp/eagle3conv-bench-fresh")
+    ap.add_argument("--seqs", type=int, default=96)
+    ap.add_argument("--reps", type=int, default=2, help="rounds of every case (the order reversed each round)")
+    ap.add_argument("--schedules", default=";".join(SCHEDULES), help="';' separated, from: " + "; ".join(SCHEDULES))
+    ap.add_argument("--families", default="llama,mla")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    work = Path(args.workdir)
+    if args.make:
+        make(work, args.small, args.seqs)
+        return 0
+    if "torch" in sys.modules:  # the point of this driver
+        raise SystemExit("the driver must not import torch")
+    out_path = Path(args.out or os.path.join(os.environ.get("OUT", "/tmp"), "fresh_cold.json"))
+    work.mkdir(parents=True, exist_ok=True)
+    res: dict = {"system": system_info(work)}
+    log("system", res["system"])
+
+    def dump() -> None:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(res, indent=1))
+
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--make", "--workdir", str(work),
+                        "--seqs", str(3 if args.small else args.seqs)] + (["--small"] if args.small else []),
+                       capture_output=True, text=True, check=True)
+    res["inputs"] = json.loads(p.stdout.strip().splitlines()[-1])
+    res["inputs"]["make_s"] = round(time.perf_counter() - t, 1)
+    log("inputs", res["inputs"])
+    dump()
+    dev = "cuda" if res["inputs"]["device"] != "cpu" else "cpu"
+    states = work / "states.safetensors"
+    folders = {"llama": work / "drafter", "mla": work / "drafter-mla"}
+    schedules = [s for s in args.schedules.split(";") if s]
+    for s in schedules:
+        if s not in SCHEDULES:
+            raise SystemExit(f"unknown schedule {s!r}")
+    can_drop = drop_caches()
+    res["drop_caches"] = can_drop
+    ref: dict = {"import_torch_cuda_init_cold_s": [], "import_torch_cuda_init_warm_s": []}
+    rows: dict = {fam: {"read_cold_all_s": [], "read_cold_inputs_s": [], "read_warm_s": [], "cases": {}}
+                  for fam in args.families.split(",")}
+    for rnd in range(args.reps):
+        if can_drop:
+            drop_caches()
+            ref["import_torch_cuda_init_cold_s"].append(reference_import(dev))
+        ref["import_torch_cuda_init_warm_s"].append(reference_import(dev))
+        res["reference"] = ref
+        for fam, row in rows.items():
+            folder = folders[fam]
+            files = sorted(folder.glob("*.safetensors")) + [folder / "config.json", states]
+            cases = [("cold, all: " + s, s) for s in schedules] + [("cold, inputs: as shipped", "as shipped"),
+                                                                    ("warm: as shipped", "as shipped")]
+            if rnd % 2:
+                cases.reverse()
+            if can_drop:
+                drop_caches()
+                row["read_cold_all_s"].append(round(read_loop(files)[0], 3))
+            fadvise_out(files)
+            row["read_cold_inputs_s"].append(round(read_loop(files)[0], 3))
+            row["read_bytes"] = read_loop(files)[1]
+            row["read_warm_s"].append(round(read_loop(files)[0], 3))
+            for label, schedule in cases:
+                if label.startswith("cold, all"):
+                    if not can_drop:
+                        row["cases"].setdefault(label, []).append({"not run": "drop_caches needs root"})
+                        continue
+                    drop_caches()
+                elif label.startswith("cold, inputs"):
+                    fadvise_out(files)
+                else:
+                    read_loop(files)
+                r = run_verify(schedule, folder, states, dev, timeout=300)
+                r["round"] = rnd
+                row["cases"].setdefault(label, []).append(r)
+                log(fam, label, r)
+                res["families"] = rows
+                dump()
+    # ratios: each case against the bound of its own cache state (the larger of its read loop's median
+    # and the chain's compute), the issue's "within 1.5x"
+    import statistics
+
+    summary: dict = {}
+    for fam, row in rows.items():
+        chain = res["inputs"][fam].get("chain_compute_s") or 0.0
+        s: dict = {"chain_compute_s": chain}
+        for label, runs in row["cases"].items():
+            walls = [r["wall_s"] for r in runs if "wall_s" in r and r.get("exit_code") in (0, 4)]
+            if not walls:
+                continue
+            key = "read_cold_all_s" if label.startswith("cold, all") else (
+                "read_cold_inputs_s" if label.startswith("cold, inputs") else "read_warm_s")
+            loop = statistics.median(row[key]) if row[key] else 0.0
+            bound = max(loop, chain)
+            s[label] = {"walls_s": walls, "median_wall_s": round(statistics.median(walls), 3),
+                        "bound_s": round(bound, 3),
+                        "ratio_to_bound": round(statistics.median(walls) / bound, 3) if bound else None}
+            if label.startswith("warm"):  # the issue's own term: its disk read is a cold read
+                cold = statistics.median(row["read_cold_all_s"] or row["read_cold_inputs_s"])
+                s[label]["ratio_to_cold_read"] = round(statistics.median(walls) / max(cold, chain), 3)
+        summary[fam] = s
+    res["summary"] = summary
+    dump()
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
