@@ -34,7 +34,9 @@ HERE = Path(__file__).resolve().parent
 # name -> how the child changes the console before running it. Run 1 (bench/results/
 # fresh_cold_h200_2026-12-01_run1.json, this script at 9ff1dd7) also had "full" (read-ahead from the
 # start), "4 x 1 MiB", "2 x 1 MiB" (smaller reads) and "full, idle priority" (IOPRIO_CLASS_IDLE
-# readers): each slower than both below, so they went.
+# readers): each slower than both below, so they went. Run 2 (this script at e722740) also timed
+# load_drafter_weights + build_drafter with a library read-ahead of cold weights: mixed (MLA 0.88x
+# a plain read against 1.07x without, Llama 1.36x against 1.26x), so that went too.
 SCHEDULES: dict[str, dict] = {
     # the package as it is: with torch's own files cold, torch is imported first, then read ahead
     "as shipped": {},
@@ -137,52 +139,6 @@ def make(work: Path, small: bool, seqs: int) -> None:
     print(json.dumps(out))
 
 
-# --------------------------------------------------------------------------- child: load vs read
-
-
-def load_child(work: Path, reps: int) -> None:
-    """``load_drafter_weights`` + ``build_drafter`` (cuda, bf16) against a plain read loop of the same
-    files, both drafters, cold (drop_caches) and warm, with the library's read-ahead on and off in
-    alternating order; one JSON line. Its own process (it imports torch): drop_caches cannot evict
-    what this process maps, but the drafter's files are only read, never mapped, between runs."""
-    import torch
-
-    from eagle3conv.verify import build_drafter, load_drafter_weights
-
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    out: dict = {}
-    for fam, folder in (("llama", work / "drafter"), ("mla", work / "drafter-mla")):
-        files = sorted(folder.glob("*.safetensors")) + [folder / "config.json"]
-        rows: dict = {"read_cold_s": [], "read_warm_s": []}
-        for rep in range(reps):
-            order = [True, False] if rep % 2 == 0 else [False, True]
-            for state in ("cold", "warm"):
-                if state == "cold":
-                    drop_caches()
-                rows[f"read_{state}_s"].append(round(read_loop(files)[0], 3))
-                for ra in order:
-                    if state == "cold":
-                        drop_caches()
-                    else:
-                        read_loop(files)
-                    t0 = time.perf_counter()
-                    config, tensors = load_drafter_weights(folder, read_ahead=ra)
-                    drafter, _ = build_drafter(config, tensors, dev, torch.bfloat16)
-                    if dev == "cuda":
-                        torch.cuda.synchronize()
-                    rows.setdefault(f"load_build_{state}_{'read-ahead' if ra else 'mapped only'}_s", []).append(
-                        round(time.perf_counter() - t0, 3))
-                    del drafter, tensors, config
-                    if dev == "cuda":
-                        torch.cuda.empty_cache()
-                    import eagle3conv.io.readahead as ra_mod  # each run may read ahead again
-
-                    ra_mod._active.clear()
-                    time.sleep(0.5)  # a read-ahead thread still running (warm: none) finishes
-        out[fam] = rows
-    print(json.dumps(out))
-
-
 # --------------------------------------------------------------------------- child: one verify
 
 
@@ -244,8 +200,6 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--small", action="store_true", help="tiny shapes (a CPU smoke test)")
     ap.add_argument("--make", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--load-child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--load-reps", type=int, default=3, help="rounds of the load vs read measurement (0: skip)")
     ap.add_argument("--workdir", default="/tmp/eagle3conv-bench-fresh")
     ap.add_argument("--seqs", type=int, default=96)
     ap.add_argument("--reps", type=int, default=2, help="rounds of every case (the order reversed each round)")
@@ -256,9 +210,6 @@ def main() -> int:
     work = Path(args.workdir)
     if args.make:
         make(work, args.small, args.seqs)
-        return 0
-    if args.load_child:
-        load_child(work, args.load_reps)
         return 0
     if "torch" in sys.modules:  # the point of this driver
         raise SystemExit("the driver must not import torch")
@@ -280,23 +231,6 @@ def main() -> int:
     log("inputs", res["inputs"])
     dump()
     dev = "cuda" if res["inputs"]["device"] != "cpu" else "cpu"
-    if args.load_reps > 0:
-        p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--load-child", "--workdir", str(work),
-                            "--load-reps", str(args.load_reps)], capture_output=True, text=True)
-        if p.returncode:
-            res["load_vs_read"] = {"error": p.stderr[-1500:]}
-        else:
-            import statistics
-
-            rows = json.loads(p.stdout.strip().splitlines()[-1])
-            for fam, r in rows.items():
-                for k in [k for k in r if k.startswith("load_build_")]:
-                    state = "cold" if "_cold_" in k else "warm"
-                    read = statistics.median(r[f"read_{state}_s"])
-                    r[k[:-2] + "_ratio_to_read"] = round(statistics.median(r[k]) / read, 3) if read else None
-            res["load_vs_read"] = rows
-        log("load vs read", res["load_vs_read"])
-        dump()
     states = work / "states.safetensors"
     folders = {"llama": work / "drafter", "mla": work / "drafter-mla"}
     schedules = [s for s in args.schedules.split(";") if s]

@@ -7,8 +7,8 @@ usual KeyboardInterrupt runs every cleanup, and whatever escapes the command's
 own handler is reported here.
 
 ``eagle3conv verify DRAFTER --states FILE`` starts reading its weights and
-states (a few threads, states in row order, ``eagle3conv.io.readahead``) before torch is imported,
-so the disk works while Python imports and CUDA initialises (EAGLE3CONV_READ_AHEAD: the
+states (a few threads, states in row order) before torch is imported, so the
+disk works while Python imports and CUDA initialises (EAGLE3CONV_READ_AHEAD: the
 number of reader threads, 0 turns it off); not when they are already cached. When torch's own
 files are cold too (after a reboot or a dropped page cache), torch is imported first and the
 reading starts after it: reading during that import queues its many small reads behind the large
@@ -59,6 +59,153 @@ def verify_inputs(argv: list[str]) -> list[str]:
     return files + [states]
 
 
+def mem_available() -> int:
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+READ_CHUNK = 16 << 20
+
+
+def read_plan(path: str, striped: bool) -> list[tuple[str, int, int]]:
+    """(path, offset, length) reads covering the file. ``striped``: a safetensors file whose large
+    tensors are read a slice of each at a time, in row order -- states are stored one [sequences,
+    positions, width] tensor per layer, so slice j of every layer is the same sequences, and the
+    first batches of every layer are in the page cache first, as the drafter reads them."""
+    import json
+    import struct
+
+    size = os.path.getsize(path)
+    if striped:
+        try:
+            with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
+                (n,) = struct.unpack("<Q", f.read(8))
+                if n > min(size - 8, 100 << 20):
+                    raise ValueError("not a safetensors header")
+                header = json.loads(f.read(n))
+            base = 8 + n
+            spans = sorted((base + v["data_offsets"][0], base + v["data_offsets"][1])
+                           for k, v in header.items() if k != "__metadata__")
+            small = [(a, b - a) for a, b in spans if b - a < 4 * READ_CHUNK]
+            large = [(a, b - a) for a, b in spans if b - a >= 4 * READ_CHUNK]
+            plan = [(path, 0, base)] + [(path, a, n) for a, n in small]
+            if large:
+                parts = max(1, min(256, max(n for _, n in large) // READ_CHUNK))
+                for j in range(parts):
+                    for a, n in large:
+                        lo, hi = n * j // parts, n * (j + 1) // parts
+                        plan.append((path, a + lo, hi - lo))
+            return plan
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, struct.error):
+            pass
+    return [(path, off, min(4 * READ_CHUNK, size - off)) for off in range(0, size, 4 * READ_CHUNK)]
+
+
+def read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4) -> None:  # pragma: no cover
+    """Read the plan's spans once, in order, with a few threads (a disk serves several requests
+    at once faster than one), discarding the bytes: the page cache holds them when the command
+    reaches them, and the disk works while Python imports torch and initialises CUDA. Each file
+    is closed after its last span."""
+    import threading
+
+    lock = threading.Lock()
+    nxt = [0]
+    total = [0]
+    fds: dict = {}
+    left: dict = {}  # spans still to read per file: a file is closed after its last one
+    for path, _, _ in plan:
+        left[path] = left.get(path, 0) + 1
+
+    def done_with(path: str) -> None:
+        with lock:
+            left[path] -= 1
+            fd = fds.pop(path, -1) if not left[path] else -1
+        if fd >= 0:
+            os.close(fd)
+
+    def work() -> None:
+        buf = bytearray(READ_CHUNK)
+        mv = memoryview(buf)
+        while True:
+            with lock:
+                if nxt[0] >= len(plan):
+                    return
+                path, off, length = plan[nxt[0]]
+                nxt[0] += 1
+                fd = fds.get(path)
+                if fd is None:
+                    try:
+                        fd = fds[path] = os.open(path, open_flags(path, info))
+                    except OSError:
+                        fd = fds[path] = -1
+            if fd < 0:
+                done_with(path)
+                continue
+            end = off + length
+            while off < end:
+                try:
+                    n = os.preadv(fd, [mv[: min(READ_CHUNK, end - off)]], off)
+                except OSError:
+                    break
+                if not n:
+                    break
+                off += n
+                with lock:
+                    total[0] += n
+            done_with(path)
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for fd in fds.values():
+        if fd >= 0:
+            os.close(fd)
+    info["read_ahead_bytes"] = total[0]
+    info["read_ahead_done"] = round(time.perf_counter() - _T0, 3)
+
+
+def open_flags(path: str, info: dict) -> int:
+    """Read-only, never blocking (a FIFO put in a file's place between the check and the open gives
+    no data instead of a hang), and not through a link except for the states file the user named."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    if path != info.get("_states"):
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    return flags
+
+
+def cached(files: list[str], samples: int = 16) -> bool:
+    """Whether the files look fully in the page cache: a one-page ``preadv(RWF_NOWAIT)`` at
+    ``samples`` places in each succeeds (it fails instead of waiting for the disk). False when
+    the kernel cannot say. Reading ahead files already cached only costs memory bandwidth."""
+    nowait = getattr(os, "RWF_NOWAIT", None)
+    if nowait is None:
+        return False
+    buf = bytearray(4096)
+    for path in files:
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+                         | (getattr(os, "O_NOFOLLOW", 0) if path != files[-1] else 0))
+        except OSError:
+            return False
+        try:
+            size = os.fstat(fd).st_size
+            for j in range(samples):
+                os.preadv(fd, [buf], size * j // samples, nowait)
+        except OSError:  # BlockingIOError: not cached; EOPNOTSUPP etc.: cannot tell
+            return False
+        finally:
+            os.close(fd)
+    return True
+
+
 def torch_cached() -> bool:
     """Whether torch's own ``__init__.py`` is in the page cache (found without importing torch).
     When it is not, torch's files are cold too (after a reboot or a dropped page cache) and the
@@ -73,8 +220,6 @@ def torch_cached() -> bool:
         return True
     if getattr(os, "RWF_NOWAIT", None) is None:
         return True
-    from eagle3conv.io.readahead import cached
-
     return cached([spec.origin])
 
 
@@ -82,11 +227,8 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
     """For ``verify``, start reading its weights and states in a daemon thread, before the
     heavy imports, when they fit in half the available memory (else reading ahead would
     only evict what it read before the command gets there) and are not cached already. When
-    torch's own files are cold too, torch is imported first: reading ahead during that import
-    queues its many small reads behind large ones (bench/README.md, "verify from a truly cold
-    page cache")."""
-    from eagle3conv.io.readahead import cached, mem_available, prefetch
-
+    torch's own files are cold too, torch is imported first (bench/README.md, "verify from a
+    truly cold page cache": reading during that import slowed it by more than it saved)."""
     files = verify_inputs(argv)
     try:  # EAGLE3CONV_READ_AHEAD: reader threads (0: off)
         workers = int(os.environ.get("EAGLE3CONV_READ_AHEAD") or 4)
@@ -94,6 +236,7 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
         workers = 4
     if not files or workers < 1:
         return False
+    info["_states"] = files[-1]  # not a phase: the one file read through a link
     try:
         size = sum(os.path.getsize(p) for p in files)
     except OSError:
@@ -103,11 +246,18 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
     if cached(files):
         info["read_ahead"] = "inputs already cached"
         return False
-    if not torch_cached():
+    if not torch_cached():  # read after the import: during it, its small reads queue behind ours
         import torch  # noqa: F401  (verify imports it next anyway)
 
         info["read_ahead_after_import_torch"] = round(time.perf_counter() - _T0, 3)
-    return prefetch(files, info, workers, striped_last=True, follow={files[-1]})
+    import threading
+
+    plan = [span for i, p in enumerate(files) for span in read_plan(p, striped=i == len(files) - 1)]
+    threading.Thread(target=read_ahead, args=(plan, info, min(workers, 16)), name="eagle3conv-read-ahead",
+                     daemon=True).start()
+    info["read_ahead_files"] = len(files)
+    info["read_ahead_threads"] = min(workers, 16)
+    return True
 
 
 def run() -> None:

@@ -18,16 +18,12 @@ from typing import Any
 from eagle3conv.errors import CheckpointReadError, UsageError, WiringError
 
 
-def load_drafter_weights(root: Path, read_ahead: bool = True) -> tuple[dict, dict]:
-    """config.json and every tensor of a canonical (fixed) drafter folder. The tensors are memory
-    mapped, so their bytes are read when ``build_drafter`` copies them; with ``read_ahead``, cold
-    weight files are also read by a few threads meanwhile (one thread's page faults alone fall
-    behind a fast disk: bench/README.md, "load vs a plain read")."""
+def load_drafter_weights(root: Path) -> tuple[dict, dict]:
+    """config.json and every tensor of a canonical (fixed) drafter folder."""
     from safetensors.torch import load_file
 
     from eagle3conv.checkpoint.index import open_checkpoint
     from eagle3conv.checkpoint.writer import prepared
-    from eagle3conv.io.readahead import prefetch
 
     with prepared(root, "verify", write=False):  # a live fix-keys is waited for; an interrupted one finished
         index = open_checkpoint(root)
@@ -37,9 +33,6 @@ def load_drafter_weights(root: Path, read_ahead: bool = True) -> tuple[dict, dic
             raise UsageError(f"{root}: verify reads a fixed safetensors drafter, this is {index.layout}",
                              hint=f"eagle3conv fix-keys {root} --out FIXED, then verify FIXED")
         tensors: dict = {}
-        if read_ahead:  # the index vetted these paths (links included): load_file opens the same
-            files = [str(f) for f in index.weight_files]
-            prefetch(files, follow=set(files))
         for f in index.weight_files:
             tensors.update(load_file(str(f)))
         return index.config, tensors
