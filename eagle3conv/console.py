@@ -246,9 +246,11 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
     if cached(files):
         info["read_ahead"] = "inputs already cached"
         return False
-    if not torch_cached():  # read after the import: during it, its small reads queue behind ours
-        import torch  # noqa: F401  (verify imports it next anyway)
-
+    if not torch_cached():  # read after the import: during it, its reads queue behind ours
+        try:
+            import torch  # noqa: F401  (verify imports it next anyway)
+        except Exception:  # a broken install: verify reports it, with its own message
+            return False
         info["read_ahead_after_import_torch"] = round(time.perf_counter() - _T0, 3)
     import threading
 

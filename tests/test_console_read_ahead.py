@@ -217,6 +217,28 @@ def test_with_torch_itself_cold_torch_is_imported_before_reading_ahead(drafter_a
     assert "read_ahead" not in warm and "read_ahead_after_import_torch" not in warm
 
 
+def test_a_torch_that_cannot_be_imported_reads_nothing_ahead(drafter_and_states, tmp_path, monkeypatch):
+    """torch cold and its import failing (a broken install): the console reads nothing ahead and
+    leaves the error to verify's own handling instead of a traceback from the entry point."""
+    drafter, states = drafter_and_states
+    copy = tmp_path / "drafter"
+    copy.mkdir()
+    for f in drafter.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    argv = ["eagle3conv", "verify", str(copy), "--states", str(states)]
+    monkeypatch.setattr(console, "cached", lambda files, samples=16: False)
+    monkeypatch.setattr(console, "torch_cached", lambda: False)
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    info: dict = {}
+    assert console.start_read_ahead(argv, info) is False
+    assert "read_ahead_files" not in info and "read_ahead_after_import_torch" not in info
+    monkeypatch.undo()
+    info = {}
+    monkeypatch.setattr(console, "cached", lambda files, samples=16: False)
+    monkeypatch.setattr(console, "torch_cached", lambda: False)
+    assert console.start_read_ahead(argv, info) is True and "read_ahead_after_import_torch" in info
+
+
 def test_fresh_process_with_torch_cold_imports_it_then_reads_ahead(drafter_and_states, tmp_path):
     """A real fresh process: torch's ``__init__.py`` and the inputs evicted. The console imports
     torch before the CLI and before any read-ahead, and stdout is still one JSON document."""
