@@ -833,3 +833,18 @@ def test_embedding_rows_seen_identical_are_not_called_the_whole_table(world):
         assert compare_embeddings(own, st, table=other)["identical"] is False
         # a table of another width is not compared row by row
         assert compare_embeddings(torch.zeros(st.vocab_size, 8), st)["identical"] is False
+
+
+def test_the_config_wiring_is_described_in_plain_words():
+    """The wiring verify scores from config.json's nested ids says which layers it took them to be
+    and by whose reading, not an internal numbering's name (it used to say "as sglang-old reads
+    them")."""
+    from eagle3conv.verify.search import config_candidate
+
+    cfg = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}
+    old = config_candidate(cfg, 61, "sglang-old")
+    assert old.why == ("config.json eagle_config ids [2, 30, 58]: outputs of layers 2, 30, 58 "
+                       "(the newest SGLang's reading for the target's family)")
+    new = config_candidate(cfg, 61, "sglang-new")  # the DeepSeek/Kimi path: a first id other than 1 is raw
+    assert [r.output_of for r in new.layers] == [1, 29, 57] and "outputs of layers 1, 29, 57" in new.why
+    assert "sglang-" not in old.why + new.why
