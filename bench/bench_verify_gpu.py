@@ -60,6 +60,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from disk import drop_caches, read_loop  # noqa: E402  (shared with fresh_cold.py)
+
 RESULT: dict = {}
 OUT_PATH: Path | None = None
 
@@ -122,31 +125,6 @@ def matmul_tflops(dev: str, n: int) -> dict:
     del a, b
     mean = statistics.mean(ts)
     return {"n": n, "mean_ms": round(mean * 1e3, 3), "tflops": round(2 * n ** 3 / mean / 1e12, 1)}
-
-
-def drop_caches() -> bool:
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
-
-
-def read_loop(files: list[Path], buf_mb: int = 16) -> tuple[float, int]:
-    buf = bytearray(buf_mb << 20)
-    mv = memoryview(buf)
-    total = 0
-    t = time.perf_counter()
-    for p in files:
-        with open(p, "rb", buffering=0) as f:
-            while True:
-                n = f.readinto(mv)
-                if not n:
-                    break
-                total += n
-    return time.perf_counter() - t, total
 
 
 # --------------------------------------------------------------------------- the drafter

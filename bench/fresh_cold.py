@@ -30,11 +30,13 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from disk import drop_caches, read_loop  # noqa: E402  (torch-free: this driver never imports torch)
 
 # name -> how the child changes the console before running it. Run 1 (bench/results/
 # fresh_cold_h200_2026-12-01_run1.json, this script at 9ff1dd7) also had "full" (read-ahead from the
 # start), "4 x 1 MiB", "2 x 1 MiB" (smaller reads) and "full, idle priority" (IOPRIO_CLASS_IDLE
-# readers): each slower than both below, so they went. Run 2 (this script at e722740) also timed
+# readers): each slower than the first two below, so they went. Run 2 (this script at e722740) also timed
 # load_drafter_weights + build_drafter with a library read-ahead of cold weights: mixed (MLA 0.88x
 # a plain read against 1.07x without, Llama 1.36x against 1.26x), so that went too.
 SCHEDULES: dict[str, dict] = {
@@ -53,16 +55,6 @@ def log(*a) -> None:
     print("[fresh_cold]", *a, file=sys.stderr, flush=True)
 
 
-def drop_caches() -> bool:
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
-
-
 def fadvise_out(files: list[Path]) -> None:
     for p in files:
         fd = os.open(p, os.O_RDONLY)
@@ -70,18 +62,6 @@ def fadvise_out(files: list[Path]) -> None:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
-
-
-def read_loop(files: list[Path], buf_mb: int = 16) -> tuple[float, int]:
-    buf = bytearray(buf_mb << 20)
-    mv = memoryview(buf)
-    total = 0
-    t = time.perf_counter()
-    for p in files:
-        with open(p, "rb", buffering=0) as f:
-            while n := f.readinto(mv):
-                total += n
-    return time.perf_counter() - t, total
 
 
 def system_info(work: Path) -> dict:
@@ -148,6 +128,7 @@ def make(work: Path, small: bool, seqs: int) -> None:
 
 def child(schedule: str, argv: list[str]) -> None:
     """``eagle3conv verify`` through the package's console, with the schedule's change applied."""
+    t0 = time.perf_counter()  # (the console's own clock starts as it is imported, just below)
     from eagle3conv import console
 
     s = SCHEDULES[schedule]
@@ -201,7 +182,7 @@ def child(schedule: str, argv: list[str]) -> None:
                 th.start()
                 import torch  # noqa: F401
 
-                info["gentle_import_done"] = round(time.perf_counter() - console._T0, 3)
+                info["gentle_import_done"] = round(time.perf_counter() - t0, 3)
                 stop.set()
                 th.join()
             return own_start2(argv_, info)
