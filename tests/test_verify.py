@@ -836,15 +836,15 @@ def test_embedding_rows_seen_identical_are_not_called_the_whole_table(world):
 
 
 def test_the_config_wiring_is_described_in_plain_words():
-    """The wiring verify scores from config.json's nested ids says which layers it took them to be
-    and by whose reading, not an internal numbering's name (it used to say "as sglang-old reads
-    them")."""
+    """The wiring verify scores from config.json's nested ids says by whose reading it took them
+    (the report prints the layers beside it), not an internal numbering's name (it used to say
+    "as sglang-old reads them")."""
     from eagle3conv.verify.search import config_candidate
 
     cfg = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}
     old = config_candidate(cfg, 61, "sglang-old")
-    assert old.why == ("config.json eagle_config ids [2, 30, 58]: outputs of layers 2, 30, 58 "
-                       "(the newest SGLang's reading for the target's family)")
+    assert old.why == "config.json eagle_config ids [2, 30, 58], as the newest SGLang reads them for the target's family"
+    assert [r.output_of for r in old.layers] == [2, 30, 58]
     new = config_candidate(cfg, 61, "sglang-new")  # the DeepSeek/Kimi path: a first id other than 1 is raw
-    assert [r.output_of for r in new.layers] == [1, 29, 57] and "outputs of layers 1, 29, 57" in new.why
+    assert [r.output_of for r in new.layers] == [1, 29, 57]
     assert "sglang-" not in old.why + new.why

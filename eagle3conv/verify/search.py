@@ -57,10 +57,9 @@ def config_candidate(config: dict, num_layers: int | None, prefer: str) -> Candi
                              f"config.json eagle_config ids {ids}, -1 read as the embedding output "
                              "(SGLang itself cannot capture it)")
         try:
-            refs = to_refs(ids, prefer, num_layers)
-            how = ("the newest SGLang's reading for the target's family" if prefer.startswith("sglang")
-                   else f"read as {prefer}")
-            return Candidate("config", refs, f"config.json eagle_config ids {ids}: {describe(refs)} ({how})")
+            how = ("as the newest SGLang reads them for the target's family" if prefer.startswith("sglang")
+                   else f"read as {prefer}")  # the report prints the layers beside this
+            return Candidate("config", to_refs(ids, prefer, num_layers), f"config.json eagle_config ids {ids}, {how}")
         except WiringError as err:
             raise WiringError(f"config.json eagle_config ids {ids}: {err.message}",
                               hint="score a wiring explicitly with --layers, or fix it with eagle3conv config") from None
