@@ -228,7 +228,7 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
     heavy imports, when they fit in half the available memory (else reading ahead would
     only evict what it read before the command gets there) and are not cached already. When
     torch's own files are cold too, torch is imported first (bench/README.md, "verify from a
-    truly cold page cache": reading during that import slowed it by more than it saved)."""
+    truly cold page cache": reading during that import slowed it by as much as it saved, or more)."""
     files = verify_inputs(argv)
     try:  # EAGLE3CONV_READ_AHEAD: reader threads (0: off)
         workers = int(os.environ.get("EAGLE3CONV_READ_AHEAD") or 4)
