@@ -61,7 +61,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from disk import drop_caches, read_loop  # noqa: E402  (shared with fresh_cold.py)
+from shared import drop_caches, read_loop, timed_verify  # noqa: E402  (shared with fresh_cold.py)
 
 RESULT: dict = {}
 OUT_PATH: Path | None = None
@@ -686,7 +686,12 @@ def mla_bench(args, dev: str, work: Path, mm: float, S: int, steps: int, states_
 
         B = max(int(x) for x in args.batches.split(","))
         variants = {}
+        from safetensors import safe_open
+
         own_qkv, own_keys = Eagle3MLADrafter._qkv, drafter_mod.ChainKeys
+        # the previous code reads kv_b_proj as stored; the package keeps only its padded layout
+        with safe_open(str(folder / "model.safetensors"), framework="pt", device=dev) as st:
+            drafter.kv_b_proj = st.get_tensor("midlayer.self_attn.kv_b_proj.weight")
         try:
             Eagle3MLADrafter._qkv, drafter_mod.ChainKeys = mla_qkv_with_cat, CatChainKeys
             variants["previous code (q/k cat, per-chunk key cat)"] = chain_rate(
@@ -764,22 +769,7 @@ def fresh_verify_bench(folders: dict, states_path: Path, dev: str, compute_s: di
                 r[f"evicted_by ({label})"] = evict(files, only)
             cmd = [sys.executable, "-m", "eagle3conv", "verify", str(folder), "--states", str(states_path),
                    "--device", dev, "--no-save", "--json"]
-            run_env = dict(env, EAGLE3CONV_PHASES="1", EAGLE3CONV_READ_AHEAD=str(threads))
-            t = time.perf_counter()
-            p = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=timeout)
-            wall = time.perf_counter() - t
-            run: dict = {"wall_s": round(wall, 3), "exit_code": p.returncode}
-            try:
-                doc = json.loads(p.stdout)
-                run["verify_seconds"] = doc.get("seconds")
-                run["acceptance"] = doc.get("acceptance_per_position")
-            except (ValueError, AttributeError, IndexError, TypeError):
-                run["stdout_tail"] = p.stdout[-500:]
-            phases = [ln for ln in p.stderr.splitlines() if ln.startswith("eagle3conv phases:")]
-            if phases:
-                run["phases"] = json.loads(phases[-1].split(":", 1)[1])
-            if p.returncode not in (0, 4):
-                run["stderr_tail"] = p.stderr[-1500:]
+            run = timed_verify(cmd, dict(env, EAGLE3CONV_PHASES="1", EAGLE3CONV_READ_AHEAD=str(threads)), timeout)
             r[label] = run
             log("fresh verify", fam, label, run)
         chain = compute_s.get(fam)

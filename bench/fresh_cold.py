@@ -31,7 +31,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from disk import drop_caches, read_loop  # noqa: E402  (torch-free: this driver never imports torch)
+from shared import drop_caches, read_loop, timed_verify  # noqa: E402  (torch-free: the driver never imports torch)
 
 # name -> how the child changes the console before running it. Run 1 (bench/results/
 # fresh_cold_h200_2026-12-01_run1.json, this script at 9ff1dd7) also had "full" (read-ahead from the
@@ -198,23 +198,7 @@ def child(schedule: str, argv: list[str]) -> None:
 def run_verify(schedule: str, folder: Path, states: Path, dev: str, timeout: float) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", schedule, "--", "verify", str(folder),
            "--states", str(states), "--device", dev, "--no-save", "--json"]
-    env = dict(os.environ, EAGLE3CONV_PHASES="1", PYTHONUNBUFFERED="1")
-    t = time.perf_counter()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    run: dict = {"wall_s": round(time.perf_counter() - t, 3), "exit_code": p.returncode}
-    try:
-        doc = json.loads(p.stdout)
-        run["verify_seconds"] = doc.get("seconds")
-        run["accept_length"] = (doc.get("accept_length") or {}).get("value") if isinstance(
-            doc.get("accept_length"), dict) else doc.get("accept_length")
-    except (ValueError, AttributeError):
-        run["stdout_tail"] = p.stdout[-400:]
-    phases = [ln for ln in p.stderr.splitlines() if ln.startswith("eagle3conv phases:")]
-    if phases:
-        run["phases"] = json.loads(phases[-1].split(":", 1)[1])
-    if p.returncode not in (0, 4):
-        run["stderr_tail"] = p.stderr[-1500:]
-    return run
+    return timed_verify(cmd, dict(os.environ, EAGLE3CONV_PHASES="1", PYTHONUNBUFFERED="1"), timeout)
 
 
 def reference_import(dev: str) -> float:

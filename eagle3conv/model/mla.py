@@ -306,8 +306,7 @@ class Eagle3MLADrafter(Eagle3Drafter):
             self.q_b_proj = w(f"{p}q_b_proj.weight")
         self.kv_a_proj_with_mqa = w(f"{p}kv_a_proj_with_mqa.weight")
         self.kv_a_layernorm = w(f"{p}kv_a_layernorm.weight")
-        self.kv_b_proj = w(f"{p}kv_b_proj.weight")
-        self._kv_b = self._kv_b_weight()
+        self._kv_b = self._kv_b_weight(w(f"{p}kv_b_proj.weight"))  # kv_b_proj itself is not kept
         self.o_proj = w(f"{p}o_proj.weight")
 
     def _init_rope(self, config: Mapping[str, Any]) -> None:
@@ -355,12 +354,12 @@ class Eagle3MLADrafter(Eagle3Drafter):
         k, v = kv.split([nope + rope, vh], dim=-1)
         return residual, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
-    def _kv_b_weight(self) -> Tensor:
+    def _kv_b_weight(self, kv_b_proj: Tensor) -> Tensor:
         """``kv_b_proj`` with ``qk_rope_head_dim`` zero rows after each head's nope rows:
         its output per head is ``[k_nope | 0 | v]``, the keys' layout, once the rope slots
         are filled."""
         c = self.config
-        w = self.kv_b_proj.view(c.num_heads, c.qk_nope_head_dim + c.v_head_dim, c.kv_lora_rank)
+        w = kv_b_proj.view(c.num_heads, c.qk_nope_head_dim + c.v_head_dim, c.kv_lora_rank)
         nope, vrows = w.split([c.qk_nope_head_dim, c.v_head_dim], dim=1)
         zeros = w.new_zeros(c.num_heads, c.qk_rope_head_dim, c.kv_lora_rank)
         return torch.cat((nope, zeros, vrows), dim=1).reshape(-1, c.kv_lora_rank)

@@ -127,7 +127,7 @@ def verify(
         search = True
         notes.append("config.json names no aux layers: verify ran the global wiring search by itself "
                      "(as with --search-wiring)")
-    asked = (check.to_dict().get("engines") or [None])[0] if opts.engines else None
+    asked = (check.report.engines or [None])[0] if opts.engines else None
     if layers is not None:
         base = Candidate("given", to_refs(list(layers), "output", n), f"--layers {','.join(map(str, layers))}")
     elif asked is not None and asked.get("layers"):
@@ -181,7 +181,7 @@ def verify(
     if search and screen_dtype(dev, dt) is not dt:  # the screen only ranks: bf16 where the CPU has it
         screener, _ = build_drafter(config, tensors, dev, screen_dtype(dev, dt), embeddings=table,
                                     **serving.kwargs(main_fw))
-    if not serving.needs_tensors(check.to_dict().get("engines") or [], main_fw):
+    if not serving.needs_tensors(check.report.engines, main_fw):
         del tensors, table, head  # no engine runs the drafter otherwise: the weights are not needed again
         serving.release()
     t_built = time.perf_counter()
