@@ -311,10 +311,11 @@ def test_ctrl_c_before_the_commit_leaves_the_old_files(ref, work):
 
 def test_stale_temps_are_removed_by_the_next_write_but_live_ones_kept(tmp_path):
     src = write_example(tmp_path / "src", "sglang", DIMS)
-    dead = [src / ".training_metadata.json.k1ll3d.tmp", src / ".eagle3conv-verify.json.abc123.tmp"]
+    # named as tempfile.mkstemp names them (8 characters of [a-z0-9_]): the only names the cleanup removes
+    dead = [src / ".training_metadata.json.k1ll3d00.tmp", src / ".eagle3conv-verify.json.abc123_x.tmp"]
     for d in dead:
         d.write_text("half")
-    live = src / ".training_metadata.json.l1v3.tmp"
+    live = src / ".training_metadata.json.l1v3wr1t.tmp"
     live.write_text("in progress")
     fd = os.open(live, os.O_RDONLY)
     fcntl.flock(fd, fcntl.LOCK_EX)  # a live writer holds its temp

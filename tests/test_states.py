@@ -501,9 +501,9 @@ def test_a_killed_writers_temp_is_removed_but_a_live_ones_is_not(tmp_path):
     from eagle3conv.io.files import remove_stale_temps
 
     out = tmp_path / "s.safetensors"
-    stale = tmp_path / ".s.safetensors.abc123.tmp"
+    stale = tmp_path / ".s.safetensors.abc123_x.tmp"  # named as mkstemp names them
     stale.write_bytes(b"x" * 1000)  # left by a SIGKILLed capture: nobody holds its lock
-    live = tmp_path / ".s.safetensors.live99.tmp"
+    live = tmp_path / ".s.safetensors.live9999.tmp"
     live.write_bytes(b"y")
     fd = os.open(live, os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)  # another writer, still running

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import glob
 import json
 import os
+import re
+import stat
 import tempfile
 import time
 from collections.abc import Callable
@@ -20,23 +23,25 @@ def umask() -> int:
     return old
 
 
-def atomic_write_text(path: str | os.PathLike, text: str, *, durable: bool = True, mode: int | None = None,
-                      before_replace: Callable[[], None] | None = None) -> Path:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, durable: bool = True, mode: int | None = None,
+                       before_replace: Callable[[], None] | None = None) -> Path:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a
     rename: readers see the old file or the new one, never half of one. The file
     gets ``mode``, else the mode any new file would (``0666 & ~umask``; mkstemp alone
     gives 0600). ``durable`` fsyncs before the rename. Raises :class:`OSError`; the
     temporary file never outlives a failure, and one a killed writer left is removed
     by the next write of the same file. ``before_replace`` runs once the temporary file
-    is complete, just before the rename (the crash tests count a step there)."""
+    is complete, just before the rename (the crash tests count a step there). Nothing
+    here opens an existing name: the temporary file is new (``O_EXCL``), and a FIFO or
+    link in ``path``'s place is replaced, never written through."""
     p = Path(path)
     remove_stale_temps(p)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # marks the temp as live (see remove_stale_temps)
         os.fchmod(fd, (0o666 & ~umask()) if mode is None else mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
@@ -47,6 +52,12 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, durable: bool = Tru
         Path(tmp).unlink(missing_ok=True)
         raise
     return p
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, *, durable: bool = True, mode: int | None = None,
+                      before_replace: Callable[[], None] | None = None) -> Path:
+    """:func:`atomic_write_bytes` of ``text`` in UTF-8."""
+    return atomic_write_bytes(path, text.encode("utf-8"), durable=durable, mode=mode, before_replace=before_replace)
 
 
 def json_text(data: object) -> str:
@@ -66,8 +77,12 @@ def write_json_file(path: str | os.PathLike, data: object, *, durable: bool = Tr
     it when ``durable``. For files nobody reads until the writer is done with them: a
     journal, or a file in a staging folder that is renamed into place as a whole."""
     raw = json_text(data).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    # never through a link, never waiting on a FIFO (O_NONBLOCK: ENXIO instead), only into a regular file
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
+                 | getattr(os, "O_NOCTTY", 0), 0o644)
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
         view = memoryview(raw)
         while view:
             n = os.write(fd, view)
@@ -234,46 +249,45 @@ def folder_lock(root: str | os.PathLike, *, exclusive: bool, command: str, wait:
 
 # --- stale temporary files ------------------------------------------------------------------
 
+_TEMP_TAIL = re.compile(r"[a-z0-9_]{8}\.tmp")  # what tempfile.mkstemp puts after our prefix
+
+
 def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
-    """Remove ``.NAME.*.tmp`` files beside ``path`` left by killed writers of it (nobody holds
-    their flock); a live writer's temp is left alone."""
+    """Remove ``.NAME.XXXXXXXX.tmp`` files beside ``path`` left by killed writers of it (nobody
+    holds their flock); a live writer's temp is left alone.
+
+    Only regular files of the exact shape :func:`atomic_write_text` creates are touched: each
+    name is checked with ``lstat`` first, so a FIFO, device, socket, folder or link of that
+    name is never opened (opening a FIFO would wait for a writer forever) and never removed.
+    The flock that tells a live writer's temp is taken on a non-blocking descriptor of the
+    very file ``lstat`` saw."""
     p = Path(path)
+    prefix = f".{p.name}."
     removed = []
-    for tmp in p.parent.glob(f".{glob.escape(p.name)}.*.tmp"):
+    for tmp in p.parent.glob(f"{glob.escape(prefix)}*.tmp"):
+        if not _TEMP_TAIL.fullmatch(tmp.name[len(prefix):]):
+            continue
         try:
-            fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW)
+            st = os.lstat(tmp)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            continue
+        try:
+            fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
         except OSError:
             continue
         try:
+            now = os.fstat(fd)
+            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now.st_mode):
+                continue  # swapped since lstat
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            tmp.unlink(missing_ok=True)
-            removed.append(tmp)
+            again = os.lstat(tmp)
+            if (again.st_dev, again.st_ino) == (st.st_dev, st.st_ino):
+                tmp.unlink()
+                removed.append(tmp)
         except OSError:
             pass  # a live writer holds it, or the folder is read-only
         finally:
             os.close(fd)
     return removed
-
-
-# --- a test hook: stall at a named point ------------------------------------------------------
-
-def stall(point: str) -> None:
-    """``EAGLE3CONV_STALL_AT=POINT:SECONDS[,POINT:SECONDS]`` sleeps at ``POINT``;
-    ``POINT:@FILE`` waits there until FILE exists (at most 10 minutes). Tests use it to
-    make races between two commands deterministic."""
-    raw = os.environ.get("EAGLE3CONV_STALL_AT")
-    if not raw:
-        return
-    for item in raw.split(","):
-        name, _, arg = item.partition(":")
-        if name.strip() != point:
-            continue
-        if arg.startswith("@"):
-            deadline = time.monotonic() + 600
-            while not os.path.exists(arg[1:]) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            continue
-        try:
-            time.sleep(float(arg or 0))
-        except ValueError:
-            pass
