@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -17,7 +18,13 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from eagle3conv.example import Dims, canonical_tensors, write_example
+# Every test, and every process a test starts, signs in-place journals with a key of this run's own
+# (io/journalkey.py) and may use the test hooks (io/testhooks.py), which an installed eagle3conv
+# ignores unless EAGLE3CONV_TEST_HOOKS=1.
+os.environ["EAGLE3CONV_STATE_DIR"] = tempfile.mkdtemp(prefix="eagle3conv-test-state-")
+os.environ["EAGLE3CONV_TEST_HOOKS"] = "1"
+
+from eagle3conv.example import Dims, canonical_tensors, write_example  # noqa: E402
 
 # The pico drafter: hidden 32, 4 heads of 8 (2 kv heads), a 1024-token target
 # vocab pruned to 320 (canonical_tensors needs draft_vocab >= 256: it always

@@ -39,11 +39,11 @@ import errno
 import fcntl
 import glob
 import hashlib
-import json
 import os
 import re
 import shutil
 import signal
+import stat
 import struct
 import threading
 from contextlib import contextmanager
@@ -57,14 +57,16 @@ from eagle3conv.checkpoint.index import BIN_INDEX, SAFETENSORS_INDEX, Checkpoint
 from eagle3conv.checkpoint.links import safe_member
 from eagle3conv.checkpoint.plan import Output, Plan
 from eagle3conv.io.progress import Progress
-from eagle3conv.io.files import folder_lock, stall, umask, write_json_file
+from eagle3conv.io import testhooks
+from eagle3conv.io.files import folder_lock, umask, write_json_file
+from eagle3conv.io.testhooks import stall
 from eagle3conv.io.safetensors import header_layout, pwrite_all
 from eagle3conv.errors import FolderBusyError, JournalError, UsageError, WriteError
 
 JOURNAL = ".eagle3conv-journal.json"
 STAGING = ".eagle3conv-staging"
 BACKUP = ".eagle3conv-backup"
-CHUNK = int(os.environ.get("EAGLE3CONV_CHUNK_BYTES", 2 << 20))  # cache-sized: the proof re-reads it while hot
+CHUNK = testhooks.chunk_bytes(2 << 20)  # cache-sized: the proof re-reads it while hot
 
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
@@ -73,25 +75,12 @@ _memcmp.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
 _memcmp.restype = ctypes.c_int
 
 
-# --- a test hook: die by SIGKILL at the N-th filesystem step ----------------------------
-class _Steps:
-    def __init__(self):
-        self.count = 0
-        raw = os.environ.get("EAGLE3CONV_KILL_AT_STEP")
-        self.kill_at = int(raw) if raw else None
-
-    def __call__(self) -> None:
-        self.count += 1
-        if self.kill_at is not None and self.count >= self.kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
-_step = _Steps()
+_step = testhooks.StepCounter()  # the crash tests' SIGKILL hook (io/testhooks.py)
 
 
 def count_step() -> None:
-    """One filesystem step of a write: ``EAGLE3CONV_KILL_AT_STEP=N`` SIGKILLs the process at
-    the N-th (the crash tests); ``config`` counts one before replacing config.json."""
+    """One filesystem step of a write (the crash tests kill at the N-th, io/testhooks.py);
+    ``config`` counts one before replacing config.json."""
     _step()
 
 
@@ -445,13 +434,27 @@ def write_out(plan: Plan, out: Path, **kw) -> WriteResult:
 
 # --- the journal ----------------------------------------------------------------------------------
 #
-# Recovery acts only on names this writer could have written: plain file names inside the
-# folder, of the kinds fix-keys writes or replaces, each new file present in the staging folder
-# (or already moved in) with the size and digest the journal records. Anything else is refused
-# before a single file is touched.
+# The journal is the commit point of an in-place write, and recovery moves and removes files on
+# its word, so recovery acts only on a journal it can prove its own writer wrote for this folder,
+# and only on steps it can check against what that writer stages:
+#
+# * the journal is signed (HMAC-SHA256, io/journalkey.py) with a key only this user's eagle3conv
+#   holds, over its content and the folder's identity (device, inode): a journal that came with a
+#   download, was written by another user or machine, or for another folder is refused;
+# * every name is a plain file name of the kinds fix-keys writes (install) or replaces (replace),
+#   short enough for the file system with the staging and backup folders' names in front;
+# * every new file is in the staging folder or already moved in, with the size and digest recorded;
+# * the folder is in a state the writer's own order of steps can leave: new files move in only
+#   after every replaced file has moved to the backup folder, which holds nothing else;
+# * removal happens only to what recovery itself moved into the backup folder (or the writer did,
+#   at the same step of the same transaction).
+#
+# Anything else is refused before a single file is touched, naming the journal. A recovery that
+# fails half-way (the file system said no) moves back what it moved and says so.
 
-JOURNAL_VERSION = 2
+JOURNAL_VERSION = 3
 WRITER_ID = "eagle3conv fix-keys"
+MAX_JOURNAL_BYTES = 1 << 20
 _INSTALL_RE = re.compile(r"(model\.safetensors|model-\d{5}-of-\d{5}\.safetensors|model\.safetensors\.index\.json|config\.json)")
 _REPLACE_RE = re.compile(r"[^/\\\x00]+\.(safetensors|bin|pt|pth)|[^/\\\x00]+\.index\.json|config\.json")
 
@@ -462,7 +465,8 @@ def _digest(path: Path) -> str:
     """sha256 of a safetensors file's header (its keys, dtypes, shapes and offsets; the bytes were
     proven while written), or of a whole small file."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
         if path.name.endswith(".safetensors"):
             head = f.read(8)
             n = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
@@ -477,83 +481,162 @@ def _entry(path: Path) -> dict:
     return {"name": path.name, "size": path.stat().st_size, "sha256": _digest(path)}
 
 
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _matches(path: Path, entry: dict) -> bool:
     try:
         st = os.lstat(path)
+        return stat.S_ISREG(st.st_mode) and st.st_size == entry["size"] and _digest(path) == entry["sha256"]
     except OSError:
         return False
-    import stat as _stat
 
-    return _stat.S_ISREG(st.st_mode) and st.st_size == entry["size"] and _digest(path) == entry["sha256"]
+
+def _folder_id(root: Path) -> list[int]:
+    st = os.stat(root)
+    return [st.st_dev, st.st_ino]
+
+
+def _signed_part(root: Path, data: dict) -> dict:
+    return {"version": data["version"], "writer": data["writer"], "install": data["install"],
+            "replace": data["replace"], "folder": _folder_id(root)}
 
 
 def _journal_refused(journal: Path, why: str) -> JournalError:
     root = journal.parent
     return JournalError(
-        f"{journal}: not a journal eagle3conv wrote, or it no longer matches the folder ({why}); "
-        "nothing was touched",
+        f"{journal}: not a journal eagle3conv can finish here ({why}); nothing was touched",
         hint=f"if no eagle3conv command is running on {root}, look at the journal and remove it "
              f"(rm {journal}); an interrupted fix-keys keeps its new files in {root / STAGING} and the "
              f"old ones it moved in {root / BACKUP}")
 
 
-def _real_dir(p: Path) -> bool:
-    return p.is_dir() and not p.is_symlink()
+def _name_limits(root: Path) -> tuple[int, int]:
+    try:
+        return os.pathconf(root, "PC_NAME_MAX"), os.pathconf(root, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return 255, 4096
+
+
+def _listing(d: Path) -> list[str] | None:
+    """The names in our own folder ``d`` (None when absent); raises OSError when unreadable."""
+    if not os.path.lexists(d):
+        return None
+    return sorted(os.listdir(d))
 
 
 def read_journal(root: Path) -> dict:
-    """The journal of ``root``, checked against the folder; raises :class:`JournalError`."""
-    import stat as _stat
+    """The journal of ``root``, checked against the folder (see above); raises :class:`JournalError`."""
+    from eagle3conv.errors import CheckpointReadError
+    from eagle3conv.io import journalkey
+    from eagle3conv.io.jsonfile import read_json_file
 
     journal = root / JOURNAL
-    if journal.is_symlink() or not journal.is_file():
+    if not _is_regular(journal):
         raise _journal_refused(journal, "not a regular file")
     try:
-        data = json.loads(journal.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise _journal_refused(journal, f"unreadable: {e}") from None
+        data = read_json_file(journal, "journal", max_bytes=MAX_JOURNAL_BYTES, want_object=False)
+    except CheckpointReadError as e:
+        raise _journal_refused(journal, f"unreadable: {e.message}") from None
     if not isinstance(data, dict):
         raise _journal_refused(journal, "not a JSON object")
-    if data.get("version") != JOURNAL_VERSION or data.get("writer") != WRITER_ID:
-        raise _journal_refused(journal, f"version {data.get('version')!r}, writer {data.get('writer')!r}; "
-                                        f"expected version {JOURNAL_VERSION} by {WRITER_ID!r}")
-    install, replace = data.get("install"), data.get("replace")
+    if data.get("writer") != WRITER_ID or data.get("version") != JOURNAL_VERSION:
+        raise _journal_refused(journal, f"version {str(data.get('version'))[:20]!r}, writer "
+                                        f"{str(data.get('writer'))[:40]!r}; expected version {JOURNAL_VERSION} "
+                                        f"by {WRITER_ID!r} (an older eagle3conv's journal carries no signature)")
+    install, replace, mac = data.get("install"), data.get("replace"), data.get("signature")
     if not (isinstance(install, list) and isinstance(replace, list)
-            and all(isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("size"), int)
-                    and isinstance(e.get("sha256"), str) for e in install)
+            and all(isinstance(e, dict) and set(e) == {"name", "size", "sha256"} and isinstance(e["name"], str)
+                    and isinstance(e["size"], int) and not isinstance(e["size"], bool)
+                    and isinstance(e["sha256"], str) for e in install)
             and all(isinstance(n, str) for n in replace)):
         raise _journal_refused(journal, "'install' must list {name, size, sha256} objects and 'replace' names")
+    # the signature first: nothing below is worth checking in a journal this writer did not write
+    if not isinstance(mac, str):
+        raise _journal_refused(journal, "it carries no signature: it was not written by an eagle3conv that "
+                                        "could sign it (see docs/architecture.md, crash safety)")
+    key = journalkey.load_key(create=False)
+    if key is None:
+        raise _journal_refused(journal, f"this user has no journal key ({journalkey.key_path()}) to check its "
+                                        "signature with: it was written by another user or on another machine")
+    if not journalkey.same_signature(mac, journalkey.signature(key, _signed_part(root, data))):
+        raise _journal_refused(journal, "its signature does not match: it was written by another user, on "
+                                        "another machine or for another folder, or not by eagle3conv")
     names = [e["name"] for e in install]
     bad = [n for n in names if not _INSTALL_RE.fullmatch(n)] + \
-          [n for n in replace if not _REPLACE_RE.fullmatch(n) or n.startswith(".") or n in (".", "..")]
+          [n for n in replace if not _REPLACE_RE.fullmatch(n) or n.startswith(".")]
     if bad:
-        raise _journal_refused(journal, f"names fix-keys never writes: {bad[:5]}")
+        raise _journal_refused(journal, f"names fix-keys never writes: {[b[:60] for b in bad[:5]]}")
+    name_max, path_max = _name_limits(root)
+    longest = max((len(os.fsencode(n)) for n in names + replace), default=0)
+    deepest = max((len(os.fsencode(str(root / d / n))) for d in (STAGING, BACKUP) for n in names + replace),
+                  default=0)
+    if longest > name_max or deepest >= path_max:
+        raise _journal_refused(journal, f"a name is longer than this file system allows ({name_max} bytes a "
+                                        f"name, {path_max} a path)")
     if len(set(names)) != len(names) or len(set(replace)) != len(replace):
         raise _journal_refused(journal, "a name is listed twice")
     if "config.json" not in names or not any(n.endswith(".safetensors") for n in names):
         raise _journal_refused(journal, "it installs no weights and config")
     for d in (STAGING, BACKUP):
-        if (root / d).is_symlink() or ((root / d).exists() and not (root / d).is_dir()):
+        if os.path.lexists(root / d) and not (stat.S_ISDIR(os.lstat(root / d).st_mode)):
             raise _journal_refused(journal, f"{d} is not a folder")
+    try:
+        staged_names, backed_up = _listing(root / STAGING) or [], _listing(root / BACKUP) or []
+    except OSError as e:
+        raise _journal_refused(journal, f"cannot list its folders: {e.strerror}") from None
+    if set(staged_names) - set(names) or not all(_is_regular(root / STAGING / n) for n in staged_names):
+        raise _journal_refused(journal, f"{STAGING} holds files the journal does not install")
+    if set(backed_up) - set(replace) or not all(_is_regular(root / BACKUP / n) for n in backed_up):
+        raise _journal_refused(journal, f"{BACKUP} holds files the journal does not replace")
+    moved_in = set()
     for e in install:
-        staged, final = root / STAGING / e["name"], root / e["name"]
-        if os.path.lexists(staged):
-            if not _matches(staged, e):
+        if e["name"] in staged_names:
+            if not _matches(root / STAGING / e["name"], e):
                 raise _journal_refused(journal, f"{STAGING}/{e['name']} is not the file the journal records")
-        elif not _matches(final, e):
+        elif _matches(root / e["name"], e):
+            moved_in.add(e["name"])
+        else:
             raise _journal_refused(journal, f"{e['name']} is in neither {STAGING} nor the folder as recorded")
     for n in replace:
-        cur = root / n
-        if os.path.lexists(cur):
-            mode = os.lstat(cur).st_mode
-            if not _stat.S_ISREG(mode):
-                raise _journal_refused(journal, f"{n} is not a regular file")
+        here = os.path.lexists(root / n)
+        if here and not _is_regular(root / n):
+            raise _journal_refused(journal, f"{n} is not a regular file")
+        if here and n in backed_up and n not in moved_in:
+            raise _journal_refused(journal, f"{n} is both in the folder and in {BACKUP}")
+        if moved_in and here and n not in moved_in:
+            # the writer moves every replaced file to the backup before it moves any new one in
+            raise _journal_refused(journal, f"{n} is still in the folder although new files were moved in")
     return {"install": names, "replace": replace, "entries": install}
+
+
+def _sign(root: Path, journal: dict) -> dict:
+    """The journal with its signature (none when this user has no key to be had: recovery then
+    refuses it, and says how to finish by hand)."""
+    from eagle3conv.io import journalkey
+
+    key = journalkey.load_key(create=True)
+    if key is None:
+        return journal
+    return dict(journal, signature=journalkey.signature(key, _signed_part(root, journal)))
 
 
 def pending(root: Path) -> bool:
     """Whether ``root`` holds traces of an interrupted in-place write."""
     return any(os.path.lexists(root / n) for n in (JOURNAL, JOURNAL + ".tmp", STAGING, BACKUP))
+
+
+def _remove_own_file(path: Path, journal: Path) -> None:
+    """Remove our own leftover ``path`` (a regular file); anything else of that name is refused."""
+    if not os.path.lexists(path):
+        return
+    if not _is_regular(path):
+        raise _journal_refused(journal, f"{path.name} is not a regular file")
+    path.unlink()
 
 
 def recover(root: Path) -> str | None:
@@ -575,15 +658,23 @@ def recover(root: Path) -> str | None:
         return None  # an unfinished staging folder only: the old checkpoint is intact; nothing to do read-only
     if os.path.lexists(journal):
         data = read_journal(root)
-        (root / (JOURNAL + ".tmp")).unlink(missing_ok=True)
+        _remove_own_file(root / (JOURNAL + ".tmp"), journal)
         _roll_forward(root, data)
         return "completed an interrupted fix-keys (the new checkpoint is in place)"
-    (root / (JOURNAL + ".tmp")).unlink(missing_ok=True)
     if os.path.lexists(root / BACKUP):
         raise _journal_refused(journal, f"{BACKUP} exists but the journal is missing")
+    # no journal: an unfinished staging folder, before the commit point. It holds only files the
+    # writer stages; anything else in it is not ours to remove.
     if staging.is_symlink():
-        staging.unlink()
-    elif staging.exists():
+        staging.unlink()  # never ours; removing the link loses nothing it points to
+    elif os.path.lexists(staging):
+        if not stat.S_ISDIR(os.lstat(staging).st_mode):
+            raise _journal_refused(journal, f"{STAGING} is not a folder")
+        leftover = os.listdir(staging)
+        if not all(_INSTALL_RE.fullmatch(n) and _is_regular(staging / n) for n in leftover):
+            raise _journal_refused(journal, f"{STAGING} holds files fix-keys never stages")
+    _remove_own_file(root / (JOURNAL + ".tmp"), journal)
+    if os.path.lexists(staging):
         shutil.rmtree(staging)
     return "removed an unfinished fix-keys staging folder (the old checkpoint was never touched)"
 
@@ -611,22 +702,43 @@ def prepared(path: str | os.PathLike, command: str, *, write: bool):
 
 
 def _roll_forward(root: Path, data: dict) -> None:
+    """Move the replaced files to the backup folder, the new ones in, then remove the backup, the
+    staging folder and the journal. Every step is idempotent. If the file system refuses a move,
+    the moves made here are undone (the folder is as it was before this call) and
+    :class:`JournalError` says so."""
     staging, backup = root / STAGING, root / BACKUP
     install, replace = data["install"], data["replace"]
-    backup.mkdir(exist_ok=True)
-    for name in replace:
-        cur = root / name
-        if not (cur.exists() or cur.is_symlink()):
-            continue
-        if name in install and not (staging / name).exists():
-            continue  # already the new file
-        os.replace(cur, backup / name)
-        _step()
-    for name in install:
-        if (staging / name).exists():
-            os.replace(staging / name, root / name)
+    done: list[tuple[Path, Path]] = []
+    try:
+        backup.mkdir(exist_ok=True)
+        for name in replace:
+            cur = root / name
+            if not os.path.lexists(cur):
+                continue
+            if name in install and not os.path.lexists(staging / name):
+                continue  # already the new file
+            os.replace(cur, backup / name)
+            done.append((cur, backup / name))
             _step()
-    _fsync_dir(root)
+        for name in install:
+            if os.path.lexists(staging / name):
+                os.replace(staging / name, root / name)
+                done.append((staging / name, root / name))
+                _step()
+        _fsync_dir(root)
+    except OSError as e:
+        for src, dst in reversed(done):
+            try:
+                os.replace(dst, src)
+            except OSError:
+                pass
+        journal = root / JOURNAL
+        raise JournalError(
+            f"{root}: could not finish the interrupted fix-keys ({e.strerror or e}: {e.filename}); the moves "
+            "made were undone",
+            hint=f"fix the cause and run `eagle3conv fix-keys {root}` again; or, if no eagle3conv command is "
+                 f"running, remove the journal (rm {journal}): the new files stay in {staging}, the old ones "
+                 f"moved so far in {backup}") from None
     shutil.rmtree(backup)
     _step()
     shutil.rmtree(staging, ignore_errors=True)
@@ -678,7 +790,7 @@ def write_in_place(plan: Plan, **kw) -> WriteResult:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     tmp = root / (JOURNAL + ".tmp")
-    journal = {"version": JOURNAL_VERSION, "writer": WRITER_ID, "install": entries, "replace": replace}
+    journal = _sign(root, {"version": JOURNAL_VERSION, "writer": WRITER_ID, "install": entries, "replace": replace})
     held: list[int] = []
     previous = None
     if threading.current_thread() is threading.main_thread():
