@@ -73,25 +73,37 @@ def mem_available() -> int:
 READ_CHUNK = 16 << 20
 
 
+READ_AHEAD_MAX_HEADER = 1 << 20  # a states file's header is a few KiB; a larger one is read as plain bytes
+
+
 def read_plan(path: str, striped: bool) -> list[tuple[str, int, int]]:
     """(path, offset, length) reads covering the file. ``striped``: a safetensors file whose large
     tensors are read a slice of each at a time, in row order -- states are stored one [sequences,
     positions, width] tensor per layer, so slice j of every layer is the same sequences, and the
-    first batches of every layer are in the page cache first, as the drafter reads them."""
-    import json
-    import struct
+    first batches of every layer are in the page cache first, as the drafter reads them.
 
+    The header is parsed by the package's one strict reader (bounded size and depth, integer
+    offsets inside the file, no overlaps): a file it refuses is not read ahead at all (the command
+    reports it), and one whose header is larger than :data:`READ_AHEAD_MAX_HEADER` is read plainly."""
     size = os.path.getsize(path)
     if striped:
+        from eagle3conv.errors import Eagle3ConvError
+        from eagle3conv.io.safetensors import read_safetensors_header
+
+        tensors = None
         try:
-            with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
-                (n,) = struct.unpack("<Q", f.read(8))
-                if n > min(size - 8, 100 << 20):
-                    raise ValueError("not a safetensors header")
-                header = json.loads(f.read(n))
+            with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+                n = int.from_bytes(f.read(8), "little")
+        except OSError:
+            return []
+        if n <= READ_AHEAD_MAX_HEADER:
+            try:
+                tensors, _ = read_safetensors_header(path)
+            except Eagle3ConvError:
+                return []  # the command says what is wrong with it
+        if tensors is not None:
+            spans = sorted((t.start, t.end) for t in tensors.values())
             base = 8 + n
-            spans = sorted((base + v["data_offsets"][0], base + v["data_offsets"][1])
-                           for k, v in header.items() if k != "__metadata__")
             small = [(a, b - a) for a, b in spans if b - a < 4 * READ_CHUNK]
             large = [(a, b - a) for a, b in spans if b - a >= 4 * READ_CHUNK]
             plan = [(path, 0, base)] + [(path, a, n) for a, n in small]
@@ -102,8 +114,6 @@ def read_plan(path: str, striped: bool) -> list[tuple[str, int, int]]:
                         lo, hi = n * j // parts, n * (j + 1) // parts
                         plan.append((path, a + lo, hi - lo))
             return plan
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, struct.error):
-            pass
     return [(path, off, min(4 * READ_CHUNK, size - off)) for off in range(0, size, 4 * READ_CHUNK)]
 
 
@@ -130,6 +140,12 @@ def read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4) -
             os.close(fd)
 
     def work() -> None:
+        try:
+            read_spans()
+        except BaseException:  # noqa: BLE001 - an optimisation: it never prints, never stops the command
+            pass
+
+    def read_spans() -> None:
         buf = bytearray(READ_CHUNK)
         mv = memoryview(buf)
         while True:
@@ -170,6 +186,14 @@ def read_ahead(plan: list[tuple[str, int, int]], info: dict, workers: int = 4) -
             os.close(fd)
     info["read_ahead_bytes"] = total[0]
     info["read_ahead_done"] = round(time.perf_counter() - _T0, 3)
+
+
+def _quietly(fn, *args) -> None:
+    """Run ``fn`` in a thread that never prints: the read-ahead only warms the page cache."""
+    try:
+        fn(*args)
+    except BaseException:  # noqa: BLE001
+        pass
 
 
 def open_flags(path: str, info: dict) -> int:
@@ -255,8 +279,8 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
     import threading
 
     plan = [span for i, p in enumerate(files) for span in read_plan(p, striped=i == len(files) - 1)]
-    threading.Thread(target=read_ahead, args=(plan, info, min(workers, 16)), name="eagle3conv-read-ahead",
-                     daemon=True).start()
+    threading.Thread(target=_quietly, args=(read_ahead, plan, info, min(workers, 16)),
+                     name="eagle3conv-read-ahead", daemon=True).start()
     info["read_ahead_files"] = len(files)
     info["read_ahead_threads"] = min(workers, 16)
     return True
@@ -265,15 +289,19 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
 def run() -> None:
     phases: dict = {}
     previous = signal.getsignal(signal.SIGINT)
-    early = previous is signal.default_int_handler
+    # Python's default handler, or the launcher's own early one (eagle3conv/_launch.py)
+    early = previous is signal.default_int_handler or getattr(previous, "eagle3conv_early", False)
     if early:
         signal.signal(signal.SIGINT, _early_sigint)
     try:
-        start_read_ahead(sys.argv, phases)
+        try:
+            start_read_ahead(sys.argv, phases)
+        except Exception:  # noqa: BLE001 - an optimisation: whatever it meets, the command itself reports
+            pass
         from eagle3conv import cli
     finally:
         if early:
-            signal.signal(signal.SIGINT, previous)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     phases["import_cli"] = round(time.perf_counter() - _T0, 3)
     try:
         try:

@@ -1,24 +1,27 @@
-"""safetensors dtype names, their sizes, and their numpy / torch equivalents."""
+"""safetensors dtype names, their sizes, and their numpy / torch equivalents.
+
+Importing this module imports neither numpy nor torch (the console's read-ahead
+validates headers before either is loaded); the functions that return their
+dtypes import them.
+"""
 
 from __future__ import annotations
 
-import numpy as np
-
-# name -> (itemsize, numpy dtype or None when numpy has none, torch dtype attribute name)
-DTYPES: dict[str, tuple[int, np.dtype | None, str]] = {
-    "BOOL": (1, np.dtype(np.bool_), "bool"),
-    "U8": (1, np.dtype(np.uint8), "uint8"),
-    "I8": (1, np.dtype(np.int8), "int8"),
-    "U16": (2, np.dtype(np.uint16), "uint16"),
-    "I16": (2, np.dtype(np.int16), "int16"),
-    "F16": (2, np.dtype(np.float16), "float16"),
+# name -> (itemsize, numpy dtype name or None when numpy has none, torch dtype attribute name)
+DTYPES: dict[str, tuple[int, str | None, str]] = {
+    "BOOL": (1, "bool", "bool"),
+    "U8": (1, "uint8", "uint8"),
+    "I8": (1, "int8", "int8"),
+    "U16": (2, "uint16", "uint16"),
+    "I16": (2, "int16", "int16"),
+    "F16": (2, "float16", "float16"),
     "BF16": (2, None, "bfloat16"),
-    "U32": (4, np.dtype(np.uint32), "uint32"),
-    "I32": (4, np.dtype(np.int32), "int32"),
-    "F32": (4, np.dtype(np.float32), "float32"),
-    "U64": (8, np.dtype(np.uint64), "uint64"),
-    "I64": (8, np.dtype(np.int64), "int64"),
-    "F64": (8, np.dtype(np.float64), "float64"),
+    "U32": (4, "uint32", "uint32"),
+    "I32": (4, "int32", "int32"),
+    "F32": (4, "float32", "float32"),
+    "U64": (8, "uint64", "uint64"),
+    "I64": (8, "int64", "int64"),
+    "F64": (8, "float64", "float64"),
     "F8_E4M3": (1, None, "float8_e4m3fn"),
     "F8_E5M2": (1, None, "float8_e5m2"),
 }
@@ -40,20 +43,24 @@ def torch_name(dtype: str) -> str:
     return DTYPES[dtype][2]
 
 
-def storage_view(dtype: str) -> tuple[np.dtype, str | None]:
+def storage_view(dtype: str):
     """A numpy dtype to map the raw bytes with, and the torch dtype name to view them as
     afterwards (None when numpy's own dtype is the right one): ``BF16`` -> (uint16, "bfloat16")."""
-    np_dtype = DTYPES[dtype][1]
-    if np_dtype is not None:
-        return np_dtype, None
+    import numpy as np
+
+    np_name = DTYPES[dtype][1]
+    if np_name is not None:
+        return np.dtype(np_name), None
     return np.dtype(f"u{itemsize(dtype)}"), torch_name(dtype)
 
 
-def numpy_dtype(dtype: str) -> np.dtype:
-    np_dtype = DTYPES[dtype][1]
-    if np_dtype is None:
+def numpy_dtype(dtype: str):
+    import numpy as np
+
+    np_name = DTYPES[dtype][1]
+    if np_name is None:
         raise TypeError(f"{dtype} has no numpy equivalent")
-    return np_dtype
+    return np.dtype(np_name)
 
 
 def torch_dtype(dtype: str):

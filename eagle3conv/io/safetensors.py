@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from eagle3conv.errors import CheckpointReadError
 from eagle3conv.io import dtypes
 
@@ -40,32 +38,39 @@ class TensorInfo:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * dtypes.itemsize(self.dtype)
+        return math.prod(self.shape) * dtypes.itemsize(self.dtype)
 
     @property
     def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def read_safetensors_header(path: Path) -> tuple[dict[str, TensorInfo], dict]:
-    """Parse and validate one safetensors header. Reads len(header)+8 bytes.
+def read_safetensors_header(path: Path, *, max_header: int = MAX_HEADER) -> tuple[dict[str, TensorInfo], dict]:
+    """Parse and validate one safetensors header (at most ``max_header`` bytes of JSON). Reads
+    len(header)+8 bytes.
 
     Nothing read from a file that fails validation is echoed back (a link to a
     secret file must not leak its first bytes through an error message)."""
+    import stat
+
     from eagle3conv.io.jsonfile import loads_strict, regular_file_size
 
     size = regular_file_size(path, "safetensors file")
     try:
-        with open(path, "rb") as f:
+        # never blocks: a FIFO swapped in after the check gives no data instead of a hang
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise CheckpointReadError(f"{path}: not a regular safetensors file")
             head = f.read(8)
             if len(head) < 8:
                 raise CheckpointReadError(f"{path}: not a safetensors file (only {size} bytes)")
             (n,) = struct.unpack("<Q", head)
-            if n > MAX_HEADER or n + 8 > size:
+            if n > max_header or n + 8 > size:
                 raise CheckpointReadError(
                     f"{path}: not a safetensors file, or truncated: its first 8 bytes are not a header "
                     f"length that fits the file ({size} bytes)",
