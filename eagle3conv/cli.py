@@ -20,11 +20,47 @@ from eagle3conv.errors import EXIT_ERROR, Eagle3ConvError
 FORMAT_HELP = "Source format, overriding detection (see `eagle3conv formats`)."
 
 
+_stdout = {"ok": True}  # False once stdout refused a write: nothing tries it again
+
+
+def _out(text: str) -> None:
+    """Write one piece of the command's output to stdout, flushed at once. A stdout that refuses
+    it (``> /dev/full``, a closed pipe) raises :class:`StdoutError` naming stdout, and stdout is
+    pointed at /dev/null so that nothing else, Python's own exit included, tries it again."""
+    from eagle3conv.errors import StdoutError
+
+    if not _stdout["ok"]:
+        return
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except OSError as e:
+        _stdout["ok"] = False
+        try:
+            fd = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(fd, sys.stdout.fileno())
+            os.close(fd)
+        except (OSError, ValueError, AttributeError):  # not a real file (Click's test runner)
+            pass
+        why = "the pipe was closed" if isinstance(e, BrokenPipeError) else (e.strerror or str(e))
+        raise StdoutError(f"cannot write the output to stdout: {why}",
+                          hint="check where stdout goes (a full disk, a closed pipe) and run the command again "
+                               "(the command itself had finished: a rerun of fix-keys or config finds its work "
+                               "done)") from None
+
+
+def _out_quietly(text: str) -> None:
+    """:func:`_out` for error reports: a stdout that refuses them is already reported on stderr."""
+    from eagle3conv.errors import StdoutError
+
+    try:
+        _out(text)
+    except StdoutError:
+        pass
+
+
 def _emit(as_json: bool, data: dict, text: str) -> None:
-    if as_json:
-        click.echo(json.dumps(data, indent=2, default=str))
-    else:
-        click.echo(text)
+    _out(json.dumps(data, indent=2, default=str) if as_json else text)
 
 
 class _ProgressBars:
@@ -116,6 +152,9 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context):
         argv = self.argv
         try:
+            from eagle3conv.io import testhooks
+
+            testhooks.check()  # a bad test hook is a usage error before any work (io/testhooks.py)
             return super().invoke(ctx)
         except Eagle3ConvError as e:
             _report(ctx, e)
@@ -124,8 +163,8 @@ class _Group(click.Group):
         except click.UsageError as e:
             # bad flags: with --json, still exactly one JSON document on stdout
             if "--json" in argv or ctx.meta.get("eagle3conv.json", False):
-                click.echo(json.dumps({"error": "UsageError", "message": e.format_message(), "hint": None,
-                                       "details": [], "exit_code": e.exit_code}, indent=2))
+                _out_quietly(json.dumps({"error": "UsageError", "message": e.format_message(), "hint": None,
+                                         "details": [], "exit_code": e.exit_code}, indent=2))
             raise
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
@@ -150,7 +189,7 @@ class _Group(click.Group):
                 traceback.print_exc()
             err = Eagle3ConvError(f"internal error ({type(e).__name__}: {e}); rerun with --debug and report it")
             if ctx.meta.get("eagle3conv.json", False):
-                click.echo(json.dumps(err.to_dict(), indent=2, default=str))
+                _out_quietly(json.dumps(err.to_dict(), indent=2, default=str))
             click.echo(f"error: {err.message}", err=True)
             ctx.exit(EXIT_ERROR)
 
@@ -161,7 +200,7 @@ def _report(ctx: click.Context, e: Eagle3ConvError) -> None:
     if debug:
         traceback.print_exc()
     if as_json:
-        click.echo(json.dumps(e.to_dict(), indent=2, default=str))
+        _out_quietly(json.dumps(e.to_dict(), indent=2, default=str))
     click.echo(f"error: {e.message}", err=True)
     for line in e.details[:50]:
         click.echo(f"  - {line}", err=True)
@@ -189,9 +228,8 @@ def interrupted(as_json: bool) -> None:
     """Ctrl-C: one line on stderr (one JSON document with --json), exit 130."""
     message = interrupted_message()
     if as_json:
-        sys.stdout.write(json.dumps({"error": "Interrupted", "message": message, "hint": None, "details": [],
-                                     "exit_code": 130}, indent=2) + "\n")
-        sys.stdout.flush()
+        _out_quietly(json.dumps({"error": "Interrupted", "message": message, "hint": None, "details": [],
+                                 "exit_code": 130}, indent=2))
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
     raise SystemExit(130)
@@ -640,6 +678,17 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
     from eagle3conv.verify import smoke, verify
     from eagle3conv.spec.layers import parse_ids
 
+    if plot:  # every option is checked before any work
+        from eagle3conv.errors import UsageError
+        from eagle3conv.verify.plot import check_plot_path
+
+        if states is None:
+            raise UsageError("--plot draws the wiring search over captured states, and no --states was given",
+                             hint="add --states FILE --search-wiring, or leave out --plot")
+        if not search_wiring:
+            raise UsageError("--plot draws the wiring search, and --search-wiring was not given",
+                             hint="add --search-wiring (it screens every wiring of the captured layers)")
+        check_plot_path(plot)
     if states is None:
         from eagle3conv.render import smoke_text
 
@@ -650,10 +699,6 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
             click.get_current_context().exit(3)
         return
 
-    if plot:
-        from eagle3conv.verify.plot import check_plot_path
-
-        check_plot_path(plot)  # before any work
     with _ProgressBars(unit="seq") as progress:
         res = verify(checkpoint, states,
                      wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version),
@@ -662,13 +707,24 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
                      max_sequences=max_sequences, save=not no_save, progress=progress,
                      states_layers=parse_ids(states_layers) if states_layers else None, embeddings=embeddings)
     d = res.to_dict()
-    if plot:
+    plot_error = None
+    if plot:  # the results are printed whatever happens to the figure
         from eagle3conv.verify.plot import write_plot
 
-        d["plot"] = str(write_plot(d, plot))
+        try:
+            d["plot"] = str(write_plot(d, plot))
+        except (Eagle3ConvError, OSError) as e:
+            plot_error = e if isinstance(e, Eagle3ConvError) else Eagle3ConvError(
+                f"--plot {plot}: cannot write the figure: {e.strerror or e}")
+            d["plot_error"] = plot_error.message
     _emit(json_, d, "" if json_ else verify_text(d))
     if res.save_error:
         click.echo(f"warning: {res.save_error}", err=True)
+    if plot_error is not None:
+        click.echo(f"error: {plot_error.message}", err=True)
+        if plot_error.hint:
+            click.echo(f"hint: {plot_error.hint}", err=True)
+        click.get_current_context().exit(plot_error.exit_code)
     if not res.wiring_check_ok:
         click.get_current_context().exit(3)
 

@@ -100,3 +100,8 @@ class JournalError(InvalidCheckpointError):
 class FileSystemError(Eagle3ConvError):
     """The file system refused a read or a write (no space, read-only, permissions, a file where a folder
     was expected); the message names the path and the reason."""
+
+
+class StdoutError(Eagle3ConvError):
+    """The command's output could not be written to stdout (a full disk, a closed pipe); the
+    command itself ran (and wrote whatever files it writes) before that."""

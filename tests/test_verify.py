@@ -652,7 +652,7 @@ def test_plot_svg_and_bad_paths(world, tmp_path):
     # bad suffix, missing folder: usage errors before any work, nothing written
     res = run("verify", drafter, "--states", captured, "--search-wiring", "--plot", tmp_path / "x.jpg", ok=2)
     assert ".svg or .png" in res.stderr and not (tmp_path / "x.jpg").exists()
-    res = run("verify", drafter, "--states", captured, "--plot", tmp_path / "no" / "x.svg", ok=2)
+    res = run("verify", drafter, "--states", captured, "--search-wiring", "--plot", tmp_path / "no" / "x.svg", ok=2)
     assert "does not exist" in res.stderr
 
 

@@ -11,6 +11,7 @@ eagle3conv[plot]``). Both work from the ``verify`` report dictionary
 
 from __future__ import annotations
 
+import io
 import os
 from html import escape
 from pathlib import Path
@@ -23,11 +24,32 @@ FORMATS = (".svg", ".png")
 def check_plot_path(path: str | os.PathLike) -> Path:
     """The plot's path, checked before any work: a known suffix, an existing folder, and
     matplotlib for PNG."""
+    import stat
+    import tempfile
+
     p = Path(path)
     if p.suffix.lower() not in FORMATS:
         raise UsageError(f"--plot {path}: the file must end in .svg or .png")
     if not p.parent.is_dir():
         raise UsageError(f"--plot {path}: the folder {p.parent} does not exist")
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise UsageError(f"--plot {path}: cannot use that path: {e.strerror}") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a link" if stat.S_ISLNK(st.st_mode) else \
+            "not a regular file"
+        raise UsageError(f"--plot {path}: {kind}; the figure is written as a new regular file",
+                         hint="give the path of a new .svg or .png file")
+    try:  # can a file be made there at all (a read-only or virtual file system such as /proc)?
+        fd, probe = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(f"--plot {path}: cannot write a file in {p.parent}: {e.strerror or e}",
+                         hint="write the figure to a folder you can write") from None
     if p.suffix.lower() == ".png":
         try:
             import matplotlib  # noqa: F401
@@ -42,8 +64,9 @@ def _panels(d: dict) -> tuple[list[list[tuple[int, float]]], list[int | None], l
     v = d.get("verdict") or {}
     profile = (v.get("coverage") or {}).get("slot_profile")
     if not profile:
-        raise UsageError("--plot draws the wiring search: run verify with --search-wiring (or on a config "
-                         "without ids)")
+        why = (v.get("decided_by") if v.get("status") == "undecided" else
+               "the wiring search did not run (it needs states that name the layers of their slots)")
+        raise UsageError(f"--plot: there is no wiring search to draw: {why}")
     chosen = v.get("best_layers") or v.get("best_found")
     res = next((r for r in d.get("results", []) if r.get("described") == chosen), None) or d["results"][0]
     winner = [x["output_of"] for x in res["layers"]]
@@ -113,7 +136,7 @@ def svg(d: dict) -> str:
 
 def write_plot(d: dict, path: str | os.PathLike) -> Path:
     """Draw the report ``d`` to ``path`` (.svg by eagle3conv, .png by matplotlib), atomically."""
-    from eagle3conv.io.files import atomic_write_text
+    from eagle3conv.io.files import atomic_write_bytes, atomic_write_text
 
     p = check_plot_path(path)
     if p.suffix.lower() == ".svg":
@@ -136,11 +159,10 @@ def write_plot(d: dict, path: str | os.PathLike) -> Path:
     ax.legend(fontsize=8)
     ax.set_title("norm median per slot", fontsize=9)
     fig.tight_layout()
-    tmp = p.with_name(f".{p.name}.tmp")
-    fig.savefig(tmp, format="png")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
     plt.close(fig)
-    os.replace(tmp, p)
-    return p
+    return atomic_write_bytes(p, buf.getvalue())
 
 
 __all__ = ["FORMATS", "check_plot_path", "svg", "write_plot"]
