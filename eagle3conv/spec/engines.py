@@ -88,7 +88,12 @@ DRAFTER_KINDS = ("llama", "mla")
 # --------------------------------------------------------------------------- versions
 
 
-_VERSION = re.compile(r"^(\d+(?:\.\d+)*)(?:\.?post(\d+))?$")
+_VERSION = re.compile(r"^(\d{1,9}(?:\.\d{1,9})*)(?:\.?post(\d{1,9}))?$")  # 9 digits a number, at most
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def parse_version(text: str) -> Version:
@@ -96,10 +101,11 @@ def parse_version(text: str) -> Version:
     -> (0, 5, 12, 1). Three release numbers (padded) and a post number."""
     m = _VERSION.match(text.strip())
     if not m:
-        raise UsageError(f"'{text}' is not a release number such as 0.5.23 or 0.5.12.post1")
+        raise UsageError(f"'{_shown(text)}' is not a release number such as 0.5.23 or 0.5.12.post1 "
+                         "(at most 9 digits a number)")
     base = tuple(int(p) for p in m.group(1).split("."))
     if len(base) > 3:
-        raise UsageError(f"'{text}' has more than three release numbers")
+        raise UsageError(f"'{_shown(text)}' has more than three release numbers")
     return base + (0,) * (3 - len(base)) + (int(m.group(2) or 0),)
 
 
@@ -456,9 +462,9 @@ def _parse_rule(path: Path, i: int, raw: object, families: Mapping[str, Family])
     embedding = final = False
     if supported:
         explicit, default = raw["explicit"], raw["default"]
-        if explicit not in EXPLICIT_KINDS:
+        if not isinstance(explicit, str) or explicit not in EXPLICIT_KINDS:
             raise _fail(path, f"{where}: explicit '{explicit}' is not one of {sorted(EXPLICIT_KINDS)}")
-        if default not in DEFAULT_KINDS:
+        if not isinstance(default, str) or default not in DEFAULT_KINDS:
             raise _fail(path, f"{where}: default '{default}' is not one of {list(DEFAULT_KINDS)}")
         embedding = _bool(path, raw, "embedding", where)
         final = _bool(path, raw, "final_output", where)
@@ -498,7 +504,7 @@ def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine
             isinstance(v, str) and v for v in r["known"].values()
         ):
             raise _fail(path, "'runners.known' must map runner names to descriptions")
-        if r["default"] not in r["known"]:
+        if not isinstance(r["default"], str) or r["default"] not in r["known"]:
             raise _fail(path, "'runners.default' must be one of 'runners.known'")
         runners, default_runner = MappingProxyType(dict(r["known"])), r["default"]
     for key in ("capture_ids", "fc_width", "rules", "forward"):
@@ -626,7 +632,7 @@ def _engine_named(name: str) -> Engine:
     key = table[2].get(name.strip().lower())
     if key is None:
         raise UsageError(
-            f"unknown engine '{name}'; known: {', '.join(sorted(table[2]))}",
+            f"unknown engine '{_shown(name)}'; known: {', '.join(sorted(table[2]))}",
             hint="write ENGINE or ENGINE==RELEASE, e.g. sglang==0.5.23",
         )
     return table[1][key]
@@ -649,7 +655,7 @@ def parse_engine(text: str) -> EngineRelease:
         return rel
     eng = engines()[rel.engine]
     if not runner.strip():
-        raise UsageError(f"'{text}': no runner after '{RUNNER_SUFFIX}'",
+        raise UsageError(f"'{_shown(text)}': no runner after '{RUNNER_SUFFIX}'",
                          hint=f"e.g. vllm==0.33.0{RUNNER_SUFFIX}v1")
     return replace(rel, runner=_runner(eng, runner.strip()))
 
@@ -658,7 +664,7 @@ def _parse_release(text: str) -> EngineRelease:
     name, sep, release = text.strip().partition("==")
     engine = _engine_named(name)
     if sep and not release.strip():
-        raise UsageError(f"'{text}': no release after '=='", hint="e.g. sglang==0.5.23")
+        raise UsageError(f"'{_shown(text)}': no release after '=='", hint="e.g. sglang==0.5.23")
     if not engine.releases:
         note = None
         if sep:
@@ -799,12 +805,12 @@ def _fc(eng: Engine, rel: EngineRelease, config: Mapping[str, Any] | None) -> tu
 def _runner(eng: Engine, runner: str | None) -> str | None:
     if not eng.runners:
         if runner is not None:
-            raise UsageError(f"{eng.title} has no runner choice; got runner '{runner}'")
+            raise UsageError(f"{eng.title} has no runner choice; got runner '{_shown(runner)}'")
         return None
     if runner is None:
         return eng.default_runner
     if runner not in eng.runners:
-        raise UsageError(f"unknown {eng.title} runner '{runner}'; known: {', '.join(eng.runners)}")
+        raise UsageError(f"unknown {eng.title} runner '{_shown(runner)}'; known: {', '.join(eng.runners)}")
     return runner
 
 
