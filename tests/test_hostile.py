@@ -401,7 +401,9 @@ def test_ctrl_c_early_is_one_line_and_exit_130(make_ckpt, delay_ms):
     """SIGINT from the first line of eagle3conv's entry point on (while click, the CLI and torch
     import, while parsing, while running) -> one line on stderr, exit 130, one JSON doc."""
     ck = make_ckpt("sglang")
-    p = subprocess.Popen([sys.executable, "-c", READY, "inspect", str(ck), "--json"], stdout=subprocess.PIPE,
+    # verify's smoke test imports torch: long enough that the signal always comes while it runs
+    p = subprocess.Popen([sys.executable, "-c", READY, "verify", str(ck), "--json", "--device", "cpu"],
+                         stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=_env())
     assert p.stderr.readline() == "ready\n"
     time.sleep(delay_ms / 1000)
