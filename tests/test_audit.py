@@ -12,7 +12,7 @@ from eagle3conv.wiring.audit import audit_config
 
 BASE = {"architectures": ["LlamaForCausalLMEagle3"], "vocab_size": 1000, "draft_vocab_size": 100,
         "rope_scaling": None, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
-        "max_position_embeddings": 8192, "use_cache": True}
+        "max_position_embeddings": 8192, "use_cache": True, "rms_norm_eps": 1e-5, "head_dim": 64}
 NAMES = {"fc.weight", "lm_head.weight", "d2t", "t2d", "midlayer.self_attn.q_proj.weight"}
 
 

@@ -33,12 +33,24 @@ class Fused:
 
 
 @dataclass(frozen=True)
+class ConfigDefault:
+    """What the engines assume for a config field the drafter's config.json leaves out."""
+
+    field: str
+    assumed: str | None  # None: the engines' default was not read (the finding says so)
+    level: str  # the audit finding's level: warning or notice
+    why: str
+    source: str
+
+
+@dataclass(frozen=True)
 class Architecture:
     key: str  # llama | mla
     architecture: str
     tensors: tuple[CanonicalTensor, ...]
     fused: tuple[Fused, ...]
     templated: tuple[CanonicalTensor, ...]  # names with {slot}, expanded once k is known
+    config_defaults: tuple[ConfigDefault, ...] = ()
 
     def expand(self, symbols: dict, flags: dict | None = None) -> dict[str, CanonicalTensor]:
         """Canonical tensors for a concrete config (slots expanded, `when` applied).
@@ -116,7 +128,16 @@ def _load_arch(key: str, raw: dict, path) -> Architecture:
         if len(f["into"]) != len(f["rows"]) or not set(f["into"]) <= names:
             raise MappingFileError(f"{path}: fused {f['name']} must split into listed canonical tensors")
         fused.append(Fused(f["name"], tuple(f["into"]), tuple(f["rows"]), f["why"]))
-    return Architecture(key, raw["architecture"], tuple(tensors), tuple(fused), tuple(templated))
+    defaults = []
+    for d in raw.get("config_defaults", []):
+        if (not isinstance(d, dict) or set(d) != {"field", "assumed", "level", "why", "source"}
+                or not all(isinstance(d[k], str) and d[k] for k in ("field", "level", "why", "source"))
+                or not (d["assumed"] is None or isinstance(d["assumed"], str))
+                or d["level"] not in ("warning", "notice")):
+            raise MappingFileError(f"{path}: {key} config_defaults entries need field, assumed (text or null), "
+                                   "level (warning or notice), why and source")
+        defaults.append(ConfigDefault(d["field"], d["assumed"], d["level"], d["why"], d["source"]))
+    return Architecture(key, raw["architecture"], tuple(tensors), tuple(fused), tuple(templated), tuple(defaults))
 
 
 @lru_cache(maxsize=1)

@@ -19,7 +19,10 @@ of its tensors and the target, and returns warnings (area ``config``):
 * flags only one engine honours: ``norm_before_fc`` on an MLA drafter (neither),
   ``rope_interleave: false`` (SGLang only), an ``fc.bias`` tensor (vLLM ignores it);
   ``norm_before_residual: true`` (vLLM only) is reported by the config reader;
-* ``use_cache: false`` (strict Hub config validation refuses it).
+* ``use_cache: false`` (strict Hub config validation refuses it);
+* fields left out that the engines fill in with their config class's default (``rms_norm_eps``,
+  ``head_dim``: canonical.json ``config_defaults``), and ``eagle_config: null``, which both
+  engines read as no ``eagle_config`` at all.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from typing import Any
 
 from eagle3conv.findings import (
     AUDIT_CONTEXT_UNKNOWN,
+    AUDIT_EAGLE_CONFIG_NULL,
+    AUDIT_ENGINE_DEFAULT,
     AUDIT_D2T_IDENTITY,
     AUDIT_D2T_MISSING,
     AUDIT_EMBED_DIFFERS,
@@ -41,7 +46,7 @@ from eagle3conv.findings import (
     CONFIG,
     Finding,
 )
-from eagle3conv.spec.canonical import drafter_uses_own_embedding
+from eagle3conv.spec.canonical import architecture_for, drafter_uses_own_embedding
 from eagle3conv.spec.drafter import architecture_key
 
 
@@ -139,6 +144,29 @@ def audit_config(
         out.append(_w(AUDIT_USE_CACHE,
                       f"{where} has use_cache: false: strict Hub config validation refuses it",
                       f"set use_cache: true in {where}"))
+    out += _engine_defaults(cfg, tensor_names, where)
+    return out
+
+
+def _engine_defaults(cfg: Mapping[str, Any], tensor_names, where: str) -> list[Finding]:
+    """What the engines assume for fields the config leaves out (canonical.json ``config_defaults``),
+    and for ``eagle_config: null`` (docs/facts.md §3)."""
+    out = []
+    for d in architecture_for(dict(cfg), tensor_names).config_defaults:
+        if cfg.get(d.field) is not None:
+            continue
+        assumed = (f"the engines assume {d.field} = {d.assumed}" if d.assumed is not None
+                   else f"the engines assume their own default for {d.field}")
+        out.append(Finding(d.level, CONFIG, AUDIT_ENGINE_DEFAULT,
+                           f"{where} has no {d.field}: {assumed} ({d.why})",
+                           f"write {d.field} into {where} with the value the drafter was trained with"))
+    if "eagle_config" in cfg and cfg["eagle_config"] is None:
+        out.append(_w(AUDIT_EAGLE_CONFIG_NULL,
+                      f"{where} has eagle_config: null: SGLang and vLLM read it as no eagle_config at all, so "
+                      "SGLang captures its default aux layers (it reads ids only from eagle_config) and no switch "
+                      "is read from it (use_aux_hidden_state stays true, norm_before_fc comes from the top level)",
+                      f"remove eagle_config from {where}, or write it as an object with "
+                      "eagle_aux_hidden_state_layer_ids (eagle3conv config does)"))
     return out
 
 
