@@ -625,3 +625,33 @@ def test_config_check_says_what_the_engines_assume(drafter, edit, code, words):
     no_traceback(r)
     found = [f for f in one_doc(r)["wiring"]["findings"] if f["code"] == code]
     assert found and words in found[0]["message"], one_doc(r)["wiring"]["findings"]
+
+
+# --------------------------------------------------------------------------- the other JSON files a folder holds
+
+@pytest.mark.parametrize("name", ["eagle3conv-push.json", "training_metadata.json"])
+def test_push_never_reads_a_fifo_in_place_of_its_json_files(tmp_path, name):
+    """push --dry-run without --repo-id reads the push record, then training_metadata.json for a repo
+    id: a FIFO in either place is refused or skipped, never waited on."""
+    from eagle3conv.api import fix_keys
+
+    ckpt = write_example(tmp_path / "drafter", "modelopt-export", DIMS)
+    fix_keys(ckpt)
+    (ckpt / name).unlink(missing_ok=True)
+    fifo(ckpt / name)
+    r = run_cli(["push", ckpt, "--dry-run"], timeout=60)
+    no_traceback(r)
+    assert r.returncode in (1, 2, 3), r.stderr
+
+
+def test_hf_cache_ref_that_is_not_a_commit_is_not_followed(tmp_path):
+    repo = tmp_path / "models--org--name"
+    (repo / "snapshots" / "abc1234").mkdir(parents=True)
+    (repo / "snapshots" / "other").mkdir()
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("../../../../etc")
+    r = run_cli(["inspect", repo, "--json"])  # two snapshots and no usable ref: the user is asked to pick one
+    assert r.returncode == 2 and "2 snapshots and no refs/main" in one_doc(r)["message"], r.stdout
+    (repo / "refs" / "main").write_text("abc1234\n")
+    r = run_cli(["inspect", repo, "--json"])
+    assert "abc1234" in one_doc(r)["message"] and "/etc" not in one_doc(r)["message"], r.stdout

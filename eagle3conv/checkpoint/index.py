@@ -161,8 +161,13 @@ def _resolve_hf_cache(path: Path) -> Path:
         return path
     ref = path / "refs" / "main"
     if ref.is_file():
-        cand = snaps / ref.read_text().strip()
-        if cand.is_dir():
+        try:  # a commit hash, read without waiting (a FIFO swapped in gives nothing) and bounded
+            with os.fdopen(os.open(ref, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+                commit = f.read(128).decode("ascii", "replace").strip()
+        except OSError:
+            commit = ""
+        cand = snaps / commit
+        if re.fullmatch(r"[0-9a-fA-F]{7,64}", commit) and cand.is_dir():
             return cand
     choices = sorted(p for p in snaps.iterdir() if p.is_dir())
     if len(choices) == 1:

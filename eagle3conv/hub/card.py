@@ -195,10 +195,12 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
     config: dict = {}
     cfg_path = root / "config.json"
     if cfg_path.is_file():
+        from eagle3conv.errors import CheckpointReadError
+        from eagle3conv.io.jsonfile import read_json_file
+
         try:
-            loaded = json.loads(cfg_path.read_text(encoding="utf-8"))
-            config = loaded if isinstance(loaded, dict) else {}
-        except (OSError, ValueError):
+            config = read_json_file(cfg_path, "config.json")
+        except CheckpointReadError:
             config = {}
     from eagle3conv.wiring.config_ids import provenance_record
 

@@ -283,10 +283,15 @@ def plot_member(root: Path, plot: str | os.PathLike, *, follow: bool = False) ->
 
 def read_record(root: Path) -> dict | None:
     """The push record of ``root``, or None (also for a malformed one)."""
+    from eagle3conv.errors import CheckpointReadError
+    from eagle3conv.io.jsonfile import read_json_file
+
     p = root / PUSH_RECORD
-    try:
-        obj = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    if not p.exists():
+        return None
+    try:  # a regular file, bounded, strict: a FIFO in its place never hangs push
+        obj = read_json_file(p, "push record")
+    except CheckpointReadError:
         return None
     if not isinstance(obj, dict) or obj.get("format") != PUSH_RECORD_FORMAT:
         return None
@@ -312,10 +317,13 @@ def resolve_repo_id(root: Path, repo_id: str | None) -> tuple[str, str]:
         if rec and isinstance(rec.get("repo_id"), str):
             repo_id, source = rec["repo_id"], PUSH_RECORD
         else:
+            from eagle3conv.errors import CheckpointReadError
+            from eagle3conv.io.jsonfile import read_json_file
+
             meta = root / "training_metadata.json"
             try:
-                value = json.loads(meta.read_text(encoding="utf-8")).get("hub_repo_id")
-            except (OSError, ValueError, AttributeError):
+                value = read_json_file(meta, "training metadata").get("hub_repo_id") if meta.exists() else None
+            except CheckpointReadError:
                 value = None
             if isinstance(value, str) and value:
                 repo_id, source = value, "training_metadata.json hub_repo_id"

@@ -67,7 +67,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import io
-import json
 import os
 import re
 import zlib
@@ -75,6 +74,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3conv.io.jsonfile import read_json_file
 from eagle3conv.io.pickle import load_pickle
 from eagle3conv.errors import CheckpointReadError, UnsafePickleError, UsageError, WiringError
 from eagle3conv.states.format import STATES_FILE, CapturedStates, StatesFile, as_layer_refs
@@ -127,7 +127,7 @@ class DumpStates(CapturedStates):
             raise CheckpointReadError(f"{root}: {MANIFEST_FILE} but no aux_0.pt ... files")
         manifest: dict = {}
         if (root / MANIFEST_FILE).is_file():
-            manifest = json.loads((root / MANIFEST_FILE).read_text(encoding="utf-8"))
+            manifest = read_json_file(root / MANIFEST_FILE, "dump manifest")
         self._aux = [self._tensor(p, 2, "aux") for _, p in slots]
         tokens, width = self._aux[0].shape
         for (slot, p), t in zip(slots, self._aux):

@@ -90,16 +90,17 @@ def load_target_head(path: str | os.PathLike, vocab: int, hidden: int, *, table=
     or its token embedding when the folder's config.json ties the two
     (``tie_word_embeddings``; ``table``: that embedding, already read); None when neither
     can be told from what is there."""
-    import json
-
     head = _target_tensor(_target_files(path), HEAD_NAMES, vocab, hidden)
     if head is not None:
         return head
     p = Path(path)
     cfg_file = (p if p.is_dir() else p.parent) / "config.json"
+    from eagle3conv.errors import CheckpointReadError
+    from eagle3conv.io.jsonfile import read_json_file
+
     try:
-        cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
-    except (OSError, ValueError):
+        cfg = read_json_file(cfg_file, "config.json", want_object=False) if cfg_file.is_file() else {}
+    except CheckpointReadError:
         cfg = {}
     if not isinstance(cfg, dict):
         cfg = {}
