@@ -30,7 +30,8 @@ from eagle3conv.checkpoint.writer import (
     write_out,
 )
 from eagle3conv.errors import Eagle3ConvError, UsageError, WiringError
-from eagle3conv.findings import AUDIT_D2T_MISSING, AUX_LAYERS, EVIDENCE_NOTE, NO_D2T, WIRING_WRITTEN, Finding
+from eagle3conv.findings import AUDIT_D2T_MISSING, AUX_LAYERS, EVIDENCE_NOTE, NO_D2T, Finding
+from eagle3conv.spec.canonical import in_canonical_names
 from eagle3conv.wiring import apply as wiring
 from eagle3conv.wiring.apply import WiringOptions
 
@@ -103,11 +104,13 @@ def _config_summary(cfg: dict | None) -> dict | None:
         "draft_vocab_size", "rope_theta", "rope_scaling", "tie_word_embeddings", "torch_dtype",
         "speculators_model_type",
     )
+    from eagle3conv.spec.drafter import AUX_KEY, aux_ids
+
     out = {k: cfg[k] for k in keys if k in cfg}
     if isinstance(cfg.get("eagle_config"), dict):
         out["eagle_config"] = cfg["eagle_config"]
-    if "eagle_aux_hidden_state_layer_ids" in cfg:
-        out["eagle_aux_hidden_state_layer_ids"] = cfg["eagle_aux_hidden_state_layer_ids"]
+    if aux_ids(cfg).top_level is not None:
+        out[AUX_KEY] = aux_ids(cfg).top_level
     return out
 
 
@@ -141,11 +144,6 @@ def _wire_plan(plan: Plan, opts: WiringOptions, ckpt: str) -> None:
             plan.config_edits = [*plan.config_edits, *w.edits.config_edits]
             plan.config = w.config
             plan.aux_ids = aux_ids_in(w.config)
-            plan.findings.append(Finding(
-                "notice", AUX_LAYERS, WIRING_WRITTEN,
-                f"{w.edits.to_dict()['described']} (from {w.edits.record.source}) written as SGLang "
-                f"{list(w.edits.sglang.ids)}, vLLM {list(w.edits.vllm_ids)}; TensorRT-LLM eagle3_layers_to_capture "
-                f"{sorted(w.edits.trtllm_ids)}"))
         errs = w.report.errors
         plan.findings += errs
         if errs:
@@ -325,9 +323,10 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
     if not (check or dry_run) and os.path.lexists(root / ".config.json.eagle3conv-tmp"):
         (root / ".config.json.eagle3conv-tmp").unlink()  # left by a killed run of an older version
     plan = build_plan(index)
-    if plan.format.name == "sglang" and not plan.ok:
+    canonical = in_canonical_names(index.config, index.tensors)
+    if canonical and not plan.ok:
         plan.raise_for_errors()  # shapes or vocab maps disagree with the config: exit 3, named
-    if plan.format.name != "sglang":
+    if not canonical:
         raise UsageError(
             f"{root}: not yet in SGLang's layout ({plan.format.name} format); "
             "config edits a fixed drafter's config.json",
@@ -373,3 +372,30 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
             write_metadata_file(root, rec)
             written.append(METADATA_FILE)
     return ConfigResult(root, "dry-run" if dry_run else "write", w, ev, written, index.config, recovered)
+
+
+def target_summary(profile, *, detail: bool = False) -> dict:
+    """A target profile as `eagle3conv targets` shows it: its numbers, and what each engine release
+    checked by default captures with no ids (the engine rules, for its family)."""
+    from eagle3conv.spec.engines import default_capture, default_engines
+    from eagle3conv.spec.layers import describe
+
+    p = profile
+    d = {
+        "name": p.name, "aliases": list(p.aliases), "hf_repo": p.hf_repo, "architectures": list(p.architectures),
+        "hidden_size": p.hidden_size, "num_hidden_layers": p.num_hidden_layers, "vocab_size": p.vocab_size,
+        "num_attention_heads": p.num_attention_heads, "num_key_value_heads": p.num_key_value_heads,
+        "head_dim": p.head_dim, "intermediate_size": p.intermediate_size, "family": p.family,
+        "description": p.description,
+    }
+    defaults = []
+    for rel in default_engines():
+        cap = default_capture(rel, p.family, p.num_hidden_layers)
+        defaults.append({"engine": rel.spec, "release": str(rel), "default_ids": None if cap.ids is None else
+                         list(cap.ids), "captures": None if cap.layers is None else describe(cap.layers),
+                         "layers": None if cap.layers is None else [r.output_of for r in cap.layers],
+                         "error": None if cap.error is None else cap.error.message})
+    d["default_aux_layers"] = defaults
+    if detail:
+        d["sources"] = dict(p.sources)
+    return d

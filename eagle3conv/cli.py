@@ -15,7 +15,7 @@ import traceback
 import click
 
 from eagle3conv import __version__
-from eagle3conv.errors import EXIT_ERROR, Eagle3ConvError
+from eagle3conv.errors import EXIT_ERROR, EXIT_INVALID, Eagle3ConvError
 
 FORMAT_HELP = "Source format, overriding detection (see `eagle3conv formats`)."
 
@@ -144,10 +144,13 @@ class _Group(click.Group):
 
     def main(self, args=None, *rest, **kw):
         given = list(sys.argv[1:] if args is None else args)
-        while given and given[0].startswith("-"):  # the group's own flags (--json, --debug) come first
-            given.pop(0)
+        # --json, --debug and --verbose belong to the group and may stand anywhere on the line (before a
+        # lone --): they are moved in front of the command, so every command honours them alike
+        cut = given.index("--") if "--" in given else len(given)
+        flags = [a for a in given[:cut] if a in GLOBAL_FLAGS]
+        given = [a for a in given[:cut] if a not in GLOBAL_FLAGS] + given[cut:]
         self.argv = given
-        return super().main(args, *rest, **kw)
+        return super().main(flags + given, *rest, **kw)
 
     def invoke(self, ctx: click.Context):
         argv = self.argv
@@ -235,17 +238,19 @@ def interrupted(as_json: bool) -> None:
     raise SystemExit(130)
 
 
+GLOBAL_FLAGS = ("--json", "--debug", "--verbose")
+
+
 def _global_flag(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
-    """--json / --debug given before the command: remembered for the command."""
+    """--json / --debug / --verbose (anywhere on the line, see _Group.main): remembered for the command."""
     if value:
-        ctx.meta["eagle3conv.json" if param.name == "json_" else "eagle3conv.debug"] = True
+        ctx.meta[f"eagle3conv.{param.name}"] = True
     return value
 
 
-def _common(f):
-    f = click.option("--json", "json_", is_flag=True, help="Print one JSON document on stdout.")(f)
-    f = click.option("--debug", is_flag=True, help="Show tracebacks.")(f)
-    return f
+def _flag(name: str) -> bool:
+    """A global flag of the running command (``json``, ``debug``, ``verbose``)."""
+    return bool(click.get_current_context().meta.get(f"eagle3conv.{name}", False))
 
 
 def _remember_engines(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -255,8 +260,8 @@ def _remember_engines(ctx: click.Context, param: click.Parameter, value: tuple[s
 
 ENGINE_HELP = ("Check (and write ids) for this engine release: ENGINE or ENGINE==RELEASE, e.g. sglang==0.5.23, "
                "vllm==0.33, trtllm; repeatable. A bare name means the newest known release. vLLM's runner: "
-               "vllm==0.33.0:runner=v1 (default mrv2). Default: every engine's newest release plus SGLang 0.5.12 "
-               "(before the first-id rule).")
+               "vllm==0.33.0:runner=v1 (default mrv2). Default: the releases each engine's rules check by default "
+               "(mappings/engines/*.json check_by_default; `eagle3conv targets NAME` shows what each captures).")
 
 
 def _remember_max_context(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
@@ -275,8 +280,9 @@ def _wiring_options(f):
     f = click.option("--engine", "engines", multiple=True, metavar="ENGINE[==RELEASE]", expose_value=False,
                      callback=_remember_engines, help=ENGINE_HELP)(f)
     f = click.option("--sglang-version", type=click.Choice(["auto", "old", "new"]), default="auto", show_default=True,
-                     help="Which SGLang numbering to write when old and new (PR #25454) read ids differently; "
-                          "auto keeps the config's if it is right, else new for DeepSeek/Kimi targets, old otherwise.")(f)
+                     help="An alias: old = --engine sglang==OLDEST, new = --engine sglang==NEWEST (the oldest and "
+                          "newest SGLang releases eagle3conv read, `eagle3conv targets NAME` shows them), put "
+                          "before any other --engine; auto: nothing.")(f)
     f = click.option("--metadata", type=click.Path(exists=True, path_type=str),
                      help="A training_metadata.json (or its folder) recording the layers the drafter was trained on.")(f)
     f = click.option("--captured-at", type=click.Choice(["input", "output"]),
@@ -302,20 +308,14 @@ def _wiring_opts(target, trained_on, captured_at, metadata, sglang_version, rewi
     return opts
 
 
-def _setup(json_: bool, debug: bool) -> tuple[bool, bool]:
-    """Record --json / --debug (given after the command or before it); returns them, merged."""
-    ctx = click.get_current_context()
-    json_ = ctx.meta["eagle3conv.json"] = bool(json_ or ctx.meta.get("eagle3conv.json", False))
-    debug = ctx.meta["eagle3conv.debug"] = bool(debug or ctx.meta.get("eagle3conv.debug", False))
-    return json_, debug
-
-
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="eagle3conv")
-@click.option("--json", "json_", is_flag=True, expose_value=False, is_eager=True, callback=_global_flag,
-              help="Print one JSON document on stdout (also accepted after the command).")
-@click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=_global_flag,
-              help="Show tracebacks (also accepted after the command).")
+@click.option("--json", "json", is_flag=True, expose_value=False, is_eager=True, callback=_global_flag,
+              help="Print one JSON document on stdout (anywhere on the command line).")
+@click.option("--debug", "debug", is_flag=True, expose_value=False, is_eager=True, callback=_global_flag,
+              help="Show tracebacks (anywhere on the command line).")
+@click.option("--verbose", "verbose", is_flag=True, expose_value=False, is_eager=True, callback=_global_flag,
+              help="Show the full plan, every record and where each came from (anywhere on the command line).")
 def main() -> None:
     """Make EAGLE-3 drafters load, wire and serve correctly in SGLang, vLLM and TensorRT-LLM.
 
@@ -332,9 +332,8 @@ def main() -> None:
 @click.option("--config", "config", type=click.Path(exists=True, dir_okay=True), help="Use this config.json (for checkpoints that ship none).")
 @click.option("--keep-embed", is_flag=True, help="Plan as if embed_tokens were kept.")
 @_wiring_options
-@_common
 def inspect_cmd(checkpoint, source_format, config, keep_embed, target, trained_on, captured_at, metadata,
-                sglang_version, json_, debug):
+                sglang_version):
     """Show a checkpoint: its format and why, tensors, config, aux layers, and what fix-keys would change or refuse.
 
     Writes nothing (except finishing an interrupted in-place fix-keys).
@@ -344,18 +343,18 @@ def inspect_cmd(checkpoint, source_format, config, keep_embed, target, trained_o
     Example:
       eagle3conv inspect ./epoch_9_step_30000
     """
-    json_, debug = _setup(json_, debug)
+    json_ = _flag("json")
     from eagle3conv.api import inspect
     from eagle3conv.render import inspect_text
 
     res = inspect(checkpoint, source_format=source_format, config=config, keep_embed=keep_embed,
                   wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version))
     d = res.to_dict()
-    _emit(json_, d, inspect_text(d))
+    _emit(json_, d, inspect_text(d, verbose=_flag("verbose")))
     if res.plan is not None and not res.plan.ok:
-        click.get_current_context().exit(3)
+        click.get_current_context().exit(EXIT_INVALID)
     if res.plan_error is not None:
-        click.get_current_context().exit(getattr(res.plan_error, "exit_code", 1))
+        click.get_current_context().exit(getattr(res.plan_error, "exit_code", EXIT_ERROR))
 
 
 @main.command("fix-keys")
@@ -373,9 +372,8 @@ def inspect_cmd(checkpoint, source_format, config, keep_embed, target, trained_o
 @click.option("--follow-symlinks", is_flag=True,
               help="Read files that are symlinks leaving the folder through their link (refused by default); "
                    "each one followed is named in the output.")
-@_common
 def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_shard_size, dry_run, target,
-                 trained_on, captured_at, metadata, sglang_version, rewire, follow_symlinks, json_, debug):
+                 trained_on, captured_at, metadata, sglang_version, rewire, follow_symlinks):
     """Rename a drafter's weights to exactly what SGLang loads, strictly, and prove the result.
 
     Every source key is renamed, kept, split or dropped by a named rule; any
@@ -392,7 +390,7 @@ def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_
     Example:
       eagle3conv fix-keys ./kimi-drafter --out ./kimi-drafter-sglang
     """
-    json_, debug = _setup(json_, debug)
+    json_ = _flag("json")
     from eagle3conv.api import fix_keys
     from eagle3conv.render import fix_text
 
@@ -404,19 +402,18 @@ def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_
     for link, target_path in res.followed_symlinks:
         click.echo(f"followed symlink {link} -> {target_path} (--follow-symlinks)", err=True)
     d = res.to_dict()
-    _emit(json_, d, fix_text(d))
+    _emit(json_, d, fix_text(d, verbose=_flag("verbose")))
 
 
 @main.command("formats")
-@_common
-def formats_cmd(json_, debug):
+def formats_cmd():
     """List the source formats fix-keys understands, with their rules.
 
     \b
     Example:
       eagle3conv formats --json
     """
-    json_, debug = _setup(json_, debug)
+    json_ = _flag("json")
     from eagle3conv.spec.formats import load_formats
 
     formats, common = load_formats()
@@ -436,8 +433,7 @@ def formats_cmd(json_, debug):
 @main.command("example")
 @click.argument("dest", type=click.Path(path_type=str), default="example-drafter")
 @click.option("--format", "fmt", default="modelopt-export", show_default=True, help="Trainer naming to write it in.")
-@_common
-def example_cmd(dest, fmt, json_, debug):
+def example_cmd(dest, fmt):
     """Write a small, deterministic example drafter checkpoint in a trainer's naming.
 
     It is the embedded default the README's first command runs on: a real
@@ -448,7 +444,7 @@ def example_cmd(dest, fmt, json_, debug):
     Example:
       eagle3conv example ./example-drafter && eagle3conv fix-keys ./example-drafter
     """
-    json_, debug = _setup(json_, debug)
+    json_ = _flag("json")
     from eagle3conv.example import write_example
 
     path = write_example(dest, fmt)
@@ -463,9 +459,8 @@ def example_cmd(dest, fmt, json_, debug):
 @click.option("--check", is_flag=True, help="Only check config vs training record vs weights vs target; write nothing.")
 @click.option("--dry-run", is_flag=True, help="Show what would be written; write nothing.")
 @click.option("--no-metadata", is_flag=True, help="Do not write training_metadata.json when there is none.")
-@_common
 def config_cmd(checkpoint, target, trained_on, captured_at, metadata, sglang_version, dumps, check, dry_run,
-               no_metadata, json_, debug):
+               no_metadata):
     """Write the aux layers a drafter was trained on into config.json, for every engine, or --check them.
 
     Writes nested eagle_config ids (SGLang), top-level ids (vLLM) and a
@@ -478,7 +473,7 @@ def config_cmd(checkpoint, target, trained_on, captured_at, metadata, sglang_ver
       eagle3conv config ./kimi-drafter --target kimi-k2.5 --trained-on 3,31,59 --captured-at input
       eagle3conv config ./kimi-drafter --target kimi-k2.5 --check
     """
-    json_, debug = _setup(json_, debug)
+    json_ = _flag("json")
     from eagle3conv.api import configure
     from eagle3conv.render import config_text
 
@@ -486,15 +481,14 @@ def config_cmd(checkpoint, target, trained_on, captured_at, metadata, sglang_ver
                                                      dumps=dumps),
                     check=check, dry_run=dry_run, write_metadata=not no_metadata)
     d = res.to_dict()
-    _emit(json_, d, config_text(d))
+    _emit(json_, d, config_text(d, verbose=_flag("verbose")))
     if check and not res.wiring.report.ok:
-        click.get_current_context().exit(3)
+        click.get_current_context().exit(EXIT_INVALID)
 
 
 @main.command("targets")
 @click.argument("name", required=False)
-@_common
-def targets_cmd(name, json_, debug):
+def targets_cmd(name):
     """List the built-in target profiles (or show one, with its sources and each engine's default aux layers).
 
     \b
@@ -502,7 +496,7 @@ def targets_cmd(name, json_, debug):
       eagle3conv targets
       eagle3conv targets kimi-k2.5 --json
     """
-    json_, debug = _setup(json_, debug)
+    json_ = _flag("json")
     from eagle3conv.render import targets_text
     from eagle3conv.wiring.apply import resolve_target
     from eagle3conv.spec.targets import list_targets
@@ -511,34 +505,11 @@ def targets_cmd(name, json_, debug):
         from eagle3conv.errors import UsageError
 
         raise UsageError("targets NAME: the name is empty", hint="eagle3conv targets lists them all")
+    from eagle3conv.api import target_summary
+
     profiles = [resolve_target(name)] if name else list(list_targets())
-    data = [_target_dict(p, detail=bool(name)) for p in profiles]
+    data = [target_summary(p, detail=bool(name)) for p in profiles]
     _emit(json_, {"targets": data}, targets_text(data, detail=bool(name)))
-
-
-def _target_dict(p, *, detail: bool) -> dict:
-    from eagle3conv.spec.engines import sglang_ids
-    from eagle3conv.spec.layers import describe
-
-    d = {
-        "name": p.name, "aliases": list(p.aliases), "hf_repo": p.hf_repo, "architectures": list(p.architectures),
-        "hidden_size": p.hidden_size, "num_hidden_layers": p.num_hidden_layers, "vocab_size": p.vocab_size,
-        "num_attention_heads": p.num_attention_heads, "num_key_value_heads": p.num_key_value_heads,
-        "head_dim": p.head_dim, "intermediate_size": p.intermediate_size, "description": p.description,
-    }
-    if p.num_hidden_layers >= 4:
-        defaults = p.engine_defaults()
-        refs = defaults["output"].refs
-        d["default_aux_layers"] = {
-            "described": describe(refs),
-            "sglang_ids": list(sglang_ids(refs, p.family, p.num_hidden_layers).ids),
-            "vllm_ids": list(defaults["input"].ids),
-            "tensorrt_llm_ids": list(defaults["output"].ids),
-            "specforge_2025_09_window": describe(defaults["specforge-2025-09"].refs),
-        }
-    if detail:
-        d["sources"] = dict(p.sources)
-    return d
 
 
 @main.command("push")
@@ -568,9 +539,8 @@ def _target_dict(p, *, detail: bool) -> dict:
 @click.option("--plot", "plot", type=click.Path(path_type=str), metavar="FILE",
               help="Also send the wiring-search figure FILE (from verify --plot, .svg or .png; under its file "
                    "name, or its path inside the folder) and show it in the card's wiring section.")
-@_common
 def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, include, exclude, base_model, force,
-             dry_run, follow_symlinks, timeout, plot, json_, debug):
+             dry_run, follow_symlinks, timeout, plot):
     """Publish a checked drafter to the Hugging Face Hub, with a model card that records its wiring.
 
     Before anything is sent, the fix-keys check, the aux-layer wiring check and
@@ -583,7 +553,7 @@ def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, 
     Example:
       eagle3conv push ckpt-sglang/ --repo-id me/kimi-k25-eagle3 --create-pr
     """
-    json_, debug = _setup(json_, debug)
+    json_ = _flag("json")
     from pathlib import Path
 
     from eagle3conv.publish import gate_for, push
@@ -657,10 +627,8 @@ def _push_text(d: dict) -> str:
               help="Draw the wiring search per aux slot (and the slots' norms vs training) to FILE: .svg "
                    "(no dependency) or .png (pip install 'eagle3conv[plot]').")
 @click.option("--no-save", is_flag=True, help="Do not write eagle3conv-verify.json into the checkpoint folder.")
-@_common
 def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sglang_version, layers, states_layers,
-               embeddings, search_wiring, steps, min_accept, device, dtype, batch_size, max_sequences, plot, no_save,
-               json_, debug):
+               embeddings, search_wiring, steps, min_accept, device, dtype, batch_size, max_sequences, plot, no_save):
     """Run the drafter on captured target states: acceptance per draft position, accept length, and the wiring.
 
     Teacher-forced top-1 acceptance of each draft against the target's own greedy
@@ -673,7 +641,7 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
     Example:
       eagle3conv verify ./drafter --states states.safetensors --search-wiring
     """
-    json_, debug = _setup(json_, debug)
+    json_ = _flag("json")
     from eagle3conv.render import verify_text
     from eagle3conv.verify import smoke, verify
     from eagle3conv.spec.layers import parse_ids
@@ -696,7 +664,7 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
                   wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version))
         _emit(json_, d, smoke_text(d))
         if not d["ok"]:
-            click.get_current_context().exit(3)
+            click.get_current_context().exit(EXIT_INVALID)
         return
 
     with _ProgressBars(unit="seq") as progress:
@@ -726,7 +694,7 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
             click.echo(f"hint: {plot_error.hint}", err=True)
         click.get_current_context().exit(plot_error.exit_code)
     if not res.wiring_check_ok:
-        click.get_current_context().exit(3)
+        click.get_current_context().exit(EXIT_INVALID)
 
 
 @main.command("capture")
@@ -745,9 +713,7 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
 @click.option("--dtype", "dtype", default="bf16", show_default=True, type=click.Choice(["bf16", "fp16", "fp32"]),
               help="dtype of the stored states.")
 @click.option("--device", default=None, help="cpu or cuda (default: cuda when present).")
-@_common
-def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, no_chat_template, dtype, device,
-                json_, debug):
+def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, no_chat_template, dtype, device):
     """Run a target on prompts and save its hidden states for verify.
 
     Writes eagle3conv's states file (atomically): token ids, masks, the target's
@@ -759,7 +725,7 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
     Example:
       eagle3conv capture --target smollm2-135m --prompts prompts.jsonl --generate 64 --out states.safetensors
     """
-    json_, debug = _setup(json_, debug)
+    json_ = _flag("json")
     from eagle3conv.render import human_bytes
     from eagle3conv.states.capture import capture_states, read_prompts
     from eagle3conv.states.target_model import load_target_model

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from eagle3conv.spec.drafter import AUX_KEY, NESTED_AUX_FIELD, with_field
+
 EXAMPLE_FORMATS = (
     "sglang", "sglang-fused", "specforge", "specforge-runtime", "eagle", "modelopt-train",
     "modelopt-export", "modelopt-export-old", "speculators", "angelslim", "draft-model-prefixed",
@@ -60,7 +62,7 @@ def llama_config(d: Dims, *, architecture: str = "LlamaForCausalLMEagle3", with_
     if d.target_hidden != d.hidden:
         cfg["target_hidden_size"] = d.target_hidden
     if with_ids:
-        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(d.aux_ids), "use_aux_hidden_state": True}
+        cfg = with_field(with_field(cfg, NESTED_AUX_FIELD, list(d.aux_ids)), "eagle_config.use_aux_hidden_state", True)
     return cfg
 
 
@@ -189,7 +191,7 @@ def write_example(dest: str | Path, fmt: str = "modelopt-export", dims: Dims | N
             "eagle_config": {
                 "hidden_size": d.hidden, "num_hidden_layers": 1, "num_attention_heads": d.heads,
                 "num_key_value_heads": d.kv_heads, "head_dim": d.head_dim, "intermediate_size": d.intermediate,
-                "draft_vocab_size": d.draft_vocab, "eagle_aux_hidden_state_layer_ids": list(d.aux_ids),
+                "draft_vocab_size": d.draft_vocab, AUX_KEY: list(d.aux_ids),
                 "use_aux_hidden_state": True, "use_last_layernorm": True,
             },
         }
@@ -214,7 +216,7 @@ def write_example(dest: str | Path, fmt: str = "modelopt-export", dims: Dims | N
             "draft_vocab_size": d.draft_vocab,
             "norm_before_residual": False,
             "target_hidden_size": d.target_hidden if d.target_hidden != d.hidden else None,
-            "eagle_aux_hidden_state_layer_ids": [i + 1 for i in d.aux_ids],  # input-of-layer numbering
+            AUX_KEY: [i + 1 for i in d.aux_ids],  # input-of-layer numbering
             "speculators_config": {
                 "algorithm": "eagle3",
                 "default_proposal_method": "greedy",

@@ -76,20 +76,20 @@ DUPLICATE_IDS = "duplicate-ids"
 UNSORTED_IDS = "unsorted-ids"
 ID_COUNT = "id-count"
 BAD_IDS = "bad-ids"
-EMBEDDING_FOR_SGLANG = "embedding-for-sglang"
-IDS_UNREADABLE = "ids-unreadable"
-SGLANG_IDS = "sglang-ids"
-SGLANG_VERSION = "sglang-version"
-DISAGREES_WITH_TRAINING = "disagrees-with-training"
-UNVERIFIED_IDS = "unverified-ids"
-DEFAULTS_DISAGREE = "defaults-disagree"
+# per engine release asked (its row): what it captures from the config vs the training record
+IDS_AS_TRAINED = "ids-as-trained"  # ok: every release reading a field captures the trained layers
+UNVERIFIED_IDS = "unverified-ids"  # the config names layers, no training record says which were trained
+DISAGREES_WITH_TRAINING = "disagrees-with-training"  # no release reading a field captures the trained layers
+ENGINE_CAPTURES_OTHER = "engine-captures-other"  # the config's own ids make a release capture other layers
+ENGINE_CANNOT_CAPTURE = "engine-cannot-capture"  # the config's own ids name a state a release cannot capture
+ENGINE_NEEDS_OTHER_IDS = "engine-needs-other-ids"  # no single id list serves every release asked of one engine
+DEFAULTS_DISAGREE = "defaults-disagree"  # a release finds no ids and its default is not what was trained
+DEFAULT_USED = "default-used"  # a release finds no ids in the field it reads and uses its default
+DEFAULT_CANNOT_CAPTURE = "default-cannot-capture"  # a release's default does not fit the target
+ENGINE_UNSUPPORTED = "engine-unsupported"  # the release serves no EAGLE-3 drafter on this target family
+CAPTURE_SWITCHED_OFF = "capture-switched-off"  # the config turns the release's aux capture off
 NO_IDS = "no-ids"
 SPECFORGE_WINDOW = "specforge-window"
-SGLANG_DEFAULT = "sglang-default"
-VLLM_DEFAULT = "vllm-default"
-ENGINE_CAPTURES_OTHER = "engine-captures-other"
-ENGINE_CANNOT_CAPTURE = "engine-cannot-capture"
-ENGINE_NEEDS_OTHER_IDS = "engine-needs-other-ids"
 # config audit: fields one engine reads differently from another (area config)
 AUDIT_DRAFT_VOCAB = "audit-draft-vocab"
 AUDIT_D2T_IDENTITY = "audit-d2t-identity"
@@ -123,7 +123,7 @@ CODES: frozenset[str] = frozenset(
 """Every declared code."""
 
 # The wiring codes that mean "the config's own ids contradict what the drafter was trained on".
-CONFLICTS: frozenset[str] = frozenset({DISAGREES_WITH_TRAINING, EMBEDDING_FOR_SGLANG, RECORDS_DISAGREE})
+CONFLICTS: frozenset[str] = frozenset({DISAGREES_WITH_TRAINING, RECORDS_DISAGREE})
 
 
 @dataclass(frozen=True)

@@ -74,63 +74,81 @@ def _plan_lines(plan: dict, *, verbose: bool = True) -> list[str]:
 def edit_line(e: dict) -> str:
     """One config edit; nested objects shown by what changed in them."""
     old, new = e["old"], e["new"]
-    if e["field"] == "eagle_config" and isinstance(new, dict):
-        was = (old or {}).get("eagle_aux_hidden_state_layer_ids") if isinstance(old, dict) else None
-        return (f"eagle_config.eagle_aux_hidden_state_layer_ids: {was!r} -> "
-                f"{new.get('eagle_aux_hidden_state_layer_ids')!r}   ({e['why']})")
-    if isinstance(new, dict):
+    if isinstance(new, dict) and (isinstance(old, dict) or old is None):
+        changed = [k for k in new if (old or {}).get(k) != new[k]] + [k for k in (old or {}) if k not in new]
+        if changed and not any(isinstance(new.get(k), dict) for k in changed):
+            parts = [f"{e['field']}.{k}: {(old or {}).get(k)!r} -> {new.get(k)!r}" for k in changed]
+            return f"{'; '.join(parts)}   ({e['why']})"
         return f"{e['field']}: block written   ({e['why']})"
     return f"{e['field']}: {old!r} -> {new!r}   ({e['why']})"
 
 
-def wiring_lines(w: dict | None) -> list[str]:
-    """The aux-layer wiring (a Wiring.to_dict()) in plain words."""
+_MARK = {"error": "BAD ", "warning": "warn", None: "ok  "}
+
+
+def _row_line(r: dict) -> str:
+    """One engine release's row: what it reads and captures from this config."""
+    if r.get("unknown"):
+        what = r["unknown"]
+    elif r.get("error"):
+        what = r["error"].removeprefix(f"{r['release']} ")
+        if r.get("needs") is not None:
+            what += f"; needs {r['needs']}"
+    elif r["field"]["kind"] == "launch_option":
+        what = (f"{r['reads']}: launch with {r['needs']}" if r.get("needs") is not None
+                else f"{r['reads']} not given: captures {r['captures']} (its default)")
+    else:
+        src = "no ids: its default" if r["fell_back"] else r["reads"]
+        what = f"reads {src} {r['ids']} ({r['rule']}) -> captures {r['captures']}"
+        if r.get("as_trained") is False and r.get("needs") is not None:
+            what += f"; needs {r['needs']}"
+    finding = r.get("finding") or {}
+    mark = "?   " if r.get("unknown") else _MARK.get(finding.get("level"), "ok  ")
+    return f"{mark} {r['release']}: {what}"
+
+
+def wiring_lines(w: dict | None, *, verbose: bool = False) -> list[str]:
+    """The aux-layer wiring (a Wiring.to_dict()) in plain words: what it was trained on, what was
+    written, one row per engine release (its problem and fix under it), then the other findings."""
     if not w:
         return []
     lines = []
     t = w.get("trained_on")
-    if t:
-        lines.append(f"trained on: {t['described']} (from {t['source']})")
-    else:
-        lines.append("trained on: not recorded")
+    lines.append(f"trained on: {t['described']} ({t['source']})" if t else "trained on: not recorded")
     wr = w.get("written")
     if wr:
-        right = " and ".join(wr["sglang_right_for"])
-        lines.append(f"  SGLang        eagle_config.eagle_aux_hidden_state_layer_ids = {wr['sglang_ids']}  (right for {right})")
-        if len(wr["sglang_right_for"]) < 2:
-            lines.append(f"                {wr['sglang_note']}")
-        lines.append(f"  vLLM          eagle_aux_hidden_state_layer_ids = {wr['vllm_ids']}")
-        lines.append(f"  TensorRT-LLM  eagle3_layers_to_capture = {sorted(wr['tensorrt_llm_ids'])}  (launch option)")
+        lines.append("written:")
+        for f in wr["ids"]:
+            where = f["field"] if f["kind"] == "config" else f"launch option {f['field']}"
+            lines.append(f"  {where} = {f['ids']}   (read by {', '.join(f['read_by'])})")
     rows = w.get("engines") or []
-    for fld, reads in ({} if rows else w.get("config_reads") or {}).items():  # the rows below say it per release
-        for who, what in reads.items():
-            lines.append(f"  {fld}, read by {who}: {what}")
+    specs = {r["engine"] for r in rows}
+    fixes = [(r.get("finding") or {}).get("fix") for r in rows]
+    shared_fix = fixes[0] if len({f for f in fixes if f}) == 1 and sum(bool(f) for f in fixes) > 1 else None
     if rows:
-        lines.append("  per engine (what each release captures from this config):")
-    for r in rows:
-        mark = "ok " if r["ok"] else "BAD"
-        if r.get("error"):
-            what = r["error"]
-        elif r["reads"].startswith("launch option"):
-            what = (f"{r['reads']}: launch with {r['needs']}" if r.get("needs") is not None
-                    else f"{r['reads']} not given: captures {r['captures']} (its default)")
-        else:
-            src = "no ids: its default" if r["fell_back"] else r["reads"]
-            what = f"reads {src} {r['ids']} ({r['rule']}) -> captures {r['captures']}"
-            if not r["ok"] and r.get("needs") is not None:
-                what += f"; needs {r['needs']}"
-        lines.append(f"    {mark} {r['release']}: {what}")
+        lines.append("per engine release (what each captures from this config):")
+    for r, fix in zip(rows, fixes):
+        lines.append("  " + _row_line(r))
         if r.get("release_note"):
-            lines.append(f"        note: {r['release_note']}")
-        if r.get("runner_assumed"):
-            lines.append(f"        runner: {r['runner_assumed']}")
+            lines.append(f"       note: {r['release_note']}")
+        if r.get("runner_assumed") and verbose:
+            lines.append(f"       runner: {r['runner_assumed']}")
+        if fix and not shared_fix:
+            lines.append(f"       fix: {fix}")
+        if verbose:
+            for note in r.get("notes") or []:
+                lines.append(f"       ({note})")
+    if shared_fix:
+        lines.append(f"  fix (every BAD row): {next(f for f in fixes if f)}")
     for f in w.get("findings", []):
+        if f.get("subject") in specs or (rows and f["level"] == "ok"):
+            continue  # said on its row (a release's problem, or that its ids are as trained)
         tag = {"ok": "ok", "notice": "note", "warning": "warning", "error": "ERROR"}[f["level"]]
-        lines.append(f"  {tag}: {f['message']}")
+        lines.append(f"{tag}: {f['message']}")
         if f.get("fix") and f["level"] != "ok":
-            lines.append(f"    fix: {f['fix']}")
+            lines.append(f"  fix: {f['fix']}")
     for r in w.get("refused") or []:
-        lines.append(f"  REFUSED: {r}")
+        lines.append(f"REFUSED: {r}")
     return lines
 
 
@@ -155,32 +173,47 @@ def smoke_text(d: dict) -> str:
     return "\n".join(lines)
 
 
-def config_text(d: dict) -> str:
-    lines = [f"checkpoint: {d['checkpoint']}"]
+def _count(findings: list[dict]) -> str:
+    n_err = sum(f["level"] == "error" for f in findings)
+    n_warn = sum(f["level"] == "warning" for f in findings)
+    return f"{n_err} error{'s' * (n_err != 1)}, {n_warn} warning{'s' * (n_warn != 1)}"
+
+
+def config_text(d: dict, *, verbose: bool = False) -> str:
+    w = d["wiring"]
+    wr = w.get("written")
+    if d["mode"] == "check":
+        verdict = f"check: {'passed' if w['ok'] else 'FAILED'} ({_count(w.get('findings', []))})"
+    elif w.get("refused"):
+        verdict = "config: refused: the config's ids contradict the training record; nothing written"
+    elif wr and not wr["config_edits"]:
+        verdict = f"config: already wired for {wr['described']}; no changes"
+    elif wr:
+        verdict = (f"config: {'would write' if d['mode'] == 'dry-run' else 'wrote'} {wr['described']} into "
+                   f"config.json for every engine")
+    else:
+        verdict = "config: no training record names the layers; nothing to write"
+    lines = [verdict, f"checkpoint: {d['checkpoint']}"]
     if d.get("recovered"):
         lines.append(f"recovered:  {d['recovered']}")
     t = d.get("target")
     lines.append(f"target:     {t['name']} ({t['num_hidden_layers']} layers, hidden {t['hidden_size']})" if t
                  else "target:     not given (--target): layer ranges and engine defaults not checked")
-    for r in d["records"]:
-        lines.append(f"record:     {r['described']}")
-    w = d["wiring"]
-    lines += wiring_lines(w)
+    if verbose:
+        for r in d["records"]:
+            lines.append(f"record:     {r['described']}")
+    lines += wiring_lines(w, verbose=verbose)
     if d["mode"] == "check":
-        lines.append("check: " + ("passed" if w["ok"] else "FAILED"))
         return "\n".join(lines)
-    wr = w.get("written")
     if wr:
         for e in wr["config_edits"]:
             lines.append("config.json: " + edit_line(e))
-        if not wr["config_edits"]:
-            lines.append("config.json: already wired this way; no changes")
         launch = wr.get("launch") or {}
         if launch:
             lines.append("launch:")
-            lines.append(f"  SGLang:        {launch['sglang']}")
-            lines.append(f"  vLLM:          {launch['vllm']}")
-            lines.append(f"  TensorRT-LLM:  {launch['tensorrt_llm']}")
+            for name, key in (("SGLang", "sglang"), ("vLLM", "vllm"), ("TensorRT-LLM", "tensorrt_llm")):
+                if key in launch:
+                    lines.append(f"  {name + ':':<14} {launch[key]}")
     if d["mode"] == "dry-run":
         lines.append("dry run: nothing written")
     else:
@@ -192,22 +225,23 @@ def targets_text(data: list[dict], *, detail: bool) -> str:
     if not detail:
         lines = [f"{'name':<18} {'layers':>6} {'hidden':>6} {'vocab':>7}  default aux layers (outputs of)   architectures"]
         for t in data:
-            aux = t.get("default_aux_layers", {}).get("tensorrt_llm_ids", [])
+            layers = sorted({tuple(a["layers"]) for a in t.get("default_aux_layers", []) if a.get("layers")})
+            aux = ", ".join(str(list(x)) for x in layers) or "-"
             lines.append(f"{t['name']:<18} {t['num_hidden_layers']:>6} {t['hidden_size']:>6} {t['vocab_size']:>7}  "
-                         f"{str(aux):<31}  {', '.join(t['architectures'])}")
+                         f"{aux:<31}  {', '.join(t['architectures'])}")
         return "\n".join(lines)
     lines = []
     for t in data:
         lines.append(f"{t['name']}: {t['description']}")
-        for k in ("hf_repo", "architectures", "hidden_size", "num_hidden_layers", "vocab_size", "num_attention_heads",
-                  "num_key_value_heads", "head_dim", "intermediate_size", "aliases"):
+        for k in ("hf_repo", "architectures", "family", "hidden_size", "num_hidden_layers", "vocab_size",
+                  "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size", "aliases"):
             lines.append(f"  {k}: {t[k]}")
         aux = t.get("default_aux_layers")
         if aux:
-            lines.append(f"  engine default aux layers: {aux['described']}")
-            lines.append(f"    SGLang ids {aux['sglang_ids']}, vLLM ids {aux['vllm_ids']}, "
-                         f"TensorRT-LLM ids {aux['tensorrt_llm_ids']}")
-            lines.append(f"    SpecForge online 2025-09-01..2025-10-20: {aux['specforge_2025_09_window']}")
+            lines.append("  with no aux ids in config.json, each engine release captures:")
+            for a in aux:
+                what = a["captures"] or f"nothing: {a['error']}"
+                lines.append(f"    {a['release']}: its default {a['default_ids']} -> {what}")
         src = t.get("sources") or {}
         if src.get("upstream"):
             lines.append(f"  source: {src['upstream']}")
@@ -218,18 +252,45 @@ def targets_text(data: list[dict], *, detail: bool) -> str:
     return "\n".join(lines)
 
 
-def inspect_text(d: dict) -> str:
-    lines = [f"checkpoint: {d['checkpoint']}", f"layout:     {d['layout']} ({len(d['weight_files'])} weight file(s))"]
+def _plan_verdict(plan: dict) -> str:
+    """What fix-keys does (or would do) to this checkpoint, in one clause."""
+    if plan["errors"]:
+        return f"fix-keys would refuse it: {plan['errors'][0]}"
+    if plan["identity"]:
+        return "already SGLang-ready: fix-keys would change nothing"
+    counts: dict[str, int] = {}
+    for dec in plan["decisions"]:
+        counts[dec["action"]] = counts.get(dec["action"], 0) + 1
+    verbs = {"renamed": "rename", "split": "split", "dropped": "drop"}
+    keys = ", ".join(f"{verbs[a]} {n}" for a, n in sorted(counts.items()) if a in verbs)
+    edits = len(plan["config_edits"])
+    what = [f"{keys} key{'s' * (sum(counts.get(a, 0) for a in verbs) != 1)}"] if keys else []
+    if edits:
+        what.append(f"edit {edits} config.json field{'s' * (edits != 1)}")
+    return f"fix-keys would {' and '.join(what) or 'rewrite the vocab maps only'}"
+
+
+def inspect_text(d: dict, *, verbose: bool = False) -> str:
+    plan = d.get("plan")
+    if plan is not None:
+        verdict = f"inspect: a {plan['format']} checkpoint ({plan['format_title']}); {_plan_verdict(plan)}"
+    elif "plan_error" in d:
+        verdict = f"inspect: fix-keys cannot plan: {d['plan_error'].get('message')}"
+    else:
+        verdict = "inspect: read"
+    lines = [verdict, f"checkpoint: {d['checkpoint']}",
+             f"layout:     {d['layout']} ({len(d['weight_files'])} weight file(s))"]
     if d.get("recovered"):
         lines.append(f"recovered:  {d['recovered']}")
     if d["wrapper"]:
         lines.append(f"wrapper:    weights under '{d['wrapper']}'")
     lines.append(f"tensors:    {len(d['tensors'])}, {human_bytes(d['total_bytes'])}")
-    width = max((len(t["name"]) for t in d["tensors"]), default=10)
-    for t in d["tensors"][:200]:
+    shown = d["tensors"] if verbose else d["tensors"][:200]
+    width = max((len(t["name"]) for t in shown), default=10)
+    for t in shown:
         lines.append(f"  {t['name']:<{width}}  {t['dtype']:>5}  {str(t['shape']):<18} {human_bytes(t['bytes']):>10}")
-    if len(d["tensors"]) > 200:
-        lines.append(f"  … {len(d['tensors']) - 200} more (use --json for all)")
+    if len(shown) < len(d["tensors"]):
+        lines.append(f"  … {len(d['tensors']) - len(shown)} more (--verbose or --json for all)")
     cfg = d["config"]
     if cfg is None:
         lines.append("config:     none")
@@ -239,50 +300,67 @@ def inspect_text(d: dict) -> str:
             lines.append(f"            eagle_config={cfg['eagle_config']}")
     if d["other_files"]:
         lines.append("other files: " + ", ".join(d["other_files"]))
-    if "plan" in d:
+    if plan is not None:
         lines.append("")
         lines.append("aux layers:")
-        lines += ["  " + line for line in wiring_lines(d["plan"].get("wiring"))]
+        lines += ["  " + line for line in wiring_lines(plan.get("wiring"), verbose=verbose)]
         lines.append("")
         lines.append("what fix-keys would do:")
-        lines += ["  " + line for line in _plan_lines(d["plan"])]
-        if d["plan"]["identity"]:
-            lines.append("  already SGLang-ready: fix-keys would change nothing")
+        lines += ["  " + line for line in _plan_lines(plan, verbose=verbose)]
     if "plan_error" in d:
         pe = d["plan_error"]
-        lines.append(f"fix-keys cannot plan: {pe.get('message')}")
         if pe.get("hint"):
             lines.append(f"hint: {pe['hint']}")
     return "\n".join(lines)
 
 
-def fix_text(d: dict) -> str:
-    lines = []
+def fix_text(d: dict, *, verbose: bool = False) -> str:
+    """fix-keys: what it did in one line, then the summary; the per-key plan with --verbose or --dry-run
+    (inspect shows it before)."""
+    plan = dict(d["plan"], shards=d["shards"])
+    if d["mode"] == "dry-run":
+        lines = [f"fix-keys (dry run, nothing written): {_plan_verdict(plan).removeprefix('fix-keys ')}"]
+        if d.get("recovered"):
+            lines.append(f"recovered: {d['recovered']}")
+        lines += _plan_lines(plan)
+        return "\n".join(lines)
+    if d["unchanged"]:
+        lines = [f"fix-keys: {d['output']} is already SGLang-ready; left byte-for-byte unchanged"]
+    else:
+        lines = [f"fix-keys: wrote {d['output']}: {len(d['files'])} files, {human_bytes(d['bytes_written'])}; "
+                 f"{d['tensors_verified']} tensors re-read and proven equal to their source"]
     if d.get("recovered"):
         lines.append(f"recovered: {d['recovered']}")
-    if d["mode"] == "dry-run":
-        lines.append("dry run: nothing written")
-        plan = dict(d["plan"], shards=d["shards"])
+    if verbose:
         lines += _plan_lines(plan)
-        if d["unchanged"]:
-            lines.append("already SGLang-ready: fix-keys would change nothing")
         return "\n".join(lines)
-    plan = dict(d["plan"], shards=d["shards"])
-    lines += _plan_lines(plan, verbose=False)
-    if d["unchanged"]:
-        lines.append(f"already SGLang-ready: {d['output']} left byte-for-byte unchanged")
-    else:
-        lines.append(
-            f"wrote {d['output']}: {len(d['files'])} files, {human_bytes(d['bytes_written'])}; "
-            f"{d['tensors_verified']} tensors re-read and proven equal to their source"
-        )
+    lines.append(f"format:   {plan['format']} — {plan['format_title']}")
+    counts: dict[str, int] = {}
+    for dec in plan["decisions"]:
+        counts[dec["action"]] = counts.get(dec["action"], 0) + 1
+    lines.append("keys:     " + ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
+                 + "  (--verbose lists them)")
+    written = (plan.get("wiring") or {}).get("written")
+    for f in (written or {}).get("ids", []):
+        where = f["field"] if f["kind"] == "config" else f"launch option {f['field']}"
+        lines.append(f"aux ids:  {where} = {f['ids']}   (read by {', '.join(f['read_by'])})")
+    for e in plan["config_edits"]:
+        lines.append("config.json: " + edit_line(e))
+    for n in plan["notices"]:
+        lines.append(f"note:     {n}")
     return "\n".join(lines)
 
 
 def verify_text(d: dict) -> str:
     """A verify report (VerifyResult.to_dict()) for people."""
     st = d["states"]
-    lines = [f"checkpoint: {d['checkpoint']}",
+    m = d["results"][0]
+    lo_, hi_ = m["accept_length_ci95"]
+    lines = [f"verify: accept length {m['accept_length']:.3f} [{lo_:.3f}, {hi_:.3f}], step-1 acceptance "
+             f"{m['acceptance_per_position'][0]:.3f}, on {m['described']}"
+             + ("" if d.get("passed", True) else f" -- below --min-accept {d['min_accept']}")
+             + ("" if d["wiring_check"].get("ok", True) else "; the wiring check FAILED (below)"),
+             f"checkpoint: {d['checkpoint']}",
              f"states:     {st.get('path')} ({st.get('source')}; {st.get('sequences')} sequences, "
              f"{st.get('tokens')} tokens; target {st.get('target')})",
              f"ran on:     {d['device']}, {d['dtype']}, {d['steps']} draft steps; {d['statistic']}"]
@@ -291,15 +369,18 @@ def verify_text(d: dict) -> str:
     for n in st.get("notes") or []:
         lines.append(f"note:       {n}")
     w = d["wiring_check"]
-    scored = [r for r in w.get("engines") or [] if "accept_length" in r or "not_scored" in r]
+    rows = {r["engine"]: r for r in w.get("engines") or []}
+    scored = w.get("engine_scores") or []
     if scored:
-        lines.append("per engine (what each release captures from this config, scored on these states):")
+        lines.append("per engine release (what each captures from this config, scored on these states):")
     for r in scored:
+        row = rows.get(r["engine"]) or {}
+        mark = _MARK.get((row.get("finding") or {}).get("level"), "ok  ")
         if "accept_length" in r:
-            lines.append(f"  {r['release']}: {r['captures']}: accept length {r['accept_length']:.3f}, "
+            lines.append(f"  {mark} {r['release']}: {row.get('captures')}: accept length {r['accept_length']:.3f}, "
                          f"step-1 acceptance {r['acceptance'][0]:.3f}")
         else:
-            lines.append(f"  {r['release']}: not scored: {r['not_scored']}")
+            lines.append(f"  {mark} {r['release']}: not scored: {r['not_scored']}")
         for e in r.get("emulated") or []:
             lines.append(f"    runs differently: {e}")
         for e in r.get("not_emulated") or []:
@@ -309,6 +390,8 @@ def verify_text(d: dict) -> str:
     for f in w.get("findings", []):
         if f["level"] != "ok":
             lines.append(f"wiring {f['level']}: {f['message']}")
+            if f.get("fix"):
+                lines.append(f"  fix: {f['fix']}")
     for i, r in enumerate(d["results"]):
         head = "wiring" if i == 0 else "candidate"
         acc = ", ".join(f"{a:.3f} [{lo:.3f}, {hi:.3f}]" for a, (lo, hi) in zip(r["acceptance_per_position"],

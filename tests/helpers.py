@@ -13,3 +13,25 @@ def run(*args, ok: int | None = 0):
     if ok is not None:
         assert res.exit_code == ok, f"exit {res.exit_code}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}\n{res.exception!r}"
     return res
+
+
+# The releases the engine rules were read for, from the data itself: a test that means "the newest SGLang
+# release" says NEWEST_SGLANG, so that adding a release to mappings/engines/sglang.json changes no test.
+def _releases(engine: str) -> list[str]:
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "mappings" / "engines" / f"{engine}.json"
+    return list(json.loads(path.read_text(encoding="utf-8"))["releases"])
+
+
+SGLANG_RELEASES = _releases("sglang")
+NEWEST_SGLANG, OLDEST_SGLANG = SGLANG_RELEASES[-1], SGLANG_RELEASES[0]
+NEWEST_VLLM = _releases("vllm")[-1]
+
+
+def engine_rows(verify_doc: dict) -> dict[str, dict]:
+    """A verify report's engine rows, each with its serving-emulation score beside it (by --engine spec)."""
+    w = verify_doc["wiring_check"]
+    scores = {s["engine"]: s for s in w.get("engine_scores") or []}
+    return {r["engine"]: {**r, **scores.get(r["engine"], {})} for r in w["engines"]}

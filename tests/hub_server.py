@@ -156,6 +156,7 @@ class Logged:
     route: str
     status: int | None  # None: the connection was dropped
     authorized: bool
+    user_agent: str = ""
 
 
 class HubError(Exception):
@@ -384,7 +385,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         finally:
             with hub.state.lock:
-                hub.log.append(Logged(self.command, split.path, route, status, auth is not None))
+                hub.log.append(Logged(self.command, split.path, route, status, auth is not None,
+                                      self.headers.get("User-Agent") or ""))
 
     def _match_fault(self, route: str) -> Fault | None:
         hub = self.server_hub

@@ -192,3 +192,54 @@ def _private_names_in(path: Path) -> set[str]:
                 and isinstance(node.value, ast.Name) and node.value.id == "self":
             names.add(node.attr)
     return names
+
+
+# --------------------------------------------------------------------------- one engine model, typed
+
+
+def _string_constants(path: Path):
+    """Every string literal of a module except docstrings: (line, text)."""
+    tree = ast.parse(path.read_text(), str(path))
+    docs = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = getattr(node, "body", [])
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                docs.add(id(body[0].value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            yield node.lineno, node.value
+
+
+def test_the_aux_id_fields_are_spelled_in_one_module():
+    """One reader and one writer of the aux-id fields (spec/drafter.py): no other module spells them,
+    and that one at most three times (the engine rules name the fields in mappings/engines/)."""
+    spelled = [(path.relative_to(PKG.parent), line) for path, _, _ in _modules()
+               for line, text in _string_constants(path) if "eagle_aux_hidden_state_layer_ids" in text]
+    assert len(spelled) <= 3 and {str(p) for p, _ in spelled} <= {"eagle3conv/spec/drafter.py"}, spelled
+
+
+def test_no_decision_reads_display_text():
+    """Engine identity and the kind of id field are typed (EngineRelease, IdField): nothing turns a
+    display label back into a release or asks a field name whether it is a launch option."""
+    bad = []
+    for path, _, _ in _modules():
+        text = path.read_text()
+        for needle in ('startswith("launch option', ".label.replace(", 'parse_engine(row[', "parse_engine(r["):
+            if needle in text:
+                bad.append(f"{path.relative_to(PKG.parent)}: {needle}")
+    assert not bad, bad
+
+
+def test_engine_results_are_frozen_types():
+    import dataclasses
+    import typing
+
+    from eagle3conv.spec import engines
+    from eagle3conv.verify.report import EngineScore
+
+    for cls in (engines.EngineRelease, engines.IdField, engines.Capture, engines.EngineRow, engines.IdsPlan,
+                EngineScore):
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls
+    hints = typing.get_type_hints(engines.Capture)
+    assert "Finding" in str(hints["error"]) and "IdField" in str(hints["field"])

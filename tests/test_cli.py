@@ -174,7 +174,7 @@ def test_fix_keys_dry_run_writes_nothing(make_ckpt, tmp_path):
     before = snapshot(ck)
     listing = sorted(p.name for p in tmp_path.iterdir())
     res = run("fix-keys", ck, "--dry-run")
-    assert res.stdout.startswith("dry run: nothing written")
+    assert res.stdout.startswith("fix-keys (dry run, nothing written): would ")
     assert "~  layers.0.mlp.up_proj.weight  -> midlayer.mlp.up_proj.weight" in res.stdout
     run("fix-keys", ck, "--dry-run", "--out", tmp_path / "out", "--dtype", "fp32", "--max-shard-size", "10KB")
     d = one_json(run("fix-keys", ck, "--dry-run", "--json"))
@@ -226,7 +226,7 @@ def test_fix_keys_in_place_then_idempotent(make_ckpt):
     assert names == ["config.json", "model.safetensors", "tokenizer_config.json"]  # no staging, journal, backup
     first = snapshot(ck)
     res = run("fix-keys", ck)
-    assert f"already SGLang-ready: {ck} left byte-for-byte unchanged" in res.stdout
+    assert res.stdout.startswith(f"fix-keys: {ck} is already SGLang-ready; left byte-for-byte unchanged")
     assert snapshot(ck) == first  # bytes and mtimes
     d = one_json(run("fix-keys", ck, "--json"))
     assert d["unchanged"] is True and d["files"] == []

@@ -21,9 +21,9 @@ from eagle3conv.spec import engines as E
 from eagle3conv.spec.layers import EMBEDDING, LayerRef, outputs
 from eagle3conv.spec.targets import get_target, load_target_file, target_from_config
 
+from helpers import NEWEST_SGLANG, NEWEST_VLLM, OLDEST_SGLANG, SGLANG_RELEASES
+
 ROOT = Path(__file__).resolve().parents[1]
-SGLANG_RELEASES = ["0.5.12", "0.5.12.post1", "0.5.13", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16",
-                   "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]
 NESTED = "eagle_config.eagle_aux_hidden_state_layer_ids"
 TOP = "eagle_aux_hidden_state_layer_ids"
 FAMILY_NAMES = [f["name"] for f in json.loads(data_path("engines", "families.json").read_text())["families"]]
@@ -43,6 +43,11 @@ def both(ids):
 
 def v(text):
     return E.parse_version(text)
+
+
+def _summary(cap) -> str:
+    """A capture in words, for assertion messages."""
+    return f"{cap.engine} reads {cap.reads} {cap.ids} -> {cap.layers} ({cap.error.message if cap.error else 'ok'})"
 
 
 # --------------------------------------------------------------------------- the real data
@@ -268,8 +273,11 @@ def test_unreadable_rule_file(rules_dir):
 def test_parse_engine():
     assert str(E.parse_engine("sglang==0.5.23")) == "sglang 0.5.23"
     assert E.parse_engine("sglang==0.5.23").note is None
-    assert E.parse_engine("sglang") == E.parse_engine("sglang==0.5.23")
-    assert E.parse_engine("SGLang").version == v("0.5.23")
+    assert E.parse_engine("sglang") == E.parse_engine(f"sglang=={NEWEST_SGLANG}")
+    assert E.parse_engine("SGLang").version == v(NEWEST_SGLANG)
+    rel = E.parse_engine("vllm==0.33:runner=v1")
+    assert rel.spec == f"vllm=={NEWEST_VLLM}:runner=v1" and rel.label == f"vllm {NEWEST_VLLM}"
+    assert E.parse_engine(rel.spec) == rel  # the spelling round-trips, no display text parsed
     assert E.parse_engine("vllm==0.33") == E.parse_engine("vllm==0.33.0")
     assert E.parse_engine("vllm==0.33").note is None
     for name in ("trtllm", "trt-llm", "tensorrt-llm"):
@@ -277,15 +285,15 @@ def test_parse_engine():
 
 
 def test_parse_engine_unknown_versions_say_how_they_are_read():
-    new = E.parse_engine("sglang==0.5.40")
-    assert new.version == v("0.5.23")
-    assert new.note == "sglang 0.5.40 is not known; read as 0.5.23, the newest known"
+    new = E.parse_engine("sglang==9.5.40")
+    assert new.version == v(NEWEST_SGLANG)
+    assert new.note == f"sglang 9.5.40 is not known; read as {NEWEST_SGLANG}, the newest known"
     old = E.parse_engine("sglang==0.5.11")
-    assert old.version == v("0.5.12") and "oldest known" in old.note
+    assert old.version == v(OLDEST_SGLANG) and "oldest known" in old.note
     between = E.parse_engine("sglang==0.5.13.post1")
     assert between.version == v("0.5.13.post1") and "rules of its release range apply" in between.note
     assert E.rule_for(between, "deepseek_v2").explicit == "plus_one_if_first_is_1"
-    assert E.parse_engine("vllm==0.34.1").note == "vllm 0.34.1 is not known; read as 0.33.0, the newest known"
+    assert E.parse_engine("vllm==9.34.1").note == f"vllm 9.34.1 is not known; read as {NEWEST_VLLM}, the newest known"
     assert "not pinned to releases" in E.parse_engine("trtllm==1.2.0").note
     # the note reaches the capture result
     assert new.note in E.capture(new, nested([1, 2, 3]), "llama", 32).notes
@@ -297,9 +305,11 @@ def test_parse_engine_refuses_bad_input(text):
         E.parse_engine(text)
 
 
-def test_default_engines():
-    assert [str(e) for e in E.default_engines()] == ["sglang 0.5.12", "sglang 0.5.23", "vllm 0.33.0",
-                                                     "tensorrt-llm"]
+def test_default_engines_come_from_the_data():
+    assert [str(e) for e in E.default_engines()] == [f"sglang {OLDEST_SGLANG}", f"sglang {NEWEST_SGLANG}",
+                                                     f"vllm {NEWEST_VLLM}", "tensorrt-llm"]
+    assert E.edge_release("sglang", "oldest").spec == f"sglang=={OLDEST_SGLANG}"
+    assert E.edge_release("sglang", "newest").spec == f"sglang=={NEWEST_SGLANG}"
 
 
 def test_release_ranges():
@@ -351,22 +361,22 @@ def test_sglang_rules_per_family_and_release(family, release):
             config = {} if ids is None else nested(ids)
             got = E.capture(rel, config, family, n)
             want = sglang_expected(family, release, ids, n)
-            label = f"{family} {release} n={n} ids={ids}: {got.summary()}"
+            label = f"{family} {release} n={n} ids={ids}: {_summary(got)}"
             if want in ("unsupported", "error"):
                 assert not got.ok and got.layers is None, label
                 if want == "unsupported":
-                    assert "cannot serve an EAGLE-3 drafter" in got.error, label
+                    assert "cannot serve an EAGLE-3 drafter" in got.error.message, label
                     continue
             else:
                 assert got.ok and got.layers == want, label
-            assert got.field == (NESTED if ids is not None else "default")
+            assert got.reads == (NESTED if ids is not None else "default")
             assert got.fell_back == (ids is None)
             assert got.why and got.source
 
 
 def test_sglang_reads_only_the_nested_ids():
     got = E.capture("sglang==0.5.23", top([2, 30, 58]), "llama", 61)
-    assert got.fell_back and got.field == "default" and NESTED in got.fallback_why
+    assert got.fell_back and got.reads == "default" and NESTED in got.fallback_why
     assert got.layers == outputs(1, 29, 57)
     # the top-level ids sized nothing: the Llama drafter's fc comes from the nested ids or 3
     assert (got.fc_field, got.fc_slots) == ("default (3)", 3)
@@ -376,24 +386,24 @@ def test_sglang_use_aux_hidden_state_false_captures_nothing():
     got = E.capture("sglang==0.5.23", {"eagle_config": {"use_aux_hidden_state": False,
                                                         "eagle_aux_hidden_state_layer_ids": [1, 2, 3]}},
                     "llama", 32)
-    assert not got.ok and "use_aux_hidden_state is false" in got.error
+    assert not got.ok and "use_aux_hidden_state is false" in got.error.message
 
 
 def test_sglang_empty_ids_capture_nothing():
     got = E.capture("sglang==0.5.23", nested([]), "llama", 32)
-    assert not got.ok and "empty list" in got.error
+    assert not got.ok and "empty list" in got.error.message
 
 
 def test_non_integer_ids_are_an_error_not_a_crash():
     got = E.capture("sglang==0.5.23", nested([1, "2", 3]), "llama", 32)
-    assert not got.ok and "not a list of integer ids" in got.error
+    assert not got.ok and "not a list of integer ids" in got.error.message
     got = E.capture("vllm", {"eagle_aux_hidden_state_layer_ids": "2,30,58"}, "llama", 61)
-    assert not got.ok and "not a list of integer ids" in got.error
+    assert not got.ok and "not a list of integer ids" in got.error.message
 
 
 def test_repeated_ids_are_an_error():
     got = E.capture("vllm", top([2, 2, 30]), "llama", 61)
-    assert not got.ok and "named twice" in got.error
+    assert not got.ok and "named twice" in got.error.message
 
 
 def test_ids_out_of_depth_order_are_captured_in_depth_order():
@@ -406,13 +416,13 @@ def test_mla_drafter_fc_width_reads_top_level_ids_on_sglang():
     config = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], **top([1, 2, 3, 4])}
     got = E.capture("sglang==0.5.23", config, "deepseek_v2", 61)
     assert (got.fc_field, got.fc_slots) == (TOP, 4)
-    assert not got.ok and "sizes the drafter's fc for 4" in got.error
+    assert not got.ok and "sizes the drafter's fc for 4" in got.error.message
 
 
 def test_num_aux_hidden_states_sizes_fc():
     got = E.capture("sglang==0.5.23", {"num_aux_hidden_states": 3, **nested([1, 2, 3, 4])}, "llama", 32)
     assert (got.fc_field, got.fc_slots) == ("num_aux_hidden_states", 3)
-    assert not got.ok and "captures 4 states" in got.error
+    assert not got.ok and "captures 4 states" in got.error.message
 
 
 def test_minimax_m3_vl_shifts_its_default():
@@ -429,9 +439,9 @@ def test_gpt_oss_max_rule():
         assert E.capture(f"sglang=={release}", nested(raw_ids), "gpt_oss", n).layers == outputs(1, 17, 35)
         assert E.capture(f"sglang=={release}", nested(plus_ids), "gpt_oss", n).layers == outputs(1, 17, 35)
     old = E.capture("sglang==0.5.16", nested(raw_ids), "gpt_oss", n)
-    assert not old.ok and "before layer 37" in old.error
+    assert not old.ok and "before layer 37" in old.error.message
     old = E.capture("sglang==0.5.16", nested(plus_ids), "gpt_oss", n)
-    assert not old.ok and "output of the last layer" in old.error
+    assert not old.ok and "output of the last layer" in old.error.message
     # boundary 0 (the embedding output): read in 0.5.17-0.5.20 only
     assert E.capture("sglang==0.5.17", nested([-1, 17, 34]), "gpt_oss", n).layers == (EMBEDDING, *outputs(17, 34))
     assert not E.capture("sglang==0.5.23", nested([-1, 17, 34]), "gpt_oss", n).ok
@@ -463,37 +473,37 @@ def test_vllm_rules(runner, family):
     n = 61
     rel = E.parse_engine("vllm==0.33.0")
     got = E.capture(rel, top([2, 30, 58]), family, n, runner)
-    assert (got.field, got.kind, got.layers) == (TOP, "raw", outputs(1, 29, 57))
+    assert (got.reads, got.kind, got.layers) == (TOP, "raw", outputs(1, 29, 57))
     assert got.runner == (runner or "mrv2")
     got = E.capture(rel, top([2, 30, n]), family, n, runner)  # id N: the last layer's output
     assert got.layers == outputs(1, 29, 60)
     got = E.capture(rel, top([0, 30, 58]), family, n, runner)  # id 0: the embedding output
     if family == "deepseek_v2":
-        assert not got.ok and "embedding output" in got.error
+        assert not got.ok and "embedding output" in got.error.message
     else:
         assert got.layers == (EMBEDDING, *outputs(29, 57))
     assert not E.capture(rel, top([2, 30, n + 1]), family, n, runner).ok
     # nested ids only: the default runner falls back to the model default, the V1 runner reads them raw
     got = E.capture(rel, nested([1, 29, 57]), family, n, runner)
     if runner == "v1":
-        assert (got.field, got.fell_back, got.layers) == (NESTED, False, outputs(0, 28, 56))
+        assert (got.reads, got.fell_back, got.layers) == (NESTED, False, outputs(0, 28, 56))
     else:
         assert got.fell_back and got.layers == outputs(1, 29, 57)
         assert TOP in got.fallback_why and "eagle_config.layer_ids" in got.fallback_why
 
 
 def test_vllm_fallback_fields():
-    assert E.capture("vllm", {"eagle_config": {"layer_ids": [2, 30, 58]}}, "llama", 61).field == "eagle_config.layer_ids"
+    assert E.capture("vllm", {"eagle_config": {"layer_ids": [2, 30, 58]}}, "llama", 61).reads == "eagle_config.layer_ids"
     got = E.capture("vllm", {"dflash_config": {"target_layer_ids": [1, 29, 57]}}, "llama", 61)
-    assert got.field == "dflash_config.target_layer_ids" and got.layers == outputs(1, 29, 57)
+    assert got.reads == "dflash_config.target_layer_ids" and got.layers == outputs(1, 29, 57)
     got = E.capture("vllm", {**top([]), **nested([2, 30, 58])}, "llama", 61, "v1")
-    assert got.field == NESTED  # an empty top-level list counts as absent
+    assert got.reads == NESTED  # an empty top-level list counts as absent
 
 
 def test_vllm_fc_width_never_comes_from_the_top_level_ids():
     got = E.capture("vllm", top([2, 20, 30, 58]), "llama", 61)
     assert (got.fc_field, got.fc_slots) == ("default (3)", 3)
-    assert not got.ok and "captures 4 states but sizes the drafter's fc for 3" in got.error
+    assert not got.ok and "captures 4 states but sizes the drafter's fc for 3" in got.error.message
     got = E.capture("vllm", both([2, 20, 30, 58]), "llama", 61)
     assert got.ok and (got.fc_field, got.fc_slots) == (NESTED, 4)
 
@@ -501,7 +511,7 @@ def test_vllm_fc_width_never_comes_from_the_top_level_ids():
 @pytest.mark.parametrize("family", ["glm4_moe_lite", "glm4_moe", "gemma3", "qwen2_moe"])
 def test_vllm_unsupported_families(family):
     got = E.capture("vllm", top([2, 30, 58]), family, 61)
-    assert not got.ok and "cannot serve an EAGLE-3 drafter" in got.error
+    assert not got.ok and "cannot serve an EAGLE-3 drafter" in got.error.message
 
 
 # --------------------------------------------------------------------------- TensorRT-LLM
@@ -509,7 +519,7 @@ def test_vllm_unsupported_families(family):
 
 def test_tensorrt_llm_reads_its_launch_option():
     got = E.capture("trtllm", both([9, 9, 9]), "deepseek_v2", 61, launch_ids=[1, 29, 57])
-    assert got.field == "launch option eagle3_layers_to_capture" and got.layers == outputs(1, 29, 57)
+    assert got.reads == "launch option eagle3_layers_to_capture" and got.layers == outputs(1, 29, 57)
     got = E.capture("trtllm", both([2, 30, 58]), "deepseek_v2", 61)
     assert got.fell_back and got.layers == outputs(1, 29, 57)
     assert E.capture("trtllm", {}, "llama", 32, launch_ids=[1, 15, 31]).layers == outputs(1, 15, 31)
@@ -594,12 +604,12 @@ def _all_releases():
 
 
 def _config_with(rel, runner, ids):
-    path = E.id_field(rel, runner)
-    if path.startswith("launch option"):
+    where = E.id_field(rel, runner)
+    if not where.in_config:
         return {}, list(ids)
     config: dict = {}
     node = config
-    *parents, leaf = path.split(".")
+    *parents, leaf = where.name.split(".")
     for part in parents:
         node = node.setdefault(part, {})
     node[leaf] = list(ids)
@@ -651,9 +661,11 @@ def test_ids_for_none_where_no_id_list_works():
 
 
 def test_id_field():
-    assert E.id_field("sglang") == NESTED
-    assert E.id_field("vllm") == TOP and E.id_field("vllm", "v1") == TOP
-    assert E.id_field("trtllm") == "launch option eagle3_layers_to_capture"
+    assert E.id_field("sglang") == E.IdField("config", NESTED)
+    assert E.id_field("vllm") == E.IdField("config", TOP) == E.id_field("vllm", "v1")
+    trt = E.id_field("trtllm")
+    assert trt == E.IdField("launch_option", "eagle3_layers_to_capture") and not trt.in_config
+    assert str(trt) == "launch option eagle3_layers_to_capture"
 
 
 # --------------------------------------------------------------------------- docs
@@ -693,54 +705,68 @@ def test_forward_rules_per_engine():
 KIMI_N = 61
 
 
-def test_sglang_ids_portable_default():
-    choice = E.sglang_ids(outputs(1, 29, 57), "deepseek_v2", KIMI_N)
-    assert choice.portable and choice.ids == (1, 29, 57)
-    assert choice.right_for == ("sglang-old", "sglang-new")
+def _served(*specs):
+    return tuple(E.parse_engine(x) for x in specs)
 
 
-def test_sglang_ids_kimi_drafter_trained_on_outputs_2_30_58():
-    choice = E.sglang_ids(outputs(2, 30, 58), "deepseek_v2", KIMI_N)
-    assert not choice.portable
-    assert choice.ids == (3, 31, 59) and choice.right_for == ("sglang-new",)
-    assert dict(choice.by_version) == {"sglang-old": (2, 30, 58), "sglang-new": (3, 31, 59)}
-    assert "sglang-old needs [2, 30, 58]" in choice.note
-    old = E.sglang_ids(outputs(2, 30, 58), "deepseek_v2", KIMI_N, prefer="sglang-old")
-    assert old.ids == (2, 30, 58) and old.right_for == ("sglang-old",)
+def test_plan_portable_default():
+    plan = E.plan_ids(outputs(1, 29, 57), "deepseek_v2", KIMI_N, E.default_engines())
+    assert dict((w.name, ids) for w, ids in plan.fields) == {NESTED: (1, 29, 57), TOP: (2, 30, 58)}
+    assert dict((w.name, ids) for w, ids in plan.launch) == {"eagle3_layers_to_capture": (1, 29, 57)}
 
 
-def test_sglang_ids_fall_back_to_the_release_that_can():
-    choice = E.sglang_ids(outputs(0, 29, 57), "deepseek_v2", KIMI_N)
-    assert choice.ids == (0, 29, 57) and choice.right_for == ("sglang-old",)
-    assert choice.by_version["sglang-new"] is None
+def test_plan_kimi_drafter_trained_on_outputs_2_30_58():
+    """0.5.12 needs [2, 30, 58], 0.5.13 and later [3, 31, 59]: no list serves both; the first
+    release given (the priority) decides, and each release's need is kept."""
+    old, new = E.parse_engine(f"sglang=={OLDEST_SGLANG}"), E.parse_engine("sglang")
+    plan = E.plan_ids(outputs(2, 30, 58), "deepseek_v2", KIMI_N, (new, old))
+    assert plan.ids(E.id_field(new)) == (3, 31, 59)
+    assert plan.need(old) == (2, 30, 58) and plan.need(new) == (3, 31, 59)
+    plan = E.plan_ids(outputs(2, 30, 58), "deepseek_v2", KIMI_N, (old, new))
+    assert plan.ids(E.id_field(old)) == (2, 30, 58)
 
 
-def test_sglang_ids_follow_the_family_not_one_rule_for_all():
-    """The old copy (spec/layers' sglang-new numbering) wrote [3, 31, 59] for any target when asked
-    for the new numbering; SGLang's llama.py adds 1 in every release, so for a Llama target those
-    ids name outputs 3, 31, 59. By the engine rules every release reads [2, 30, 58] alike."""
-    choice = E.sglang_ids(outputs(2, 30, 58), "llama", 80, prefer="sglang-new")
-    assert choice.portable and choice.ids == (2, 30, 58)
-    assert E.capture("sglang", {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [3, 31, 59]}}, "llama",
-                     80).layers == outputs(3, 31, 59)
+def test_plan_falls_back_to_the_release_that_can():
+    old, new = E.parse_engine(f"sglang=={OLDEST_SGLANG}"), E.parse_engine("sglang")
+    plan = E.plan_ids(outputs(0, 29, 57), "deepseek_v2", KIMI_N, (new, old))
+    assert plan.ids(E.id_field(old)) == (0, 29, 57) and plan.need(new) is None
 
 
-def test_sglang_ids_portable_exactly_when_the_rules_agree():
-    rng = random.Random("portable")
-    for n in (8, 32, 61):
-        for _ in range(60):
-            k = rng.randint(1, 4)
-            refs = tuple(sorted(LayerRef(i) for i in rng.sample(range(0, n - 1), k)))
-            try:
-                choice = E.sglang_ids(refs, "deepseek_v2", n)
-            except WiringError:
-                continue
-            assert choice.portable == (refs[0] == LayerRef(1))  # the first-id rule: portable iff slot 0 is layer 1
-            for label in choice.right_for:
-                cfg = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": list(choice.ids)}}
-                assert E.capture(E.SGLANG_NUMBERINGS[label], cfg, "deepseek_v2", n).layers == refs
+def test_plan_follows_the_family_not_one_rule_for_all():
+    """SGLang's llama.py adds 1 in every release: for a Llama target every release reads [2, 30, 58]
+    as outputs 2, 30, 58, and [3, 31, 59] names outputs 3, 31, 59."""
+    plan = E.plan_ids(outputs(2, 30, 58), "llama", 80, _served(f"sglang=={OLDEST_SGLANG}", "sglang"))
+    assert plan.fields == ((E.IdField("config", NESTED), (2, 30, 58)),)
+    assert E.capture("sglang", nested([3, 31, 59]), "llama", 80).layers == outputs(3, 31, 59)
 
 
-def test_sglang_ids_reject_bad_preference():
-    with pytest.raises(UsageError):
-        E.sglang_ids(outputs(1, 2), "llama", 8, prefer="sglang")
+def test_plan_serves_every_release_whenever_one_list_can():
+    """For random layer sets: the planned list makes every release reading the field capture the set
+    whenever some single list does (checked against every candidate list)."""
+    rng = random.Random("plan")
+    rels = E.default_engines()
+    for family in ("deepseek_v2", "llama", "gpt_oss", "minimax_m3_vl"):
+        for n in (8, 32, 61):
+            for _ in range(30):
+                refs = tuple(sorted(LayerRef(i) for i in rng.sample(range(0, n - 1), rng.randint(1, 4))))
+                plan = E.plan_ids(refs, family, n, rels)
+                for where, ids in plan.fields:
+                    readers = [r for r in rels if E.id_field(r) == where]
+                    got = sum(E.capture(r, _config_with(r, None, ids)[0], family, n).layers == refs for r in readers)
+                    best = max(sum(E.capture(r, _config_with(r, None, need)[0], family, n).layers == refs
+                                   for r in readers) for _, need in plan.needs if need is not None)
+                    assert got == best, (family, n, refs, where, ids)
+
+
+def test_capture_and_ids_without_a_layer_count():
+    """The target's layer count unknown: explicit ids are read all the same; the default list and the
+    largest-id rule cannot be told, and the capture says so."""
+    got = E.capture("sglang", nested([1, 14, 26]), "llama", None)
+    assert got.layers == outputs(1, 14, 26) and any("not checked" in note for note in got.notes)
+    assert E.ids_for("vllm", "llama", None, outputs(1, 14, 26)) == (2, 15, 27)
+    dflt = E.capture("sglang", {}, "llama", None)
+    assert dflt.layers is None and dflt.error is None and dflt.fell_back and "--target" in dflt.unknown
+    gpt = E.capture("sglang", nested([1, 17, 36]), "gpt_oss", None)
+    assert gpt.layers is None and "layer count" in gpt.unknown
+    assert E.ids_for("sglang", "gpt_oss", None, outputs(1, 17, 30)) is None  # the rule needs the count
+    assert E.plan_ids(outputs(1, 14, 26), "llama", None, E.default_engines()).fields

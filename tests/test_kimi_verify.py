@@ -33,7 +33,9 @@ from eagle3conv.model import build_drafter
 from eagle3conv.spec.canonical import expected
 from eagle3conv.spec.drafter import DrafterSpec
 from eagle3conv.states.format import write_states
-from helpers import run
+from helpers import NEWEST_SGLANG, NEWEST_VLLM, OLDEST_SGLANG, engine_rows, run
+
+OLD, NEW, VLLM = f"sglang=={OLDEST_SGLANG}", f"sglang=={NEWEST_SGLANG}", f"vllm=={NEWEST_VLLM}"
 
 H, V, DV, LAYERS = 7168, 163840, 256, 61
 B, S = 2, 12
@@ -116,7 +118,7 @@ def _verify(folder: Path, states: Path) -> dict:
 
 
 def _rows(doc: dict) -> dict:
-    return {row["engine"]: row for row in doc["wiring_check"]["engines"]}
+    return engine_rows(doc)
 
 
 @pytest.mark.parametrize("kind", ["mla", "llama"])
@@ -124,7 +126,7 @@ def test_kimi_drafter_verified_engine_by_engine(kimi, tmp_path, kind):
     folder, states = kimi[kind]
     doc = _verify(folder, states)
     rows = _rows(doc)
-    old, new, vllm = rows["sglang==0.5.12"], rows["sglang==0.5.23"], rows["vllm==0.33.0"]
+    old, new, vllm = rows[OLD], rows[NEW], rows[VLLM]
     # the seed incident's two readings of [2, 30, 58], measured on the states
     assert old["captures"] == "outputs of layers 2, 30, 58" and old["acceptance"][0] == 1.0
     assert new["captures"] == "outputs of layers 1, 29, 57" and new["acceptance"][0] < 0.5
@@ -142,10 +144,10 @@ def test_kimi_drafter_verified_engine_by_engine(kimi, tmp_path, kind):
     fixed = tmp_path / "fixed"
     shutil.copytree(folder, fixed)
     run("config", fixed, "--target", "kimi-k2.5", "--trained-on", "2,30,58", "--captured-at", "output",
-        "--engine", "sglang==0.5.23")
+        "--engine", NEW)
     rows = _rows(_verify(fixed, states))
-    for engine in ("sglang==0.5.23", "vllm==0.33.0", "tensorrt-llm"):
+    for engine in (NEW, VLLM, "tensorrt-llm"):
         assert rows[engine]["captures"] == "outputs of layers 2, 30, 58", engine
         assert rows[engine]["acceptance"][0] == 1.0, engine
-    assert rows["sglang==0.5.12"]["captures"] == "outputs of layers 3, 31, 59"
-    assert rows["sglang==0.5.12"]["acceptance"][0] < 0.5
+    assert rows[OLD]["captures"] == "outputs of layers 3, 31, 59"
+    assert rows[OLD]["acceptance"][0] < 0.5

@@ -1,4 +1,6 @@
-"""Aux-layer numbering: every convention, pinned to docs/facts.md §5."""
+"""Aux-layer numbering of training records (output, input, captured-at-input), pinned to docs/facts.md §5.
+How an engine release reads config ids is the engine rules' (tests/test_engines.py); the Kimi cases
+below check both against each other."""
 
 from __future__ import annotations
 
@@ -7,16 +9,14 @@ import random
 import pytest
 
 from eagle3conv.errors import UsageError, WiringError
-from eagle3conv.spec.engines import sglang_ids
+from eagle3conv.spec.engines import capture, default_capture, ids_for
 from eagle3conv.spec.layers import (
-    ALIASES,
     CONVENTIONS,
     EMBEDDING,
     LayerRef,
     convention_names,
     convert,
     describe,
-    engine_defaults,
     get_convention,
     is_ascending,
     outputs,
@@ -74,41 +74,25 @@ def test_describe(refs, words):
 
 
 def test_registry_names():
-    assert set(CONVENTIONS) == {"output", "input", "sglang-old", "sglang-new", "captured-at-input"}
+    assert set(CONVENTIONS) == {"output", "input", "captured-at-input"}
     for name, conv in CONVENTIONS.items():
         assert conv.name == name and conv.description and conv.used_by
-    assert set(convention_names()) == set(CONVENTIONS) | set(ALIASES)
+    assert set(convention_names()) == set(CONVENTIONS)
+    assert get_convention("Captured_At_Input").name == "captured-at-input"
 
 
-@pytest.mark.parametrize(
-    ("alias", "name"),
-    [
-        ("trtllm", "output"),
-        ("tensorrt-llm", "output"),
-        ("TensorRT_LLM", "output"),
-        ("specforge", "output"),
-        ("modelopt", "output"),
-        ("angelslim", "output"),
-        ("vllm", "input"),
-        ("speculators", "input"),
-        ("eagle", "input"),
-        ("sglang-old", "sglang-old"),
-        ("SGLang_New", "sglang-new"),
-    ],
-)
-def test_aliases(alias, name):
-    assert get_convention(alias).name == name
-
-
-def test_bare_sglang_is_ambiguous():
-    with pytest.raises(UsageError, match=r"sglang-old.*sglang-new"):
-        get_convention("sglang")
+@pytest.mark.parametrize("engine_name", ["sglang", "sglang-old", "sglang-new", "vllm", "trtllm"])
+def test_engine_names_are_not_record_numberings(engine_name):
+    """How an engine reads ids depends on its release and the target: the engine rules say it."""
+    with pytest.raises(UsageError) as err:
+        get_convention(engine_name)
+    assert "--engine" in err.value.message
 
 
 def test_unknown_convention_lists_known_names():
     with pytest.raises(UsageError) as err:
         to_refs([1], "llamacpp", 32)
-    assert "llamacpp" in err.value.message and "sglang-new" in err.value.message
+    assert "llamacpp" in err.value.message and "captured-at-input" in err.value.message
 
 
 # --------------------------------------------------------------------------- single ids
@@ -121,12 +105,8 @@ def _expected(convention: str, ids: tuple[int, ...], n: int) -> tuple[int, ...] 
         return ids if ok else None
     if convention == "input":
         return tuple(i - 1 for i in ids) if all(0 <= i <= n for i in ids) else None
-    if convention == "captured-at-input":
-        return tuple(i - 1 for i in ids) if all(0 <= i <= n - 1 for i in ids) else None
-    if convention == "sglang-old" or (convention == "sglang-new" and ids[0] == 1):
-        return ids if all(0 <= i <= n - 2 for i in ids) else None
-    assert convention == "sglang-new"
-    return tuple(i - 1 for i in ids) if all(1 <= i <= n - 1 for i in ids) else None
+    assert convention == "captured-at-input"
+    return tuple(i - 1 for i in ids) if all(0 <= i <= n - 1 for i in ids) else None
 
 
 @pytest.mark.parametrize("convention", sorted(CONVENTIONS))
@@ -159,12 +139,8 @@ def _expressible(convention: str, refs, n: int) -> bool:
     layers = [r.output_of for r in refs]
     if convention in ("output", "input"):
         return True
-    if convention == "captured-at-input":
-        return n - 1 not in layers
-    sglang_ok = -1 not in layers and n - 1 not in layers
-    if convention == "sglang-old":
-        return sglang_ok
-    return sglang_ok and layers[0] != 0  # sglang-new
+    assert convention == "captured-at-input"
+    return n - 1 not in layers
 
 
 @pytest.mark.parametrize("convention", sorted(CONVENTIONS))
@@ -178,8 +154,6 @@ def test_round_trips(convention):
                 continue
             ids = to_ids(refs, convention, n)
             assert to_refs(ids, convention, n) == refs, (convention, n, refs, ids)
-            # ids -> refs -> ids is a fixed point after one step (sglang-new may pick
-            # the first-id-1 form of the same tensors)
             assert to_ids(to_refs(ids, convention, n), convention, n) == ids
 
 
@@ -196,7 +170,7 @@ def test_conversions_between_every_pair_preserve_tensors():
 def test_without_num_layers_only_the_upper_bound_is_skipped():
     assert to_refs([2, 300], "input") == outputs(1, 299)
     with pytest.raises(WiringError):
-        to_refs([-1, 2], "sglang-old")
+        to_refs([-1, 2], "input")
     with pytest.raises(WiringError):
         to_refs([2, 300], "input", 61)
 
@@ -215,10 +189,9 @@ def test_bad_layer_count(bad_n):
 
 def test_duplicates_rejected():
     with pytest.raises(WiringError, match="repeat id 2"):
-        to_refs([2, 2, 5], "vllm", KIMI)
+        to_refs([2, 2, 5], "input", KIMI)
     with pytest.raises(WiringError, match="repeat the output of layer 2"):
         to_ids(outputs(2, 5, 2), "output", KIMI)
-    # input 1 and sglang-new raw 1 are both the output of layer 0: still one id each
     with pytest.raises(WiringError):
         validate_refs(outputs(3, 3))
 
@@ -232,98 +205,93 @@ def test_validate_refs_range():
 # --------------------------------------------------------------------------- the Kimi cases
 
 
+def _nested(ids):
+    return {"eagle_config": {"eagle_aux_hidden_state_layer_ids": list(ids)}}
+
+
+def _top(ids):
+    return {"eagle_aux_hidden_state_layer_ids": list(ids)}
+
+
 def test_kimi_defaults_are_one_set_of_tensors():
-    """vLLM [2,30,58] == SGLang [1,29,57] == TRT-LLM {1,29,57} == outputs 1, 29, 57."""
+    """vLLM [2,30,58] == SGLang [1,29,57] == TRT-LLM {1,29,57} == outputs 1, 29, 57, by every
+    release's rule for a DeepSeek-family target."""
     want = outputs(1, 29, 57)
-    assert to_refs([2, 30, 58], "vllm", KIMI) == want
-    assert to_refs([1, 29, 57], "sglang-old", KIMI) == want
-    assert to_refs([1, 29, 57], "sglang-new", KIMI) == want
-    assert to_refs([1, 29, 57], "trtllm", KIMI) == want
-    assert to_ids(want, "sglang-old", KIMI) == to_ids(want, "sglang-new", KIMI) == (1, 29, 57)
-    assert to_ids(want, "vllm", KIMI) == (2, 30, 58)
+    assert to_refs([2, 30, 58], "input", KIMI) == to_refs([1, 29, 57], "output", KIMI) == want
+    for rel in ("sglang==0.5.12", "sglang"):
+        assert capture(rel, _nested([1, 29, 57]), "deepseek_v2", KIMI).layers == want
+        assert ids_for(rel, "deepseek_v2", KIMI, want) == (1, 29, 57)
+    assert capture("vllm", _top([2, 30, 58]), "deepseek_v2", KIMI).layers == want
+    assert ids_for("trtllm", "deepseek_v2", KIMI, want) == (1, 29, 57)
+    for rel in ("sglang==0.5.12", "sglang", "vllm", "trtllm"):
+        assert default_capture(rel, "deepseek_v2", KIMI).layers == want
     assert describe(want) == "outputs of layers 1, 29, 57"
 
 
-def test_sglang_2_30_58_old_versus_new():
-    """Public Kimi drafters ship [2, 30, 58]: old SGLang adds 1 (outputs 2, 30, 58);
-    new SGLang sees a first id other than 1 and uses them raw (outputs 1, 29, 57)."""
-    assert to_refs([2, 30, 58], "sglang-old", KIMI) == outputs(2, 30, 58)
-    assert to_refs([2, 30, 58], "sglang-new", KIMI) == outputs(1, 29, 57)
-    assert to_refs([2, 30, 58], "sglang-new", KIMI) == to_refs([2, 30, 58], "vllm", KIMI)
+def test_sglang_2_30_58_before_and_after_the_first_id_rule():
+    """Public Kimi drafters ship [2, 30, 58]: SGLang 0.5.12 adds 1 (outputs 2, 30, 58); from 0.5.13
+    a first id other than 1 is used raw (outputs 1, 29, 57), as vLLM reads the same list."""
+    assert capture("sglang==0.5.12", _nested([2, 30, 58]), "deepseek_v2", KIMI).layers == outputs(2, 30, 58)
+    assert capture("sglang==0.5.13", _nested([2, 30, 58]), "deepseek_v2", KIMI).layers == outputs(1, 29, 57)
+    assert capture("vllm", _top([2, 30, 58]), "deepseek_v2", KIMI).layers == outputs(1, 29, 57)
 
 
 def test_captured_at_input_of_3_31_59():
     """The seed incident's training data: inputs of layers 3, 31, 59."""
     refs = to_refs([3, 31, 59], "captured-at-input", KIMI)
     assert refs == outputs(2, 30, 58)
-    assert to_ids(refs, "sglang-old", KIMI) == (2, 30, 58)
-    assert to_ids(refs, "sglang-new", KIMI) == (3, 31, 59)
-    assert to_ids(refs, "vllm", KIMI) == (3, 31, 59)
+    assert ids_for("sglang==0.5.12", "deepseek_v2", KIMI, refs) == (2, 30, 58)
+    assert ids_for("sglang", "deepseek_v2", KIMI, refs) == (3, 31, 59)
+    assert ids_for("vllm", "deepseek_v2", KIMI, refs) == (3, 31, 59)
+    assert to_ids(refs, "input", KIMI) == (3, 31, 59)
     assert to_ids(refs, "output", KIMI) == (2, 30, 58)
 
 
-def test_incident_set_holds_the_embedding_and_is_not_sglang_expressible():
+def test_incident_set_holds_the_embedding_and_no_sglang_release_captures_it():
     """The "fix" to [-1, 2, 30], read as output-of-layer ids."""
     refs = to_refs([-1, 2, 30], "output", KIMI)
     assert refs == (EMBEDDING, LayerRef(2), LayerRef(30))
     assert describe(refs) == "the embedding output and outputs of layers 2, 30"
-    for version in ("sglang-old", "sglang-new"):
-        with pytest.raises(WiringError) as err:
-            to_ids(refs, version, KIMI)
-        assert "embedding output" in err.value.message and "SGLang" in err.value.message
-    with pytest.raises(WiringError, match="embedding output"):
-        to_refs([-1, 2, 30], "sglang-old", KIMI)
-    with pytest.raises(WiringError, match="no SGLang release can capture the embedding output"):
-        sglang_ids(refs, "deepseek_v2", KIMI)
-    # vLLM can: id 0 is the embedding there
-    assert to_ids(refs, "vllm", KIMI) == (0, 3, 31)
+    for rel, why in (("sglang==0.5.12", "embedding output"), ("sglang", "never captured")):
+        assert ids_for(rel, "deepseek_v2", KIMI, refs) is None
+        cap = capture(rel, _nested([-1, 2, 30]), "deepseek_v2", KIMI)  # 0.5.12: -1 + 1; 0.5.23: -1 raw
+        assert cap.layers is None and why in cap.error.message, cap.error
+    # vLLM's DeepSeek model file captures inside its layer loop: no embedding output either; its shared
+    # capture code (a Llama-family target) takes id 0 as the embedding output
+    assert ids_for("vllm", "deepseek_v2", KIMI, refs) is None
+    assert ids_for("vllm", "llama", KIMI, refs) == (0, 3, 31) == to_ids(refs, "input", KIMI)
 
 
 def test_last_layer_output_is_beyond_sglang():
     last = outputs(1, 29, 60)
-    for version in ("sglang-old", "sglang-new"):
-        with pytest.raises(WiringError, match="last layer"):
-            to_ids(last, version, KIMI)
+    for rel in ("sglang==0.5.12", "sglang"):
+        assert ids_for(rel, "deepseek_v2", KIMI, last) is None
     assert to_ids(last, "output", KIMI) == (1, 29, 60)
     assert to_ids(last, "input", KIMI) == (2, 30, 61)
+    assert ids_for("vllm", "deepseek_v2", KIMI, last) == (2, 30, 61)
     with pytest.raises(WiringError):
         to_ids(last, "captured-at-input", KIMI)
 
 
-def test_sglang_new_cannot_start_with_layer_0():
-    with pytest.raises(WiringError, match="first id of 1"):
-        to_ids(outputs(0, 29, 57), "sglang-new", KIMI)
-    assert to_ids(outputs(0, 29, 57), "sglang-old", KIMI) == (0, 29, 57)
-    # elsewhere than the first slot, layer 0's output is fine in raw ids
-    assert to_ids(outputs(5, 0), "sglang-new", KIMI) == (6, 1)
+def test_first_id_rule_cannot_start_with_layer_0():
+    """From 0.5.13 a DeepSeek-family list whose first id is 1 is read +1: no list names the output of
+    layer 0 in the first slot; 0.5.12 reads [0, 29, 57] +1 as outputs 0, 29, 57."""
+    assert ids_for("sglang", "deepseek_v2", KIMI, outputs(0, 29, 57)) is None
+    assert ids_for("sglang==0.5.12", "deepseek_v2", KIMI, outputs(0, 29, 57)) == (0, 29, 57)
 
 
-# --------------------------------------------------------------------------- defaults
-
-
-@pytest.mark.parametrize(
-    ("n", "same", "specforge_window"),
-    [(61, (1, 29, 57), (1, 30, 57)), (32, (1, 15, 28), (1, 16, 28))],
-)
-def test_engine_defaults(n, same, specforge_window):
-    defaults = engine_defaults(n)
-    assert set(defaults) == {"output", "input", "sglang", "specforge-2025-09"}
-    assert defaults["output"].ids == (1, n // 2 - 1, n - 4) == same
-    assert defaults["input"].ids == (2, n // 2, n - 3)
-    assert defaults["sglang"].ids == (2, n // 2, n - 3)
-    for key in ("output", "input", "sglang"):
-        assert defaults[key].refs == outputs(*same)
-        d = defaults[key]
-        assert to_refs(d.ids, d.convention, n) == d.refs
-    assert defaults["specforge-2025-09"].refs == outputs(*specforge_window)
-    # the SGLang fallback equals explicit ids [1, N//2-1, N-4] in both versions
-    assert sglang_ids(defaults["sglang"].refs, "deepseek_v2", n).ids == same
+@pytest.mark.parametrize(("n", "same"), [(61, (1, 29, 57)), (32, (1, 15, 28))])
+def test_engine_defaults(n, same):
+    for family in ("deepseek_v2", "llama", None):
+        for rel in ("sglang==0.5.12", "sglang", "vllm", "trtllm"):
+            cap = default_capture(rel, family, n)
+            assert cap.fell_back and cap.layers == outputs(*same), (rel, family, cap)
 
 
 def test_engine_defaults_small_targets():
-    assert engine_defaults(4)["output"].refs == outputs(1, 1, 0)  # what the engines do
-    with pytest.raises(UsageError, match="at least 4 layers"):
-        engine_defaults(3)
+    cap = default_capture("sglang", "llama", 4)  # [2, 2, 1]: the same state twice, which no engine captures twice
+    assert cap.layers is None and cap.error is not None
+    assert default_capture("sglang", "llama", 9).layers == outputs(1, 3, 5)
 
 
 # --------------------------------------------------------------------------- helpers

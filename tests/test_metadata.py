@@ -322,7 +322,7 @@ def test_find_metadata_file_first(tmp_path):
     write_metadata_file(root, TrainingRecord(layers=outputs(1, 14, 26), source="test", convention="output"))
     index = open_checkpoint(root)
     found = find_training_record(index.root, index.extras, index.config)
-    assert [r.source.split(" ")[0] for r in found][:2] == [METADATA_FILE, "training_state.pt"]
+    assert [r.source.split(" ")[0].rstrip(",") for r in found][:2] == [METADATA_FILE, "training_state.pt"]
     assert found[0].layers == found[1].layers == outputs(1, 14, 26)
 
 

@@ -182,8 +182,11 @@ def test_round_trip_bytes_card_and_record(hub, ckpt, repo, tmp_path):
     text = card.text
     assert text.count(BEGIN) == 1 and text.count(END) == 1
     assert "outputs of layers 1, 14, 26" in text
-    assert "| SGLang |" in text and "`[1, 14, 26]` (old and new SGLang read them alike)" in text
-    assert "| vLLM |" in text and "`[2, 15, 27]`" in text
+    from helpers import NEWEST_SGLANG, NEWEST_VLLM, OLDEST_SGLANG
+
+    for release in (OLDEST_SGLANG, NEWEST_SGLANG):  # one row per release checked, by the engine rules
+        assert f"| sglang {release} | `eagle_config.eagle_aux_hidden_state_layer_ids` in config.json | `[1, 14, 26]` |" in text
+    assert f"| vllm {NEWEST_VLLM} | `eagle_aux_hidden_state_layer_ids` in config.json | `[2, 15, 27]` |" in text
     assert "eagle3_layers_to_capture: [1, 14, 26]" in text
     assert (f"python -m sglang.launch_server --model-path {TARGET} --speculative-algorithm EAGLE3 "
             f"--speculative-draft-model-path {repo} --speculative-num-steps 3 --speculative-eagle-topk 1 "
@@ -842,3 +845,18 @@ def test_push_plot_bad_files_are_refused_before_anything_is_sent(hub, ckpt, repo
     res = CliRunner().invoke(main, ["push", str(ckpt), "--repo-id", repo, "--plot", str(tmp_path / "fake.png")])
     assert res.exit_code == EXIT_USAGE and "Traceback" not in res.output and "not a PNG file" in res.stderr
     assert not sent(hub, repo)
+
+
+def test_the_hub_client_names_eagle3conv(hub, ckpt, repo):
+    """One HfApi, built in one place with the library's name and version (hub/push.py hub_api): every
+    request says it comes from eagle3conv, as huggingface_hub's own CLI names itself."""
+    from eagle3conv import __version__
+
+    do_push(hub, ckpt, repo, token=False)
+    by_route = {}
+    for e in hub.log:
+        by_route.setdefault(e.route, set()).add(e.user_agent)
+    # the calls eagle3conv makes itself (huggingface_hub's internal helpers and the uploads to storage
+    # URLs send their own agents)
+    for route in ("create", "commit"):
+        assert any(f"eagle3conv/{__version__}" in a for a in by_route.get(route, ())), (route, by_route)

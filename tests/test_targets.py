@@ -10,7 +10,8 @@ import pytest
 from eagle3conv.io.data import data_path
 from eagle3conv.errors import CheckpointReadError, MappingFileError, UsageError
 from eagle3conv.spec import targets
-from eagle3conv.spec.layers import engine_defaults, outputs
+from eagle3conv.spec.engines import default_capture, default_engines
+from eagle3conv.spec.layers import outputs
 from eagle3conv.spec.targets import (
     NUMBERS,
     TargetProfile,
@@ -76,13 +77,15 @@ def test_profile_numbers_are_consistent(profile):
         assert profile.num_attention_heads % profile.num_key_value_heads == 0
         if "llama" in profile.name:
             assert profile.head_dim * profile.num_attention_heads == profile.hidden_size
-    assert profile.engine_defaults() == engine_defaults(profile.num_hidden_layers)
+    n = profile.num_hidden_layers  # every default release captures the same states for the built-in targets
+    assert {default_capture(r, profile.family, n).layers for r in default_engines()} == {
+        outputs(1, n // 2 - 1, n - 4)}
 
 
 def test_kimi_defaults_through_the_profile():
-    defaults = get_target("kimi-k2.5").engine_defaults()
-    assert defaults["input"].ids == (2, 30, 58)
-    assert defaults["output"].refs == outputs(1, 29, 57)
+    p = get_target("kimi-k2.5")
+    assert default_capture("vllm", p.family, p.num_hidden_layers).ids == (2, 30, 58)
+    assert default_capture("sglang", p.family, p.num_hidden_layers).layers == outputs(1, 29, 57)
 
 
 @pytest.mark.parametrize(
@@ -259,7 +262,7 @@ def test_plain_llama_folder(tmp_path):
     assert profile.head_dim == 128  # derived by transformers
     assert profile.intermediate_size == 14336
     assert profile.architectures == ("LlamaForCausalLM",) and profile.text_config_key is None
-    assert profile.engine_defaults()["output"].ids == (1, 15, 28)
+    assert default_capture("trtllm", profile.family, profile.num_hidden_layers).ids == (1, 15, 28)
 
 
 def test_config_file_path_and_name(tmp_path):

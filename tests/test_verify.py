@@ -21,7 +21,9 @@ from eagle3conv.example import Dims, write_example
 from eagle3conv.states.format import StatesFile, write_states
 from eagle3conv.verify import REPORT_FILE, load_drafter_weights, verify, wilson
 from eagle3conv.spec.layers import outputs
-from helpers import run
+from helpers import NEWEST_SGLANG, NEWEST_VLLM, OLDEST_SGLANG, engine_rows, run
+
+OLD, NEW, VLLM = f"sglang=={OLDEST_SGLANG}", f"sglang=={NEWEST_SGLANG}", f"vllm=={NEWEST_VLLM}"
 
 N_LAYERS = 6
 
@@ -521,23 +523,23 @@ def test_engines_side_by_side(world, tmp_path):
     cfg["eagle_aux_hidden_state_layer_ids"] = [1, 3, 4]  # vLLM reads these raw: outputs 0, 2, 3
     (d2 / "config.json").write_text(json.dumps(cfg))
     d = json.loads(run("verify", d2, "--states", labelled, "--steps", "2", "--no-save", "--json").stdout)
-    rows = {r["engine"]: r for r in d["wiring_check"]["engines"]}
-    sg, vl = rows["sglang==0.5.23"], rows["vllm==0.33.0"]
+    rows = engine_rows(d)
+    sg, vl = rows[NEW], rows[VLLM]
     assert sg["captures"] == "outputs of layers 1, 3, 4" and vl["captures"] == "outputs of layers 0, 2, 3"
     assert vl["acceptance"][0] == 1.0 and sg["acceptance"][0] < 0.9  # the labels came from vLLM's layers
-    assert sg["accept_length"] == rows["sglang==0.5.12"]["accept_length"] < vl["accept_length"]
+    assert sg["accept_length"] == rows[OLD]["accept_length"] < vl["accept_length"]
     text = run("verify", d2, "--states", labelled, "--steps", "2", "--no-save").stdout
-    assert "vllm 0.33.0: outputs of layers 0, 2, 3: accept length" in text
+    assert f"vllm {NEWEST_VLLM}: outputs of layers 0, 2, 3: accept length" in text
     assert "step-1 acceptance 1.000" in text
     # --engine narrows it to the releases asked
     d = json.loads(run("verify", d2, "--states", labelled, "--steps", "2", "--no-save", "--json",
                        "--engine", "vllm").stdout)
-    assert [r["engine"] for r in d["wiring_check"]["engines"]] == ["vllm==0.33.0"]
+    assert [r["engine"] for r in d["wiring_check"]["engines"]] == [VLLM]
     # ... and verify's own score feeds what that engine captures: vLLM's outputs 0, 2, 3, accepted
     assert [x["output_of"] for x in d["results"][0]["layers"]] == [0, 2, 3]
     assert d["acceptance_per_position"][0] == 1.0
     d = json.loads(run("verify", d2, "--states", labelled, "--steps", "2", "--no-save", "--json",
-                       "--engine", "sglang==0.5.23", "--engine", "vllm").stdout)
+                       "--engine", NEW, "--engine", "vllm").stdout)
     assert [x["output_of"] for x in d["results"][0]["layers"]] == [1, 3, 4]  # the first --engine leads
 
 
@@ -578,8 +580,8 @@ def test_engines_emulate_norm_before_residual(world, tmp_path):
     d2 = _copy_with(drafter, tmp_path / "nbr", norm_before_residual=True)
     labelled = _labelled_with(d2, captured, (1, 3, 4), tmp_path / "nbr.safetensors")
     d = json.loads(run("verify", d2, "--states", labelled, "--steps", "2", "--no-save", "--json").stdout)
-    rows = {r["engine"]: r for r in d["wiring_check"]["engines"]}
-    sg, vl = rows["sglang==0.5.23"], rows["vllm==0.33.0"]
+    rows = engine_rows(d)
+    sg, vl = rows[NEW], rows[VLLM]
     assert sg["captures"] == vl["captures"] == "outputs of layers 1, 3, 4"
     assert vl["acceptance"][0] == 1.0 and sg["acceptance"][0] < 0.9
     assert vl["forward"]["norm_before_residual"] is True and sg["forward"]["norm_before_residual"] is False
@@ -592,7 +594,7 @@ def test_engines_emulate_norm_before_residual(world, tmp_path):
     d = json.loads(run("verify", d2, "--states", labelled, "--steps", "2", "--no-save", "--json",
                        "--engine", "vllm").stdout)
     assert d["results"][0]["acceptance_per_position"][0] == 1.0
-    assert any("as vllm 0.33.0 runs it" in n for n in d["states"]["verify_notes"])
+    assert any(f"as vllm {NEWEST_VLLM} runs it" in n for n in d["states"]["verify_notes"])
 
 
 def test_engines_emulate_whose_embedding(world, tmp_path):
@@ -606,8 +608,8 @@ def test_engines_emulate_whose_embedding(world, tmp_path):
     gen = torch.Generator().manual_seed(3)
     rnd = _copy_with(drafter, tmp_path / "rnd", {"embed_tokens.weight": torch.randn(V, H, generator=gen) * 0.02})
     d = json.loads(run("verify", rnd, "--states", labelled, "--steps", "2", "--no-save", "--json").stdout)
-    rows = {r["engine"]: r for r in d["wiring_check"]["engines"]}
-    sg, vl = rows["sglang==0.5.23"], rows["vllm==0.33.0"]
+    rows = engine_rows(d)
+    sg, vl = rows[NEW], rows[VLLM]
     assert sg["acceptance"][0] == 1.0 and vl["acceptance"][0] < 0.5
     assert sg["forward"]["embedding"] == "target's" and vl["forward"]["embedding"] == "drafter's own"
     cmp = d["wiring_check"]["embedding_comparison"]
@@ -623,8 +625,8 @@ def test_engines_emulate_whose_embedding(world, tmp_path):
         table[ids[mask]] = st.embeddings()[mask].float()
     same = _copy_with(drafter, tmp_path / "same", {"embed_tokens.weight": table})
     d = json.loads(run("verify", same, "--states", labelled, "--steps", "2", "--no-save", "--json").stdout)
-    rows = {r["engine"]: r for r in d["wiring_check"]["engines"]}
-    assert rows["vllm==0.33.0"]["acceptance"][0] == 1.0
+    rows = engine_rows(d)
+    assert rows[VLLM]["acceptance"][0] == 1.0
     cmp = d["wiring_check"]["embedding_comparison"]
     assert cmp["identical"] is None and cmp["identical_rows"] is True
     assert not [f for f in d["wiring_check"]["findings"] if f["code"] == "audit-embed-differs"]
@@ -780,8 +782,8 @@ def test_engines_emulate_the_targets_head(world, tmp_path):
 
     args = ("verify", d2, "--states", labelled, "--steps", "2", "--no-save", "--json")
     d = json.loads(run(*args, "--embeddings", target).stdout)
-    rows = {r["engine"]: r for r in d["wiring_check"]["engines"]}
-    sg, vl = rows["sglang==0.5.23"], rows["vllm==0.33.0"]
+    rows = engine_rows(d)
+    sg, vl = rows[NEW], rows[VLLM]
     assert sg["captures"] == vl["captures"] == "outputs of layers 1, 3, 4"
     assert sg["forward"]["head"] == "target's" and vl["forward"]["head"] == "drafter's own"
     assert any("replaces the drafter's lm_head" in e for e in sg["emulated"]) and not sg["not_emulated"]
@@ -789,7 +791,7 @@ def test_engines_emulate_the_targets_head(world, tmp_path):
     assert d["acceptance_per_position"][0] == 1.0  # verify's own score runs as SGLang serves it
     # without the target's weights: the drafter's own head, and the row says what it could not run
     d = json.loads(run(*args).stdout)
-    sg = {r["engine"]: r for r in d["wiring_check"]["engines"]}["sglang==0.5.23"]
+    sg = engine_rows(d)[NEW]
     assert sg["forward"]["head"] == "drafter's own" and sg["acceptance"][0] < 0.9
     assert any("target's lm_head" in e and "--embeddings" in e for e in sg["not_emulated"])
 
@@ -805,8 +807,8 @@ def test_a_drafter_narrower_than_its_target_embeds_with_its_own_table_in_every_e
                                                                  head_dim=8, intermediate=64, vocab=vocab,
                                                                  draft_vocab=300, aux_ids=(1, 3, 4)))
     d = json.loads(run("verify", narrow, "--states", captured, "--steps", "2", "--no-save", "--json").stdout)
-    rows = d["wiring_check"]["engines"]
-    assert rows and all(r["forward"]["embedding"] == "drafter's own" for r in rows if "forward" in r)
+    rows = list(engine_rows(d).values())
+    assert rows and all(r["forward"]["embedding"] == "drafter's own" for r in rows if r.get("forward"))
     assert not any("embeds with the drafter's own" in e for r in rows for e in r.get("emulated", []))
     assert "embedding_comparison" not in d["wiring_check"]
     assert d["acceptance_per_position"] and d["results"][0]["positions_scored"] > 0
@@ -836,15 +838,22 @@ def test_embedding_rows_seen_identical_are_not_called_the_whole_table(world):
 
 
 def test_the_config_wiring_is_described_in_plain_words():
-    """The wiring verify scores from config.json's nested ids says by whose reading it took them
-    (the report prints the layers beside it), not an internal numbering's name (it used to say
-    "as sglang-old reads them")."""
+    """The wiring verify scores from config.json's ids says which release's reading it took them by (the
+    report prints the layers beside it), never an internal numbering's name."""
+    from eagle3conv.spec.engines import default_engines
     from eagle3conv.verify.search import config_candidate
+    from eagle3conv.wiring.check import engine_rows as rows_of
 
     cfg = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}
-    old = config_candidate(cfg, 61, "sglang-old")
-    assert old.why == "config.json eagle_config ids [2, 30, 58], as the newest SGLang reads them for the target's family"
-    assert [r.output_of for r in old.layers] == [2, 30, 58]
-    new = config_candidate(cfg, 61, "sglang-new")  # the DeepSeek/Kimi path: a first id other than 1 is raw
-    assert [r.output_of for r in new.layers] == [1, 29, 57]
-    assert "sglang-" not in old.why + new.why
+    # the newest SGLang reads them (the first engine's priority release); the DeepSeek/Kimi path reads a
+    # first id other than 1 raw
+    for family, want in (("llama", [2, 30, 58]), ("deepseek_v2", [1, 29, 57])):
+        rows = rows_of(cfg, None, None, family, 61, default_engines(), explicit=False, fix_command="x")
+        cand = config_candidate(cfg, 61, family, rows)
+        assert [r.output_of for r in cand.layers] == want
+        assert cand.why == f"config.json eagle_config.eagle_aux_hidden_state_layer_ids [2, 30, 58], as sglang {NEWEST_SGLANG} reads them"
+    from eagle3conv.spec.engines import parse_engine
+
+    rows = rows_of(cfg, None, None, "deepseek_v2", 61, (parse_engine(f"sglang=={OLDEST_SGLANG}"),), explicit=True,
+                   fix_command="x")
+    assert [r.output_of for r in config_candidate(cfg, 61, "deepseek_v2", rows).layers] == [2, 30, 58]

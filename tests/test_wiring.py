@@ -12,7 +12,7 @@ from conftest import snapshot
 from eagle3conv.wiring.check import check_wiring
 from eagle3conv.spec.layers import EMBEDDING, outputs
 from eagle3conv.wiring.metadata import TrainingRecord, from_metadata_file, write_metadata_file
-from helpers import run
+from helpers import NEWEST_SGLANG, NEWEST_VLLM, OLDEST_SGLANG, run
 
 KIMI_DRAFTER = dict(hidden=32, target_hidden=7168, heads=4, kv_heads=2, head_dim=8, intermediate=64,
                     vocab=163840, draft_vocab=256)
@@ -54,17 +54,21 @@ def incident(make_ckpt):
 def test_incident_is_refused_by_check_with_both_sides(incident):
     res = run("config", incident, "--target", "kimi-k2.5", "--check", ok=3)
     out = res.stdout
-    assert "config includes the embedding output" in out
-    assert "training captured outputs of layers 2, 30, 58" in out
-    assert "SGLang cannot capture the embedding output" in out
-    assert f"fix: eagle3conv config {incident} --target kimi-k2.5" in out
-    assert "check: FAILED" in out
+    assert out.startswith("check: FAILED")  # the verdict first
+    assert "trained on: outputs of layers 2, 30, 58" in out
+    assert f"sglang {OLDEST_SGLANG}: reads eagle_config.eagle_aux_hidden_state_layer_ids [-1, 2, 30]" in out
+    assert "the embedding output (before layer 0), which SGLang cannot capture" in out
+    assert f"fix (every BAD row): eagle3conv config {incident} --target kimi-k2.5" in out
+    d = json.loads(run("config", incident, "--target", "kimi-k2.5", "--check", "--json", ok=3).stdout)
+    (err,) = [f for f in d["wiring"]["findings"] if f["subject"] == f"sglang=={OLDEST_SGLANG}"]
+    # no release reading the field captures the record from it: the ids contradict the record
+    assert err["code"] == "disagrees-with-training" and "training captured outputs of layers 2, 30, 58" in err["message"]
 
 
 def test_incident_is_refused_by_fix_keys_and_nothing_is_written(incident, tmp_path):
     before = snapshot(incident)
     res = run("fix-keys", incident, "--target", "kimi-k2.5", ok=3)
-    assert "config includes the embedding output" in res.stderr
+    assert "embedding output" in res.stderr
     assert "training captured outputs of layers 2, 30, 58" in res.stderr
     assert "--rewire" in res.stderr
     assert snapshot(incident) == before
@@ -80,26 +84,26 @@ def test_incident_with_the_old_sglang_ids_fails_on_new_sglang(incident):
     d = json.loads(res.stdout)
     assert d["wiring"]["ok"] is False
     rows = {r["engine"]: r for r in d["wiring"]["engines"]}
-    assert set(rows) == {"sglang==0.5.12", "sglang==0.5.23", "vllm==0.33.0", "tensorrt-llm"}
-    assert rows["sglang==0.5.12"]["ok"] and rows["sglang==0.5.12"]["captures"] == "outputs of layers 2, 30, 58"
-    assert not rows["sglang==0.5.23"]["ok"] and rows["sglang==0.5.23"]["captures"] == "outputs of layers 1, 29, 57"
-    assert rows["sglang==0.5.23"]["needs"] == [3, 31, 59]
-    errs = [f for f in d["wiring"]["findings"] if f["code"] == "engine-captures-other"]
-    # vLLM finds no top-level ids and falls back to its default [2, 30, 58] = outputs 1, 29, 57
-    assert {e["message"].split(" ", 2)[0] + " " + e["message"].split(" ", 2)[1] for e in errs} == {
-        "sglang 0.5.23", "vllm 0.33.0"}
-    (err,) = [e for e in errs if e["message"].startswith("sglang 0.5.23")]
-    assert "outputs of layers 1, 29, 57" in err["message"]
-    assert err["fix"].endswith("--engine sglang==0.5.23")
+    old, new, vllm = f"sglang=={OLDEST_SGLANG}", f"sglang=={NEWEST_SGLANG}", f"vllm=={NEWEST_VLLM}"
+    assert set(rows) == {old, new, vllm, "tensorrt-llm"}
+    assert rows[old]["ok"] and rows[old]["captures"] == "outputs of layers 2, 30, 58"
+    assert not rows[new]["ok"] and rows[new]["captures"] == "outputs of layers 1, 29, 57"
+    assert rows[new]["needs"] == [3, 31, 59] and rows[new]["field"] == {"kind": "config", "name": NESTED}
+    # the explicit ids make the newest SGLang capture other layers; vLLM finds no top-level ids and falls
+    # back to its default [2, 30, 58] = outputs 1, 29, 57
+    by = {f["subject"]: f for f in d["wiring"]["findings"] if f.get("subject")}
+    assert by[new]["code"] == "engine-captures-other" and by[vllm]["code"] == "defaults-disagree"
+    assert "outputs of layers 1, 29, 57" in by[new]["message"]
+    assert by[new]["fix"] == f"eagle3conv config {incident} --target kimi-k2.5"
     text = run("config", incident, "--target", "kimi-k2.5", "--check", ok=3).stdout
-    assert "sglang 0.5.23" in text and "captures outputs of layers 1, 29, 57" in text
+    assert f"sglang {NEWEST_SGLANG}" in text and "captures outputs of layers 1, 29, 57" in text
     # asked only for the release it is right for: it passes
-    run("config", incident, "--target", "kimi-k2.5", "--check", "--engine", "sglang==0.5.12")
-    run("config", incident, "--target", "kimi-k2.5", "--check", "--engine", "sglang==0.5.23", ok=3)
+    run("config", incident, "--target", "kimi-k2.5", "--check", "--engine", old)
+    run("config", incident, "--target", "kimi-k2.5", "--check", "--engine", new, ok=3)
     run("config", incident, "--target", "kimi-k2.5", "--check", "--engine", "nosuch", ok=2)
     # an unknown release says which known one it is read as
-    res = run("config", incident, "--target", "kimi-k2.5", "--check", "--engine", "sglang==0.5.99", ok=3)
-    assert "sglang 0.5.99 is not known; read as 0.5.23, the newest known" in res.stdout
+    res = run("config", incident, "--target", "kimi-k2.5", "--check", "--engine", "sglang==9.5.99", ok=3)
+    assert f"sglang 9.5.99 is not known; read as {NEWEST_SGLANG}, the newest known" in res.stdout
 
 
 def test_incident_fixed_by_config_then_checks_clean(incident):
@@ -107,8 +111,13 @@ def test_incident_fixed_by_config_then_checks_clean(incident):
     res = run("config", incident, "--target", "kimi-k2.5", "--json")
     d = json.loads(res.stdout)
     w = d["wiring"]["written"]
-    assert w["sglang_ids"] == [3, 31, 59] and w["sglang_right_for"] == ["sglang-new"]  # Kimi: the DeepSeek path
-    assert w["vllm_ids"] == [3, 31, 59] and w["tensorrt_llm_ids"] == [2, 30, 58]
+    ids = {f["field"]: f for f in w["ids"]}
+    # Kimi, the DeepSeek file family: the newest SGLang's first-id rule wins; 0.5.12 is told what it needs
+    assert ids[NESTED]["ids"] == [3, 31, 59] and ids["eagle_aux_hidden_state_layer_ids"]["ids"] == [3, 31, 59]
+    assert ids["eagle3_layers_to_capture"] == {"field": "eagle3_layers_to_capture", "kind": "launch_option",
+                                               "ids": [2, 30, 58], "read_by": ["tensorrt-llm"]}
+    per = {e["engine"]: e["ids"] for e in w["per_engine"]}
+    assert per[f"sglang=={OLDEST_SGLANG}"] == [2, 30, 58] and per[f"sglang=={NEWEST_SGLANG}"] == [3, 31, 59]
     assert "--speculative-algorithm EAGLE3" in w["launch"]["sglang"]
     assert "moonshotai/Kimi-K2.5" in w["launch"]["sglang"]
     assert d["written"] == ["config.json"]  # training_metadata.json already there
@@ -117,17 +126,19 @@ def test_incident_fixed_by_config_then_checks_clean(incident):
     assert cfg["eagle_aux_hidden_state_layer_ids"] == [3, 31, 59]
     aux = cfg["eagle3conv"]["aux_layers"]
     assert aux["layers"] == [{"output_of": 2}, {"output_of": 30}, {"output_of": 58}]
-    assert aux["target"] == "kimi-k2.5" and aux["ids"]["tensorrt_llm_eagle3_layers_to_capture"] == [2, 30, 58]
-    assert aux["ids"]["sglang_by_version"] == {"sglang-old": [2, 30, 58], "sglang-new": [3, 31, 59]}
+    assert aux["target"] == "kimi-k2.5"
+    assert {f["field"]: f["ids"] for f in aux["ids"]}["eagle3_layers_to_capture"] == [2, 30, 58]
     # only config.json changed, and the weights are untouched
     after = snapshot(incident)
     assert {k for k in after if after[k] != before.get(k)} == {"config.json"}
     run("config", incident, "--target", "kimi-k2.5", "--check")
     again = run("config", incident, "--target", "kimi-k2.5")
-    assert "config.json: already wired this way; no changes" in again.stdout
+    assert again.stdout.startswith("config: already wired for outputs of layers 2, 30, 58; no changes")
     assert snapshot(incident) == after
+    # --sglang-version old: an alias of --engine sglang==OLDEST, whose reading then wins
     old = run("config", incident, "--target", "kimi-k2.5", "--sglang-version", "old", "--json")
-    assert json.loads(old.stdout)["wiring"]["written"]["sglang_ids"] == [2, 30, 58]
+    written = {f["field"]: f["ids"] for f in json.loads(old.stdout)["wiring"]["written"]["ids"]}
+    assert written[NESTED] == [2, 30, 58]
 
 
 def test_fix_keys_rewire_writes_the_record(incident, tmp_path):
@@ -207,17 +218,18 @@ def test_config_target_from_a_config_path_with_text_config(make_ckpt, tmp_path):
     assert d["target"]["num_hidden_layers"] == 61
     # the config's ids meant the record only in SGLang <= 0.5.12: the current release wins,
     # and the report says what 0.5.12 needs
-    assert d["wiring"]["written"]["sglang_ids"] == [3, 31, 59]
+    written = {f["field"]: f["ids"] for f in d["wiring"]["written"]["ids"]}
+    assert written[NESTED] == [3, 31, 59]
     (warn,) = [f for f in d["wiring"]["findings"] if f["code"] == "engine-needs-other-ids"]
-    assert "for sglang 0.5.12 write [2, 30, 58]" in warn["message"]
+    assert f"for sglang {OLDEST_SGLANG} write [2, 30, 58]" in warn["message"]
     per = {e["engine"]: e["ids"] for e in d["wiring"]["written"]["per_engine"]}
-    assert per["sglang==0.5.12"] == [2, 30, 58] and per["sglang==0.5.23"] == [3, 31, 59]
+    assert per[f"sglang=={OLDEST_SGLANG}"] == [2, 30, 58] and per[f"sglang=={NEWEST_SGLANG}"] == [3, 31, 59]
     # --engine picks the release the ids are written for
-    res = run("config", ck, "--target", tgt, "--engine", "sglang==0.5.12", "--json")
+    res = run("config", ck, "--target", tgt, "--engine", f"sglang=={OLDEST_SGLANG}", "--json")
     d = json.loads(res.stdout)
-    assert d["wiring"]["written"]["sglang_ids"] == [2, 30, 58] and d["wiring"]["ok"]
-    run("config", ck, "--target", tgt, "--check", "--engine", "sglang==0.5.12")
-    run("config", ck, "--target", tgt, "--check", ok=3)  # the default set includes SGLang 0.5.23
+    assert {f["field"]: f["ids"] for f in d["wiring"]["written"]["ids"]}[NESTED] == [2, 30, 58] and d["wiring"]["ok"]
+    run("config", ck, "--target", tgt, "--check", "--engine", f"sglang=={OLDEST_SGLANG}")
+    run("config", ck, "--target", tgt, "--check", ok=3)  # the default set includes the newest SGLang
 
 
 def test_config_out_of_range_for_target(make_ckpt):
@@ -233,7 +245,8 @@ def test_config_from_dumps_manifest(make_ckpt, tmp_path):
     (dumps / "manifest.json").write_text(json.dumps({"captured_at_input_of": [2, 15, 27]}))
     d = json.loads(run("config", ck, "--dumps", dumps, "--json").stdout)
     assert d["wiring"]["trained_on"]["described"] == "outputs of layers 1, 14, 26"
-    assert d["wiring"]["written"]["sglang_right_for"] == ["sglang-old", "sglang-new"]
+    (nested,) = [f for f in d["wiring"]["written"]["ids"] if f["field"] == NESTED]
+    assert nested["ids"] == [1, 14, 26] and len(nested["read_by"]) == 2  # both SGLang releases checked
 
 
 # --- fix-keys converts trainer ids ---------------------------------------------------------------
@@ -273,7 +286,7 @@ def test_inspect_shows_the_wiring(incident):
     res = run("inspect", incident, "--target", "kimi-k2.5", ok=3)
     assert "aux layers:" in res.stdout
     assert "trained on: outputs of layers 2, 30, 58" in res.stdout
-    assert "REFUSED: config includes the embedding output" in res.stdout
+    assert "REFUSED: " in res.stdout and "embedding output" in res.stdout
 
 
 # --- targets -------------------------------------------------------------------------------------
@@ -291,12 +304,12 @@ def test_targets_lists_every_profile():
 def test_targets_one_profile():
     d = json.loads(run("targets", "kimi-k2.5", "--json").stdout)["targets"][0]
     assert d["num_hidden_layers"] == 61 and d["hidden_size"] == 7168
-    aux = d["default_aux_layers"]
-    assert aux["described"] == "outputs of layers 1, 29, 57"
-    assert aux["sglang_ids"] == [1, 29, 57] and aux["vllm_ids"] == [2, 30, 58] and aux["tensorrt_llm_ids"] == [1, 29, 57]
+    aux = {a["engine"]: a for a in d["default_aux_layers"]}
+    assert {a["captures"] for a in aux.values()} == {"outputs of layers 1, 29, 57"}
+    assert aux[f"vllm=={NEWEST_VLLM}"]["default_ids"] == [2, 30, 58] and aux["tensorrt-llm"]["default_ids"] == [1, 29, 57]
     assert "upstream" in d["sources"]
     text = run("targets", "kimi-k2.5").stdout
-    assert "SpecForge online 2025-09-01..2025-10-20: outputs of layers 1, 30, 57" in text
+    assert f"sglang {NEWEST_SGLANG}: its default [2, 30, 58] -> outputs of layers 1, 29, 57" in text
 
 
 def test_targets_unknown():
@@ -328,11 +341,12 @@ KW = dict(fc_in=3 * 7168, target_hidden=7168, num_layers=61)
 
 def test_check_all_good():
     rep = check_wiring(cfg([1, 29, 57], [2, 30, 58]), records=[rec(1, 29, 57)], **KW)
-    assert rep.ok and codes(rep) == {"sglang-ids": "ok"}
+    assert rep.ok and codes(rep) == {"ids-as-trained": "ok"}
+    assert all(r.as_trained for r in rep.rows) and len(rep.rows) == 4
     # what each release reads, by the engine rules
-    assert rep.reads[NESTED] == {"sglang 0.5.12": "outputs of layers 1, 29, 57",
-                                 "sglang 0.5.23": "outputs of layers 1, 29, 57"}
-    assert rep.reads["eagle_aux_hidden_state_layer_ids"] == {"vllm 0.33.0": "outputs of layers 1, 29, 57"}
+    assert rep.reads()[NESTED] == {f"sglang {OLDEST_SGLANG}": "outputs of layers 1, 29, 57",
+                                   f"sglang {NEWEST_SGLANG}": "outputs of layers 1, 29, 57"}
+    assert rep.reads()["eagle_aux_hidden_state_layer_ids"] == {f"vllm {NEWEST_VLLM}": "outputs of layers 1, 29, 57"}
 
 
 def test_check_fc_width_and_counts():
@@ -346,25 +360,36 @@ def test_check_duplicates_unsorted_range():
     assert codes(check_wiring(cfg([2, 2, 58]), **KW))["duplicate-ids"] == "error"
     rep = check_wiring(cfg([30, 2, 58]), **KW)
     assert codes(rep)["unsorted-ids"] == "error" and "layer order" in rep.errors[0].message
-    assert codes(check_wiring(cfg([2, 30, 61]), **KW))["ids-unreadable"] == "error"
-    assert codes(check_wiring(cfg(top=[2, 30, 62]), **KW))["ids-unreadable"] == "error"
+    # a state the target does not have: every release reading the list says so, on its row
+    rep = check_wiring(cfg([2, 30, 61]), **KW)
+    assert codes(rep)["engine-cannot-capture"] == "error"
+    assert {f.subject for f in rep.errors} == {f"sglang=={OLDEST_SGLANG}", f"sglang=={NEWEST_SGLANG}"}
+    assert codes(check_wiring(cfg(top=[2, 30, 62]), **KW))["engine-cannot-capture"] == "error"
     assert codes(check_wiring(cfg(), records=[rec(2, 30, 61)], **KW))["record-range"] == "error"
 
 
 def test_check_embedding():
     rep = check_wiring(cfg([-1, 2, 30]), **KW)
-    assert codes(rep)["embedding-for-sglang"] == "error"
+    (old,) = [f for f in rep.errors if f.subject == f"sglang=={OLDEST_SGLANG}"]
+    assert old.code == "engine-cannot-capture" and "embedding output" in old.message
+    # trained on the embedding output: a Llama-family target's vLLM captures it (id 0), SGLang cannot
     emb = TrainingRecord(layers=(EMBEDDING, *outputs(2, 30)), source="x")
-    assert codes(check_wiring(cfg(top=[0, 3, 31]), records=[emb], **KW))["trained-on-embedding"] == "error"
+    rep = check_wiring(cfg(top=[0, 3, 31]), records=[emb], family="llama", **KW)
+    assert codes(rep)["trained-on-embedding"] == "warning"
+    rows = {r.release.engine: r for r in rep.rows}
+    assert rows["vllm"].as_trained and rows["sglang"].as_trained is False
 
 
 def test_check_disagreements():
     rep = check_wiring(cfg([1, 29, 57]), records=[rec(2, 30, 58)], **KW)
-    (e,) = [f for f in rep.errors if f.code != "engine-captures-other"]
-    assert e.code == "disagrees-with-training"
-    assert "reads outputs of layers 1, 29, 57" in e.message and "training captured outputs of layers 2, 30, 58" in e.message
+    e = next(f for f in rep.errors if f.code == "disagrees-with-training")
+    assert "captures outputs of layers 1, 29, 57" in e.message
+    assert "training captured outputs of layers 2, 30, 58" in e.message
     rep = check_wiring(cfg(top=[2, 30, 58]), records=[rec(2, 30, 58)], **KW)
-    assert any(f.code == "disagrees-with-training" and "vLLM" in f.message for f in rep.errors)
+    assert any(f.code == "disagrees-with-training" and f.subject == f"vllm=={NEWEST_VLLM}" for f in rep.errors)
+    # right for one release reading the field, wrong for another: not a contradiction of the record
+    rep = check_wiring(cfg([2, 30, 58], [3, 31, 59]), records=[rec(2, 30, 58)], family="deepseek_v2", **KW)
+    assert codes(rep)["engine-captures-other"] == "error" and "disagrees-with-training" not in codes(rep)
     rep = check_wiring(cfg(), records=[rec(2, 30, 58), rec(1, 29, 57, source="other")], **KW)
     assert codes(rep)["records-disagree"] == "error"
 
@@ -373,29 +398,45 @@ def test_check_one_sglang_version():
     # a DeepSeek-family target: no single nested list serves SGLang 0.5.12 and 0.5.23; the
     # current release wins and 0.5.12 is a warning naming its ids
     rep = check_wiring(cfg([3, 31, 59], [3, 31, 59]), records=[rec(2, 30, 58)], family="deepseek_v2", **KW)
-    assert rep.ok and codes(rep) == {"engine-needs-other-ids": "warning"}
-    assert "for sglang 0.5.12 write [2, 30, 58]" in rep.warnings[0].message
+    assert rep.ok and codes(rep) == {"engine-needs-other-ids": "warning", "ids-as-trained": "ok"}
+    assert f"for sglang {OLDEST_SGLANG} write [2, 30, 58]" in rep.warnings[0].message
     # the family comes from the target, not from a name: on a Llama-family target every SGLang adds 1
     rep = check_wiring(cfg([3, 31, 59], [3, 31, 59]), records=[rec(2, 30, 58)], family="llama", **KW)
-    assert codes(rep)["engine-captures-other"] == "error"
-    assert {r["engine"] for r in rep.engines if not r["ok"]} == {"sglang==0.5.12", "sglang==0.5.23"}
+    assert codes(rep)["disagrees-with-training"] == "error"
+    assert {r.release.spec for r in rep.rows if not r.ok} == {f"sglang=={OLDEST_SGLANG}", f"sglang=={NEWEST_SGLANG}"}
 
 
 def test_check_no_ids():
     rep = check_wiring(cfg(), **KW)
     assert codes(rep) == {"no-ids": "warning"}
     msg = rep.warnings[0].message
-    assert "outputs of layers 1, 29, 57" in msg and "vLLM [2, 30, 58]" in msg and "TensorRT-LLM [1, 29, 57]" in msg
+    assert f"sglang {NEWEST_SGLANG} captures outputs of layers 1, 29, 57" in msg
+    assert all(r.capture.fell_back and r.capture.ids is not None for r in rep.rows)
+    assert {r.capture.ids for r in rep.rows} == {(2, 30, 58), (1, 29, 57)}  # vLLM/SGLang terms, TRT's terms
     assert codes(check_wiring(cfg(), records=[rec(2, 30, 58)], **KW))["defaults-disagree"] == "error"
     assert codes(check_wiring(cfg(), records=[rec(1, 29, 57)], **KW)) == {"no-ids": "warning"}
     rep = check_wiring(cfg(), source_format="specforge", **KW)
-    assert codes(rep)["specforge-window"] == "warning" and "middle layer 30 instead of 29" in rep.warnings[1].message
+    assert codes(rep)["specforge-window"] == "warning"
+    assert any("middle layer 30 instead of 29" in w.message for w in rep.warnings)
+    # the reported case: a 40-layer MiniMax-M3-VL target, no ids, trained on outputs 2, 20, 37, checked for
+    # SGLang 0.5.22 alone: its model file shifts the default ids too, so the row is ok and so is the check
+    from eagle3conv.spec.engines import parse_engine
+
+    rep = check_wiring(cfg(), records=[rec(2, 20, 37)], family="minimax_m3_vl", fc_in=3 * 7168, target_hidden=7168,
+                       num_layers=40, engines=[parse_engine("sglang==0.5.22")], explicit_engines=True)
+    assert rep.ok and rep.rows[0].as_trained, rep.errors
+    assert codes(rep) == {"no-ids": "warning"} and "matches the training record" in rep.warnings[0].message
 
 
 def test_check_one_engine_missing():
-    assert codes(check_wiring(cfg(top=[2, 30, 58]), **KW))["sglang-default"] == "warning"
-    assert codes(check_wiring(cfg(top=[3, 31, 59]), records=[rec(2, 30, 58)], **KW))["sglang-default"] == "error"
-    assert codes(check_wiring(cfg([1, 29, 57]), **KW))["vllm-default"] == "warning"
+    rep = check_wiring(cfg(top=[2, 30, 58]), **KW)
+    assert codes(rep)["default-used"] == "warning" and NESTED in rep.warnings[0].message
+    rep = check_wiring(cfg(top=[3, 31, 59]), records=[rec(2, 30, 58)], **KW)
+    assert codes(rep)["defaults-disagree"] == "error"
+    assert {f.subject for f in rep.errors} == {f"sglang=={OLDEST_SGLANG}", f"sglang=={NEWEST_SGLANG}"}
+    rep = check_wiring(cfg([1, 29, 57]), **KW)
+    assert codes(rep)["default-used"] == "warning"
+    assert "eagle_aux_hidden_state_layer_ids is absent" in next(f for f in rep.warnings if f.code == "default-used").message
 
 
 def test_check_unverified_ids():
@@ -405,16 +446,19 @@ def test_check_unverified_ids():
     rep = check_wiring(cfg([2, 30, 58]), family="deepseek_v2", **KW)
     assert codes(rep)["unverified-ids"] == "warning"
     (w,) = [f for f in rep.warnings if f.code == "unverified-ids"]
-    assert "sglang 0.5.12 reads outputs of layers 2, 30, 58" in w.message
-    assert "sglang 0.5.23 reads outputs of layers 1, 29, 57" in w.message  # the first-id rule
+    assert f"sglang {OLDEST_SGLANG} reads outputs of layers 2, 30, 58" in w.message
+    assert f"sglang {NEWEST_SGLANG} reads outputs of layers 1, 29, 57" in w.message  # the first-id rule
     rep = check_wiring(cfg([2, 30, 58]), family="llama", **KW)
     (w,) = [f for f in rep.warnings if f.code == "unverified-ids"]
-    assert "sglang 0.5.23 reads outputs of layers 2, 30, 58" in w.message  # no first-id rule there
+    assert f"sglang {NEWEST_SGLANG} reads outputs of layers 2, 30, 58" in w.message  # no first-id rule there
     assert "PR #25454" not in w.message
-    # without the target's layer count there are no engine rows: the two numberings are all there is
+    # without the target's layer count the rows read the ids all the same (no range check), for the
+    # families the table does not single out, and say what they cannot know
     rep = check_wiring(cfg([2, 30, 58]), fc_in=3 * 7168, target_hidden=7168)
     (w,) = [f for f in rep.warnings if f.code == "unverified-ids"]
-    assert "PR #25454" in w.message and "outputs of layers 1, 29, 57" in w.message
+    assert "PR #25454" not in w.message and "outputs of layers 2, 30, 58" in w.message
+    vllm = next(r for r in rep.rows if r.release.engine == "vllm")
+    assert vllm.layers is None and "--target" in vllm.capture.unknown
 
 
 def test_check_target_width(make_ckpt):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eagle3conv.errors import InvalidCheckpointError, UsageError
-from eagle3conv.spec.drafter import aux_ids
+from eagle3conv.spec.drafter import AUX_KEY, aux_ids
 from eagle3conv.io import dtypes
 
 LLAMA_EAGLE3 = "LlamaForCausalLMEagle3"
@@ -57,7 +57,7 @@ def source_drafter_config(format_name: str, config_from: str | None, config: dic
         if not isinstance(layer, dict):
             raise InvalidCheckpointError("speculators config.json has no transformer_layer_config object")
         out = copy.deepcopy(layer)
-        for f in ("draft_vocab_size", "target_hidden_size", "norm_before_residual", "eagle_aux_hidden_state_layer_ids"):
+        for f in ("draft_vocab_size", "target_hidden_size", "norm_before_residual", AUX_KEY):
             if config.get(f) is not None:
                 out[f] = copy.deepcopy(config[f])
         verifier = (config.get("speculators_config") or {}).get("verifier") or {}

@@ -38,7 +38,7 @@ from typing import Any
 
 from eagle3conv.findings import GATE, GATE_FAILED, GATE_PASSED, Finding
 from eagle3conv.verify.report import REPORT_FILE, VerifyReport, WiringFigures
-from eagle3conv.spec.drafter import architecture_key, aux_ids
+from eagle3conv.spec.drafter import architecture_key
 
 BEGIN = "<!-- eagle3conv:begin -->"
 END = "<!-- eagle3conv:end -->"
@@ -188,7 +188,7 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
     (``plot``: the wiring-search figure's path in the repo, embedded in the wiring section)."""
     from eagle3conv.errors import Eagle3ConvError
     from eagle3conv.checkpoint.config import aux_ids_in
-    from eagle3conv.spec.engines import SGLANG_NUMBERINGS, capture
+    from eagle3conv.spec.engines import capture, default_engines
     from eagle3conv.wiring.metadata import find_training_record
 
     root = Path(folder)
@@ -224,25 +224,18 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
     trained = next((r for r in records if r.layers), None)
     if trained is not None:
         facts.layers, facts.layers_source, facts.layers_trained = trained.layers, trained.source, True
-    else:
-        nested = aux_ids(config).nested
-        if isinstance(nested, list) and nested and all(isinstance(i, int) and not isinstance(i, bool) for i in nested):
-            count = n if n else max(nested) + 2  # unknown target: no range check
-            for rel in SGLANG_NUMBERINGS.values():  # as old and new SGLang read them (engine rules)
-                try:
-                    refs = capture(rel, {"eagle_config": {"eagle_aux_hidden_state_layer_ids": nested}},
-                                   family, count).layers
-                except Eagle3ConvError:
-                    refs = None
-                if refs is None:
-                    continue
-                if facts.layers is None:
-                    facts.layers = refs
-                elif facts.layers != refs:
-                    facts.layers = None  # old and new SGLang disagree: no single reading
-                    break
-            if facts.layers is not None:
-                facts.layers_source = "config.json eagle_config ids, as SGLang reads them"
+    else:  # what the config's own ids name, where every engine release checked reads them alike
+        readings = set()
+        for rel in default_engines():
+            try:
+                cap = capture(rel, config, family, n)
+            except Eagle3ConvError:
+                continue
+            if cap.field is not None and cap.field.in_config and cap.layers is not None:
+                readings.add(cap.layers)
+        if len(readings) == 1:
+            facts.layers = readings.pop()
+            facts.layers_source = "config.json's ids, as every engine release checked reads them"
     facts.verify = verify_for_layers(facts.verify, facts.layers)
     return facts
 
@@ -255,27 +248,21 @@ def _ids(ids) -> str:
 
 
 def _engine_rows(facts: CardFacts) -> list[tuple[str, str, str]]:
+    """Per engine release served: where it reads its ids, and the ids that name the drafter's layers
+    (the engine rules, the same plan `eagle3conv config` writes)."""
     from eagle3conv.errors import Eagle3ConvError
-    from eagle3conv.spec.engines import sglang_ids
-    from eagle3conv.spec.layers import to_ids
-    from eagle3conv.wiring.config_ids import rules_layer_count
+    from eagle3conv.spec.engines import id_field, plan_ids
+    from eagle3conv.wiring.config_ids import served_releases
 
-    n, refs = facts.target_layers, facts.layers
-    rows = []
     try:
-        s = sglang_ids(refs, facts.target_family, rules_layer_count(refs, n))
-        note = "old and new SGLang read them alike" if s.portable else s.note
-        rows.append(("SGLang", "`eagle_config.eagle_aux_hidden_state_layer_ids` in config.json", f"`{_ids(s.ids)}` ({note})"))
+        plan = plan_ids(facts.layers, facts.target_family, facts.target_layers, served_releases(()))
     except Eagle3ConvError as e:
-        rows.append(("SGLang", "`eagle_config.eagle_aux_hidden_state_layer_ids`", f"cannot be expressed: {e.message}"))
-    for engine, where, conv in (
-        ("vLLM", "top-level `eagle_aux_hidden_state_layer_ids` in config.json (input-of-layer numbering)", "input"),
-        ("TensorRT-LLM", "`eagle3_layers_to_capture` launch option (output-of-layer numbering)", "output"),
-    ):
-        try:
-            rows.append((engine, where, f"`{_ids(to_ids(refs, conv, n))}`"))
-        except Eagle3ConvError as e:
-            rows.append((engine, where, f"cannot be expressed: {e.message}"))
+        return [("every engine", "-", f"cannot be expressed: {e.message}")]
+    rows = []
+    for rel, need in plan.needs:
+        where = id_field(rel)
+        place = f"`{where.name}` in config.json" if where.in_config else f"`{where.name}` launch option"
+        rows.append((str(rel), place, f"`{_ids(need)}`" if need is not None else "cannot capture these layers"))
     return rows
 
 
@@ -291,10 +278,10 @@ def _wiring_section(facts: CardFacts) -> list[str]:
             out.append(f"This drafter was trained on the hidden states **{describe(facts.layers)}**{of_target} "
                        f"(0-based), {slot}. Source: {facts.layers_source}.")
         else:
-            out.append(f"No training record names the layers this drafter was trained on. As SGLang reads its "
+            out.append(f"No training record names the layers this drafter was trained on. As the engines read its "
                        f"config.json, it is fed the hidden states **{describe(facts.layers)}**{of_target} "
                        f"(0-based), {slot}. Check that this matches the training run.")
-        out += ["", "The same tensors in each engine's numbering:", "",
+        out += ["", "The same tensors as each engine release reads its ids:", "",
                 "| engine | where | ids |", "|---|---|---|"]
         out += [f"| {e} | {w} | {i} |" for e, w, i in _engine_rows(facts)]
     else:
@@ -394,14 +381,15 @@ def _checks_section(facts: CardFacts) -> list[str]:
 
 def _launch_section(facts: CardFacts) -> list[str]:
     from eagle3conv.errors import Eagle3ConvError
-    from eagle3conv.spec.layers import to_ids
+    from eagle3conv.spec.engines import ids_for, parse_engine
 
     target = facts.target or "TARGET_MODEL"
     repo = facts.repo_id
     capture = None
     if facts.layers:
-        try:
-            capture = list(to_ids(facts.layers, "output", facts.target_layers))
+        try:  # the launch option's ids, by TensorRT-LLM's rule
+            ids = ids_for(parse_engine("tensorrt-llm"), facts.target_family, facts.target_layers, facts.layers)
+            capture = None if ids is None else list(ids)
         except Eagle3ConvError:
             capture = None
     spec = json.dumps({"method": "eagle3", "model": repo, "num_speculative_tokens": NUM_STEPS})
@@ -467,11 +455,13 @@ def _mla_section(c: Mapping) -> list[str]:
            f"| `kv_lora_rank` | {num('kv_lora_rank')} |",
            f"| `qk_nope_head_dim` / `qk_rope_head_dim` | {num('qk_nope_head_dim')} / {num('qk_rope_head_dim')} |",
            f"| `v_head_dim` | {num('v_head_dim')} |"]
-    params: dict = {}
-    for key in ("rope_scaling", "rope_parameters"):  # the latter wins, as SGLang reads them
-        if isinstance(c.get(key), Mapping):
-            params.update(c[key])
-    theta = params.get("rope_theta", c.get("rope_theta"))
+    from eagle3conv.spec.drafter import rope_settings
+
+    try:
+        params = rope_settings(c)  # the one reader of the RoPE settings, as the forwards read them
+    except ValueError:
+        params = {}
+    theta = params.get("rope_theta")
     rope_type = str(params.get("rope_type") or params.get("type") or "default")
     interleave = c.get("rope_interleave", True) is not False
     out.append(f"| RoPE theta | {theta if theta is not None else '10000 (default)'} |")

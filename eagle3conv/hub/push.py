@@ -278,6 +278,20 @@ def plot_member(root: Path, plot: str | os.PathLike, *, follow: bool = False) ->
     return full, rel
 
 
+# --------------------------------------------------------------------------- the client
+
+
+def hub_api(endpoint: str, token: str | None):
+    """The one ``HfApi`` eagle3conv builds: the endpoint, the token (False: send none), and the
+    library's name and version for the Hub's attribution, as huggingface_hub's own CLI does."""
+    from huggingface_hub import HfApi
+
+    from eagle3conv.version import __version__
+
+    return HfApi(endpoint=endpoint, token=token if token else False, library_name="eagle3conv",
+                 library_version=__version__)
+
+
 # --------------------------------------------------------------------------- repo id, record
 
 
@@ -666,10 +680,10 @@ def _push(
                           followed_symlinks=followed)
 
     secret = _resolve_token(token)
-    from huggingface_hub import CommitOperationAdd, HfApi
+    from huggingface_hub import CommitOperationAdd
     from huggingface_hub.errors import RevisionNotFoundError
 
-    api = HfApi(endpoint=ep, token=secret if secret else False)
+    api = hub_api(ep, secret)
     stage = "create"
     branch = revision or "main"
     failure: Eagle3ConvError | None = None

@@ -43,7 +43,7 @@ from torch import Tensor
 
 from eagle3conv.errors import InvalidCheckpointError, UsageError
 from eagle3conv.spec.canonical import ExpectedTensor, expected
-from eagle3conv.spec.drafter import DrafterSpec, flag
+from eagle3conv.spec.drafter import AUX_KEY, DrafterSpec, flag
 from eagle3conv.findings import (
     LOGITS_SHAPE,
     NONFINITE_HIDDEN,
@@ -235,8 +235,8 @@ def check_tensors(
     raise InvalidCheckpointError(
         f"{what} does not match its config ({', '.join(parts)} tensors): " + "; ".join(listed),
         hint="rename keys to eagle3conv's canonical (SGLang) spelling and check config.json "
-        "(hidden_size, heads, head_dim, intermediate_size, draft_vocab_size, "
-        "target_hidden_size, eagle_aux_hidden_state_layer_ids, fc_norm, bias, attention_bias)",
+        f"(hidden_size, heads, head_dim, intermediate_size, draft_vocab_size, "
+        f"target_hidden_size, {AUX_KEY}, fc_norm, bias, attention_bias)",
         details=details,
     )
 

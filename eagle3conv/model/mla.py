@@ -165,16 +165,13 @@ class MLARope:
 
 
 def _rope_params(config: Mapping[str, Any]) -> dict[str, Any]:
-    """rope_scaling and rope_parameters merged (the latter wins), with rope_theta."""
-    params: dict[str, Any] = {}
-    for key in ("rope_scaling", "rope_parameters"):
-        value = config.get(key)
-        if value is not None and not isinstance(value, Mapping):
-            raise InvalidCheckpointError(f"config.json: {key} must be an object, got {value!r}")
-        params.update(value or {})
-    if params.get("rope_theta") is None:
-        params["rope_theta"] = config.get("rope_theta") or 10000.0
-    return params
+    """The RoPE settings (:func:`eagle3conv.spec.drafter.rope_settings`, the one reader)."""
+    from eagle3conv.spec.drafter import rope_settings
+
+    try:
+        return rope_settings(config)
+    except ValueError as e:
+        raise InvalidCheckpointError(f"config.json: {e}") from None
 
 
 def mla_rope(config: Mapping[str, Any], c: MLAConfig) -> MLARope:

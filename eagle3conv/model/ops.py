@@ -30,22 +30,25 @@ def rope_inv_freq(config: Mapping[str, Any], c: DrafterConfig) -> tuple[Tensor, 
     spellings; transformers' LlamaConfig standardizes them. Qwen2.5-VL style
     ``mrope_section`` falls back to default RoPE, as SGLang does.
     """
-    scaling0 = config.get("rope_scaling") or config.get("rope_parameters") or {}
-    if isinstance(scaling0, Mapping) and "mrope_section" not in scaling0 and \
-            scaling0.get("rope_type", scaling0.get("type", "default")) == "default":
+    from eagle3conv.spec.drafter import rope_settings
+
+    try:
+        scaling0 = rope_settings(config)  # the one reader, one precedence for every path
+    except ValueError as e:
+        raise InvalidCheckpointError(f"config.json: {e}") from None
+    if "mrope_section" not in scaling0 and scaling0.get("rope_type", scaling0.get("type", "default")) == "default":
         # plain RoPE: no need to import transformers (seconds of start-up)
-        theta = float(scaling0.get("rope_theta") or config.get("rope_theta") or 10000.0)
+        theta = float(scaling0["rope_theta"])
         exponent = torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim
         return 1.0 / (theta ** exponent), 1.0
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    rope_keys = ("rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings")
-    kwargs = {k: config[k] for k in rope_keys if config.get(k) is not None}
-    scaling = kwargs.get("rope_scaling") or kwargs.get("rope_parameters") or {}
-    if "mrope_section" in scaling:
-        theta = scaling.get("rope_theta", kwargs.get("rope_theta", 10000.0))
-        kwargs = {"rope_theta": theta}
+    kwargs: dict[str, Any] = {"rope_parameters": dict(scaling0)}
+    if config.get("max_position_embeddings") is not None:
+        kwargs["max_position_embeddings"] = config["max_position_embeddings"]
+    if "mrope_section" in scaling0:
+        kwargs = {"rope_parameters": {"rope_type": "default", "rope_theta": scaling0["rope_theta"]}}
     try:
         cfg = LlamaConfig(
             hidden_size=c.hidden_size,

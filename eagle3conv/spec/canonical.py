@@ -188,6 +188,18 @@ def expected(spec: DrafterSpec, symbols: dict | None = None) -> dict[str, Expect
     return out
 
 
+def in_canonical_names(config: dict | None, tensor_names) -> bool:
+    """Whether a checkpoint is already spelled in the names SGLang loads: every tensor is a canonical
+    name of its architecture (mappings/canonical.json), ``fc`` among them. The one test of "already in
+    SGLang's names" (``config`` edits only such checkpoints, ``verify`` runs only them); a required
+    tensor missing is the plan's error to name, and whether fix-keys would change anything else
+    (dtypes, shards, config) the plan's own question (:meth:`eagle3conv.checkpoint.plan.Plan.is_identity`)."""
+    names = set(tensor_names)
+    arch = architecture_for(config or {}, names)
+    spec = DrafterSpec.from_config(config or {}, validate=False, architecture=arch.key)
+    return "fc.weight" in names and names <= set(expected(spec))
+
+
 def drafter_uses_own_embedding(hidden_size: int | None, target_hidden_size: int | None) -> bool:
     """Which embedding table SGLang embeds the drafter's tokens with: the target's (False) or the
     drafter's own ``embed_tokens`` (True). SGLang shares the target's table with the drafter

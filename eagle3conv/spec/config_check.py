@@ -14,7 +14,7 @@ import math
 from typing import Any, Mapping
 
 from eagle3conv.errors import InvalidCheckpointError
-from eagle3conv.spec.drafter import architecture_key
+from eagle3conv.spec.drafter import AUX_KEY, NESTED_AUX_FIELD, architecture_key, aux_ids
 
 # kind: "pos_int" (integer >= 1), "pos_num" (finite number > 0), "bool", "str", "dict", "str_list",
 # "int_list"; required: the drafter cannot be built without it. null counts as absent (the third column
@@ -52,7 +52,7 @@ FIELDS: dict[str, tuple[str, bool, bool]] = {
     "hidden_act": ("str", False, True),
     "model_type": ("str", False, True),
     "architectures": ("str_list", False, True),
-    "eagle_aux_hidden_state_layer_ids": ("int_list", False, True),
+    AUX_KEY: ("int_list", False, True),
 }
 # numbers inside rope_scaling / rope_parameters that must be finite and positive when present
 ROPE_NUMBERS = ("factor", "rope_theta", "original_max_position_embeddings", "beta_fast", "beta_slow",
@@ -143,12 +143,9 @@ def check_drafter_config(config: Mapping[str, Any], where: str = "config.json") 
             for key in ROPE_NUMBERS:
                 if rope.get(key) is not None and not _ok("pos_num", rope[key]):
                     problems.append(f"{where}: {block}.{key} is {_show(rope[key])}; expected {EXPECTED['pos_num']}")
-    eagle = config.get("eagle_config")
-    if isinstance(eagle, dict):
-        ids = eagle.get("eagle_aux_hidden_state_layer_ids")
-        if ids is not None and not _ok("int_list", ids):
-            problems.append(f"{where}: eagle_config.eagle_aux_hidden_state_layer_ids is {_show(ids)}; "
-                            f"expected {EXPECTED['int_list']}")
+    ids = aux_ids(config).nested
+    if ids is not None and not _ok("int_list", ids):
+        problems.append(f"{where}: {NESTED_AUX_FIELD} is {_show(ids)}; expected {EXPECTED['int_list']}")
     named = {p.split(" is ", 1)[0] for p in problems}
     problems += [p for p in _nonfinite(config, where) if p.split(" is ", 1)[0] not in named]
     if problems:

@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["AuxIds", "DrafterSpec", "MLA_ARCHITECTURES", "SWITCH_FIELDS", "architecture_key", "aux_ids", "flag"]
+__all__ = ["AUX_KEY", "NESTED_AUX_FIELD", "AuxIds", "DrafterSpec", "MLA_ARCHITECTURES", "SWITCH_FIELDS", "architecture_key", "aux_ids", "flag",
+           "read_field", "rope_settings", "with_field"]
 
 # SGLang registers Eagle3DeepseekV2ForCausalLM (kimi_k25_eagle3.py); V3 is the same class under a later name
 MLA_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
@@ -54,12 +55,56 @@ class AuxIds:
 
 
 def aux_ids(config: Mapping[str, Any] | None) -> AuxIds:
-    """The aux-layer ids of a drafter config (both places, as read; see :class:`AuxIds`)."""
+    """The aux-layer ids of a drafter config (both places, as read; see :class:`AuxIds`): the one
+    reader of the aux-id fields."""
     if not config:
         return AuxIds()
-    nested = config.get("eagle_config")
-    inner = nested.get(AUX_KEY) if isinstance(nested, Mapping) else None
-    return AuxIds(inner, config.get(AUX_KEY))
+    return AuxIds(read_field(config, NESTED_AUX_FIELD)[1], read_field(config, AUX_KEY)[1])
+
+
+def rope_settings(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The RoPE settings of a drafter config, read once for every path (the Llama and MLA forwards,
+    the card), as transformers 5.24 reads them (``convert_rope_params_to_dict``): ``rope_scaling``
+    wins over ``rope_parameters`` when both are set; ``rope_theta`` comes from that object, else the
+    top-level field, else 10000 (docs/facts.md §3). Raises :class:`ValueError` when the object is not
+    an object."""
+    cfg = config or {}
+    for key in ("rope_scaling", "rope_parameters"):
+        value = cfg.get(key)
+        if value is not None and not isinstance(value, Mapping):
+            raise ValueError(f"{key} must be an object, got {value!r}")
+    params = dict(cfg.get("rope_scaling") or cfg.get("rope_parameters") or {})
+    if params.get("rope_theta") is None:
+        params["rope_theta"] = cfg.get("rope_theta") or 10000.0
+    return params
+
+
+def read_field(config: Mapping[str, Any] | None, dotted: str) -> tuple[bool, Any]:
+    """(found, value) of a config field given as a dotted path into nested objects
+    (``eagle_config.eagle_aux_hidden_state_layer_ids``); a path through a non-object is absent."""
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def with_field(config: Mapping[str, Any] | None, dotted: str, value: Any) -> dict:
+    """A copy of ``config`` with the dotted field set to ``value`` (objects on the way created or
+    copied; a non-object on the way is replaced): the one writer of config fields the engine rules
+    name (the aux ids, nested and top level)."""
+    import copy
+
+    out = copy.deepcopy(dict(config or {}))
+    node = out
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        child = node.get(part)
+        node[part] = dict(child) if isinstance(child, Mapping) else {}
+        node = node[part]
+    node[parts[-1]] = value
+    return out
 
 
 def flag(config: Mapping[str, Any], name: str) -> bool:

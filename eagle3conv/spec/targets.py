@@ -2,8 +2,8 @@
 
 A profile holds the numbers eagle3conv checks a drafter against (hidden size,
 layer count, vocab) and, for each number, where it comes from. Engine default
-aux layers are not stored: :meth:`TargetProfile.engine_defaults` derives them
-from ``num_hidden_layers``.
+aux layers are not stored: the engine rules derive them from ``num_hidden_layers``
+and the target's family (:func:`eagle3conv.spec.engines.default_capture`).
 
 Profile file schema (validated at load; unknown keys are errors)::
 
@@ -44,7 +44,6 @@ from typing import Any
 
 from eagle3conv.io.data import data_path
 from eagle3conv.errors import CheckpointReadError, MappingFileError, UsageError
-from eagle3conv.spec.layers import EngineDefault, engine_defaults
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +83,6 @@ class TargetProfile:
     family: str | None = None
     """The engine model-file family (docs/facts.md §9); None when the table does not know it."""
     sources: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-
-    def engine_defaults(self) -> Mapping[str, EngineDefault]:
-        """Each engine's default aux layers for this target (see wiring.layers)."""
-        return engine_defaults(self.num_hidden_layers)
 
 
 # --------------------------------------------------------------------------- profile files

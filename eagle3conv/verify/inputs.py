@@ -148,8 +148,9 @@ def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings
         raise InvalidCheckpointError("the drafter's hidden size differs from the target's, so SGLang embeds tokens with the "
                          "drafter's own embed_tokens, which this checkpoint lacks",
                          hint="convert it keeping the embedding: eagle3conv fix-keys SRC --keep-embed --out DIR")
-    canonical = {"fc.weight", "lm_head.weight", "norm.weight"}
-    if not canonical <= set(tensors) or not any(k.startswith("midlayer.") for k in tensors):
+    from eagle3conv.spec.canonical import in_canonical_names
+
+    if not in_canonical_names(config, tensors.keys()):
         raise InvalidCheckpointError(
             "the checkpoint is not in SGLang's names (fc, midlayer.*, norm, lm_head): verify runs fixed drafters",
             hint="eagle3conv fix-keys CKPT --out FIXED, then eagle3conv verify FIXED")

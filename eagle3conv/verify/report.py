@@ -270,6 +270,40 @@ _KIND_NAMES = {list: "list", dict: "object", int: "integer", str: "string", bool
 # --------------------------------------------------------------------------- the result in memory
 
 
+@dataclass(frozen=True)
+class EngineScore:
+    """One engine release's serving emulation: the layers its row says it captures, run the way
+    that release runs the drafter (RoPE layout, norm_before_residual, whose embedding and head:
+    docs/facts.md §9). ``score`` is None when it could not be scored (``not_scored`` says why);
+    ``emulated`` / ``not_emulated`` / ``not_read``: the release's differences from config.json
+    that were run, that captured states cannot show, and that the rules do not record;
+    ``paired_vs_main``: its accept length minus verify's main score's, with the paired 95%
+    interval."""
+
+    engine: str  # the release as --engine spells it
+    release: str  # as reports name it
+    forward: dict | None
+    emulated: tuple[str, ...] = ()
+    not_emulated: tuple[str, ...] = ()
+    not_read: tuple[str, ...] = ()
+    score: Score | None = None
+    not_scored: str | None = None
+    paired_vs_main: dict | None = None
+
+    def to_dict(self) -> dict:
+        out: dict = {"engine": self.engine, "release": self.release, "forward": self.forward,
+                     "emulated": list(self.emulated), "not_emulated": list(self.not_emulated),
+                     "not_read": list(self.not_read)}
+        if self.score is None:
+            out["not_scored"] = self.not_scored
+            return out
+        s = self.score
+        out.update({"accept_length": round(s.accept_length, 4), "acceptance": [round(a, 4) for a in s.acceptance],
+                    "accept_length_ci95": [round(x, 4) for x in s.accept_length_ci],
+                    "paired_vs_main": self.paired_vs_main})
+        return out
+
+
 @dataclass
 class VerifyResult:
     """What :func:`eagle3conv.verify.verify` returns: the scores themselves, and
@@ -290,7 +324,7 @@ class VerifyResult:
     saved: Path | None = None
     save_error: str | None = None
     reference: Reference = "target"  # what drafts were compared with: the target's or the data's next tokens
-    engine_scores: dict = field(default_factory=dict)  # engine spec -> Score of its serving emulation (not saved)
+    engine_scores: list[EngineScore] = field(default_factory=list)  # per engine release of the wiring check
 
     @property
     def main(self) -> Score:
@@ -328,7 +362,7 @@ class VerifyResult:
                           + "; norms: per-token L2, position 0 excluded"),
             "results": [dict(s.to_dict(), norm_comparison=c) for s, c in zip(self.scores, self.comparisons)],
             "verdict": self.verdict.to_dict(),
-            "wiring_check": self.wiring_check,
+            "wiring_check": dict(self.wiring_check, engine_scores=[e.to_dict() for e in self.engine_scores]),
             "seconds": self.seconds,
             "saved": None if self.saved is None else str(self.saved),
             "save_error": self.save_error,
@@ -340,6 +374,7 @@ class VerifyResult:
 
 
 __all__ = [
-    "REFERENCES", "REPORT_FILE", "REPORT_FORMAT", "REPORT_VERSION", "Reference", "VerifyReport", "VerifyResult",
+    "REFERENCES", "REPORT_FILE", "REPORT_FORMAT", "REPORT_VERSION", "EngineScore", "Reference", "VerifyReport",
+    "VerifyResult",
     "WiringFigures",
 ]

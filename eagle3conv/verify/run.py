@@ -26,7 +26,7 @@ from eagle3conv.verify.inputs import (
     load_target_embeddings,
     load_target_head,
 )
-from eagle3conv.verify.report import REPORT_FILE, VerifyResult
+from eagle3conv.verify.report import REPORT_FILE, EngineScore, VerifyResult
 from eagle3conv.verify.search import (
     candidates,
     config_candidate,
@@ -76,7 +76,6 @@ def verify(
     """
     from eagle3conv.states.readers import open_states
     from eagle3conv.wiring.apply import WiringOptions, check_only, gather
-    from eagle3conv.wiring.check import sglang_preference
 
     t_start = time.perf_counter()
     if steps < 1 or steps > 16:
@@ -111,8 +110,7 @@ def verify(
         ev.target = TargetProfile(name=states.target or "the captured target", hidden_size=states.hidden_size,
                                   num_hidden_layers=states.num_layers, vocab_size=states.vocab_size or 0)
     n = ev.target.num_hidden_layers if ev.target else states.num_layers
-    prefer = sglang_preference(ev.target.architectures if ev.target else None,
-                               ev.target.model_type if ev.target else None)
+    family = ev.target.family if ev.target else None
     fc = tensors.get("fc.weight")
     from eagle3conv.model.drafter import DrafterConfig
 
@@ -127,15 +125,14 @@ def verify(
         search = True
         notes.append("config.json names no aux layers: verify ran the global wiring search by itself "
                      "(as with --search-wiring)")
-    asked = (check.report.engines or [None])[0] if opts.engines else None
+    asked = check.report.rows[0] if opts.asked() and check.report.rows else None
     if layers is not None:
         base = Candidate("given", to_refs(list(layers), "output", n), f"--layers {','.join(map(str, layers))}")
-    elif asked is not None and asked.get("layers"):
+    elif asked is not None and asked.layers:
         # --engine E: verify's own score feeds what E captures from this config (E's row, the engine rules)
-        base = Candidate("config", tuple(LayerRef(x["output_of"]) for x in asked["layers"]),
-                         f"what {asked['release']} captures from this config (the first --engine)")
+        base = Candidate("config", asked.layers, f"what {asked.release} captures from this config (the first --engine)")
     else:
-        base = config_candidate(config, n, prefer)
+        base = config_candidate(config, n, family, check.report.rows)
     if len(base.layers) != dc.num_aux:
         raise WiringError(f"the wiring names {len(base.layers)} layers ({describe(base.layers)}) but fc reads "
                           f"{dc.num_aux}")
@@ -171,7 +168,7 @@ def verify(
         check.report.findings += audit_embedding(serving.compare(), where=f"{path}/config.json")
     main_fw = serving.main()
     ran = serving.describe(main_fw)
-    if opts.engines:
+    if opts.asked():
         notes.append(f"the drafter ran as {main_fw.engine} runs it (the first --engine)" + "".join(f"; {d}" for d in ran))
     elif ran:
         notes.append(f"the drafter ran as {main_fw.engine} runs it (verify's reference forward)"
@@ -181,7 +178,7 @@ def verify(
     if search and screen_dtype(dev, dt) is not dt:  # the screen only ranks: bf16 where the CPU has it
         screener, _ = build_drafter(config, tensors, dev, screen_dtype(dev, dt), embeddings=table,
                                     **serving.kwargs(main_fw))
-    if not serving.needs_tensors(check.report.engines, main_fw):
+    if not serving.needs_tensors(check.report.rows, main_fw):
         del tensors, table, head  # no engine runs the drafter otherwise: the weights are not needed again
         serving.release()
     t_built = time.perf_counter()
@@ -190,7 +187,7 @@ def verify(
     coverage = None
     if search:
         avail = [r for r in states.layers]
-        cands = candidates(base, truth, avail, n, wide=False)
+        cands = candidates(base, truth, avail, n, wide=False, family=family)
         if not cands or cands[0] is not base:
             states.check_refs(base.layers)  # explains what is missing
         cands, coverage = global_search(screener, states, cands, avail, dc.num_aux, n, target_embeds=target_embeds,
@@ -223,7 +220,7 @@ def verify(
                 f"{states_path}: the hidden states of slot {bad[0]} ({cand.layers[bad[0]]}) are not finite "
                 "(NaN or Inf): the capture went wrong", hint="capture again (a bf16 overflow? try --dtype fp32)")
     wiring_check = check.to_dict()
-    engine_scores = _score_engines(wiring_check.get("engines") or [], scores, drafter, states, steps=steps,
+    engine_scores = _score_engines(check.report.rows, scores, drafter, states, steps=steps,
                                    batch_size=batch_size, target_embeds=target_embeds, max_sequences=max_sequences,
                                    labels=labels, serving=serving, main_fw=main_fw, device=dev, dtype=dt)
     serving.release()
@@ -296,7 +293,7 @@ class _Serving:
 
     def main(self):
         """verify's own forward: the first --engine's, else SGLang's (the newest release)."""
-        rels = self.opts.releases() if self.opts.engines else ()
+        rels = self.opts.releases() if self.opts.asked() else ()
         return self.of(rels[0] if rels else "sglang")
 
     def compare(self) -> dict | None:
@@ -338,77 +335,73 @@ class _Serving:
                            f"target's: {seen})")
         return out
 
-    def needs_tensors(self, rows: list[dict], main_fw) -> bool:
-        from eagle3conv.spec.engines import parse_engine
-
+    def needs_tensors(self, rows, main_fw) -> bool:
         mine = self.key(main_fw)
-        return any(self.key(self.of(parse_engine(r["engine"]))) != mine for r in rows if r.get("layers"))
+        return any(self.key(self.of(r.release)) != mine for r in rows if r.layers)
 
 
-def _score_engines(rows: list[dict], scores: list[Score], drafter, states, *, serving: _Serving | None = None,
-                   main_fw=None, device=None, dtype=None, **kw) -> dict[str, Score]:
-    """Serving emulation, side by side: for each engine release of the wiring check, score
-    the aux layers it captures from this config, run the way that engine runs the drafter
-    (RoPE layout, norm_before_residual, whose embedding: docs/facts.md §9), reusing a
-    score already made for the same layers and forward; each row gets ``accept_length``
-    and ``acceptance`` (per draft position), or ``not_scored`` saying why, and
-    ``emulated`` / ``not_emulated`` / ``not_read``: the engine's differences from
-    config.json that were run, that captured states cannot show, and that the rules
-    do not record; ``paired_vs_main``: its accept length minus verify's main score's
-    (the config's wiring, run as the first --engine or SGLang runs it), with the paired
-    95% interval. Returns each scored row's :class:`Score` by engine."""
-    from eagle3conv.spec.engines import parse_engine
+def _score_engines(rows, scores: list[Score], drafter, states, *, serving: _Serving | None = None,
+                   main_fw=None, device=None, dtype=None, **kw) -> list[EngineScore]:
+    """Serving emulation, side by side: for each engine release's row of the wiring check
+    (:class:`~eagle3conv.spec.engines.EngineRow`), score the aux layers it captures from this
+    config, run the way that release runs the drafter (RoPE layout, norm_before_residual, whose
+    embedding: docs/facts.md §9), reusing a score already made for the same layers and forward.
+    One :class:`EngineScore` per row, beside the row (never written into it)."""
     from eagle3conv.verify.stats import paired_difference
 
     main_key = serving.key(main_fw) if serving is not None else None
     done = {(s.candidate.layers, main_key): s for s in scores}
     built = {main_key: (drafter, kw.get("target_embeds"))}
-    out: dict[str, Score] = {}
+    out: list[EngineScore] = []
     for row in rows:
-        fw = serving.of(parse_engine(row["engine"])) if serving is not None else None
+        rel = row.release
+        fw = serving.of(rel) if serving is not None else None
+        info = {}
         if fw is not None:
-            row["forward"] = {"rope": None if fw.rope_interleave is None else
-                              ("interleaved" if fw.rope_interleave else "half-split (neox)"),
-                              "norm_before_residual": fw.norm_before_residual,
-                              "embedding": "drafter's own" if serving.own_embedding(fw) else "target's",
-                              "head": "target's" if fw.target_head else "drafter's own",
-                              "why": fw.why, "source": fw.source}
-            row["emulated"] = serving.describe(fw)
-            row["not_emulated"] = list(fw.not_emulated)
-            row["not_read"] = list(fw.not_read)
-        if row.get("layers") is None:
-            row["not_scored"] = row.get("error") or "the engine captures nothing usable from this config"
+            info = dict(forward={"rope": None if fw.rope_interleave is None else
+                                 ("interleaved" if fw.rope_interleave else "half-split (neox)"),
+                                 "norm_before_residual": fw.norm_before_residual,
+                                 "embedding": "drafter's own" if serving.own_embedding(fw) else "target's",
+                                 "head": "target's" if fw.target_head else "drafter's own",
+                                 "why": fw.why, "source": fw.source},
+                        emulated=tuple(serving.describe(fw)), not_emulated=tuple(fw.not_emulated),
+                        not_read=tuple(fw.not_read))
+        info.setdefault("forward", None)
+        if row.layers is None:
+            why = (row.capture.error.message if row.capture.error else row.capture.unknown
+                   or "the engine captures nothing usable from this config")
+            out.append(EngineScore(rel.spec, str(rel), not_scored=why, **info))
             continue
-        refs = tuple(LayerRef(x["output_of"]) for x in row["layers"])
+        refs = row.layers
         key = serving.key(fw) if fw is not None else None
         s = done.get((refs, key))
         if s is None:
             try:
                 states.check_refs(refs)
             except (WiringError, UsageError) as err:
-                row["not_scored"] = f"the states do not hold what {row['release']} captures: {err.message}"
+                out.append(EngineScore(rel.spec, str(rel), not_scored=f"the states do not hold what {rel} captures: "
+                                                                      f"{err.message}", **info))
                 continue
             if key not in built:
                 if serving.tensors is None:  # pragma: no cover - needs_tensors kept them
-                    row["not_scored"] = "the drafter's weights were released before this engine's forward was built"
+                    out.append(EngineScore(rel.spec, str(rel), not_scored="the drafter's weights were released "
+                                                                          "before this engine's forward was built",
+                                           **info))
                     continue
                 built[key] = build_drafter(serving.config, serving.tensors, device, dtype, embeddings=serving.table,
                                            **serving.kwargs(fw))
             runner, embeds = built[key]
-            s = evaluate(runner, states, Candidate(f"engine {row['engine']}", refs,
-                                                   f"what {row['release']} captures from this config, run as it "
+            s = evaluate(runner, states, Candidate(f"engine {rel.spec}", refs,
+                                                   f"what {rel} captures from this config, run as it "
                                                    "runs the drafter"), **{**kw, "target_embeds": embeds})
             done[(refs, key)] = s
-        row["accept_length"] = round(s.accept_length, 4)
-        row["acceptance"] = [round(a, 4) for a in s.acceptance]
-        row["accept_length_ci95"] = [round(x, 4) for x in s.accept_length_ci]
+        paired = None
         if scores:
             d, lo, hi = paired_difference(s, scores[0])
-            row["paired_vs_main"] = {"difference": round(d, 4),
-                                     "ci95": [round(lo, 4), round(hi, 4)] if math.isfinite(lo + hi) else None,
-                                     "definition": "accept length over every chain start, this engine minus "
-                                                   "verify's main score, resampling sequences jointly"}
-        out[row["engine"]] = s
+            paired = {"difference": round(d, 4), "ci95": [round(lo, 4), round(hi, 4)] if math.isfinite(lo + hi) else None,
+                      "definition": "accept length over every chain start, this engine minus verify's main score, "
+                                    "resampling sequences jointly"}
+        out.append(EngineScore(rel.spec, str(rel), score=s, paired_vs_main=paired, **info))
     return out
 
 

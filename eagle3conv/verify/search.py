@@ -29,7 +29,7 @@ from typing import Literal
 from eagle3conv.errors import UsageError, WiringError
 from eagle3conv.verify.evaluate import Candidate, Score
 from eagle3conv.verify.stats import paired_difference, paired_mean_difference
-from eagle3conv.spec.layers import EMBEDDING, LayerRef, LayerSet, describe, engine_defaults, to_ids, to_refs
+from eagle3conv.spec.layers import EMBEDDING, LayerRef, LayerSet, describe, to_ids, to_refs
 from eagle3conv.spec.drafter import aux_ids
 
 MIN_SEARCH_SEQUENCES = 10  # below this, sequence-bootstrap intervals are not worth naming a wiring on
@@ -43,38 +43,50 @@ STATUSES: tuple[str, ...] = ("named", "stands", "ambiguous", "undecided")
 # --------------------------------------------------------------------------- candidates
 
 
-def config_candidate(config: dict, num_layers: int | None, prefer: str) -> Candidate:
-    """The wiring an engine would use with this config: eagle3conv's provenance if
-    written, else the SGLang ids as the preferred version reads them, else the default."""
+def config_candidate(config: dict, num_layers: int | None, family: str | None, rows=()) -> Candidate:
+    """The wiring an engine would use with this config: eagle3conv's provenance if written, else
+    what the first release of the wiring check that reads ids from config.json captures from them
+    (its :class:`~eagle3conv.spec.engines.EngineRow`), else every engine's default."""
     prov = ((config.get("eagle3conv") or {}).get("aux_layers") or {}).get("layers")
     if isinstance(prov, list) and prov:
         return Candidate("config", tuple(LayerRef(x["output_of"]) for x in prov),
                          "config.json's eagle3conv.aux_layers (as written for every engine)")
-    ids = aux_ids(config).nested
-    if isinstance(ids, list) and ids:
-        if -1 in ids:  # eagle3conv's output numbering: [-1, 2, 30] = the embedding output + outputs 2, 30
+    declared = aux_ids(config).fields()
+    for fld, ids in declared.items():
+        if isinstance(ids, list) and -1 in ids:  # eagle3conv's output numbering: -1 = the embedding output
             return Candidate("config", to_refs(ids, "output", num_layers),
-                             f"config.json eagle_config ids {ids}, -1 read as the embedding output "
-                             "(SGLang itself cannot capture it)")
-        try:
-            how = ("as the newest SGLang reads them for the target's family" if prefer.startswith("sglang")
-                   else f"read as {prefer}")  # the report prints the layers beside this
-            return Candidate("config", to_refs(ids, prefer, num_layers), f"config.json eagle_config ids {ids}, {how}")
-        except WiringError as err:
-            raise WiringError(f"config.json eagle_config ids {ids}: {err.message}",
-                              hint="score a wiring explicitly with --layers, or fix it with eagle3conv config") from None
-    top = aux_ids(config).top_level
-    if isinstance(top, list) and top:
-        return Candidate("config", to_refs(top, "input", num_layers), f"config.json top-level ids {top} (vLLM)")
+                             f"config.json {fld} {ids}, -1 read as the embedding output (no engine release "
+                             "read captures it this way)")
+    reading = [r for r in rows if r.capture.field is not None and r.capture.field.in_config and r.layers]
+    if reading:  # the first engine's newest release reading config.json (the check's priority)
+        first = {name: i for i, name in enumerate(dict.fromkeys(r.release.engine for r in rows))}
+        r = min(reading, key=lambda x: (first[x.release.engine], tuple(-v for v in x.release.version)))
+        return Candidate("config", r.layers, f"config.json {r.capture.field} {list(r.capture.ids or ())}, as "
+                                             f"{r.release} reads them")
+    if declared:
+        failed = next((r.capture for r in rows if r.capture.error is not None), None)
+        why = failed.error.message if failed is not None else "no engine release read them"
+        raise WiringError(f"config.json's aux ids name no layers an engine captures: {why}",
+                          hint="score a wiring explicitly with --layers, or fix it with eagle3conv config")
     if num_layers is None:
         raise UsageError("config.json names no aux layers and the target's layer count is unknown",
                          hint="pass --target, or write the wiring with eagle3conv config")
-    d = engine_defaults(num_layers)["output"]
-    return Candidate("config", d.refs, "no ids in config.json: every engine's default")
+    return Candidate("config", _default_layers(family, num_layers), "no ids in config.json: every engine's default")
+
+
+def _default_layers(family: str | None, num_layers: int) -> LayerSet:
+    """What the newest SGLang release captures with no ids (the engine rules; the other engines'
+    defaults name the same states for most families)."""
+    from eagle3conv.spec.engines import default_capture
+
+    cap = default_capture("sglang", family, num_layers)
+    if cap.layers is None:
+        raise WiringError(f"no engine default fits this target: {cap.error.message if cap.error else cap.unknown}")
+    return cap.layers
 
 
 def candidates(base: Candidate, trained: LayerSet | None, available: Sequence[LayerRef], num_layers: int | None,
-               *, wide: bool = True) -> list[Candidate]:
+               *, wide: bool = True, family: str | None = None) -> list[Candidate]:
     """The wirings worth scoring, among the layers the states hold."""
     have = set(available)
     out: list[Candidate] = []
@@ -100,9 +112,16 @@ def candidates(base: Candidate, trained: LayerSet | None, available: Sequence[La
     emb = (EMBEDDING, *base_layers[:-1])
     add("with the embedding output", emb, "in case training included the embedding output (docs/facts.md §5)")
     if num_layers is not None and num_layers >= 4:
-        d = engine_defaults(num_layers)
-        add("engine default", d["output"].refs, f"what every engine captures with no ids ({d['output'].note})")
-        add("SpecForge 2025-09 default", d["specforge-2025-09"].refs, d["specforge-2025-09"].note)
+        from eagle3conv.spec.engines import default_capture, default_engines
+
+        for rel in default_engines():  # each distinct default, by the engine rules
+            cap = default_capture(rel, family, num_layers)
+            if cap.layers is not None:
+                add("engine default", cap.layers, f"what {rel} captures with no ids")
+        n = num_layers  # SpecForge #240: online runs of 2025-09-01..2025-10-20 captured middle layer N//2
+        add("SpecForge 2025-09 default", (LayerRef(1), LayerRef(n // 2), LayerRef(n - 4)),
+            "SpecForge online runs between 2025-09-01 and 2025-10-20 captured the outputs of layers 1, N//2, N-4 "
+            "(SpecForge #240), which no engine default matches")
     if wide:
         for slot in range(len(base_layers)):
             for delta in (-2, -1, 1, 2):
@@ -129,9 +148,7 @@ FINALISTS = 8  # screened wirings confirmed on every position (the evidence wiri
 def names_layers(config: dict) -> bool:
     """Whether config.json names the aux layers (eagle3conv's provenance, SGLang's or vLLM's ids)."""
     prov = ((config.get("eagle3conv") or {}).get("aux_layers") or {}).get("layers")
-    ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    top = config.get("eagle_aux_hidden_state_layer_ids")
-    return any(isinstance(x, list) and len(x) > 0 for x in (prov, ids, top))
+    return any(isinstance(x, list) and len(x) > 0 for x in (prov, *aux_ids(config).fields().values()))
 
 
 def all_wirings(available: Sequence[LayerRef], slots: int) -> list[LayerSet]:

@@ -16,15 +16,9 @@ from typing import Any
 from eagle3conv.errors import UsageError
 from eagle3conv.findings import AUX_LAYERS, CONFLICTS, TARGET_HIDDEN, Finding
 from eagle3conv.wiring import metadata as meta
-from eagle3conv.wiring.check import WiringReport, check_wiring, priority_releases, sglang_numbering
+from eagle3conv.wiring.check import WiringReport, check_wiring
 from eagle3conv.checkpoint.config import apply_edits
-from eagle3conv.wiring.config_ids import (
-    WiringEdits,
-    per_engine_ids,
-    provenance_record,
-    sglang_version_for,
-    wiring_edits,
-)
+from eagle3conv.wiring.config_ids import WiringEdits, provenance_record, wiring_edits
 from eagle3conv.spec.layers import describe
 from eagle3conv.spec.targets import TargetProfile, get_target, target_from_config
 
@@ -38,34 +32,39 @@ class WiringOptions:
     captured_at: str | None = None
     metadata: str | None = None
     dumps: str | None = None
-    sglang_version: str = "auto"  # auto | old | new
+    sglang_version: str = "auto"
+    """``--sglang-version old|new``: an alias of ``--engine sglang==OLDEST`` / ``sglang==NEWEST`` (the
+    oldest and newest SGLang releases read), put before any ``--engine``; ``auto``: nothing."""
     rewire: bool = False
     max_context: int | None = None
     """``--max-context``: the longest context served (the audit's max_position_embeddings check)."""
     engines: tuple[str, ...] = ()
     """``--engine`` (repeatable): ``sglang==0.5.23``, ``vllm``...; empty: the default set."""
 
+    def asked(self) -> tuple[str, ...]:
+        """The ``--engine`` specs asked, ``--sglang-version`` (an alias) first."""
+        from eagle3conv.spec.engines import edge_release
+
+        if self.sglang_version in ("old", "new"):
+            alias = edge_release("sglang", "oldest" if self.sglang_version == "old" else "newest").spec
+            return (alias, *self.engines)
+        if self.sglang_version not in ("auto", None):
+            raise UsageError(f"--sglang-version must be auto, old or new, got '{self.sglang_version}'")
+        return tuple(self.engines)
+
     def releases(self) -> tuple:
         """The engine releases to check and write for (parsed; UsageError on a bad one)."""
         from eagle3conv.spec.engines import default_engines, parse_engine
 
-        if not self.engines:
-            rels = default_engines()
-            if self.sglang_version in ("old", "new"):
-                # --sglang-version old|new: that SGLang numbering wins where no single id list serves both
-                old = [r for r in rels if r.engine == "sglang" and r.version < (0, 5, 13)]
-                rest = [r for r in rels if r not in old]
-                rels = tuple(old + rest) if self.sglang_version == "old" else tuple(rest + old)
-            return rels
+        asked = self.asked()
+        if not asked:
+            return default_engines()
         out = []
-        for text in self.engines:
+        for text in asked:
             rel = parse_engine(text)
             if rel not in out:
                 out.append(rel)
         return tuple(out)
-
-    def release_notes(self) -> list[str]:
-        return [r.note for r in self.releases() if r.note]
 
     def flags(self) -> str:
         parts = []
@@ -75,7 +74,7 @@ class WiringOptions:
             parts += ["--trained-on", self.trained_on, "--captured-at", self.captured_at or "input"]
         if self.metadata:
             parts += ["--metadata", self.metadata]
-        for e in self.engines:
+        for e in self.asked():
             parts += ["--engine", e]
         return " ".join(shlex.quote(p) for p in parts)
 
@@ -157,7 +156,7 @@ def gather(root: Path | None, extras: dict | None, config: dict | None, opts: Wi
                "layers": meta.decode_ids(list(config_record.raw_ids), numbering, n_cfg, field_name),
                "convention": numbering,
                "includes_embedding": None,
-               "source": f"{field_name} ({source_format.title}: {numbering}-of-layer numbering)"})
+               "source": f"{field_name}, {numbering}-of-layer numbering ({source_format.name})"})
         config_record = meta.TrainingRecord(
             **{**config_record.__dict__,
                "includes_embedding": any(r.is_embedding for r in config_record.layers)})
@@ -233,13 +232,9 @@ def wire(config: dict, ev: Evidence, opts: WiringOptions, *, fc_in: int | None, 
             conflicts = [f for f in pre.errors if f.code in CONFLICTS]
             if conflicts:
                 return Wiring(config, None, pre, conflicts)
-        prio = priority_releases(kw["engines"], kw["explicit_engines"]).get("sglang")
-        numbering = sglang_numbering(family, prio) if prio is not None else "sglang-old"
-        version = sglang_version_for(config, truth.layers, n, opts.sglang_version, numbering)
         edits = wiring_edits(config, truth, num_layers=n, target=tname,
-                             target_repo=target.hf_repo if target else None, sglang_version=version, family=family)
-        if n is not None:
-            edits.engines = per_engine_ids(truth.layers, family, n, kw["engines"])
+                             target_repo=target.hf_repo if target else None, family=family,
+                             releases=kw["engines"] if kw["explicit_engines"] else ())
         config = apply_edits(config, edits.config_edits)
     report = _check(config, ev, kw, target_hidden)
     _audit(report, config, ev, opts, tensor_names, read_d2t)
@@ -291,7 +286,7 @@ def _check_kw(ev: Evidence, opts: WiringOptions | None, *, fc_in: int | None, ta
     return dict(fc_in=fc_in, target_hidden=target_hidden, num_layers=target.num_hidden_layers if target else None,
                 target=target.name if target else None, source_format=source_format, fix_command=fix_command,
                 family=target.family if target else None, engines=opts.releases(),
-                explicit_engines=bool(opts.engines) or opts.sglang_version in ("old", "new"))
+                explicit_engines=bool(opts.asked()))
 
 
 def check_only(config: dict, ev: Evidence, *, fc_in: int | None, target_hidden: int | None,

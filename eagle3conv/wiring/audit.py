@@ -47,7 +47,7 @@ from eagle3conv.findings import (
     Finding,
 )
 from eagle3conv.spec.canonical import architecture_for, drafter_uses_own_embedding
-from eagle3conv.spec.drafter import architecture_key
+from eagle3conv.spec.drafter import AUX_KEY, architecture_key
 
 
 def _w(code: str, message: str, fix: str) -> Finding:
@@ -165,8 +165,8 @@ def _engine_defaults(cfg: Mapping[str, Any], tensor_names, where: str) -> list[F
                       f"{where} has eagle_config: null: SGLang and vLLM read it as no eagle_config at all, so "
                       "SGLang captures its default aux layers (it reads ids only from eagle_config) and no switch "
                       "is read from it (use_aux_hidden_state stays true, norm_before_fc comes from the top level)",
-                      f"remove eagle_config from {where}, or write it as an object with "
-                      "eagle_aux_hidden_state_layer_ids (eagle3conv config does)"))
+                      f"remove eagle_config from {where}, or write it as an object with {AUX_KEY} "
+                      "(eagle3conv config does)"))
     return out
 
 

@@ -1,61 +1,86 @@
-"""Writing the aux-layer wiring into config.json, in every engine's numbering.
+"""Writing the aux-layer wiring into config.json, for every engine release served.
 
-Given the explicit layers a drafter was trained on, :func:`wiring_edits` makes
-the config edits each engine needs and the launch lines for each:
+Given the explicit layers a drafter was trained on, :func:`wiring_edits` asks the engine rules
+(:func:`eagle3conv.spec.engines.plan_ids`) which id list each config field must hold so that
+the releases served capture those layers -- the releases asked first (their reading wins where
+no single list serves every release reading a field), then every engine's default releases --
+and makes the config edits:
 
-* SGLang reads nested ``eagle_config.eagle_aux_hidden_state_layer_ids`` (and
-  ``eagle_config.use_aux_hidden_state``). Ids that old and new SGLang read the
-  same way are chosen when they exist (first slot = output of layer 1);
-  otherwise the chosen version's ids, and the provenance says which versions
-  they are right for.
-* vLLM reads the top-level ``eagle_aux_hidden_state_layer_ids`` (input-of-layer).
-* TensorRT-LLM takes ``eagle3_layers_to_capture`` (output-of-layer) at launch:
-  printed, not written.
-* ``eagle3conv.aux_layers``: the provenance block, the explicit layer set, where
-  it came from, every engine's ids, the tool version. Later checks read the
-  layers from here rather than guessing a numbering.
+* each config field a release reads its ids from (for SGLang the nested
+  ``eagle_config`` list, for vLLM the top-level one: whatever the rules say), written through
+  the one writer of config fields (:func:`eagle3conv.spec.drafter.with_field`), and the switch
+  fields that turn capture on;
+* ids read from a launch option (TensorRT-LLM) are printed in the launch lines, not written;
+* ``eagle3conv.aux_layers``: the provenance block, the explicit layer set, where it came from,
+  every field's ids, the tool version. Later checks read the layers from here rather than
+  guessing a numbering.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from eagle3conv.version import __version__
-from eagle3conv.errors import WiringError
+from eagle3conv.errors import UsageError, WiringError
 from eagle3conv.checkpoint.config import ConfigEdit
-from eagle3conv.spec.engines import SglangIds, sglang_ids
-from eagle3conv.spec.layers import (
-    LayerRef,
-    LayerSet,
-    describe,
-    to_ids,
-    validate_refs,
+from eagle3conv.spec.drafter import read_field, with_field
+from eagle3conv.spec.engines import (
+    EngineRelease,
+    IdField,
+    IdsPlan,
+    default_engines,
+    engines,
+    fc_fix,
+    id_field,
+    plan_ids,
 )
+from eagle3conv.spec.layers import LayerRef, LayerSet, describe, validate_refs
 from eagle3conv.wiring.metadata import TrainingRecord, make_record
 
 PROVENANCE_KEY = "eagle3conv"
-AUX_KEY = "aux_layers"
+PROVENANCE_LAYERS = "aux_layers"
+
+
+def served_releases(asked: Sequence[EngineRelease]) -> tuple[EngineRelease, ...]:
+    """The releases ids are written for, in priority order: those asked, then the default releases
+    of every engine not asked for (newest first: where no single list serves them all, the newest
+    release's reading wins, as the check's priority says), so that the config serves on every engine."""
+    engines_asked = {r.engine for r in asked}
+    rest = [r for r in default_engines() if r.engine not in engines_asked]
+    order = {name: i for i, name in enumerate(dict.fromkeys(r.engine for r in rest))}
+    return tuple(asked) + tuple(sorted(rest, key=lambda r: (order[r.engine], tuple(-x for x in r.version))))
 
 
 @dataclass
 class WiringEdits:
-    """The trained layers in every engine's numbering, and the config.json edits that write them."""
+    """The trained layers, the id list each field holds for them, and the config.json edits."""
 
     layers: LayerSet
     record: TrainingRecord
     num_layers: int | None
     target: str | None
     target_repo: str | None
-    sglang: SglangIds
-    vllm_ids: tuple[int, ...]
-    trtllm_ids: tuple[int, ...]
+    plan: IdsPlan
+    readers: dict[IdField, list[EngineRelease]] = field(default_factory=dict)
+    """Per field: the releases that read their ids there first."""
     config_edits: list[ConfigEdit] = field(default_factory=list)
-    engines: list[dict] = field(default_factory=list)
-    """Per engine release asked: the field it reads and the ids it needs (:func:`per_engine_ids`)."""
+
+    def launch_ids(self, engine: str) -> tuple[int, ...] | None:
+        """The ids the launch line of ``engine`` passes (a launch option), if it reads them there."""
+        for where, rels in self.readers.items():
+            if not where.in_config and any(r.engine == engine for r in rels):
+                return self.plan.ids(where)
+        return None
+
+    def fields(self) -> list[dict]:
+        out = []
+        for where, ids in (*self.plan.fields, *self.plan.launch):
+            out.append({"field": where.name, "kind": where.kind, "ids": list(ids),
+                        "read_by": [str(r) for r in self.readers.get(where, [])]})
+        return out
 
     def provenance(self) -> dict:
         return {
@@ -64,13 +89,7 @@ class WiringEdits:
             "source": self.record.source,
             "target": self.target,
             "target_num_layers": self.num_layers,
-            "ids": {
-                "sglang": list(self.sglang.ids),
-                "sglang_right_for": list(self.sglang.right_for),
-                "sglang_by_version": {k: (None if v is None else list(v)) for k, v in self.sglang.by_version.items()},
-                "vllm": list(self.vllm_ids),
-                "tensorrt_llm_eagle3_layers_to_capture": list(self.trtllm_ids),
-            },
+            "ids": self.fields(),
             "written_by": f"eagle3conv {__version__}",
         }
 
@@ -79,17 +98,20 @@ class WiringEdits:
         tgt = shlex.quote(self.target_repo or self.target or "TARGET")
         d = shlex.quote(drafter)
         spec = json.dumps({"method": "eagle3", "model": drafter, "num_speculative_tokens": 3})
-        trt = {"decoding_type": "Eagle3", "max_draft_len": 3, "speculative_model_dir": drafter,
-               "eagle3_layers_to_capture": list(self.trtllm_ids)}
-        return {
+        out = {
             "sglang": (f"python -m sglang.launch_server --model-path {tgt} --speculative-algorithm EAGLE3 "
                        f"--speculative-draft-model-path {d} --speculative-num-steps 3 "
                        f"--speculative-eagle-topk 1 --speculative-num-draft-tokens 4"),
             "vllm": f"vllm serve {tgt} --speculative-config {shlex.quote(spec)}",
-            "tensorrt_llm": f"trtllm-serve {tgt} --extra_llm_api_options extra.yaml  "
-                            f"# extra.yaml: speculative_config: {json.dumps(trt)}",
-            "tensorrt_llm_layers": f"eagle3_layers_to_capture: {sorted(self.trtllm_ids)}",
         }
+        trt_ids = self.launch_ids("tensorrt-llm")
+        if trt_ids is not None:
+            trt = {"decoding_type": "Eagle3", "max_draft_len": 3, "speculative_model_dir": drafter,
+                   "eagle3_layers_to_capture": list(trt_ids)}
+            out["tensorrt_llm"] = (f"trtllm-serve {tgt} --extra_llm_api_options extra.yaml  "
+                                   f"# extra.yaml: speculative_config: {json.dumps(trt)}")
+            out["tensorrt_llm_layers"] = f"eagle3_layers_to_capture: {sorted(trt_ids)}"
+        return out
 
     def to_dict(self, drafter: str | None = None) -> dict:
         d = {
@@ -98,13 +120,10 @@ class WiringEdits:
             "source": self.record.source,
             "target": self.target,
             "target_num_layers": self.num_layers,
-            "sglang_ids": list(self.sglang.ids),
-            "sglang_right_for": list(self.sglang.right_for),
-            "sglang_note": self.sglang.note,
-            "vllm_ids": list(self.vllm_ids),
-            "tensorrt_llm_ids": list(self.trtllm_ids),
+            "ids": self.fields(),
             "config_edits": [e.to_dict() for e in self.config_edits],
-            "per_engine": self.engines,
+            "per_engine": [{"engine": r.spec, "field": str(id_field(r)), "ids": None if ids is None else list(ids)}
+                           for r, ids in self.plan.needs],
         }
         if drafter is not None:
             d["launch"] = self.launch(drafter)
@@ -113,54 +132,23 @@ class WiringEdits:
 
 def provenance_record(config: Mapping | None) -> TrainingRecord | None:
     """The layers an earlier ``eagle3conv config``/``fix-keys`` wrote into ``config.json``."""
-    block = ((config or {}).get(PROVENANCE_KEY) or {})
-    aux = block.get(AUX_KEY) if isinstance(block, Mapping) else None
-    if not isinstance(aux, Mapping):
+    found, aux = read_field(config, f"{PROVENANCE_KEY}.{PROVENANCE_LAYERS}")
+    if not found or not isinstance(aux, Mapping):
         return None
     layers = aux.get("layers")
+    where = f"config.json {PROVENANCE_KEY}.{PROVENANCE_LAYERS}.layers"
+    if not isinstance(layers, list) or not all(isinstance(x, Mapping) and "output_of" in x for x in layers):
+        raise WiringError(f"{where} is malformed (expected a list of {{\"output_of\": N}} objects)")
     try:
-        refs = validate_refs(LayerRef(item["output_of"]) for item in layers)  # type: ignore[union-attr]
-    except Exception as err:  # noqa: BLE001 - a hand-edited block: say so
-        raise WiringError(f"config.json {PROVENANCE_KEY}.{AUX_KEY}.layers is malformed ({err})") from None
+        refs = validate_refs(LayerRef(item["output_of"]) for item in layers)
+    except (WiringError, UsageError) as err:  # LayerRef refuses a non-integer, validate_refs a repeat
+        raise WiringError(f"{where} is malformed ({err.message})") from None
     if not refs:
-        raise WiringError(f"config.json {PROVENANCE_KEY}.{AUX_KEY}.layers is empty")
+        raise WiringError(f"{where} is empty")
     src = aux.get("source")
-    return make_record(refs, f"config.json {PROVENANCE_KEY}.{AUX_KEY}" + (f" (first from {src})" if src else ""),
-                   target=aux.get("target") if isinstance(aux.get("target"), str) else None, kind="provenance")
-
-
-def sglang_version_for(config: Mapping | None, layers: LayerSet, num_layers: int | None, choice: str,
-                       family_default: str) -> str:
-    """``choice`` is ``old``/``new``/``auto``. Auto: the numbering of the SGLang release
-    that wins for the target's family (see :func:`~eagle3conv.wiring.check.priority_releases`);
-    ids both numberings read alike are written whenever they exist."""
-    if choice in ("old", "new"):
-        return f"sglang-{choice}"
-    return family_default
-
-
-def rules_layer_count(layers: LayerSet, num_layers: int | None) -> int:
-    """The layer count to read the engine rules with: the target's, or, when it is not
-    known, one past the deepest layer named (no range check is possible then)."""
-    if num_layers is not None:
-        return num_layers
-    return max([r.output_of for r in layers] + [0]) + 2
-
-
-def per_engine_ids(layers: LayerSet, family: str | None, num_layers: int, engines) -> list[dict]:
-    """For each engine release: where it reads its ids and the ids that make it capture
-    ``layers`` (engine rules, docs/facts.md §9); None when no id list can."""
-    from eagle3conv.spec.engines import id_field, ids_for
-
-    out = []
-    for rel in engines:
-        try:
-            ids = ids_for(rel, family, num_layers, layers)
-        except (WiringError, Exception):  # noqa: BLE001 - out of range: reported by the check
-            ids = None
-        out.append({"engine": rel.label.replace(" ", "==", 1), "field": id_field(rel),
-                    "ids": None if ids is None else list(ids)})
-    return out
+    return make_record(refs, f"config.json {PROVENANCE_KEY}.{PROVENANCE_LAYERS}",
+                       target=aux.get("target") if isinstance(aux.get("target"), str) else None, kind="provenance",
+                       first_from=src if isinstance(src, str) else None)
 
 
 def wiring_edits(
@@ -170,48 +158,73 @@ def wiring_edits(
     num_layers: int | None,
     target: str | None,
     target_repo: str | None = None,
-    sglang_version: str = "sglang-old",
     family: str | None = None,
+    releases: Sequence[EngineRelease] = (),
 ) -> WiringEdits:
-    """The config edits that wire ``record.layers`` for every engine.
-
-    The SGLang ids come from the engine rules for the target's ``family``
-    (:func:`eagle3conv.spec.engines.sglang_ids`; ``sglang_version`` is the numbering
-    preferred when old and new SGLang read no id list alike). Raises
-    :class:`WiringError` when SGLang cannot capture the set (the embedding output,
-    the last layer's output) or a layer is out of range.
-    """
+    """The config edits that wire ``record.layers`` for every release served
+    (:func:`served_releases` of ``releases``, the ones asked). Raises :class:`WiringError`
+    when a layer is out of range, or when no release of an engine reading config.json can
+    capture the set."""
     if record.layers is None:
         raise WiringError(f"the training record names no layers ({record.source})")
     layers = validate_refs(record.layers, num_layers)
-    sg = sglang_ids(layers, family, rules_layer_count(layers, num_layers), prefer=sglang_version)
-    vllm = to_ids(layers, "input", num_layers)
-    trt = to_ids(layers, "output", num_layers)
-    out = WiringEdits(layers, record, num_layers, target, target_repo, sg, vllm, trt)
-
-    nested_old = config.get("eagle_config") if isinstance(config.get("eagle_config"), Mapping) else None
-    nested = copy.deepcopy(dict(nested_old)) if nested_old else {}
-    nested["eagle_aux_hidden_state_layer_ids"] = list(sg.ids)
-    nested["use_aux_hidden_state"] = True
-    if nested != nested_old:
-        out.config_edits.append(ConfigEdit(
-            "eagle_config", nested_old, nested,
-            f"SGLang reads the aux ids here: {list(sg.ids)} = {describe(layers)} ({sg.note})"))
-    if config.get("eagle_aux_hidden_state_layer_ids") != list(vllm):
-        out.config_edits.append(ConfigEdit(
-            "eagle_aux_hidden_state_layer_ids", config.get("eagle_aux_hidden_state_layer_ids"), list(vllm),
-            f"vLLM reads input-of-layer ids here: {list(vllm)} = {describe(layers)}"))
+    served = served_releases(releases)
+    plan = plan_ids(layers, family, num_layers, served)
+    readers: dict[IdField, list[EngineRelease]] = {}
+    for rel, _ in plan.needs:
+        readers.setdefault(id_field(rel), []).append(rel)
+    written = {where for where, _ in plan.fields}
+    must = set(releases) or set(served)  # the releases asked (else the default set) must be served
+    lost = [w for w in readers if w.in_config and w not in written and must & set(readers[w])]
+    if lost:
+        who = ", ".join(str(r) for w in lost for r in readers[w] if r in must)
+        raise WiringError(f"no id list in {', '.join(map(str, lost))} makes {who} capture {describe(layers)}",
+                          hint="serve the drafter on another engine (--engine), or retrain on layers it can capture")
+    out = WiringEdits(layers, record, num_layers, target, target_repo, plan, readers)
+    new = dict(config)
+    for where, ids in plan.fields:
+        new = with_field(new, where.name, list(ids))
+    for switch in _switches(served, plan):
+        new = with_field(new, switch, True)
+    counts = []
+    for rel in served:  # a release that would size fc for another number of aux states is told k
+        count = fc_fix(rel, new, len(layers))
+        if count is not None and count not in counts:
+            counts.append(count)
+            new = with_field(new, count, len(layers))
+    for key in dict.fromkeys(k.split(".")[0] for k in [w.name for w, _ in plan.fields] + _switches(served, plan)
+                             + counts):
+        if new.get(key) != config.get(key):
+            readers_here = [r for w, rs in readers.items() if w.in_config and w.name.split(".")[0] == key for r in rs]
+            ids = next((list(i) for w, i in plan.fields if w.name.split(".")[0] == key), None)
+            why = (f"{', '.join(sorted({str(r) for r in readers_here}))} read the aux ids here: {ids} = "
+                   f"{describe(layers)}" if ids is not None else
+                   f"the number of aux states ({len(layers)}), which sizes the drafter's fc where no id list does")
+            out.config_edits.append(ConfigEdit(key, config.get(key), new[key], why))
     block_old = config.get(PROVENANCE_KEY) if isinstance(config.get(PROVENANCE_KEY), Mapping) else None
-    block = copy.deepcopy(dict(block_old)) if block_old else {}
-    old_aux = block.get(AUX_KEY)
-    block[AUX_KEY] = out.provenance()
+    block = json.loads(json.dumps(block_old)) if block_old else {}
+    old_aux = block.get(PROVENANCE_LAYERS)
+    block[PROVENANCE_LAYERS] = out.provenance()
     comparable = dict(old_aux) if isinstance(old_aux, Mapping) else None
     if comparable is not None:
-        comparable["written_by"] = block[AUX_KEY]["written_by"]
-        if comparable.get("layers") == block[AUX_KEY]["layers"]:
+        comparable["written_by"] = block[PROVENANCE_LAYERS]["written_by"]
+        if comparable.get("layers") == block[PROVENANCE_LAYERS]["layers"]:
             # same layers: keep where they were first learned from (idempotent re-runs)
-            block[AUX_KEY]["source"] = comparable.get("source", block[AUX_KEY]["source"])
-    if comparable != block[AUX_KEY]:
+            block[PROVENANCE_LAYERS]["source"] = comparable.get("source", block[PROVENANCE_LAYERS]["source"])
+    if comparable != block[PROVENANCE_LAYERS]:
         out.config_edits.append(ConfigEdit(PROVENANCE_KEY, block_old, block,
-                                     "provenance: the explicit layer set and where it came from"))
+                                           "provenance: the explicit layer set and where it came from"))
+    return out
+
+
+def _switches(served: Sequence[EngineRelease], plan: IdsPlan) -> list[str]:
+    """The config switches that turn aux capture on for the releases whose field is written."""
+    written = {w for w, _ in plan.fields}
+    out: list[str] = []
+    for rel in served:
+        eng = engines()[rel.engine]
+        for src in eng.capture_ids:
+            if src.switch and (not rel.version or rel.version in src.releases) and id_field(rel) in written \
+                    and src.switch not in out:
+                out.append(src.switch)
     return out

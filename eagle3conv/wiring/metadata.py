@@ -81,6 +81,7 @@ from typing import Any, Literal
 
 from eagle3conv.io.files import atomic_write_text
 from eagle3conv.errors import CheckpointReadError, UsageError, WiringError, WriteError
+from eagle3conv.spec.drafter import AUX_KEY, NESTED_AUX_FIELD, aux_ids
 from eagle3conv.spec.layers import (
     LayerRef,
     LayerSet,
@@ -99,6 +100,11 @@ MANIFEST_FILE = "manifest.json"
 NORM_STATISTIC = "per-token L2 norm, position 0 excluded"
 
 _AUX_FILE = re.compile(r"^aux_(\d+)\.pt$")
+# numbering names that training_metadata.json files written by earlier eagle3conv releases (or by hand) may
+# hold: the layers in the file are explicit, and these name the numbering of its raw_ids
+_LEGACY_NUMBERINGS = {"sglang-old": "output", "tensorrt-llm": "output", "trtllm": "output", "specforge": "output",
+                      "modelopt": "output", "angelslim": "output", "vllm": "input", "speculators": "input",
+                      "eagle": "input"}
 
 RecordKind = Literal["user", "metadata", "provenance", "specforge", "config", "dumps"]
 
@@ -126,8 +132,10 @@ class TrainingRecord:
     ``provenance`` (eagle3conv's block in config.json), ``specforge`` (training_state.pt),
     ``config`` (the config's own ids), ``dumps`` (aux dumps). Branch on this, not on ``source``."""
     config_field: str | None = None
-    """``kind == "config"``: the config field the ids were read from, e.g.
-    ``eagle_config.eagle_aux_hidden_state_layer_ids``."""
+    """``kind == "config"``: the config field the ids were read from."""
+    first_from: str | None = None
+    """``kind == "provenance"``: where the layers were first learned from (the record eagle3conv
+    wrote them from), kept for the ``--verbose`` provenance, never nested into ``source``."""
 
     def describe(self) -> str:
         """Plain words, e.g. ``"outputs of layers 2, 30, 58 (captured-at-input ids
@@ -211,8 +219,7 @@ def _args_dict(args: Any) -> dict:
     return {}
 
 
-_ARGS_LAYER_FIELDS = ("capture_layers", "aux_hidden_states_layers", "aux_hidden_state_layer_ids",
-                      "eagle_aux_hidden_state_layer_ids")
+_ARGS_LAYER_FIELDS = ("capture_layers", "aux_hidden_states_layers", "aux_hidden_state_layer_ids", AUX_KEY)
 _ARGS_TARGET_FIELDS = ("target_model", "target_model_path", "target_model_name_or_path")
 
 
@@ -324,20 +331,21 @@ def from_config(config: Mapping | None) -> TrainingRecord | None:
     vocab = config.get("draft_vocab_size")
     vocab = vocab if isinstance(vocab, int) and not isinstance(vocab, bool) else None
     nested = config.get("eagle_config")
-    if config.get("speculators_model_type") is not None and config.get("eagle_aux_hidden_state_layer_ids") is not None:
-        fld = "eagle_aux_hidden_state_layer_ids"
+    declared = aux_ids(config)
+    if config.get("speculators_model_type") is not None and declared.top_level is not None:
+        fld = AUX_KEY
         where = f"config.json {fld}"
-        raw = _int_list(config["eagle_aux_hidden_state_layer_ids"], where)
+        raw = _int_list(declared.top_level, where)
         verifier = ((config.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
         return make_record(
             decode_ids(raw, "input", None, where),
             f"{where} (speculators: input-of-layer numbering)",
             convention="input", raw_ids=raw, target=verifier, draft_vocab_size=vocab, kind="config", config_field=fld,
         )
-    if isinstance(nested, Mapping) and nested.get("eagle_aux_hidden_state_layer_ids") is not None:
-        fld = "eagle_config.eagle_aux_hidden_state_layer_ids"
+    if declared.nested is not None:
+        fld = NESTED_AUX_FIELD
         where = f"config.json {fld}"
-        raw = _int_list(nested["eagle_aux_hidden_state_layer_ids"], where)
+        raw = _int_list(declared.nested, where)
         nvocab = nested.get("draft_vocab_size")
         if vocab is None and isinstance(nvocab, int) and not isinstance(nvocab, bool):
             vocab = nvocab
@@ -362,10 +370,10 @@ def from_config(config: Mapping | None) -> TrainingRecord | None:
             "SGLang, SpecForge and Model Optimizer exports all use this field)",
             raw_ids=raw, draft_vocab_size=vocab, kind="config", config_field=fld,
         )
-    if config.get("eagle_aux_hidden_state_layer_ids") is not None:
-        fld = "eagle_aux_hidden_state_layer_ids"
+    if declared.top_level is not None:
+        fld = AUX_KEY
         where = f"config.json {fld}"
-        raw = _int_list(config["eagle_aux_hidden_state_layer_ids"], where)
+        raw = _int_list(declared.top_level, where)
         return make_record(None, f"{where} (numbering unknown: no speculators_model_type beside it)",
                        raw_ids=raw, draft_vocab_size=vocab, kind="config", config_field=fld)
     return None
@@ -571,7 +579,7 @@ def from_metadata_file(path: str | os.PathLike) -> TrainingRecord | None:
     convention = _opt(obj, "convention", (str,), "a layer numbering name", p)
     if convention is not None:
         try:
-            convention = get_convention(convention).name
+            convention = get_convention(_LEGACY_NUMBERINGS.get(convention, convention)).name
         except UsageError as err:
             raise CheckpointReadError(f"{p}: field 'convention': {err.message}") from err
     raw_ids = obj.get("raw_ids")
@@ -594,7 +602,7 @@ def from_metadata_file(path: str | os.PathLike) -> TrainingRecord | None:
     if norms is not None:
         norms = _check_norms(norms, len(layers), str(p), CheckpointReadError)
     note = obj.get("source")
-    source = f"{p.name}" + (f" ({note})" if isinstance(note, str) and note else "")
+    source = f"{p.name}" + (f", {note}" if isinstance(note, str) and note else "")
     return make_record(layers, source, convention=convention, raw_ids=raw_ids, target=target,
                    draft_vocab_size=vocab, norms=norms, tokens=tokens, includes_embedding=includes, kind="metadata")
 

@@ -1,0 +1,126 @@
+"""One engine model (issue 20): the ids `config` writes and the rows every report shows come from the
+same rules, and never contradict each other.
+
+For every target family x every release read (each SGLang release, vLLM with each runner,
+TensorRT-LLM) x several layer counts x training records (random, plus the edges: layer 0 first, the
+last layer, the embedding output, layers next to each other), the config `config` writes for that
+release makes it capture exactly what its row reports, the row is as trained whenever the rules allow
+any id list to name the record, and the check never reports an error about a release whose row is as
+trained. The MiniMax-M3-VL config the old model failed is one of the cases, through the CLI too.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from helpers import SGLANG_RELEASES, run
+from eagle3conv.spec import engines as E
+from eagle3conv.spec.layers import EMBEDDING, LayerRef, outputs
+from eagle3conv.wiring.check import check_wiring
+from eagle3conv.wiring.config_ids import wiring_edits
+from eagle3conv.wiring.metadata import TrainingRecord
+
+FAMILIES = sorted(E.families())
+RELEASES = ([f"sglang=={r}" for r in SGLANG_RELEASES] + [f"vllm=={v}:runner={r}" for v in ["0.33.0"]
+                                                          for r in ("mrv2", "v1")] + ["tensorrt-llm"])
+LAYER_COUNTS = (8, 40, 61)
+
+
+def records(n: int, rng: random.Random) -> list[tuple]:
+    sets = [outputs(1, n // 2 - 1, n - 4), outputs(0, n // 2, n - 2), outputs(2, 3, 4), outputs(1, n - 2, n - 1),
+            (EMBEDDING, *outputs(2, n // 2))]
+    for _ in range(4):
+        k = rng.choice((1, 3, 3, 5))
+        sets.append(tuple(sorted(LayerRef(i) for i in rng.sample(range(-1, n), k))))
+    return sets
+
+
+def _case(family: str, spec: str, n: int, layers) -> None:
+    rel = E.parse_engine(spec)
+    rec = TrainingRecord(layers=layers, source="a test record")
+    where = E.id_field(rel)
+    can = E.ids_for(rel, family, n, layers) is not None
+    try:
+        edits = wiring_edits({}, rec, num_layers=n, target="t", family=family, releases=(rel,))
+    except Exception as err:  # noqa: BLE001 - which error is the rules': checked below
+        assert not can or not where.in_config, (family, spec, n, layers, err)
+        return
+    config: dict = {}
+    for e in edits.config_edits:
+        config[e.field] = e.new
+    launch = edits.plan.ids(where) if not where.in_config else None
+    report = check_wiring(config, records=[rec], num_layers=n, family=family, engines=[rel], explicit_engines=True)
+    (row,) = report.rows
+    label = (family, spec, n, layers, config.get("eagle_config"), config.get("eagle_aux_hidden_state_layer_ids"))
+    # the row reports exactly what the release captures from the written config (the same rules)
+    cap = E.capture(rel, config, family, n, launch_ids=launch)
+    assert row.layers == cap.layers or not where.in_config, label
+    # written wherever the rules allow: the release then captures the record
+    if can:
+        assert (cap.layers == layers), label
+        if where.in_config:
+            assert row.as_trained is True, label
+    # the check never reports an error against a row that is as trained
+    errors = [f for f in report.errors if f.subject == rel.spec]
+    if row.as_trained:
+        assert not errors, (label, errors)
+    if where.in_config and not can:
+        assert not row.ok or row.as_trained is not True, label
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_written_ids_and_rows_agree_for_every_release(family):
+    rng = random.Random(f"engine-model-{family}")
+    cases = 0
+    for n in LAYER_COUNTS:
+        for layers in records(n, rng):
+            for spec in RELEASES:
+                _case(family, spec, n, layers)
+                cases += 1
+    assert cases == len(LAYER_COUNTS) * 9 * len(RELEASES)
+
+
+def test_default_set_written_config_serves_every_release_it_can(tmp_path):
+    """The config written for the default set (no --engine): every default release whose field holds
+    the list its priority release needs captures the record, and the check reports exactly the others."""
+    rng = random.Random("default-set")
+    for family in FAMILIES:
+        for n in LAYER_COUNTS:
+            for layers in records(n, rng)[:5]:
+                rec = TrainingRecord(layers=layers, source="r")
+                try:
+                    edits = wiring_edits({}, rec, num_layers=n, target="t", family=family)
+                except Exception:  # noqa: BLE001 - no release of some engine reading config.json can
+                    continue
+                config = {e.field: e.new for e in edits.config_edits}
+                report = check_wiring(config, records=[rec], num_layers=n, family=family)
+                for row in report.rows:
+                    if not row.field.in_config or row.capture.error and row.capture.error.code == "engine-unsupported":
+                        continue
+                    errs = [f for f in report.errors if f.subject == row.release.spec]
+                    assert bool(errs) == (row.as_trained is False and row.finding.level == "error"), (
+                        family, n, layers, row.release, row.as_trained, errs)
+
+
+def test_the_minimax_m3_vl_case_through_the_cli(make_ckpt, tmp_path):
+    """issue 20's report: a 40-layer MiniMax-M3-VL target (layers in text_config), a drafter trained on
+    outputs 2, 20, 37, a config with no ids, checked for SGLang 0.5.22: the old model said check: FAILED
+    beside a row that said ok. One model: the row and the check agree, passed."""
+    target = tmp_path / "target.json"
+    target.write_text(json.dumps({
+        "architectures": ["MiniMaxM3SparseForConditionalGeneration"], "model_type": "minimax_m3_vl",
+        "text_config": {"hidden_size": 32, "num_hidden_layers": 40, "vocab_size": 1024, "num_attention_heads": 4,
+                        "num_key_value_heads": 2}}))
+    ck = make_ckpt("sglang")
+    cfg = json.loads((ck / "config.json").read_text())
+    cfg.pop("eagle_config", None)
+    (ck / "config.json").write_text(json.dumps(cfg))
+    res = run("config", ck, "--target", target, "--trained-on", "2,20,37", "--captured-at", "output",
+              "--engine", "sglang==0.5.22", "--check", "--json")
+    d = json.loads(res.stdout)["wiring"]
+    (row,) = d["engines"]
+    assert row["as_trained"] and row["captures"] == "outputs of layers 2, 20, 37" and d["ok"]
+    assert not [f for f in d["findings"] if f["level"] == "error"]
