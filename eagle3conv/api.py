@@ -19,8 +19,7 @@ from pathlib import Path
 from eagle3conv.io.progress import Progress
 from eagle3conv.checkpoint.index import CheckpointIndex, open_checkpoint
 from eagle3conv.checkpoint.links import following
-from eagle3conv.checkpoint.config import aux_ids_in
-from eagle3conv.checkpoint.plan import Plan, build_plan, load_config_file
+from eagle3conv.checkpoint.plan import Plan, WiringOutcome, build_plan, load_config_file
 from eagle3conv.checkpoint.writer import (
     WriteResult,
     parse_size,
@@ -118,9 +117,9 @@ def _in_hf_cache(root: Path) -> bool:
     return root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--")
 
 
-def _wire_plan(plan: Plan, opts: WiringOptions, ckpt: str) -> None:
-    """Write the trained aux layers into the plan's config (every engine's numbering)
-    and add the wiring check's errors and warnings to the plan."""
+def _wired(plan: Plan, opts: WiringOptions, ckpt: str) -> Plan:
+    """The plan with the trained aux layers written into its config (for every engine release) and
+    the wiring check's errors, warnings and notices (:meth:`Plan.with_wiring`)."""
     fc = next((o for o in plan.outputs if o.name == "fc.weight"), None)
     fc_in = int(fc.shape[1]) if fc is not None and len(fc.shape) == 2 else None
     t = plan.symbols.get("T") or plan.symbols.get("H")
@@ -135,22 +134,23 @@ def _wire_plan(plan: Plan, opts: WiringOptions, ckpt: str) -> None:
                         lambda: d2t.data if d2t.data is not None else plan.index.read_array(d2t.source)))
     if NO_D2T in {f.code for f in plan.findings}:  # the vocab check named the missing d2t: no second message
         w.report.findings = [f for f in w.report.findings if f.code != AUDIT_D2T_MISSING]
+    config, edits, hint = None, (), None
     if w.conflicts:
-        plan.findings += w.conflicts
-        plan.wiring_hint = (f"the training record is what the drafter learned from; to write its layers: {fix}"
-                            " (or correct the record)")
+        found = list(w.conflicts)
+        hint = f"the training record is what the drafter learned from; to write its layers: {fix} (or correct the record)"
     else:
         if w.edits is not None:
-            plan.config_edits = [*plan.config_edits, *w.edits.config_edits]
-            plan.config = w.config
-            plan.aux_ids = aux_ids_in(w.config)
-        errs = w.report.errors
-        plan.findings += errs
-        if errs:
-            plan.wiring_hint = next((f.fix for f in errs if f.fix), None)
-    plan.findings += w.report.warnings
-    plan.findings += [Finding("notice", AUX_LAYERS, EVIDENCE_NOTE, n) for n in ev.notes]
-    plan.wiring = w.to_dict(str(plan.index.root))
+            config, edits = w.config, tuple(w.edits.config_edits)
+        found = list(w.report.errors)
+        hint = next((f.fix for f in found if f.fix), None)
+    found += w.report.warnings + [Finding("notice", AUX_LAYERS, EVIDENCE_NOTE, n) for n in ev.notes]
+    return plan.with_wiring(WiringOutcome(config, edits, tuple(found), hint, w.to_dict(str(plan.index.root))))
+
+
+def _plan(index: CheckpointIndex, *, source_format: str | None, config: str | Path | None, keep_embed: bool,
+          dtype: str | None) -> Plan:
+    return build_plan(index, source_format=source_format, config_override=load_config_file(config) if config else None,
+                      keep_embed=keep_embed, dtype=dtype)
 
 
 def inspect(path: str | Path, *, source_format: str | None = None, config: str | Path | None = None,
@@ -168,14 +168,8 @@ def _inspect(path, recovered: str | None, *, source_format, config, keep_embed, 
     index = open_checkpoint(p)
     plan, err = None, None
     try:
-        plan = build_plan(
-            index,
-            source_format=source_format,
-            config_override=load_config_file(config) if config else None,
-            keep_embed=keep_embed,
-            dtype=dtype,
-        )
-        _wire_plan(plan, wiring_options or WiringOptions(), str(path))
+        plan = _plan(index, source_format=source_format, config=config, keep_embed=keep_embed, dtype=dtype)
+        plan = _wired(plan, wiring_options or WiringOptions(), str(path))
     except Eagle3ConvError as e:  # inspect shows why planning failed
         err = e
     return InspectResult(index, plan, err, recovered)
@@ -225,14 +219,8 @@ def _fix_keys(path, recovered: str | None, *, out, source_format, config, keep_e
               dry_run, progress, wiring_options) -> FixResult:
     p = Path(path)
     index = open_checkpoint(p)
-    plan = build_plan(
-        index,
-        source_format=source_format,
-        config_override=load_config_file(config) if config else None,
-        keep_embed=keep_embed,
-        dtype=dtype,
-    )
-    _wire_plan(plan, wiring_options or WiringOptions(), str(path))
+    plan = _wired(_plan(index, source_format=source_format, config=config, keep_embed=keep_embed, dtype=dtype),
+                  wiring_options or WiringOptions(), str(path))
     errs = [f for f in plan.findings if f.level == "error"]
     if errs and all(f.area == AUX_LAYERS for f in errs):
         first, *rest = (f.message for f in errs)

@@ -7,7 +7,7 @@ bytes except the small vocab maps (`d2t`, `t2d`). ``inspect`` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +95,19 @@ class Output:
         return d
 
 
+@dataclass(frozen=True)
+class WiringOutcome:
+    """What the wiring step (:mod:`eagle3conv.wiring`) brings to a plan: the config with every engine's
+    aux ids (None: unchanged) and the edits that made it, its findings, the hint for its errors, and
+    its report (``Wiring.to_dict()``, which ``inspect`` and ``fix-keys`` show)."""
+
+    config: dict | None
+    config_edits: tuple
+    findings: tuple[Finding, ...]
+    hint: str | None
+    report: dict
+
+
 @dataclass
 class Plan:
     index: CheckpointIndex
@@ -116,6 +129,13 @@ class Plan:
     out_dtype: str | None = None
     wiring: dict | None = None  # set by eagle3conv.wiring.apply (api.fix_keys / inspect)
     wiring_hint: str | None = None
+
+    def with_wiring(self, w: WiringOutcome) -> Plan:
+        """This plan completed by the wiring step: the plan sets its own fields."""
+        config = self.config if w.config is None else w.config
+        return replace(self, config=config, config_edits=[*self.config_edits, *w.config_edits],
+                       aux_ids=cfgmod.aux_ids_in(config), findings=[*self.findings, *w.findings],
+                       wiring_hint=w.hint, wiring=w.report)
 
     @property
     def errors(self) -> list[str]:
@@ -247,241 +267,290 @@ def build_plan(
     keep_embed: bool = False,
     dtype: str | None = None,
 ) -> Plan:
-    for raw in (config_override, index.config):  # format detection reads these before the drafter config
-        if raw is not None:
-            validate_drafter_config(raw, only=("architectures",))
-    match, candidates = choose_format(index, source_format)
-    fmt = match.format
-    _, common = load_formats()
-    rules = fmt.rules + common.rules
-    notices: list[Finding] = []
-    errors: list[Finding] = []
+    """Every source key's fate, the tensors to write and the config to write, in named steps
+    (:class:`_Planner`): the format and the drafter config, each key's fate, the contract the config
+    and the weights imply, the outputs (splits expanded, the embedding kept or dropped), their shapes,
+    the vocab maps, the cast, the config edits."""
+    p = _Planner(index, source_format, config_override, keep_embed, dtype)
+    p.key_fates()
+    p.contract()
+    p.classify()
+    p.outputs()
+    p.embedding()
+    p.shapes()
+    p.vocab_maps()
+    return p.plan()
 
-    src_config = config_override if config_override is not None else index.config
-    if config_override is not None and index.config is not None:
-        notices.append(Finding("notice", CONFIG, CONFIG_REPLACED, "config.json in the checkpoint replaced by --config"))
-    drafter_cfg, cfg_notices = cfgmod.source_drafter_config(
-        fmt.name, None if config_override is not None else fmt.config_from, src_config, fmt.config_required
-    )
-    notices += [Finding("notice", CONFIG, CONFIG_SOURCE, n) for n in cfg_notices]
-    validate_drafter_config(drafter_cfg)
 
-    # 1. every key's fate
-    decisions: list[Decision] = []
-    mapped: dict[str, str] = {}  # canonical-or-fused name -> source
-    collisions: dict[str, list[str]] = {}
-    for name in sorted(index.tensors):
-        action, new, why = _map_key(name, rules, common.rules)
-        if action in ("dropped", "refused"):
-            decisions.append(Decision(name, action, (), why))
-            continue
-        if new in mapped:
-            collisions.setdefault(new, [mapped[new]]).append(name)
-        mapped[new] = name
-        decisions.append(Decision(name, action, (new,), why))
+class _Planner:
+    """The state of one :func:`build_plan`, one method per step; findings accumulate in
+    ``errors`` and ``notices``."""
 
-    arch = architecture_for(drafter_cfg, mapped)
-    spec = DrafterSpec.from_config(drafter_cfg, mapped, validate=False, architecture=arch.key)
-    fused = {f.name: f for f in arch.fused}
+    def __init__(self, index: CheckpointIndex, source_format, config_override, keep_embed: bool, dtype) -> None:
+        for raw in (config_override, index.config):  # format detection reads these before the drafter config
+            if raw is not None:
+                validate_drafter_config(raw, only=("architectures",))
+        self.index, self.keep_embed = index, keep_embed
+        self.match, self.candidates = choose_format(index, source_format)
+        self.fmt = self.match.format
+        self.errors: list[Finding] = []
+        self.notices: list[Finding] = []
+        self.out_dtype = None
+        if dtype:
+            if dtype.lower() not in dtypes.USER_DTYPES:
+                raise UsageError(f"--dtype {dtype}: expected one of {', '.join(sorted(dtypes.USER_DTYPES))}")
+            self.out_dtype = dtypes.USER_DTYPES[dtype.lower()]
+        src_config = config_override if config_override is not None else index.config
+        if config_override is not None and index.config is not None:
+            self.notices.append(Finding("notice", CONFIG, CONFIG_REPLACED,
+                                        "config.json in the checkpoint replaced by --config"))
+        self.config, cfg_notices = cfgmod.source_drafter_config(
+            self.fmt.name, None if config_override is not None else self.fmt.config_from, src_config,
+            self.fmt.config_required)
+        self.notices += [Finding("notice", CONFIG, CONFIG_SOURCE, n) for n in cfg_notices]
+        validate_drafter_config(self.config)
 
-    # infer what the config leaves out, from the weights themselves
-    switched = _switches_from_weights(arch, spec, [n for n in mapped if n not in fused])
-    spec = spec.with_(**switched)
-    fc = index.tensors.get(mapped.get("fc.weight", ""))
-    if fc is not None and len(fc.shape) == 2:
-        spec = spec.inferred_from_fc(fc.shape[1])
-    sym = spec.symbols()
-    head = index.tensors.get(mapped.get("lm_head.weight", ""))
-    if head is not None and len(head.shape) == 2 and not drafter_cfg.get("draft_vocab_size"):
-        sym["Vd"] = head.shape[0]
-    if arch.key == "mla":
-        _mla_q_lora_rank(sym, index, mapped, errors)
-    canon = {name: e.row for name, e in expected(spec, sym).items()}
-
-    # 2. classify mapped names
-    final_decisions: list[Decision] = []
-    for d in decisions:
-        if d.action in ("dropped", "refused"):
-            final_decisions.append(d)
-            if d.action == "refused":
-                errors.append(Finding("error", KEYS, REFUSED_KEY, f"{d.source}: {d.why}", subject=d.source))
-            continue
-        new = d.targets[0]
-        if new in fused:
-            final_decisions.append(Decision(d.source, "split", fused[new].into, fused[new].why))
-        elif new in canon:
-            final_decisions.append(d)
-        else:
-            shown = f" (maps to {new})" if new != d.source else ""
-            final_decisions.append(Decision(d.source, "unmapped", (), f"no engine loads this name{shown}"))
-            errors.append(Finding("error", KEYS, UNMAPPED_KEY, f"{d.source}: unmapped{shown}: SGLang would skip it silently",
-                                  subject=d.source))
-    for target, sources in sorted(collisions.items()):
-        errors.append(Finding("error", KEYS, KEY_COLLISION,
-                              f"{target}: {len(sources)} source keys map to it: {', '.join(sources)}", subject=target))
-
-    # 3. outputs, with splits expanded
-    out_dtype = None
-    if dtype:
-        if dtype.lower() not in dtypes.USER_DTYPES:
-            raise UsageError(f"--dtype {dtype}: expected one of {', '.join(sorted(dtypes.USER_DTYPES))}")
-        out_dtype = dtypes.USER_DTYPES[dtype.lower()]
-    wanted: dict[str, Output] = {}
-    for d in final_decisions:
-        if d.action == "split":
-            src = index.tensors[d.source]
-            f = fused[mapped_name(d, mapped)]
-            rows = [eval_dim(r, sym) for r in f.rows]
-            if any(r is None for r in rows) or len(src.shape) != 2 or sum(rows) != src.shape[0]:
-                errors.append(Finding(
-                    "error", SHAPES, SPLIT_SHAPE,
-                    f"{d.source}: cannot split {list(src.shape)} into {', '.join(f.into)} "
-                    f"(rows {f.rows} = {rows} from the config)", subject=d.source,
-                ))
+    def key_fates(self) -> None:
+        """Step 1: each source key renamed, kept, dropped or refused by the format's rules."""
+        _, common = load_formats()
+        rules = self.fmt.rules + common.rules
+        self.decisions: list[Decision] = []
+        self.mapped: dict[str, str] = {}  # canonical-or-fused name -> source
+        self.collisions: dict[str, list[str]] = {}
+        for name in sorted(self.index.tensors):
+            action, new, why = _map_key(name, rules, common.rules)
+            if action in ("dropped", "refused"):
+                self.decisions.append(Decision(name, action, (), why))
                 continue
-            start = 0
-            for part, r in zip(f.into, rows):
-                if part in wanted:
-                    errors.append(Finding("error", KEYS, FUSED_AND_UNFUSED,
-                                          f"{part}: both a fused and an unfused source provide it", subject=part))
-                wanted[part] = Output(part, src.dtype, (r, src.shape[1]), d.source, src.dtype, start, start + r)
-                start += r
-        elif d.action in ("kept", "renamed"):
-            src = index.tensors[d.source]
+            if new in self.mapped:
+                self.collisions.setdefault(new, [self.mapped[new]]).append(name)
+            self.mapped[new] = name
+            self.decisions.append(Decision(name, action, (new,), why))
+
+    def contract(self) -> None:
+        """Step 2: the architecture and the tensors the config implies, with what the config leaves
+        out inferred from the weights themselves (switches, k from fc, the draft vocab from lm_head)."""
+        index, mapped = self.index, self.mapped
+        self.arch = architecture_for(self.config, mapped)
+        spec = DrafterSpec.from_config(self.config, mapped, validate=False, architecture=self.arch.key)
+        self.fused = {f.name: f for f in self.arch.fused}
+        self.switched = _switches_from_weights(self.arch, spec, [n for n in mapped if n not in self.fused])
+        spec = spec.with_(**self.switched)
+        fc = index.tensors.get(mapped.get("fc.weight", ""))
+        if fc is not None and len(fc.shape) == 2:
+            spec = spec.inferred_from_fc(fc.shape[1])
+        self.sym = spec.symbols()
+        head = index.tensors.get(mapped.get("lm_head.weight", ""))
+        if head is not None and len(head.shape) == 2 and not self.config.get("draft_vocab_size"):
+            self.sym["Vd"] = head.shape[0]
+        if self.arch.key == "mla":
+            _mla_q_lora_rank(self.sym, index, mapped, self.errors)
+        self.canon = {name: e.row for name, e in expected(spec, self.sym).items()}
+
+    def classify(self) -> None:
+        """Step 3: each mapped name is canonical, a fused tensor to split, or unmapped (an error)."""
+        out: list[Decision] = []
+        for d in self.decisions:
+            if d.action in ("dropped", "refused"):
+                out.append(d)
+                if d.action == "refused":
+                    self.errors.append(Finding("error", KEYS, REFUSED_KEY, f"{d.source}: {d.why}", subject=d.source))
+                continue
             new = d.targets[0]
-            if new in wanted:
-                errors.append(Finding("error", KEYS, FUSED_AND_UNFUSED,
-                                      f"{new}: both a fused and an unfused source provide it", subject=new))
-            wanted[new] = Output(new, src.dtype, src.shape, d.source, src.dtype)
+            if new in self.fused:
+                out.append(Decision(d.source, "split", self.fused[new].into, self.fused[new].why))
+            elif new in self.canon:
+                out.append(d)
+            else:
+                shown = f" (maps to {new})" if new != d.source else ""
+                out.append(Decision(d.source, "unmapped", (), f"no engine loads this name{shown}"))
+                self.errors.append(Finding("error", KEYS, UNMAPPED_KEY,
+                                           f"{d.source}: unmapped{shown}: SGLang would skip it silently",
+                                           subject=d.source))
+        for target, sources in sorted(self.collisions.items()):
+            self.errors.append(Finding("error", KEYS, KEY_COLLISION,
+                                       f"{target}: {len(sources)} source keys map to it: {', '.join(sources)}",
+                                       subject=target))
+        self.decisions = out
 
-    own_embed = drafter_uses_own_embedding(sym["H"], sym["T"])
-    if own_embed and EMBED not in wanted:
-        errors.append(Finding(
-            "error", KEYS, MISSING_EMBEDDING,
-            f"{EMBED}: required but missing: target_hidden_size {sym['T']} differs from hidden_size {sym['H']}, "
-            "so SGLang embeds tokens with the drafter's own embed_tokens instead of the target's, and this "
-            "checkpoint has none", subject=EMBED))
-    elif own_embed and not keep_embed:
-        notices.append(Finding(
-            "notice", KEYS, EMBED_KEPT,
-            f"{EMBED} kept: target_hidden_size {sym['T']} differs from hidden_size {sym['H']}, so "
-            "SGLang embeds tokens with the drafter's own table, not the target's", subject=EMBED))
-    if EMBED in wanted and not keep_embed and not own_embed:
-        src = wanted.pop(EMBED).source
-        final_decisions = [
-            Decision(d.source, "dropped", (), "embed_tokens dropped: SGLang replaces it with the target's, and vLLM would use a stale copy; --keep-embed keeps it")
-            if d.source == src else d for d in final_decisions
-        ]
-        notices.append(Finding(
-            "notice", KEYS, EMBED_DROPPED,
-            f"{src} dropped: SGLang overwrites the drafter's embedding with the target's, vLLM would serve this copy "
-            "if it differs from the target's; pass --keep-embed to keep it", subject=src,
-        ))
+    def outputs(self) -> None:
+        """Step 4: the output tensors, fused ones split into their rows."""
+        self.wanted: dict[str, Output] = {}
+        for d in self.decisions:
+            if d.action == "split":
+                self._split(d)
+            elif d.action in ("kept", "renamed"):
+                src = self.index.tensors[d.source]
+                self._want(Output(d.targets[0], src.dtype, src.shape, d.source, src.dtype))
 
-    # 4. shapes against the config
-    for name, ct in canon.items():
-        if ct.required and name not in wanted:
-            errors.append(Finding("error", KEYS, MISSING_KEY, f"{name}: required but missing ({ct.why})", subject=name))
-    for name, o in wanted.items():
-        ct = canon[name]
-        expect = [eval_dim(d, sym) for d in ct.shape]
-        if len(expect) != len(o.shape) or any(e is not None and e != s for e, s in zip(expect, o.shape)):
-            shown = "[" + ", ".join(f"{d}={e}" for d, e in zip(ct.shape, expect)) + "]"
-            errors.append(Finding("error", SHAPES, SHAPE_MISMATCH,
-                                  f"{name}: shape {list(o.shape)} but the config implies {shown}", subject=name))
-        if name not in ("d2t", "t2d") and o.dtype not in dtypes.FLOAT_DTYPES:
-            errors.append(Finding("error", SHAPES, WEIGHT_DTYPE, f"{name}: dtype {o.dtype}, expected a floating-point weight",
-                                  subject=name))
+    def _want(self, o: Output) -> None:
+        if o.name in self.wanted:
+            self.errors.append(Finding("error", KEYS, FUSED_AND_UNFUSED,
+                                       f"{o.name}: both a fused and an unfused source provide it", subject=o.name))
+        self.wanted[o.name] = o
 
-    # 5. vocab maps
-    vocab = drafter_cfg.get("vocab_size")
-    if "lm_head.weight" in wanted:
-        vd = wanted["lm_head.weight"].shape[0]
-        bad = [(n, wanted[n].dtype) for n in ("d2t", "t2d") if n in wanted
-               and wanted[n].dtype not in dtypes.INT_DTYPES | ({"BOOL"} if n == "t2d" else set())]
-        for n, dt in bad:
-            errors.append(Finding("error", VOCAB, VOCAB_MAP_DTYPE,
-                                  f"{n} has dtype {dt}; it must hold integer {'offsets' if n == 'd2t' else 'flags'}",
-                                  subject=n))
-            wanted.pop(n)
-        d2t = index.read_array(wanted["d2t"].source) if "d2t" in wanted else None
-        t2d = index.read_array(wanted["t2d"].source) if "t2d" in wanted else None
-        vr = check_vocab(d2t, t2d, vocab, vd) if not bad else check_vocab(None, None, None, vd)
-        errors += [f for f in vr.findings if f.level == "error"]
-        notices += [f for f in vr.findings if f.level != "error"]
-        if vr.d2t is not None and vr.d2t_changed:
-            src = wanted["d2t"].source
-            wanted["d2t"] = Output("d2t", "I64", vr.d2t.shape, src, wanted["d2t"].source_dtype, data=vr.d2t)
-        if vr.t2d is not None and (vr.t2d_changed or "t2d" not in wanted):
-            src = wanted["t2d"].source if "t2d" in wanted else None
-            wanted["t2d"] = Output("t2d", "BOOL", vr.t2d.shape, src, wanted["t2d"].source_dtype if src else None, data=vr.t2d)
-    if arch.key == "mla" and vocab is not None and "lm_head.weight" in wanted \
-            and wanted["lm_head.weight"].shape[0] == vocab:
-        final_decisions = _mla_full_vocab_maps(wanted, final_decisions, d2t, errors, notices)
-    if vocab is None:
-        errors.append(Finding("error", CONFIG, NO_VOCAB_SIZE, "config.json has no vocab_size (the target's vocab)"))
+    def _split(self, d: Decision) -> None:
+        src = self.index.tensors[d.source]
+        f = self.fused[mapped_name(d, self.mapped)]
+        rows = [eval_dim(r, self.sym) for r in f.rows]
+        if any(r is None for r in rows) or len(src.shape) != 2 or sum(rows) != src.shape[0]:
+            self.errors.append(Finding(
+                "error", SHAPES, SPLIT_SHAPE,
+                f"{d.source}: cannot split {list(src.shape)} into {', '.join(f.into)} "
+                f"(rows {f.rows} = {rows} from the config)", subject=d.source))
+            return
+        start = 0
+        for part, r in zip(f.into, rows):
+            self._want(Output(part, src.dtype, (r, src.shape[1]), d.source, src.dtype, start, start + r))
+            start += r
 
-    # 6. dtype
-    outputs = []
-    for name in sorted(wanted):
-        o = wanted[name]
-        if out_dtype and o.dtype in dtypes.FLOAT_DTYPES and o.dtype != out_dtype and o.data is None:
-            o = Output(o.name, out_dtype, o.shape, o.source, o.source_dtype, o.row_start, o.row_end)
-        outputs.append(o)
+    def embedding(self) -> None:
+        """Step 5: the drafter's own embed_tokens, kept only where an engine embeds with it."""
+        sym, wanted = self.sym, self.wanted
+        own_embed = drafter_uses_own_embedding(sym["H"], sym["T"])
+        if own_embed and EMBED not in wanted:
+            self.errors.append(Finding(
+                "error", KEYS, MISSING_EMBEDDING,
+                f"{EMBED}: required but missing: target_hidden_size {sym['T']} differs from hidden_size {sym['H']}, "
+                "so SGLang embeds tokens with the drafter's own embed_tokens instead of the target's, and this "
+                "checkpoint has none", subject=EMBED))
+        elif own_embed and not self.keep_embed:
+            self.notices.append(Finding(
+                "notice", KEYS, EMBED_KEPT,
+                f"{EMBED} kept: target_hidden_size {sym['T']} differs from hidden_size {sym['H']}, so "
+                "SGLang embeds tokens with the drafter's own table, not the target's", subject=EMBED))
+        if EMBED in wanted and not self.keep_embed and not own_embed:
+            src = wanted.pop(EMBED).source
+            self.decisions = [
+                Decision(d.source, "dropped", (), "embed_tokens dropped: SGLang replaces it with the target's, and "
+                         "vLLM would use a stale copy; --keep-embed keeps it")
+                if d.source == src else d for d in self.decisions
+            ]
+            self.notices.append(Finding(
+                "notice", KEYS, EMBED_DROPPED,
+                f"{src} dropped: SGLang overwrites the drafter's embedding with the target's, vLLM would serve this "
+                "copy if it differs from the target's; pass --keep-embed to keep it", subject=src))
 
-    # 7. config
-    target_hidden = sym["T"] or sym["H"]
-    edits = cfgmod.loadable_edits(
-        drafter_cfg,
-        architecture=arch.architecture,
-        draft_vocab=wanted["lm_head.weight"].shape[0] if "lm_head.weight" in wanted else (sym["Vd"] or 0),
-        vocab=vocab,
-        target_hidden=target_hidden,
-        has_lm_head="lm_head.weight" in wanted,
-        out_dtype=out_dtype,
-    )
-    for name, value in switched.items():
-        edits.append(cfgmod.ConfigEdit(SWITCH_FIELDS[name], drafter_cfg.get(SWITCH_FIELDS[name]), value,
-                                       SWITCH_WHY[name]))
-    if arch.key == "mla":
-        edits += _mla_config_edits(drafter_cfg, sym, edits, wanted)
-    new_config = cfgmod.apply_edits(drafter_cfg, edits)
-    aux = cfgmod.aux_ids_in(new_config)
-    if any(o.name.startswith("fc_norm.") for o in outputs):
-        notices.append(Finding(
-            "notice", CONFIG, FC_NORM_KEPT,
-            "fc_norm.* kept (EAGLE-3.1 per-slot norms before fc): vLLM applies them, but SGLang's "
-            "LlamaForCausalLMEagle3 in the versions read does not load them and would skip them silently; "
-            "check your SGLang version before serving there"))
-    if any(o.name.startswith("midlayer.self_attn.") and o.name.endswith("_proj.bias") for o in outputs):
-        notices.append(Finding(
-            "notice", CONFIG, ATTENTION_BIAS_KEPT,
-            "q/k/v biases kept (attention_bias: true): SGLang's LlamaForCausalLMEagle3 loads and adds them, and "
-            "verify runs them; vLLM's loader skips .bias names (docs/facts.md §2), so vLLM would serve this "
-            "drafter without them"))
-    if new_config.get("norm_output"):
-        notices.append(Finding("notice", CONFIG, NORM_OUTPUT,
-                               "norm_output is true: SGLang's LlamaForCausalLMEagle3 in the versions read does not "
-                               "honour it (steps 2+ would get the pre-norm state); verify runs it as configured"))
-    if fmt.extracts:
-        notices.append(Finding("notice", KEYS, EXTRACTED, f"drafter extracted from a whole-model checkpoint; {sum(1 for d in final_decisions if d.action == 'dropped')} tensors dropped unread"))
+    def shapes(self) -> None:
+        """Step 6: every required tensor present, every shape the config's, every weight a float."""
+        for name, ct in self.canon.items():
+            if ct.required and name not in self.wanted:
+                self.errors.append(Finding("error", KEYS, MISSING_KEY, f"{name}: required but missing ({ct.why})",
+                                           subject=name))
+        for name, o in self.wanted.items():
+            ct = self.canon[name]
+            expect = [eval_dim(d, self.sym) for d in ct.shape]
+            if len(expect) != len(o.shape) or any(e is not None and e != s for e, s in zip(expect, o.shape)):
+                shown = "[" + ", ".join(f"{d}={e}" for d, e in zip(ct.shape, expect)) + "]"
+                self.errors.append(Finding("error", SHAPES, SHAPE_MISMATCH,
+                                           f"{name}: shape {list(o.shape)} but the config implies {shown}",
+                                           subject=name))
+            if name not in ("d2t", "t2d") and o.dtype not in dtypes.FLOAT_DTYPES:
+                self.errors.append(Finding("error", SHAPES, WEIGHT_DTYPE,
+                                           f"{name}: dtype {o.dtype}, expected a floating-point weight", subject=name))
 
-    return Plan(
-        index=index,
-        format=match.format,
-        detection=match,
-        candidates=candidates,
-        architecture=arch,
-        decisions=final_decisions,
-        outputs=outputs,
-        config_before=index.config,
-        config=new_config,
-        config_edits=edits,
-        symbols=sym,
-        findings=errors + notices,
-        aux_ids=aux,
-        out_dtype=out_dtype,
-    )
+    def vocab_maps(self) -> None:
+        """Step 7: d2t and t2d checked, repaired or rebuilt (the only tensor bytes a plan reads)."""
+        wanted, index = self.wanted, self.index
+        vocab = self.config.get("vocab_size")
+        d2t = None
+        if "lm_head.weight" in wanted:
+            vd = wanted["lm_head.weight"].shape[0]
+            bad = [(n, wanted[n].dtype) for n in ("d2t", "t2d") if n in wanted
+                   and wanted[n].dtype not in dtypes.INT_DTYPES | ({"BOOL"} if n == "t2d" else set())]
+            for n, dt in bad:
+                self.errors.append(Finding("error", VOCAB, VOCAB_MAP_DTYPE,
+                                           f"{n} has dtype {dt}; it must hold integer "
+                                           f"{'offsets' if n == 'd2t' else 'flags'}", subject=n))
+                wanted.pop(n)
+            d2t = index.read_array(wanted["d2t"].source) if "d2t" in wanted else None
+            t2d = index.read_array(wanted["t2d"].source) if "t2d" in wanted else None
+            vr = check_vocab(d2t, t2d, vocab, vd) if not bad else check_vocab(None, None, None, vd)
+            self.errors += [f for f in vr.findings if f.level == "error"]
+            self.notices += [f for f in vr.findings if f.level != "error"]
+            if vr.d2t is not None and vr.d2t_changed:
+                src = wanted["d2t"].source
+                wanted["d2t"] = Output("d2t", "I64", vr.d2t.shape, src, wanted["d2t"].source_dtype, data=vr.d2t)
+            if vr.t2d is not None and (vr.t2d_changed or "t2d" not in wanted):
+                src = wanted["t2d"].source if "t2d" in wanted else None
+                wanted["t2d"] = Output("t2d", "BOOL", vr.t2d.shape, src, wanted["t2d"].source_dtype if src else None,
+                                       data=vr.t2d)
+        if self.arch.key == "mla" and vocab is not None and "lm_head.weight" in wanted \
+                and wanted["lm_head.weight"].shape[0] == vocab:
+            self.decisions = _mla_full_vocab_maps(wanted, self.decisions, d2t, self.errors, self.notices)
+        if vocab is None:
+            self.errors.append(Finding("error", CONFIG, NO_VOCAB_SIZE, "config.json has no vocab_size (the target's vocab)"))
+
+    def _cast(self) -> list[Output]:
+        """Step 8: floating-point outputs cast to --dtype (rewritten tensors keep their own)."""
+        outputs = []
+        for name in sorted(self.wanted):
+            o = self.wanted[name]
+            if self.out_dtype and o.dtype in dtypes.FLOAT_DTYPES and o.dtype != self.out_dtype and o.data is None:
+                o = Output(o.name, self.out_dtype, o.shape, o.source, o.source_dtype, o.row_start, o.row_end)
+            outputs.append(o)
+        return outputs
+
+    def _config_edits(self, outputs: list[Output]) -> tuple[list, dict]:
+        """Step 9: the config edits that make every engine load the drafter, and the notes on switches."""
+        cfg, sym, wanted = self.config, self.sym, self.wanted
+        edits = cfgmod.loadable_edits(
+            cfg,
+            architecture=self.arch.architecture,
+            draft_vocab=wanted["lm_head.weight"].shape[0] if "lm_head.weight" in wanted else (sym["Vd"] or 0),
+            vocab=cfg.get("vocab_size"),
+            target_hidden=sym["T"] or sym["H"],
+            has_lm_head="lm_head.weight" in wanted,
+            out_dtype=self.out_dtype,
+        )
+        for name, value in self.switched.items():
+            edits.append(cfgmod.ConfigEdit(SWITCH_FIELDS[name], cfg.get(SWITCH_FIELDS[name]), value,
+                                           SWITCH_WHY[name]))
+        if self.arch.key == "mla":
+            edits += _mla_config_edits(cfg, sym, edits, wanted)
+        new_config = cfgmod.apply_edits(cfg, edits)
+        if any(o.name.startswith("fc_norm.") for o in outputs):
+            self.notices.append(Finding(
+                "notice", CONFIG, FC_NORM_KEPT,
+                "fc_norm.* kept (EAGLE-3.1 per-slot norms before fc): vLLM applies them, but SGLang's "
+                "LlamaForCausalLMEagle3 in the versions read does not load them and would skip them silently; "
+                "check your SGLang version before serving there"))
+        if any(o.name.startswith("midlayer.self_attn.") and o.name.endswith("_proj.bias") for o in outputs):
+            self.notices.append(Finding(
+                "notice", CONFIG, ATTENTION_BIAS_KEPT,
+                "q/k/v biases kept (attention_bias: true): SGLang's LlamaForCausalLMEagle3 loads and adds them, and "
+                "verify runs them; vLLM's loader skips .bias names (docs/facts.md §2), so vLLM would serve this "
+                "drafter without them"))
+        if new_config.get("norm_output"):
+            self.notices.append(Finding(
+                "notice", CONFIG, NORM_OUTPUT,
+                "norm_output is true: SGLang's LlamaForCausalLMEagle3 in the versions read does not honour it "
+                "(steps 2+ would get the pre-norm state); verify runs it as configured"))
+        if self.fmt.extracts:
+            dropped = sum(1 for d in self.decisions if d.action == "dropped")
+            self.notices.append(Finding("notice", KEYS, EXTRACTED, f"drafter extracted from a whole-model checkpoint; "
+                                                                   f"{dropped} tensors dropped unread"))
+        return edits, new_config
+
+    def plan(self) -> Plan:
+        outputs = self._cast()
+        edits, new_config = self._config_edits(outputs)
+        return Plan(
+            index=self.index,
+            format=self.match.format,
+            detection=self.match,
+            candidates=self.candidates,
+            architecture=self.arch,
+            decisions=self.decisions,
+            outputs=outputs,
+            config_before=self.index.config,
+            config=new_config,
+            config_edits=edits,
+            symbols=self.sym,
+            findings=self.errors + self.notices,
+            aux_ids=cfgmod.aux_ids_in(new_config),
+            out_dtype=self.out_dtype,
+        )
 
 
 # why fix-keys sets each config switch (spec.drafter.SWITCH_FIELDS) that the weights reveal
