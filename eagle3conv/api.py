@@ -144,7 +144,8 @@ def _wired(plan: Plan, opts: WiringOptions, ckpt: str) -> Plan:
         found = list(w.report.errors)
         hint = next((f.fix for f in found if f.fix), None)
     found += w.report.warnings + [Finding("notice", AUX_LAYERS, EVIDENCE_NOTE, n) for n in ev.notes]
-    return plan.with_wiring(WiringOutcome(config, edits, tuple(found), hint, w.to_dict(str(plan.index.root))))
+    return plan.with_wiring(WiringOutcome(config, edits, tuple(found), hint, w.to_dict(str(plan.index.root)),
+                                          record_known=w.report.layers is not None))
 
 
 def _plan(index: CheckpointIndex, *, source_format: str | None, config: str | Path | None, keep_embed: bool,
@@ -224,7 +225,7 @@ def _fix_keys(path, recovered: str | None, *, out, source_format, config, keep_e
     errs = [f for f in plan.findings if f.level == "error"]
     if errs and all(f.area == AUX_LAYERS for f in errs):
         first, *rest = (f.message for f in errs)
-        raise WiringError(f"{index.root}: {first}; nothing was written", details=rest, hint=plan.wiring_hint)
+        raise WiringError(f"{index.root}: {first}; nothing was written", details=rest, hint=plan.wiring and plan.wiring.hint)
     plan.raise_for_errors()
     size = parse_size(max_shard_size) if isinstance(max_shard_size, str) else max_shard_size
     shards = plan_shards(plan, size)

@@ -70,8 +70,8 @@ def default_gate(path: Path, engines: tuple[str, ...] = ()) -> list[Check]:
     if wiring_errors:
         checks.append(Check("aux-layers", False, "; ".join(wiring_errors)))
     elif plan.wiring is not None:
-        warned = [f["message"] for f in plan.wiring.get("findings", []) if f["level"] == "warning"]
-        what = ("config agrees with the training record and the weights" if plan.wiring.get("trained_on")
+        warned = [f.message for f in plan.wiring.findings if f.level == "warning"]
+        what = ("config agrees with the training record and the weights" if plan.wiring.record_known
                 else "no training record to check the config against; config ids agree with the weights")
         checks.append(Check("aux-layers", True, what + ("; warnings: " + " | ".join(warned) if warned else "")))
     if key_errors:

@@ -387,13 +387,16 @@ def test_internal_error_with_json_still_prints_one_document(make_ckpt, monkeypat
 
 # --- item 14: Ctrl-C at any instant --------------------------------------------------------------
 
-READY = (
-    "import sys\n"
-    "from eagle3conv.console import run\n"
-    "sys.argv = ['eagle3conv'] + sys.argv[1:]\n"
-    "sys.stderr.write('ready\\n'); sys.stderr.flush()\n"
-    "run()\n"
-)
+def _launcher_saying_ready() -> str:
+    """The installed launcher (bin/eagle3conv) with 'ready' written once its first statement has taken
+    Ctrl-C: a signal sent before then would test Python's start-up, not eagle3conv."""
+    src = (Path(__file__).parents[1] / "bin" / "eagle3conv").read_text()
+    taken = "    _signal.signal(_signal.SIGINT, _interrupted)\n"
+    assert src.count(taken) == 1
+    return src.replace(taken, taken + "sys.argv[0] = 'eagle3conv'\nos.write(2, b'ready\\n')\n")
+
+
+READY = _launcher_saying_ready()
 
 
 @pytest.mark.parametrize("delay_ms", [0, 5, 10, 20, 40, 200])

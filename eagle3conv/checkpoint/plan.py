@@ -106,6 +106,8 @@ class WiringOutcome:
     findings: tuple[Finding, ...]
     hint: str | None
     report: dict
+    record_known: bool
+    """Whether a training record named the layers (the check compared the config against it)."""
 
 
 @dataclass
@@ -127,15 +129,15 @@ class Plan:
     vocab maps, config and aux layers (the last added by :mod:`eagle3conv.api`)."""
     aux_ids: dict = field(default_factory=dict)
     out_dtype: str | None = None
-    wiring: dict | None = None  # set by eagle3conv.wiring.apply (api.fix_keys / inspect)
-    wiring_hint: str | None = None
+    wiring: WiringOutcome | None = None
+    """Set by :meth:`with_wiring` (``api.inspect`` / ``api.fix_keys``); None when not wired."""
 
     def with_wiring(self, w: WiringOutcome) -> Plan:
         """This plan completed by the wiring step: the plan sets its own fields."""
         config = self.config if w.config is None else w.config
         return replace(self, config=config, config_edits=[*self.config_edits, *w.config_edits],
                        aux_ids=cfgmod.aux_ids_in(config), findings=[*self.findings, *w.findings],
-                       wiring_hint=w.hint, wiring=w.report)
+                       wiring=w)
 
     @property
     def errors(self) -> list[str]:
@@ -197,7 +199,7 @@ class Plan:
             "output_bytes": self.output_bytes,
             "config_edits": [e.to_dict() for e in self.config_edits],
             "aux_layer_ids": self.aux_ids,
-            "wiring": self.wiring,
+            "wiring": None if self.wiring is None else self.wiring.report,
             "symbols": self.symbols,
             "identity": self.ok and self.is_identity(),
         }
@@ -211,8 +213,8 @@ def line(f: Finding) -> str:
 
 
 def _hint(plan: Plan) -> str:
-    if plan.wiring_hint and not any(d.action in ("unmapped", "refused") for d in plan.decisions):
-        return plan.wiring_hint
+    if plan.wiring and plan.wiring.hint and not any(d.action in ("unmapped", "refused") for d in plan.decisions):
+        return plan.wiring.hint
     if any(d.action == "unmapped" for d in plan.decisions):
         return (
             "run `eagle3conv inspect` to see every key's fate; if the format was guessed wrong, "

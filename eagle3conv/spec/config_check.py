@@ -96,8 +96,9 @@ def _show(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _nonfinite(config: Mapping[str, Any], where: str) -> list[str]:
-    """NaN / Infinity anywhere in the config: no engine's JSON parser reads them back."""
+def _nonfinite(config: Mapping[str, Any], where: str) -> list[tuple[str, str]]:
+    """NaN / Infinity anywhere in the config, as (field path, message): no engine's JSON parser reads
+    them back."""
     out, stack = [], [("", config)]
     while stack:
         prefix, node = stack.pop()
@@ -105,7 +106,7 @@ def _nonfinite(config: Mapping[str, Any], where: str) -> list[str]:
         for k, v in items:
             name = f"{prefix}.{k}" if isinstance(k, str) and prefix else f"{prefix}[{k}]" if not isinstance(k, str) else k
             if isinstance(v, float) and not math.isfinite(v):
-                out.append(f"{where}: {name} is {v!r}; expected a finite number (NaN and Infinity are not JSON)")
+                out.append((name, f"{where}: {name} is {v!r}; expected a finite number (NaN and Infinity are not JSON)"))
             elif isinstance(v, (Mapping, list)):
                 stack.append((name, v))
     return sorted(set(out))
@@ -128,26 +129,28 @@ def check_drafter_config(config: Mapping[str, Any], where: str = "config.json") 
     """Every violation in ``config``, each naming the field, its value and what is expected."""
     if not isinstance(config, Mapping):
         return [f"{where}: expected a JSON object, got {type(config).__name__}"]
-    problems: list[str] = []
+    by_field: dict[str, str] = {}  # field path -> its one problem (a type problem wins over NaN)
     for name, (kind, required, _nullable) in FIELDS.items():
         if name not in config or config[name] is None:
             if required:
-                problems.append(f"{where}: {name} is missing; expected {EXPECTED[kind]}")
+                by_field[name] = f"{where}: {name} is missing; expected {EXPECTED[kind]}"
             continue
         v = config[name]
         if not _ok(kind, v):
-            problems.append(f"{where}: {name} is {_show(v)}; expected {EXPECTED[kind]}")
+            by_field[name] = f"{where}: {name} is {_show(v)}; expected {EXPECTED[kind]}"
     for block in ("rope_scaling", "rope_parameters"):
         rope = config.get(block)
         if isinstance(rope, dict):
             for key in ROPE_NUMBERS:
                 if rope.get(key) is not None and not _ok("pos_num", rope[key]):
-                    problems.append(f"{where}: {block}.{key} is {_show(rope[key])}; expected {EXPECTED['pos_num']}")
+                    by_field[f"{block}.{key}"] = (f"{where}: {block}.{key} is {_show(rope[key])}; "
+                                                  f"expected {EXPECTED['pos_num']}")
     ids = aux_ids(config).nested
     if ids is not None and not _ok("int_list", ids):
-        problems.append(f"{where}: {NESTED_AUX_FIELD} is {_show(ids)}; expected {EXPECTED['int_list']}")
-    named = {p.split(" is ", 1)[0] for p in problems}
-    problems += [p for p in _nonfinite(config, where) if p.split(" is ", 1)[0] not in named]
+        by_field[NESTED_AUX_FIELD] = f"{where}: {NESTED_AUX_FIELD} is {_show(ids)}; expected {EXPECTED['int_list']}"
+    for name, message in _nonfinite(config, where):
+        by_field.setdefault(name, message)
+    problems: list[str] = list(by_field.values())
     if problems:
         return problems
     # relations between valid fields
