@@ -597,49 +597,114 @@ def _push(
     ``plot``: the wiring-search figure (``verify --plot``, SVG or PNG), sent with the other files
     (:func:`plot_member` says under which name) and embedded in the card's wiring section.
     """
+    say = _sayer(progress)
+    root = _folder(path)
+    _check_options(timeout=timeout, revision=revision, base_model=base_model)
+    followed, plot_file = _links(root, include, exclude, plot, follow=follow_symlinks, say=say)
+    repo_id, _ = resolve_repo_id(root, repo_id)
+    checks = _gate(gate, root, force=force, follow=follow_symlinks, say=say)
+    sel = _select(root, include, exclude, plot, plot_file, force=force)
+    forced = force and any(not c.ok for c in checks)
+
+    def card_for(existing: str | None) -> str:
+        facts = gather_facts(root, repo_id, base_model=base_model, checks=checks, checks_run=gate is not None,
+                             forced=forced, plot=sel.plot_name)
+        return render_card(facts, existing)
+
+    ep = (endpoint or _default_endpoint()).rstrip("/")
+    if dry_run:
+        card = card_for(sel.local_readme) if sel.with_card else None
+        files = sel.files + ([PushFile("README.md", len(card.encode()), "generated")] if card is not None else [])
+        return PushResult(repo_id, ep, revision, create_pr, True, files, sel.skipped, card, checks, forced,
+                          followed_symlinks=followed)
+    message = commit_message or f"Upload EAGLE-3 drafter with eagle3conv{' (forced past failed checks)' if forced else ''}"
+    sent = _send(root, sel, card_for, repo_id=repo_id, endpoint=ep, token=_resolve_token(token), private=private,
+                 revision=revision, create_pr=create_pr, message=message, timeout=timeout, say=say)
+    info = sent.info
+    unchanged = info.oid == sent.head and not info.pr_url
+    result = PushResult(repo_id, ep, revision, create_pr, False, sent.files, sel.skipped, sent.card, checks, forced,
+                        unchanged=unchanged, commit=info.oid, commit_url=info.commit_url, pr_url=info.pr_url,
+                        pr_revision=info.pr_revision, repo_url=str(sent.repo_url), followed_symlinks=followed)
+    say("unchanged: the repo already holds these files; no commit was made" if unchanged
+        else f"committed {info.oid[:12]}" + (f", pull request {info.pr_url}" if info.pr_url else ""))
+    result.record = _write_record(root, _record_of(result, revision or "main"))
+    return result
+
+
+# --------------------------------------------------------------------------- push's steps
+
+
+def _sayer(progress: Progress | None) -> Callable[[str], None]:
     def say(message: str) -> None:  # a step with nothing to count (see eagle3conv.io.progress)
         if progress:
             progress(message, 0, None)
+    return say
 
+
+def _folder(path) -> Path:
     root = Path(path).expanduser()
     if root.is_file():
         root = root.parent
     if not root.is_dir():
         raise UsageError(f"{path}: not a checkpoint folder")
-    root = root.resolve()
+    return root.resolve()
+
+
+def _check_options(*, timeout: float | None, revision: str | None, base_model: str | None) -> None:
     if timeout is not None and not timeout > 0:
         raise UsageError(f"--timeout {timeout}: give a number of seconds above 0")
-    followed = check_links(root, select_files(root, include, exclude)[0], follow=follow_symlinks)
-    plot_file: tuple[Path, str] | None = None
-    if plot is not None:
-        with following() if follow_symlinks else nullcontext() as log:
-            plot_file = plot_member(root, plot, follow=follow_symlinks)
-        followed += [x for x in log or [] if x not in followed]
-    for link, target in followed:
-        say(f"following symlink {link} -> {target} (--follow-symlinks)")
-    repo_id, _ = resolve_repo_id(root, repo_id)
     if revision is not None and (not revision.strip() or revision.startswith("refs/")):
         raise UsageError(f"--revision '{revision}': give a branch name such as 'v2' or 'main'")
     if base_model is not None and not re.fullmatch(r"[A-Za-z0-9][\w.\-]*(/[A-Za-z0-9][\w.\-]*)?", base_model):
         raise UsageError(f"--base-model '{base_model}': give a Hub repo id such as 'moonshotai/Kimi-K2.5'")
 
-    # the gate
-    checks: list[Check] = []
-    if gate is not None:
-        say("checking the checkpoint")
-        with following() if follow_symlinks else nullcontext():
-            checks = _run_gate(gate, root)
-        failed = [c for c in checks if not c.ok]
-        if failed and not force:
-            raise InvalidCheckpointError(
-                f"{root}: refusing to push: {len(failed)} check{'s' if len(failed) != 1 else ''} failed; "
-                "nothing was sent",
-                details=[f"{c.name}: {c.detail}" for c in failed],
-                hint="fix the checkpoint (eagle3conv fix-keys, the config check, verify) or pass --force "
-                     "to push anyway (the card will say so)",
-            )
 
-    # files and card
+def _links(root: Path, include, exclude, plot, *, follow: bool, say) -> tuple[list, tuple[Path, str] | None]:
+    """The links a push would read (refused unless ``follow``) and where ``--plot``'s figure is."""
+    followed = check_links(root, select_files(root, include, exclude)[0], follow=follow)
+    plot_file: tuple[Path, str] | None = None
+    if plot is not None:
+        with following() if follow else nullcontext() as log:
+            plot_file = plot_member(root, plot, follow=follow)
+        followed += [x for x in log or [] if x not in followed]
+    for link, target in followed:
+        say(f"following symlink {link} -> {target} (--follow-symlinks)")
+    return followed, plot_file
+
+
+def _gate(gate: Gate | None, root: Path, *, force: bool, follow: bool, say) -> list[Check]:
+    """The pre-push checks; a failure refuses the push unless ``force``."""
+    if gate is None:
+        return []
+    say("checking the checkpoint")
+    with following() if follow else nullcontext():
+        checks = _run_gate(gate, root)
+    failed = [c for c in checks if not c.ok]
+    if failed and not force:
+        raise InvalidCheckpointError(
+            f"{root}: refusing to push: {len(failed)} check{'s' if len(failed) != 1 else ''} failed; "
+            "nothing was sent",
+            details=[f"{c.name}: {c.detail}" for c in failed],
+            hint="fix the checkpoint (eagle3conv fix-keys, the config check, verify) or pass --force "
+                 "to push anyway (the card will say so)",
+        )
+    return checks
+
+
+@dataclass(frozen=True)
+class _Selection:
+    """What a push sends from the folder: its files (README.md apart), the figure, whether a card goes."""
+
+    local_files: list[str]
+    skipped: list[tuple[str, str]]
+    files: list[PushFile]
+    with_card: bool
+    local_readme: str | None
+    plot_file: tuple[Path, str] | None
+    plot_name: str | None
+
+
+def _select(root: Path, include, exclude, plot, plot_file, *, force: bool) -> _Selection:
     names, skipped = select_files(root, include, exclude)
     weights = [n for n in names if n.endswith(".safetensors")]
     if not weights and not force:
@@ -659,37 +724,38 @@ def _push(
                              hint="rename the figure")
         local_files = [n for n in local_files if n != plot_name]
     local_readme = (root / "README.md").read_text(encoding="utf-8", errors="replace") if "README.md" in names else None
-
-    def card_for(existing: str | None) -> str:
-        facts = gather_facts(root, repo_id, base_model=base_model, checks=checks, checks_run=gate is not None,
-                             forced=force and any(not c.ok for c in checks), plot=plot_name)
-        return render_card(facts, existing)
-
     files = [PushFile(n, (root / n).stat().st_size, "local") for n in local_files]
     if plot_file is not None:
         files.append(PushFile(plot_name, plot_file[0].stat().st_size, "plot"))
-    forced = force and any(not c.ok for c in checks)
-    ep = (endpoint or _default_endpoint()).rstrip("/")
-    message = commit_message or f"Upload EAGLE-3 drafter with eagle3conv{' (forced past failed checks)' if forced else ''}"
+    return _Selection(local_files, skipped, files, with_card, local_readme, plot_file, plot_name)
 
-    if dry_run:
-        card = card_for(local_readme) if with_card else None
-        if card is not None:
-            files.append(PushFile("README.md", len(card.encode()), "generated"))
-        return PushResult(repo_id, ep, revision, create_pr, True, files, skipped, card, checks, forced,
-                          followed_symlinks=followed)
 
-    secret = _resolve_token(token)
+@dataclass(frozen=True)
+class _Sent:
+    repo_url: object
+    head: str
+    info: object  # huggingface_hub's CommitInfo
+    card: str | None
+    files: list[PushFile]
+
+
+def _send(root: Path, sel: _Selection, card_for: Callable[[str | None], str], *, repo_id: str, endpoint: str,
+          token: str | None, private: bool, revision: str | None, create_pr: bool, message: str,
+          timeout: float | None, say) -> _Sent:
+    """Create the repo and branch if needed, write the card over the README there (or the local one),
+    and commit every file in one commit on top of the branch's head. Any client failure is a
+    :class:`PushError` naming its stage; nothing was committed then."""
     from huggingface_hub import CommitOperationAdd
     from huggingface_hub.errors import RevisionNotFoundError
 
-    api = hub_api(ep, secret)
+    api = hub_api(endpoint, token)
     stage = "create"
     branch = revision or "main"
+    files = list(sel.files)
     failure: Eagle3ConvError | None = None
     try:
-        with _scrubbed_logs(secret), _bounded_requests(timeout):
-            say(f"creating {repo_id} on {ep} (if needed)")
+        with _scrubbed_logs(token), _bounded_requests(timeout):
+            say(f"creating {repo_id} on {endpoint} (if needed)")
             repo_url = _again(lambda: api.create_repo(repo_id, private=private, exist_ok=True), say)
             stage = "revision"
             try:
@@ -701,15 +767,15 @@ def _push(
                 _again(lambda: api.create_branch(repo_id, branch=branch, exist_ok=True), say)
                 head = _again(lambda: api.repo_info(repo_id, revision=branch, timeout=timeout).sha, say)
             card = None
-            if with_card:
+            if sel.with_card:
                 stage = "card"
-                base = (local_readme if local_readme is not None
+                base = (sel.local_readme if sel.local_readme is not None
                         else _again(lambda: _remote_readme(api, repo_id, branch), say))
                 card = card_for(base)
                 files.append(PushFile("README.md", len(card.encode()), "generated"))
-            ops = [CommitOperationAdd(path_in_repo=n, path_or_fileobj=str(root / n)) for n in local_files]
-            if plot_file is not None:
-                ops.append(CommitOperationAdd(path_in_repo=plot_name, path_or_fileobj=str(plot_file[0])))
+            ops = [CommitOperationAdd(path_in_repo=n, path_or_fileobj=str(root / n)) for n in sel.local_files]
+            if sel.plot_file is not None:
+                ops.append(CommitOperationAdd(path_in_repo=sel.plot_name, path_or_fileobj=str(sel.plot_file[0])))
             if card is not None:
                 ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode("utf-8")))
             stage = "upload"
@@ -723,37 +789,34 @@ def _push(
     except Eagle3ConvError:
         raise
     except Exception as exc:  # noqa: BLE001 - every client failure becomes a PushError
-        failure = _to_push_error(exc, stage=stage, repo_id=repo_id, revision=revision, endpoint=ep, token=secret,
-                                 timeout=timeout)
+        failure = _to_push_error(exc, stage=stage, repo_id=repo_id, revision=revision, endpoint=endpoint,
+                                 token=token, timeout=timeout)
     if failure is not None:
         # raised outside the handler: the client's exception (whose text may hold what a
         # server echoed back) is neither the cause nor the context of what the user sees
         raise failure
+    return _Sent(repo_url, head, info, card, files)
 
-    unchanged = info.oid == head and not info.pr_url
-    result = PushResult(repo_id, ep, revision, create_pr, False, files, skipped, card, checks, forced,
-                        unchanged=unchanged, commit=info.oid, commit_url=info.commit_url, pr_url=info.pr_url,
-                        pr_revision=info.pr_revision, repo_url=str(repo_url), followed_symlinks=followed)
-    say("unchanged: the repo already holds these files; no commit was made" if unchanged
-        else f"committed {info.oid[:12]}" + (f", pull request {info.pr_url}" if info.pr_url else ""))
+
+def _record_of(result: PushResult, branch: str) -> dict:
+    """``eagle3conv-push.json``: what was pushed where (the next push's default repo id)."""
     from eagle3conv.version import __version__
 
-    result.record = _write_record(root, {
+    return {
         "format": PUSH_RECORD_FORMAT,
         "version": PUSH_RECORD_VERSION,
-        "repo_id": repo_id,
+        "repo_id": result.repo_id,
         "repo_type": "model",
-        "endpoint": ep,
-        "revision": info.pr_revision or branch,
-        "commit": info.oid,
-        "commit_url": info.commit_url,
-        "pr_url": info.pr_url,
-        "unchanged": unchanged,
-        "forced": forced,
-        "files": {f.path: f.size for f in files},
+        "endpoint": result.endpoint,
+        "revision": result.pr_revision or branch,
+        "commit": result.commit,
+        "commit_url": result.commit_url,
+        "pr_url": result.pr_url,
+        "unchanged": result.unchanged,
+        "forced": result.forced,
+        "files": {f.path: f.size for f in result.files},
         "eagle3conv_version": __version__,
-    })
-    return result
+    }
 
 
 def _default_endpoint() -> str:
