@@ -27,7 +27,8 @@ def _releases(engine: str) -> list[str]:
 
 SGLANG_RELEASES = _releases("sglang")
 NEWEST_SGLANG, OLDEST_SGLANG = SGLANG_RELEASES[-1], SGLANG_RELEASES[0]
-NEWEST_VLLM = _releases("vllm")[-1]
+VLLM_RELEASES = _releases("vllm")
+NEWEST_VLLM = VLLM_RELEASES[-1]
 
 
 def engine_rows(verify_doc: dict) -> dict[str, dict]:

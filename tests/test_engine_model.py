@@ -16,7 +16,7 @@ import random
 
 import pytest
 
-from helpers import SGLANG_RELEASES, run
+from helpers import SGLANG_RELEASES, VLLM_RELEASES, run
 from eagle3conv.spec import engines as E
 from eagle3conv.spec.layers import EMBEDDING, LayerRef, outputs
 from eagle3conv.wiring.check import check_wiring
@@ -24,7 +24,7 @@ from eagle3conv.wiring.config_ids import wiring_edits
 from eagle3conv.wiring.metadata import TrainingRecord
 
 FAMILIES = sorted(E.families())
-RELEASES = ([f"sglang=={r}" for r in SGLANG_RELEASES] + [f"vllm=={v}:runner={r}" for v in ["0.33.0"]
+RELEASES = ([f"sglang=={r}" for r in SGLANG_RELEASES] + [f"vllm=={v}:runner={r}" for v in VLLM_RELEASES
                                                           for r in ("mrv2", "v1")] + ["tensorrt-llm"])
 LAYER_COUNTS = (8, 40, 61)
 

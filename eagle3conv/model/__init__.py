@@ -13,36 +13,49 @@ if TYPE_CHECKING:
 
     from eagle3conv.model.drafter import DrafterConfig, Eagle3Drafter
 
-__all__ = ["build_drafter", "drafter_class", "drafter_config", "is_mla_config"]
+__all__ = ["FORWARDS", "build_drafter", "drafter_class", "drafter_config", "is_mla_config"]
+
+def _llama():
+    from eagle3conv.model.drafter import DrafterConfig, Eagle3Drafter
+
+    return Eagle3Drafter, DrafterConfig
+
+
+def _mla():
+    from eagle3conv.model.mla import Eagle3MLADrafter, MLAConfig
+
+    return Eagle3MLADrafter, MLAConfig
+
+
+FORWARDS = {"llama": _llama, "mla": _mla}
+"""Architecture key (mappings/canonical.json ``architectures``) -> (drafter class, config class), imported
+when asked. An architecture in canonical.json without a forward here fails ``tests/test_extending.py``
+(docs/extending.md)."""
+
+
+def _architecture_key(config: Mapping[str, Any], keys: Any) -> str:
+    from eagle3conv.spec.canonical import architecture_for
+
+    return architecture_for(dict(config), list(keys)).key
+
+
+def _forward(config: Mapping[str, Any], keys: Any, which: int):
+    return FORWARDS[_architecture_key(config, keys)]()[which]
 
 
 def is_mla_config(config: Mapping[str, Any], keys: Any = ()) -> bool:
     """True for an MLA drafter: an Eagle3DeepseekV2/V3 architecture, or MLA tensor names."""
-    from eagle3conv.spec.canonical import architecture_for
-
-    return architecture_for(dict(config), list(keys)).key == "mla"
+    return _architecture_key(config, keys) == "mla"
 
 
 def drafter_class(config: Mapping[str, Any], keys: Any = ()) -> type[Eagle3Drafter]:
-    """Eagle3MLADrafter for MLA configs, else Eagle3Drafter."""
-    if is_mla_config(config, keys):
-        from eagle3conv.model.mla import Eagle3MLADrafter
-
-        return Eagle3MLADrafter
-    from eagle3conv.model.drafter import Eagle3Drafter
-
-    return Eagle3Drafter
+    """The forward class of the config's architecture (Eagle3MLADrafter for MLA, else Eagle3Drafter)."""
+    return _forward(config, keys, 0)
 
 
 def drafter_config(config: Mapping[str, Any], keys: Any = ()) -> DrafterConfig:
     """The parsed config: an MLAConfig for MLA drafters, else a DrafterConfig."""
-    if is_mla_config(config, keys):
-        from eagle3conv.model.mla import MLAConfig
-
-        return MLAConfig.from_config(config)
-    from eagle3conv.model.drafter import DrafterConfig
-
-    return DrafterConfig.from_config(config)
+    return _forward(config, keys, 1).from_config(config)
 
 
 def build_drafter(
