@@ -192,8 +192,10 @@ def test_mla_rope_flip_shows_on_sglang_not_vllm(smollm2_states, mla_drafter, tmp
     rows = {r["engine"]: r for r in flip.wiring_check["engines"]}
     assert rows["sglang==0.5.23"]["captures"] == rows["vllm==0.33.0"]["captures"] == "outputs of layers 1, 14, 26"
     sg = "sglang==0.5.23", "vllm==0.33.0"
-    sg_base, sg_flip = base.engine_scores[sg[0]], flip.engine_scores[sg[0]]
-    vl_base, vl_flip = base.engine_scores[sg[1]], flip.engine_scores[sg[1]]
+    by_base = {e.engine: e for e in base.engine_scores}
+    by_flip = {e.engine: e for e in flip.engine_scores}
+    sg_base, sg_flip = by_base[sg[0]].score, by_flip[sg[0]].score
+    vl_base, vl_flip = by_base[sg[1]].score, by_flip[sg[1]].score
     gap, lo, hi = paired_difference(sg_base, sg_flip)
     assert lo > 0, (gap, lo, hi)  # SGLang runs the flipped copy with the layout it was not trained with
     assert sg_flip.accept_length_ci[1] < sg_base.accept_length_ci[0] or sg_flip.acceptance[0] < sg_base.acceptance[0]
@@ -202,11 +204,11 @@ def test_mla_rope_flip_shows_on_sglang_not_vllm(smollm2_states, mla_drafter, tmp
     # within the flipped copy's one report: vLLM clearly above SGLang, and the report says why
     gap2, lo2, _ = paired_difference(vl_flip, sg_flip)
     assert lo2 > 0
-    assert rows["vllm==0.33.0"]["forward"]["rope"] == "interleaved"
-    assert rows["sglang==0.5.23"]["forward"]["rope"] == "half-split (neox)"
-    assert any("rope_interleave is false" in e for e in rows["vllm==0.33.0"]["emulated"])
-    assert rows["sglang==0.5.23"]["emulated"] == []
-    assert rows["vllm==0.33.0"]["paired_vs_main"]["ci95"][0] > 0  # the main score runs as SGLang
+    assert by_flip["vllm==0.33.0"].forward["rope"] == "interleaved"
+    assert by_flip["sglang==0.5.23"].forward["rope"] == "half-split (neox)"
+    assert any("rope_interleave is false" in e for e in by_flip["vllm==0.33.0"].emulated)
+    assert by_flip["sglang==0.5.23"].emulated == ()
+    assert by_flip["vllm==0.33.0"].paired_vs_main["ci95"][0] > 0  # the main score runs as SGLang
     print(f"\nrope flip (MLA, SmolLM2 states, {sg_base.tokens} positions): "
           f"sglang accept length {sg_base.accept_length:.3f} -> {sg_flip.accept_length:.3f}, step-1 "
           f"{sg_base.acceptance[0]:.3f} -> {sg_flip.acceptance[0]:.3f}, paired gap {gap:.3f} [{lo:.3f}, {hi:.3f}]; "
