@@ -39,6 +39,8 @@ EMBED_KEPT = "embed-kept"
 MISSING_EMBEDDING = "missing-embedding"
 EXTRACTED = "extracted"
 MLA_NO_Q_LORA = "mla-no-q-lora"  # an MLA drafter without q_lora_rank: SGLang refuses it
+LAYER_MISSING = "layer-missing"  # a decoder layer missing between others (layers.0, layers.2)
+LATER_NORMS_DIFFER = "later-norms-differ"  # a later layer's input_layernorm and hidden_norm differ, neither known trained
 # shapes: each tensor against the config
 SPLIT_SHAPE = "split-shape"
 SHAPE_MISMATCH = "shape-mismatch"
@@ -62,9 +64,8 @@ FULL_VOCAB_D2T = "full-vocab-d2t"  # an MLA drafter's d2t/t2d where the draft vo
 CONFIG_REPLACED = "config-replaced"
 CONFIG_SOURCE = "config-source"
 NO_VOCAB_SIZE = "no-vocab-size"
-FC_NORM_KEPT = "fc-norm-kept"
-ATTENTION_BIAS_KEPT = "attention-bias-kept"
-NORM_OUTPUT = "norm-output"
+SERVED_WITHOUT = "served-without"  # a switch some engine releases ignore (the drafter is served without it)
+CANNOT_SERVE = "cannot-serve"  # an engine release cannot load this drafter (layers, variant, architecture name)
 # aux-layers: the wiring check (eagle3conv.wiring.check) and its glue
 FC_WIDTH = "fc-width"
 RECORDS_DISAGREE = "records-disagree"

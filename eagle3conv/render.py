@@ -102,8 +102,9 @@ def _row_line(r: dict) -> str:
         what = f"reads {src} {r['ids']} ({r['rule']}) -> captures {r['captures']}"
         if r.get("as_trained") is False and r.get("needs") is not None:
             what += f"; needs {r['needs']}"
-    finding = r.get("finding") or {}
-    mark = "?   " if r.get("unknown") else _MARK.get(finding.get("level"), "ok  ")
+    levels = {(r.get(k) or {}).get("level") for k in ("finding", "serve")}
+    worst = next((lv for lv in ("error", "warning") if lv in levels), None)
+    mark = "?   " if r.get("unknown") and worst is None else _MARK.get(worst, "ok  ")
     return f"{mark} {r['release']}: {what}"
 
 
@@ -135,6 +136,10 @@ def wiring_lines(w: dict | None, *, verbose: bool = False) -> list[str]:
             lines.append(f"       runner: {r['runner_assumed']}")
         if fix and not shared_fix:
             lines.append(f"       fix: {fix}")
+        serve = r.get("serve")
+        if serve:
+            lines.append(f"       {'CANNOT SERVE' if serve['code'] == 'cannot-serve' else 'serves'}: {serve['message']}"
+                         + (f" ({serve['fix']})" if serve.get("fix") else ""))
         if verbose:
             for note in r.get("notes") or []:
                 lines.append(f"       ({note})")

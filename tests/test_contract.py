@@ -83,21 +83,28 @@ def row_of(arch: str, name: str):
 
 
 def matches(row_name: str, name: str) -> bool:
-    return re.fullmatch(re.escape(row_name).replace(re.escape("{slot}"), "[0-9]+"), name) is not None
+    pattern = re.escape(row_name).replace(re.escape("{slot}"), "[0-9]+").replace(re.escape("{layer}"), "[1-9][0-9]*")
+    return re.fullmatch(pattern, name) is not None
 
 
 def case(arch: str, name: str) -> tuple[dict, dict, DrafterSpec]:
     """(config as written, config the row needs, the spec the tensors follow) for one variant row.
 
     A row gated on a config switch gets its tensor but NOT the switch: fix-keys must set it from
-    the weights. A row gated on a symbol (MLA's QL) gets a config where the symbol fits."""
+    the weights (a Qwen3 drafter's q/k norms: its architecture name). A row of a later decoder layer
+    ({layer}) gets a second layer's tensors but a config saying one layer: fix-keys must count them.
+    A row gated on a symbol (MLA's QL) gets a config where the symbol fits."""
     written = base_config(arch)
     row = row_of(arch, name)
     needed = dict(written)
     if row.when in SWITCH_FIELDS:
         needed[SWITCH_FIELDS[row.when]] = True
+    elif row.when == "qk_norm":
+        needed["architectures"] = ["Eagle3Qwen3ForCausalLM"]
     elif row.when == "!QL":
         written["q_lora_rank"] = needed["q_lora_rank"] = None
+    if "{layer}" in name:
+        needed["num_hidden_layers"] = 2
     spec = DrafterSpec.from_config(needed)
     return written, needed, spec
 
@@ -165,6 +172,8 @@ def test_loader_accepts_exactly_what_fix_keys_writes(tmp_path, arch, name):
         res = CliRunner().invoke(main, ["fix-keys", str(src), "--out", str(out)])
         assert res.exit_code == 3 and "q_lora_rank" in res.output + (res.stderr or ""), res.output
         assert not out.exists()
+        if "{layer}" in name:
+            (src / "config.json").write_text(json.dumps(needed))
         load(src)
         return
     fix_keys(src, out, *(["--keep-embed"] if name == "embed_tokens.weight" else []))
@@ -174,6 +183,10 @@ def test_loader_accepts_exactly_what_fix_keys_writes(tmp_path, arch, name):
     row = row_of(arch, name)
     if row.when in SWITCH_FIELDS:  # fix-keys wrote the switch the tensor needs
         assert config[SWITCH_FIELDS[row.when]] is True
+    if row.when == "qk_norm":
+        assert config["architectures"] == ["Eagle3Qwen3ForCausalLM"]
+    if "{layer}" in name:
+        assert config["num_hidden_layers"] == 2
     out_spec = DrafterSpec.from_config(config)
     table = expected(out_spec.with_(k=out_spec.k or 3))
     assert set(state) <= set(table) and {n for n, e in table.items() if e.required} <= set(state)
@@ -350,11 +363,16 @@ def test_attention_bias_declared_but_absent_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_biases_kept_with_a_notice_about_vllm(tmp_path):
+def test_biases_kept_and_each_release_says_whether_it_serves_them(tmp_path):
+    """SGLang builds q/k/v without bias whatever attention_bias says; vLLM builds them with it
+    (the engine rules, docs/facts.md §11): SGLang's rows warn that it serves the drafter without them."""
     src = biased_checkpoint(tmp_path / "src", switch=True)
     d = json.loads(cli("inspect", src, "--json").stdout)
-    plan = d.get("plan", d)
-    assert any("q/k/v biases kept" in n and "vLLM" in n for n in plan["notices"]), plan["notices"]
+    rows = {r["engine"]: r for r in d["plan"]["wiring"]["engines"]}
+    sglang = [r for spec, r in rows.items() if spec.startswith("sglang")]
+    assert sglang and all(r["serve"]["code"] == "served-without" and "attention_bias" in r["serve"]["message"]
+                          for r in sglang)
+    assert rows[next(s for s in rows if s.startswith("vllm"))]["serve"] is None
 
 
 def test_spec_reads_a_config_once():

@@ -214,9 +214,9 @@ def test_full_vocab_drafter_needs_no_d2t() -> None:
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        ({"num_hidden_layers": 2}, "num_hidden_layers"),
+        ({"num_hidden_layers": 2}, "missing: layers.1.input_layernorm.weight"),  # a second layer needs its tensors
         ({"tie_word_embeddings": True}, "tie_word_embeddings"),
-        ({"norm_before_fc": True}, "norm_before_fc"),
+        ({"norm_before_fc": True}, "missing: input_norm.weight"),
         ({"hidden_size": None}, "hidden_size"),
         ({"rope_scaling": {"rope_type": "longrope", "factor": 2.0}}, "rope"),
     ],

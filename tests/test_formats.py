@@ -157,11 +157,11 @@ def test_common_rules():
     assert fate("rotary_emb.inv_freq") == "drop"
     assert fate("midlayer.self_attn.rotary_emb.cos_cached") == "drop"
     assert fate("midlayer.mlp._extra_state") == "drop"
-    assert fate("layers.1.mlp.up_proj.weight") == "refuse"
+    assert fate("layers.1.mlp.up_proj.weight") is None  # a later decoder layer, in the engines' spelling
     assert fate("midlayer.1.mlp.up_proj.weight") == "refuse"
     assert fate("midlayer.0.mlp.up_proj.weight") == "refuse"
     assert fate("additional_layers.0.mlp.up_proj.weight") == "refuse"
-    assert fate("layers.10.x") == "refuse"
+    assert fate("layers.10.x") is None
     assert fate("layers.0.mlp.up_proj.weight") is None
     assert fate("midlayer.mlp.up_proj.weight") is None
     assert fate("midlayer.self_attn.rotary_emb.weight") is None
@@ -371,13 +371,21 @@ def test_canonical_json_loads():
     assert table["mla"].architecture == "Eagle3DeepseekV2ForCausalLM"
     required = sorted(t.name for t in llama.tensors if t.required and not t.when)  # gated rows: see test_contract
     assert required == sorted(set(GOLDEN) - {"d2t", "t2d"})
-    assert {f.name for f in llama.fused} == {"midlayer.self_attn.qkv_proj.weight", "midlayer.mlp.gate_up_proj.weight"}
+    assert {f.name for f in llama.fused} == {"midlayer.self_attn.qkv_proj.weight", "midlayer.mlp.gate_up_proj.weight",
+                                             "layers.{layer}.self_attn.qkv_proj.weight",
+                                             "layers.{layer}.mlp.gate_up_proj.weight"}
     assert "fc_norm.0.weight" not in llama.expand({"k": 3})  # only with the fc_norm switch
+    # later decoder layers: 1..L-1, none for a one-layer drafter, both later-layer input norms
+    assert not any(n.startswith("layers.") for n in llama.expand({"k": 3, "L": 1}))
+    three = llama.expand({"k": 3, "L": 3})
+    assert {"layers.1.input_layernorm.weight", "layers.1.hidden_norm.weight", "layers.2.mlp.down_proj.weight"} <= set(three)
+    assert "layers.3.mlp.down_proj.weight" not in three and "layers.0.mlp.down_proj.weight" not in three
+    assert {f.name for f in llama.fused_rows({"L": 3})} >= {"layers.2.self_attn.qkv_proj.weight"}
     expanded = llama.expand({"k": 3}, {"fc_norm": True})
     assert {"fc_norm.0.weight", "fc_norm.1.weight", "fc_norm.2.weight"} <= set(expanded)
     assert "fc_norm.3.weight" not in expanded
     # every shape expression parses and names known symbols only
-    symbols = {"H", "T", "k", "NH", "NKV", "HD", "I", "V", "Vd", "QL", "KL", "QK", "QR", "NV", "VH"}
+    symbols = {"H", "T", "k", "L", "NH", "NKV", "HD", "I", "V", "Vd", "QL", "KL", "QK", "QR", "NV", "VH"}
     for arch in table.values():
         for t in arch.tensors + arch.templated:
             for dim in t.shape:
@@ -421,7 +429,7 @@ def test_symbols_from_config():
     sym = symbols_from_config(
         {"hidden_size": 32, "num_attention_heads": 4, "vocab_size": 100,
          "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}}, llama)
-    assert sym == {"H": 32, "T": 32, "NH": 4, "NKV": 4, "HD": 8, "I": None, "V": 100, "Vd": 100, "k": 3}
+    assert sym == {"H": 32, "T": 32, "NH": 4, "NKV": 4, "HD": 8, "I": None, "V": 100, "Vd": 100, "k": 3, "L": 1}
     top = symbols_from_config({"hidden_size": 32, "target_hidden_size": 64, "num_attention_heads": 4,
                                "num_key_value_heads": 2, "head_dim": 16, "draft_vocab_size": 10,
                                "eagle_aux_hidden_state_layer_ids": [2, 3]}, llama)

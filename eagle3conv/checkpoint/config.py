@@ -2,7 +2,7 @@
 
 Engines read (docs/facts.md §3): ``architectures``
 (``LlamaForCausalLMEagle3`` or ``Eagle3DeepseekV2ForCausalLM``),
-``num_hidden_layers: 1``, ``draft_vocab_size`` whenever the head is pruned
+``num_hidden_layers`` (the layers the weights hold), ``draft_vocab_size`` whenever the head is pruned
 (without it SGLang and TensorRT-LLM replace the drafter's head with the
 target's), ``target_hidden_size`` when the aux states are wider than H, and
 ``tie_word_embeddings`` false (true makes SGLang use the embedding as head).
@@ -89,7 +89,8 @@ def source_drafter_config(format_name: str, config_from: str | None, config: dic
 
 
 def loadable_edits(config: dict, *, architecture: str, draft_vocab: int, vocab: int | None,
-                   target_hidden: int, has_lm_head: bool, out_dtype: str | None) -> list[ConfigEdit]:
+                   target_hidden: int, has_lm_head: bool, out_dtype: str | None, layers: int = 1,
+                   num_aux: int | None = None) -> list[ConfigEdit]:
     """Edits that make ``config`` loadable by SGLang, vLLM and TensorRT-LLM."""
     edits: list[ConfigEdit] = []
 
@@ -107,7 +108,12 @@ def loadable_edits(config: dict, *, architecture: str, draft_vocab: int, vocab: 
         want("architectures", [architecture], why)
     if architecture == LLAMA_EAGLE3 and not config.get("model_type"):
         want("model_type", "llama", "transformers needs model_type to parse the config")
-    want("num_hidden_layers", 1, "an EAGLE-3 drafter has one decoder layer")
+    want("num_hidden_layers", layers, f"the weights hold {layers} decoder layer{'s' if layers != 1 else ''} "
+         "(the engines build num_hidden_layers layers)")
+    if num_aux is not None and num_aux != 3 and config.get("num_aux_hidden_states") != num_aux:
+        want("num_aux_hidden_states", num_aux,
+             f"fc reads {num_aux} aux states; SGLang's and vLLM's Llama drafters size fc from num_aux_hidden_states, "
+             "else from the nested ids, else 3 (docs/facts.md §11)")
     if vocab is not None and draft_vocab != vocab:
         want("draft_vocab_size", draft_vocab,
              "the head is pruned; without draft_vocab_size SGLang and TensorRT-LLM replace it with the target's head")

@@ -78,6 +78,18 @@ class CheckpointIndex:
             raise CheckpointReadError(f"{info.file}: truncated while reading {name}")
         return np.frombuffer(data, dtype=np_dtype).reshape(info.shape).copy()
 
+    def read_bytes(self, name: str) -> bytes:
+        """A (small) tensor's raw little-endian bytes, whatever its dtype (norms compared byte for byte)."""
+        info = self.tensors[name]
+        if info.start is None:
+            return bytes(self.raw_bytes_of_pickled(name))
+        with open(info.file, "rb") as f:
+            f.seek(info.start)
+            data = f.read(info.end - info.start)
+        if len(data) != info.end - info.start:
+            raise CheckpointReadError(f"{info.file}: truncated while reading {name}")
+        return data
+
     def read_torch(self, name: str):
         """Read one tensor as a torch tensor (used by verify and casts)."""
         import torch

@@ -7,6 +7,7 @@ bytes except the small vocab maps (`d2t`, `t2d`). ``inspect`` and
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -14,14 +15,20 @@ import numpy as np
 
 from eagle3conv.io import dtypes
 from eagle3conv.spec.config_check import validate_drafter_config
-from eagle3conv.spec.canonical import Architecture, architecture_for, drafter_uses_own_embedding, eval_dim, expected
+from eagle3conv.spec.canonical import (
+    Architecture,
+    architecture_for,
+    drafter_uses_own_embedding,
+    eval_dim,
+    expected,
+    layer_of,
+)
 from eagle3conv.spec.drafter import SWITCH_FIELDS, DrafterSpec
 from eagle3conv.spec.formats import DetectContext, Format, FormatMatch, detect, get_format, load_formats
 from eagle3conv.checkpoint.index import CheckpointIndex
 from eagle3conv.checkpoint.vocab import check_vocab
 from eagle3conv.errors import InvalidCheckpointError, UsageError
 from eagle3conv.findings import (
-    ATTENTION_BIAS_KEPT,
     AUX_LAYERS,
     CONFIG,
     CONFIG_REPLACED,
@@ -30,15 +37,15 @@ from eagle3conv.findings import (
     EMBED_KEPT,
     MISSING_EMBEDDING,
     EXTRACTED,
-    FC_NORM_KEPT,
     FUSED_AND_UNFUSED,
     KEY_COLLISION,
     KEYS,
+    LATER_NORMS_DIFFER,
+    LAYER_MISSING,
     FULL_VOCAB_D2T,
     MISSING_KEY,
     MLA_NO_Q_LORA,
     NO_VOCAB_SIZE,
-    NORM_OUTPUT,
     REFUSED_KEY,
     SHAPE_MISMATCH,
     SHAPES,
@@ -268,16 +275,22 @@ def build_plan(
     config_override: dict | None = None,
     keep_embed: bool = False,
     dtype: str | None = None,
+    later_norm: str | None = None,
 ) -> Plan:
     """Every source key's fate, the tensors to write and the config to write, in named steps
     (:class:`_Planner`): the format and the drafter config, each key's fate, the contract the config
-    and the weights imply, the outputs (splits expanded, the embedding kept or dropped), their shapes,
-    the vocab maps, the cast, the config edits."""
+    and the weights imply, the outputs (splits expanded, the embedding kept or dropped), the later
+    layers' input norms under both engines' names, their shapes, the vocab maps, the cast, the config
+    edits. ``later_norm``: which norm a multi-layer drafter's later layers were trained with
+    (``input_layernorm`` or ``hidden_norm``; default: the trainer format's, when it says)."""
+    if later_norm is not None and later_norm not in LATER_NORMS:
+        raise UsageError(f"--later-norm {later_norm}: expected one of {', '.join(LATER_NORMS)}")
     p = _Planner(index, source_format, config_override, keep_embed, dtype)
     p.key_fates()
     p.contract()
     p.classify()
     p.outputs()
+    p.later_norms(later_norm)
     p.embedding()
     p.shapes()
     p.vocab_maps()
@@ -335,7 +348,9 @@ class _Planner:
         index, mapped = self.index, self.mapped
         self.arch = architecture_for(self.config, mapped)
         spec = DrafterSpec.from_config(self.config, mapped, validate=False, architecture=self.arch.key)
-        self.fused = {f.name: f for f in self.arch.fused}
+        self.layers = self._layer_count(spec)
+        spec = spec.with_(L=self.layers)
+        self.fused = {f.name: f for f in self.arch.fused_rows({"L": self.layers})}
         self.switched = _switches_from_weights(self.arch, spec, [n for n in mapped if n not in self.fused])
         spec = spec.with_(**self.switched)
         fc = index.tensors.get(mapped.get("fc.weight", ""))
@@ -348,6 +363,21 @@ class _Planner:
         if self.arch.key == "mla":
             _mla_q_lora_rank(self.sym, index, mapped, self.errors)
         self.canon = {name: e.row for name, e in expected(spec, self.sym).items()}
+
+    def _layer_count(self, spec: DrafterSpec) -> int:
+        """The decoder layers the weights hold (layer 0 = midlayer.*, then layers.1.* ...); a gap is
+        an error, as is a config that says otherwise (fix-keys writes the weights' count)."""
+        found = sorted({i for n in self.mapped if (i := layer_of(n)) is not None})
+        if not found:
+            return spec.L
+        missing = sorted(set(range(found[-1] + 1)) - set(found))
+        if missing:
+            shown = ", ".join(f"layers.{i}" if i else "layer 0 (midlayer.* / layers.0.*)" for i in missing)
+            self.errors.append(Finding(
+                "error", KEYS, LAYER_MISSING,
+                f"decoder layers {', '.join(str(i) for i in found)} are present but {shown} is missing: the engines "
+                "run the layers in order and would serve the gap uninitialised", subject=shown))
+        return found[-1] + 1
 
     def classify(self) -> None:
         """Step 3: each mapped name is canonical, a fused tensor to split, or unmapped (an error)."""
@@ -406,6 +436,50 @@ class _Planner:
             self._want(Output(part, src.dtype, (r, src.shape[1]), d.source, src.dtype, start, start + r))
             start += r
 
+    def later_norms(self, asked: str | None) -> None:
+        """Step 4b: each later decoder layer's input norm written under both names the engines read
+        (docs/facts.md §11: vLLM input_layernorm, SGLang hidden_norm), with the trained weights."""
+        from eagle3conv.spec.engines import later_norm_readers
+
+        readers = later_norm_readers()
+        trained = asked or self.fmt.later_layer_norm
+        for i in range(1, self.layers):
+            names = {n: f"layers.{i}.{n}.weight" for n in LATER_NORMS}
+            have = [n for n in LATER_NORMS if names[n] in self.wanted]
+            if not have:
+                continue  # named by the shapes step as missing
+            if len(have) == 2:
+                a, b = (self.wanted[names[n]] for n in LATER_NORMS)
+                if self._same_bytes(a, b):
+                    continue
+                if trained is None:
+                    self.notices.append(Finding(
+                        "warning", KEYS, LATER_NORMS_DIFFER,
+                        f"layers.{i}: input_layernorm and hidden_norm differ, and nothing says which one was trained: "
+                        f"{readers_text(readers)}, so the engines serve this layer differently",
+                        fix="run eagle3conv verify on captured states to see which serves better, then fix-keys "
+                            "--later-norm input_layernorm|hidden_norm", subject=f"layers.{i}"))
+                    continue
+                source = trained
+            else:
+                source = have[0]
+            other = next(n for n in LATER_NORMS if n != source)
+            src = self.wanted[names[source]]
+            self.wanted[names[other]] = replace(src, name=names[other])
+            why = (f"a later layer's input norm ({source}, "
+                   + ("as --later-norm says" if asked else f"as {self.fmt.name} trains" if len(have) == 2
+                      and trained == self.fmt.later_layer_norm else "the one the checkpoint has")
+                   + f") written under both names: {readers_text(readers)}")
+            self.decisions = [Decision(d.source, "copied", (names[source], names[other]), why)
+                              if d.source == src.source and names[source] in d.targets else
+                              (Decision(d.source, "dropped", (), f"replaced by {names[source]} ({why})")
+                               if len(have) == 2 and names[other] in d.targets else d)
+                              for d in self.decisions]
+
+    def _same_bytes(self, a: Output, b: Output) -> bool:
+        return (a.source_dtype == b.source_dtype and a.shape == b.shape
+                and self.index.read_bytes(a.source) == self.index.read_bytes(b.source))
+
     def embedding(self) -> None:
         """Step 5: the drafter's own embed_tokens, kept only where an engine embeds with it."""
         sym, wanted = self.sym, self.wanted
@@ -442,7 +516,9 @@ class _Planner:
         for name, o in self.wanted.items():
             ct = self.canon[name]
             expect = [eval_dim(d, self.sym) for d in ct.shape]
-            if len(expect) != len(o.shape) or any(e is not None and e != s for e, s in zip(expect, o.shape)):
+            if ct.any_view and None not in expect and math.prod(expect) == math.prod(o.shape):
+                pass  # the engine reads any shape of this many elements (mask_hidden: [1, 1, k*T] or [k*T])
+            elif len(expect) != len(o.shape) or any(e is not None and e != s for e, s in zip(expect, o.shape)):
                 shown = "[" + ", ".join(f"{d}={e}" for d, e in zip(ct.shape, expect)) + "]"
                 self.errors.append(Finding("error", SHAPES, SHAPE_MISMATCH,
                                            f"{name}: shape {list(o.shape)} but the config implies {shown}",
@@ -496,9 +572,13 @@ class _Planner:
     def _config_edits(self, outputs: list[Output]) -> tuple[list, dict]:
         """Step 9: the config edits that make every engine load the drafter, and the notes on switches."""
         cfg, sym, wanted = self.config, self.sym, self.wanted
+        flags = {**DrafterSpec.from_config(cfg, self.mapped, validate=False, architecture=self.arch.key).flags(),
+                  **self.switched}
         edits = cfgmod.loadable_edits(
             cfg,
-            architecture=self.arch.architecture,
+            architecture=self.arch.name_for(flags),
+            layers=self.layers,
+            num_aux=sym.get("k"),
             draft_vocab=wanted["lm_head.weight"].shape[0] if "lm_head.weight" in wanted else (sym["Vd"] or 0),
             vocab=cfg.get("vocab_size"),
             target_hidden=sym["T"] or sym["H"],
@@ -506,28 +586,12 @@ class _Planner:
             out_dtype=self.out_dtype,
         )
         for name, value in self.switched.items():
-            edits.append(cfgmod.ConfigEdit(SWITCH_FIELDS[name], cfg.get(SWITCH_FIELDS[name]), value,
-                                           SWITCH_WHY[name]))
+            if name in SWITCH_FIELDS:  # qk_norm is the architecture name, written above
+                edits.append(cfgmod.ConfigEdit(SWITCH_FIELDS[name], cfg.get(SWITCH_FIELDS[name]), value,
+                                               SWITCH_WHY[name]))
         if self.arch.key == "mla":
             edits += _mla_config_edits(cfg, sym, edits, wanted)
         new_config = cfgmod.apply_edits(cfg, edits)
-        if any(o.name.startswith("fc_norm.") for o in outputs):
-            self.notices.append(Finding(
-                "notice", CONFIG, FC_NORM_KEPT,
-                "fc_norm.* kept (EAGLE-3.1 per-slot norms before fc): vLLM applies them, but SGLang's "
-                "LlamaForCausalLMEagle3 in the versions read does not load them and would skip them silently; "
-                "check your SGLang version before serving there"))
-        if any(o.name.startswith("midlayer.self_attn.") and o.name.endswith("_proj.bias") for o in outputs):
-            self.notices.append(Finding(
-                "notice", CONFIG, ATTENTION_BIAS_KEPT,
-                "q/k/v biases kept (attention_bias: true): SGLang's LlamaForCausalLMEagle3 loads and adds them, and "
-                "verify runs them; vLLM's loader skips .bias names (docs/facts.md §2), so vLLM would serve this "
-                "drafter without them"))
-        if new_config.get("norm_output"):
-            self.notices.append(Finding(
-                "notice", CONFIG, NORM_OUTPUT,
-                "norm_output is true: SGLang's LlamaForCausalLMEagle3 in the versions read does not honour it "
-                "(steps 2+ would get the pre-norm state); verify runs it as configured"))
         if self.fmt.extracts:
             dropped = sum(1 for d in self.decisions if d.action == "dropped")
             self.notices.append(Finding("notice", KEYS, EXTRACTED, f"drafter extracted from a whole-model checkpoint; "
@@ -560,9 +624,21 @@ SWITCH_WHY = {
     "fc_bias": "the checkpoint has fc.bias; SGLang and vLLM build fc with a bias only when bias is true",
     "fc_norm": "the checkpoint has fc_norm.* (EAGLE-3.1 per-slot norms before fc); the drafter applies them only "
                "when fc_norm is true",
-    "attention_bias": "the checkpoint has q/k/v biases; SGLang builds q/k/v with biases only when attention_bias "
-                      "is true, and skips them silently otherwise",
+    "attention_bias": "the checkpoint has q/k/v biases; vLLM builds q/k/v with biases only when attention_bias "
+                      "is true (SGLang never does: docs/facts.md §11)",
+    "norm_before_fc": "the checkpoint has input_norm (one RMSNorm over the concatenated aux states); the engines "
+                      "apply it only when norm_before_fc is true",
+    "parallel_drafting": "the checkpoint has mask_hidden (a P-EAGLE drafter); vLLM requires it when parallel "
+                         "drafting is on",
 }
+
+LATER_NORMS = ("input_layernorm", "hidden_norm")
+
+
+def readers_text(readers: dict[str, list[str]]) -> str:
+    """'vllm 0.33.0 normalises a later layer's input with input_layernorm, sglang 0.5.12-0.5.23 with hidden_norm'."""
+    parts = [f"{', '.join(who)} with {norm}" for norm, who in readers.items()]
+    return "a later layer's input is normalised by " + "; ".join(parts)
 
 
 def _switches_from_weights(arch: Architecture, spec: DrafterSpec, names) -> dict[str, bool]:

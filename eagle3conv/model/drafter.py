@@ -33,7 +33,8 @@ Two entry points:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -69,6 +70,11 @@ __all__ = [
 ]
 
 _MAX_LISTED = 20  # offending keys named in an error message before "... and N more"
+
+#: the norms a later decoder layer may apply to its input: vLLM's and SGLang's (docs/facts.md §11)
+LATER_LAYER_NORMS = ("input_layernorm", "hidden_norm")
+#: the config switches a run may ignore, as an engine release that does not read them
+SKIPPABLE = ("fc_norm", "norm_output", "norm_before_fc", "attention_bias")
 
 
 # --------------------------------------------------------------------------- config
@@ -112,6 +118,11 @@ class DrafterConfig:
     draft_vocab_declared: bool
     attention_bias: bool
     spec: DrafterSpec = field(compare=False, repr=False)
+    num_layers: int = 1
+    norm_before_fc: bool = False
+    qk_norm: bool = False
+    parallel_drafting: bool = False
+    mask_token_id: int | None = None
     """The parsed contract (:class:`~eagle3conv.spec.drafter.DrafterSpec`) with ``k`` = ``num_aux``."""
 
     @property
@@ -131,22 +142,11 @@ class DrafterConfig:
         spec = DrafterSpec.from_config(config, architecture=architecture)
         hidden = require_int(config, "hidden_size")
         heads = require_int(config, "num_attention_heads")
-        layers = spec.num_hidden_layers
-        if layers != 1:
-            raise InvalidCheckpointError(
-                f"config.json: num_hidden_layers is {layers}; EAGLE-3 drafters have exactly 1 "
-                "(SGLang raises 'EAGLE3 currently only supports 1 layer')"
-            )
         if spec.tie_word_embeddings:
             raise InvalidCheckpointError(
                 "config.json: tie_word_embeddings is true, so SGLang would use the embedding as "
                 "lm_head and ignore the drafter's pruned head",
                 hint="set tie_word_embeddings to false in the drafter's config.json",
-            )
-        if spec.norm_before_fc:
-            raise InvalidCheckpointError(
-                "config.json: norm_before_fc (one RMSNorm over the concatenated aux states) is "
-                "not part of SGLang's LlamaForCausalLMEagle3 and is not supported here"
             )
         require_int(config, "vocab_size")
         require_int(config, "intermediate_size")
@@ -171,6 +171,11 @@ class DrafterConfig:
             draft_vocab_declared=spec.draft_vocab_declared,
             attention_bias=spec.attention_bias,
             spec=spec,
+            num_layers=spec.L,
+            norm_before_fc=spec.norm_before_fc,
+            qk_norm=spec.qk_norm,
+            parallel_drafting=spec.parallel_drafting,
+            mask_token_id=config.get("mask_token_id") if isinstance(config.get("mask_token_id"), int) else None,
         )
 
 
@@ -214,6 +219,7 @@ def check_tensors(
         f"{k}: expected {list(shape)}, got {list(state_dict[k].shape)}"
         for k, shape in shapes.items()
         if k in state_dict and tuple(state_dict[k].shape) != shape
+        and not (k in _any_view() and state_dict[k].numel() == math.prod(shape))
     ]
     details = (
         [f"missing: {k}" for k in missing]
@@ -236,9 +242,17 @@ def check_tensors(
         f"{what} does not match its config ({', '.join(parts)} tensors): " + "; ".join(listed),
         hint="rename keys to eagle3conv's canonical (SGLang) spelling and check config.json "
         f"(hidden_size, heads, head_dim, intermediate_size, draft_vocab_size, "
-        f"target_hidden_size, {AUX_KEY}, fc_norm, bias, attention_bias)",
+        f"target_hidden_size, num_hidden_layers, {AUX_KEY}, num_aux_hidden_states, fc_norm, norm_before_fc, "
+        "bias, attention_bias)",
         details=details,
     )
+
+
+def _any_view() -> frozenset[str]:
+    """The tensors an engine reads in any shape of their element count (canonical.json ``any_view``)."""
+    from eagle3conv.spec.canonical import load_canonical
+
+    return frozenset(t.name for a in load_canonical().values() for t in a.tensors if t.any_view)
 
 
 def _check_vocab_maps(vocab_size: int, state_dict: Mapping[str, Tensor]) -> None:
@@ -348,6 +362,8 @@ class Eagle3Drafter:
         dtype: torch.dtype = torch.bfloat16,
         embed_tokens: Tensor | None = None,
         norm_before_residual: bool | None = None,
+        later_layer_norm: str = "hidden_norm",
+        without: Iterable[str] = (),
     ) -> None:
         c = self._parse_config(config)
         if not c.draft_vocab_declared and "lm_head.weight" in state_dict:
@@ -363,6 +379,15 @@ class Eagle3Drafter:
         _check_vocab_maps(c.vocab_size, state_dict)
         if norm_before_residual is not None:
             c = replace(c, norm_before_residual=norm_before_residual)
+        if later_layer_norm not in LATER_LAYER_NORMS:
+            raise UsageError(f"later_layer_norm must be one of {LATER_LAYER_NORMS}, got {later_layer_norm!r}")
+        unknown = set(without) - set(SKIPPABLE)
+        if unknown:
+            raise UsageError(f"cannot run without {sorted(unknown)}; only without {SKIPPABLE}")
+        #: the switches this run ignores as an engine release does (their tensors are loaded, unused)
+        self.without = frozenset(without)
+        #: the norm a later decoder layer applies to its input (vLLM: input_layernorm, SGLang: hidden_norm)
+        self.later_layer_norm = later_layer_norm
         self.config = c
         self.device = torch.device(device)
         self.dtype = dtype
@@ -372,7 +397,9 @@ class Eagle3Drafter:
 
         self.fc_weight = w("fc.weight")
         self.fc_bias = w("fc.bias") if c.fc_bias else None
-        self.fc_norm = [w(f"fc_norm.{i}.weight") for i in range(c.num_aux)] if c.fc_norm else []
+        use = self.uses
+        self.fc_norm = [w(f"fc_norm.{i}.weight") for i in range(c.num_aux)] if use("fc_norm") else []
+        self.input_norm = w("input_norm.weight") if use("norm_before_fc") else None
         p = "midlayer."
         self._load_attention(w)
         self.gate_proj, self.up_proj, self.down_proj = (
@@ -381,8 +408,11 @@ class Eagle3Drafter:
         self.input_layernorm = w(f"{p}input_layernorm.weight")
         self.hidden_norm = w(f"{p}hidden_norm.weight")
         self.post_attention_layernorm = w(f"{p}post_attention_layernorm.weight")
+        #: decoder layers 1..L-1 (a multi-layer drafter), each a dict of its weights
+        self.later: list[dict[str, Any]] = [self._load_later_layer(w, f"layers.{i}.") for i in range(1, c.num_layers)]
         self.norm = w("norm.weight")
         self.lm_head = w("lm_head.weight")
+        self.mask_hidden = w("mask_hidden").reshape(-1) if "mask_hidden" in state_dict else None
         d2t = state_dict.get("d2t")
         self.d2t = (
             d2t.to(device=self.device, dtype=torch.long)
@@ -417,6 +447,10 @@ class Eagle3Drafter:
             self._act = ACT2FN[c.hidden_act]
         self._init_rope(config)
 
+    def uses(self, switch: str) -> bool:
+        """Whether this run applies a config switch: set in config.json and not ignored (``without``)."""
+        return bool(getattr(self.config, switch)) and switch not in self.without
+
     # ------------------------------------------------------------------ hooks
     # Eagle3MLADrafter (eagle3conv/model/mla.py) overrides these; everything else
     # (fc, the MLP, the head, d2t, SDPA and TTT attention, draft_chain) is shared.
@@ -431,14 +465,34 @@ class Eagle3Drafter:
         check_tensors(state_dict, expected_shapes(c), optional_keys(c), "drafter checkpoint")
 
     def _load_attention(self, w: Any) -> None:
-        p = "midlayer.self_attn."
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
-            w(f"{p}{n}_proj.weight") for n in "qkvo"
-        )
-        # attention_bias: SGLang's q/k/v projections add these (canonical.json: present iff set)
-        self.q_bias, self.k_bias, self.v_bias = (
-            w(f"{p}{n}_proj.bias") if self.config.attention_bias else None for n in "qkv"
-        )
+        att = self._load_llama_attention(w, "midlayer.")
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (att[n] for n in ("q", "k", "v", "o"))
+        self.q_bias, self.k_bias, self.v_bias = (att[f"{n}_bias"] for n in "qkv")
+        self.q_norm, self.k_norm = att["q_norm"], att["k_norm"]
+
+    def _load_llama_attention(self, w: Any, prefix: str) -> dict[str, Any]:
+        p = f"{prefix}self_attn."
+        att: dict[str, Any] = {n: w(f"{p}{n}_proj.weight") for n in "qkvo"}
+        # attention_bias: q/k/v biases (canonical.json: present iff set); SGLang builds q/k/v without them
+        for n in "qkv":
+            att[f"{n}_bias"] = w(f"{p}{n}_proj.bias") if self.uses("attention_bias") else None
+        # a Qwen3 drafter: per-head RMSNorm on q and k before RoPE
+        att["q_norm"], att["k_norm"] = ((w(f"{p}q_norm.weight"), w(f"{p}k_norm.weight"))
+                                        if self.config.qk_norm else (None, None))
+        return att
+
+    def _load_later_layer(self, w: Any, prefix: str) -> dict[str, Any]:
+        """A decoder layer after the first: its attention (:meth:`_load_later_attention`), MLP and
+        norms; ``in_norm`` is the one this run normalises the layer's input with."""
+        layer = {"attn": self._load_later_attention(w, prefix)}
+        for n in ("gate", "up", "down"):
+            layer[n] = w(f"{prefix}mlp.{n}_proj.weight")
+        layer["in_norm"] = w(f"{prefix}{self.later_layer_norm}.weight")
+        layer["post_norm"] = w(f"{prefix}post_attention_layernorm.weight")
+        return layer
+
+    def _load_later_attention(self, w: Any, prefix: str) -> dict[str, Any]:
+        return self._load_llama_attention(w, prefix)
 
     def _init_rope(self, config: Mapping[str, Any]) -> None:
         inv_freq, self._rope_scale = rope_inv_freq(config, self.config)
@@ -455,14 +509,15 @@ class Eagle3Drafter:
         return cos, sin
 
     def _project_aux(self, hidden: Tensor) -> Tensor:
-        """Step 1: per-chunk fc_norm (EAGLE-3.1) then fc; k*T -> H."""
+        """Step 1: input_norm over the concatenation (norm_before_fc), per-chunk fc_norm (EAGLE-3.1),
+        then fc; k*T -> H. The order is the engines' (vLLM combine_hidden_states, SGLang's forward)."""
+        eps = self.config.rms_norm_eps
+        if self.input_norm is not None:
+            hidden = rms_norm(hidden, self.input_norm, eps)
         if self.fc_norm:
             chunks = hidden.chunk(self.config.num_aux, dim=-1)
             hidden = torch.cat(
-                [
-                    rms_norm(x, wt, self.config.rms_norm_eps)
-                    for x, wt in zip(chunks, self.fc_norm, strict=True)
-                ],
+                [rms_norm(x, wt, eps) for x, wt in zip(chunks, self.fc_norm, strict=True)],
                 dim=-1,
             )
         return F.linear(hidden, self.fc_weight, self.fc_bias)
@@ -496,40 +551,75 @@ class Eagle3Drafter:
         residual = normed_g if c.norm_before_residual else g
         return residual, x
 
+    def _project(self, x: Tensor, att: Mapping[str, Any], position_offset: int) -> tuple[Tensor, Tensor, Tensor]:
+        """RoPE'd q [B,nh,S,hd] and k, v [B,nkv,S,hd] of one Llama (or Qwen3) attention over ``x``."""
+        c = self.config
+        b, s, _ = x.shape
+        q = F.linear(x, att["q"], att["q_bias"]).view(b, s, c.num_heads, c.head_dim)
+        k = F.linear(x, att["k"], att["k_bias"]).view(b, s, c.num_kv_heads, c.head_dim)
+        v = F.linear(x, att["v"], att["v_bias"]).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        if att["q_norm"] is not None:  # Qwen3: per-head RMSNorm before RoPE
+            q = rms_norm(q, att["q_norm"], c.rms_norm_eps)
+            k = rms_norm(k, att["k_norm"], c.rms_norm_eps)
+        positions = torch.arange(position_offset, position_offset + s, device=self.device)
+        cos, sin = self._rope(positions)
+        return apply_rope(q.transpose(1, 2), cos, sin), apply_rope(k.transpose(1, 2), cos, sin), v
+
     def _qkv(
         self, g: Tensor, input_ids: Tensor, position_offset: int
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Residual, then RoPE'd q [B,nh,S,hd] and k, v [B,nkv,S,hd] from cat(embeds, hidden)."""
-        c = self.config
         residual, x = self._layer_input(g, input_ids)
-        b, s, _ = x.shape
-        q = F.linear(x, self.q_proj, self.q_bias).view(b, s, c.num_heads, c.head_dim).transpose(1, 2)
-        k = F.linear(x, self.k_proj, self.k_bias).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
-        v = F.linear(x, self.v_proj, self.v_bias).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
-        positions = torch.arange(position_offset, position_offset + s, device=self.device)
-        cos, sin = self._rope(positions)
-        return residual, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+        att = {"q": self.q_proj, "k": self.k_proj, "v": self.v_proj, "q_bias": self.q_bias, "k_bias": self.k_bias,
+               "v_bias": self.v_bias, "q_norm": self.q_norm, "k_norm": self.k_norm}
+        return (residual, *self._project(x, att, position_offset))
 
-    def _finish(self, residual: Tensor, attn: Tensor) -> StepOutput:
-        """o_proj + residual, SwiGLU MLP + residual, head, d2t."""
-        c = self.config
+    def _later_qkv(self, h: Tensor, layer: Mapping[str, Any], position_offset: int) -> tuple[Tensor, ...]:
+        """A later layer's residual (its input ``h``) and q, k, v from its normed input (H wide)."""
+        x = rms_norm(h, layer["in_norm"], self.config.rms_norm_eps)
+        return (h, *self._project(x, layer["attn"], position_offset))
+
+    def _layer_end(self, residual: Tensor, attn: Tensor, o_proj: Tensor, post_norm: Tensor,
+                   mlp: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+        """o_proj + residual, then the SwiGLU MLP + residual: one decoder layer's output."""
         b, _, s, _ = attn.shape
         attn = attn.transpose(1, 2).reshape(b, s, -1)  # num_heads * value head dim
-        h = residual + F.linear(attn, self.o_proj)
-        x = rms_norm(h, self.post_attention_layernorm, c.rms_norm_eps)
-        mlp = F.linear(
-            self._act(F.linear(x, self.gate_proj)) * F.linear(x, self.up_proj), self.down_proj
-        )
-        h = h + mlp
-        normed = rms_norm(h, self.norm, c.rms_norm_eps)
+        h = residual + F.linear(attn, o_proj)
+        x = rms_norm(h, post_norm, self.config.rms_norm_eps)
+        gate, up, down = mlp
+        return h + F.linear(self._act(F.linear(x, gate)) * F.linear(x, up), down)
+
+    def _later_o_proj(self, layer: Mapping[str, Any]) -> Tensor:
+        return layer["attn"]["o"]
+
+    def _layers(self, residual: Tensor, attn: Tensor, position_offset: int, attend) -> Tensor:
+        """Layer 0's end, then every later layer; ``attend(i, q, k, v)`` is layer i's attention."""
+        h = self._layer_end(residual, attn, self.o_proj, self.post_attention_layernorm,
+                            (self.gate_proj, self.up_proj, self.down_proj))
+        for i, layer in enumerate(self.later, 1):
+            res, q, k, v = self._later_qkv(h, layer, position_offset)
+            h = self._layer_end(res, attend(i, q, k, v), self._later_o_proj(layer), layer["post_norm"],
+                                (layer["gate"], layer["up"], layer["down"]))
+        return h
+
+    def _head(self, h: Tensor) -> StepOutput:
+        """Final norm, head, d2t; the next step's state (post-norm with norm_output)."""
+        normed = rms_norm(h, self.norm, self.config.rms_norm_eps)
         logits = F.linear(normed, self.lm_head)
         draft_ids = logits.argmax(dim=-1)
         return StepOutput(
             logits=logits,
             draft_ids=draft_ids,
             target_ids=draft_ids + self.d2t[draft_ids],
-            hidden=normed if c.norm_output else h,
+            hidden=normed if self.uses("norm_output") else h,
         )
+
+    def _causal(self, i: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.gqa, scale=self._attn_scale)
+
+    def _finish(self, residual: Tensor, attn: Tensor, position_offset: int = 0) -> StepOutput:
+        """o_proj + residual, SwiGLU MLP + residual, any later layers (causal attention), head, d2t."""
+        return self._head(self._layers(residual, attn, position_offset, self._causal))
 
     @property
     def attn_scale(self) -> float | None:
@@ -558,13 +648,12 @@ class Eagle3Drafter:
 
         ``logits[:, t]`` guesses the token after ``input_ids[:, t]``. Right-padded
         batches are fine: attention is causal, so padding only affects its own rows.
+        Every decoder layer runs (layer 0 on cat(embedding, state), later ones on the
+        previous layer's output).
         """
         g = self._input_state(hidden)
         residual, q, k, v = self._qkv(g, input_ids, position_offset)
-        attn = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, enable_gqa=self.gqa, scale=self._attn_scale
-        )
-        return self._finish(residual, attn)
+        return self._finish(residual, self._causal(0, q, k, v), position_offset)
 
     __call__ = forward
 
@@ -583,19 +672,18 @@ class Eagle3Drafter:
     def attention_inputs(
         self, hidden: Tensor, input_ids: Tensor, *, position_offset: int = 0
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """The first half of :meth:`forward`: residual, then RoPE'd q ``[B,nh,S,d]``, k and v.
+        """The first half of :meth:`forward`: residual, then layer 0's RoPE'd q ``[B,nh,S,d]``, k and v.
 
         ``hidden`` is ``[B, S, k*T]`` aux states (``fc`` applied) or ``[B, S, H]`` the
         drafter's own state, as in :meth:`forward`.
         """
         return self._qkv(self._input_state(hidden), input_ids, position_offset)
 
-    def finish(self, residual: Tensor, attn: Tensor) -> StepOutput:
-        """The second half of :meth:`forward`: o_proj + residual, MLP, head, d2t.
-
-        ``attn`` is the attention output ``[B, heads, S, value head dim]``.
+    def finish(self, residual: Tensor, attn: Tensor, *, position_offset: int = 0) -> StepOutput:
+        """The second half of :meth:`forward`: o_proj + residual, MLP, any later layers (with causal
+        attention), head, d2t. ``attn`` is layer 0's attention output ``[B, heads, S, value head dim]``.
         """
-        return self._finish(residual, attn)
+        return self._finish(residual, attn, position_offset)
 
     @torch.inference_mode()
     def draft_chain(
@@ -607,6 +695,7 @@ class Eagle3Drafter:
         teacher_forcing: bool = True,
         return_logits: bool = False,
         chunk_size: int = 512,
+        parallel: bool = False,
     ) -> DraftChain:
         """Run ``num_steps`` draft steps over whole sequences, as EAGLE-3's training-time test.
 
@@ -634,8 +723,14 @@ class Eagle3Drafter:
         speculators' TTT mask: step 1 is causal over the sequence; at step k the
         query at t attends to step 1's keys at positions ``0..t`` plus steps
         2..k's keys at index t only (the chain's own earlier drafts), exactly as
-        SGLang's KV cache holds them during one draft chain. It is exact, computed
-        with SDPA in query chunks of ``chunk_size`` to bound memory.
+        SGLang's KV cache holds them during one draft chain. Each decoder layer keeps
+        its own keys. It is exact, computed with SDPA in query chunks of ``chunk_size``
+        to bound memory.
+
+        ``parallel`` (P-EAGLE, vLLM's parallel drafting): steps 2..K are not chained but
+        drafted in the same pass as step 1: step k at t reads the mask token
+        (``mask_token_id``) and ``fc(mask_hidden)`` at position ``t+k-1``, attending step 1's
+        keys at ``0..t`` and the mask slots before it, as vLLM's proposer lays them out.
         """
         c = self.config
         if num_steps < 1:
@@ -649,6 +744,8 @@ class Eagle3Drafter:
             raise UsageError(
                 f"aux is {list(aux.shape[:2])} positions, input_ids {list(input_ids.shape)}"
             )
+        if parallel and (self.mask_hidden is None or c.mask_token_id is None):
+            raise UsageError("parallel drafting needs mask_hidden and mask_token_id in config.json")
         ids = input_ids.to(self.device).long()
         seq = ids.shape[1]
 
@@ -666,26 +763,34 @@ class Eagle3Drafter:
 
         tokens = shifted(1)
         state = self._input_state(aux)
-        cache: ChainKeys | None = None
+        mask_state = None
+        if parallel:
+            mask_state = self._project_aux(self.mask_hidden.to(self.dtype)).expand_as(state)
+        caches: list[ChainKeys | None] = [None] * c.num_layers
         target_ids, all_logits = [], []
         for step in range(num_steps):
-            residual, q, k, v = self._qkv(state, tokens, position_offset=step)
-            if step == 0:
-                attn = F.scaled_dot_product_attention(
-                    q, k, v, is_causal=True, enable_gqa=self.gqa, scale=self._attn_scale
-                )
-                if num_steps > 1:
-                    cache = ChainKeys(k, v, num_steps - 1, chunk_size)
-            else:
+
+            def attend(i: int, q: Tensor, k: Tensor, v: Tensor, step: int = step) -> Tensor:
+                if step == 0:
+                    if num_steps > 1:
+                        caches[i] = ChainKeys(k, v, num_steps - 1, chunk_size)
+                    return self._causal(i, q, k, v)
+                cache = caches[i]
                 assert cache is not None
                 cache.add(k, v)
-                attn = cache.attention(q, enable_gqa=self.gqa, scale=self._attn_scale)
-            out = self._finish(residual, attn)
+                return cache.attention(q, enable_gqa=self.gqa, scale=self._attn_scale)
+
+            residual, q, k, v = self._qkv(state, tokens, position_offset=step)
+            out = self._head(self._layers(residual, attend(0, q, k, v), step, attend))
             target_ids.append(out.target_ids)
             if return_logits:
                 all_logits.append(out.logits)
-            state = out.hidden
-            tokens = shifted(step + 2) if teacher_forcing else out.target_ids
+            if parallel:
+                state = mask_state
+                tokens = torch.full_like(ids, int(c.mask_token_id))  # type: ignore[arg-type]
+            else:
+                state = out.hidden
+                tokens = shifted(step + 2) if teacher_forcing else out.target_ids
         return DraftChain(
             target_ids=torch.stack(target_ids),
             labels=torch.stack([labels(k + 2) for k in range(num_steps)]),

@@ -62,7 +62,7 @@ _FUSED_QKV_A = "midlayer.self_attn.fused_qkv_a_proj_with_mqa.weight"
 # --------------------------------------------------------------------------- config
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MLAConfig(DrafterConfig):
     """A :class:`DrafterConfig` plus MLA's dimensions.
 
@@ -86,7 +86,7 @@ class MLAConfig(DrafterConfig):
                 "applied by neither SGLang's nor vLLM's MLA drafter and is not supported here "
                 "(docs/facts.md §10)"
             )
-        # Llama-side rules that hold for the MLA drafter too (one layer, untied head);
+        # Llama-side rules that hold for the MLA drafter too (untied head);
         # head_dim is meaningless for MLA, so give the base parser a harmless one.
         base = DrafterConfig.from_config({**config, "head_dim": 1}, architecture="mla")
         spec = base.spec  # the config as eagle3conv.spec.drafter read it, MLA dims included
@@ -291,20 +291,30 @@ class Eagle3MLADrafter(Eagle3Drafter):
             ) from None
 
     def _load_attention(self, w: Any) -> None:
+        att = self._load_mla_attention(w, "midlayer.")
+        self.q_proj, self.q_a_proj, self.q_a_layernorm, self.q_b_proj = (
+            att[n] for n in ("q_proj", "q_a_proj", "q_a_layernorm", "q_b_proj"))
+        self.kv_a_proj_with_mqa, self.kv_a_layernorm = att["kv_a_proj_with_mqa"], att["kv_a_layernorm"]
+        self._kv_b = att["kv_b"]  # kv_b_proj itself is not kept
+        self.o_proj = att["o"]
+
+    def _load_mla_attention(self, w: Any, prefix: str) -> dict[str, Any]:
         c = self.config
-        p = "midlayer.self_attn."
+        p = f"{prefix}self_attn."
+        att: dict[str, Any] = dict.fromkeys(("q_proj", "q_a_proj", "q_a_layernorm", "q_b_proj"))
         if c.q_lora_rank is None:
-            self.q_proj = w(f"{p}q_proj.weight")
-            self.q_a_proj = self.q_a_layernorm = self.q_b_proj = None
+            att["q_proj"] = w(f"{p}q_proj.weight")
         else:
-            self.q_proj = None
-            self.q_a_proj = w(f"{p}q_a_proj.weight")
-            self.q_a_layernorm = w(f"{p}q_a_layernorm.weight")
-            self.q_b_proj = w(f"{p}q_b_proj.weight")
-        self.kv_a_proj_with_mqa = w(f"{p}kv_a_proj_with_mqa.weight")
-        self.kv_a_layernorm = w(f"{p}kv_a_layernorm.weight")
-        self._kv_b = self._kv_b_weight(w(f"{p}kv_b_proj.weight"))  # kv_b_proj itself is not kept
-        self.o_proj = w(f"{p}o_proj.weight")
+            att.update(q_a_proj=w(f"{p}q_a_proj.weight"), q_a_layernorm=w(f"{p}q_a_layernorm.weight"),
+                       q_b_proj=w(f"{p}q_b_proj.weight"))
+        att["kv_a_proj_with_mqa"] = w(f"{p}kv_a_proj_with_mqa.weight")
+        att["kv_a_layernorm"] = w(f"{p}kv_a_layernorm.weight")
+        att["kv_b"] = self._kv_b_weight(w(f"{p}kv_b_proj.weight"))
+        att["o"] = w(f"{p}o_proj.weight")
+        return att
+
+    def _load_later_attention(self, w: Any, prefix: str) -> dict[str, Any]:
+        return self._load_mla_attention(w, prefix)
 
     def _init_rope(self, config: Mapping[str, Any]) -> None:
         rope = mla_rope(config, self.config)
@@ -323,7 +333,15 @@ class Eagle3MLADrafter(Eagle3Drafter):
     def _qkv(
         self, g: Tensor, input_ids: Tensor, position_offset: int
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Residual, q and k ``[B, nh, S, nope+rope]``, v ``[B, nh, S, v_head_dim]``.
+        """Residual, q and k ``[B, nh, S, nope+rope]``, v ``[B, nh, S, v_head_dim]`` of layer 0."""
+        residual, x = self._layer_input(g, input_ids)
+        att = {"q_proj": self.q_proj, "q_a_proj": self.q_a_proj, "q_a_layernorm": self.q_a_layernorm,
+               "q_b_proj": self.q_b_proj, "kv_a_proj_with_mqa": self.kv_a_proj_with_mqa,
+               "kv_a_layernorm": self.kv_a_layernorm, "kv_b": self._kv_b}
+        return (residual, *self._project(x, att, position_offset))
+
+    def _project(self, x: Tensor, att: Mapping[str, Any], position_offset: int) -> tuple[Tensor, Tensor, Tensor]:
+        """q and k ``[B, nh, S, nope+rope]``, v ``[B, nh, S, v_head_dim]`` of one MLA attention over ``x``.
 
         No concatenation: RoPE is written in place into q's rope dims, and the keys are
         built by ``kv_b_proj`` itself, its weight laid out per head as ``[nope | rope | v]``
@@ -332,24 +350,23 @@ class Eagle3MLADrafter(Eagle3Drafter):
         """
         c = self.config
         eps = c.rms_norm_eps
-        residual, x = self._layer_input(g, input_ids)
         b, s, _ = x.shape
         nh, nope, rope, vh = c.num_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
-        if self.q_proj is not None:
-            q = F.linear(x, self.q_proj)
+        if att["q_proj"] is not None:
+            q = F.linear(x, att["q_proj"])
         else:
-            c_q = rms_norm(F.linear(x, self.q_a_proj), self.q_a_layernorm, eps)
-            q = F.linear(c_q, self.q_b_proj)
+            c_q = rms_norm(F.linear(x, att["q_a_proj"]), att["q_a_layernorm"], eps)
+            q = F.linear(c_q, att["q_b_proj"])
         q = q.view(b, s, nh, nope + rope)
-        c_kv, k_pe = F.linear(x, self.kv_a_proj_with_mqa).split([c.kv_lora_rank, rope], dim=-1)
-        kv = F.linear(rms_norm(c_kv, self.kv_a_layernorm, eps), self._kv_b)
+        c_kv, k_pe = F.linear(x, att["kv_a_proj_with_mqa"]).split([c.kv_lora_rank, rope], dim=-1)
+        kv = F.linear(rms_norm(c_kv, att["kv_a_layernorm"], eps), att["kv_b"])
         kv = kv.view(b, s, nh, nope + rope + vh)
         positions = torch.arange(position_offset, position_offset + s, device=self.device)
         cos, sin = self._rope(positions)
         q[..., nope:] = mla_rotate(q[..., nope:], cos[:, None], sin[:, None], c.rope_interleave)
         kv[..., nope : nope + rope] = mla_rotate(k_pe, cos, sin, c.rope_interleave)[:, :, None]
         k, v = kv.split([nope + rope, vh], dim=-1)
-        return residual, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def _kv_b_weight(self, kv_b_proj: Tensor) -> Tensor:
         """``kv_b_proj`` with ``qk_rope_head_dim`` zero rows after each head's nope rows:

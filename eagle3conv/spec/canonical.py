@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from eagle3conv.io.data import data_path
@@ -22,6 +22,10 @@ class CanonicalTensor:
     why: str
     when: str | None = None  # condition for the tensor to belong: "SYM" set/true, "!SYM" unset/false
     required_if: str | None = None  # condition ("A!=B", "SYM") that makes an optional tensor required by the loader
+    any_view: bool = False  # the engine reads any shape of this many elements (the shape's product)
+
+    def named(self, name: str) -> CanonicalTensor:
+        return replace(self, name=name)
 
 
 @dataclass(frozen=True)
@@ -49,11 +53,17 @@ class Architecture:
     architecture: str
     tensors: tuple[CanonicalTensor, ...]
     fused: tuple[Fused, ...]
-    templated: tuple[CanonicalTensor, ...]  # names with {slot}, expanded once k is known
+    templated: tuple[CanonicalTensor, ...]  # names with {slot} (one per aux state) or {layer} (one per later layer)
     config_defaults: tuple[ConfigDefault, ...] = ()
+    variant_architectures: tuple[tuple[str, str], ...] = ()  # (switch, architecture name written when it is on)
+
+    def name_for(self, flags: dict) -> str:
+        """The architecture name fix-keys writes for a drafter with these switches."""
+        return next((name for when, name in self.variant_architectures if flags.get(when)), self.architecture)
 
     def expand(self, symbols: dict, flags: dict | None = None) -> dict[str, CanonicalTensor]:
-        """Canonical tensors for a concrete config (slots expanded, `when` applied).
+        """Canonical tensors for a concrete config (`when` applied; ``{slot}`` expanded for the k aux
+        states, ``{layer}`` for the later decoder layers 1..L-1).
 
         ``flags`` are the config's switches (:meth:`DrafterSpec.flags`) that `when` may name."""
         values = {**symbols, **(flags or {})}
@@ -62,22 +72,63 @@ class Architecture:
             if t.when and not holds(t.when, values):
                 continue
             out[t.name] = t
-        k = symbols.get("k") or 0
         for t in self.templated:
             if t.when and not holds(t.when, values):
                 continue
-            for slot in range(int(k)):
-                name = t.name.replace("{slot}", str(slot))
-                out[name] = CanonicalTensor(name, t.shape, t.required, t.why, t.when, t.required_if)
+            for name in _instances(t.name, symbols):
+                out[name] = t.named(name)
+        return out
+
+    def fused_rows(self, symbols: dict) -> list[Fused]:
+        """The fused names with ``{layer}`` expanded for the later layers."""
+        out = []
+        for f in self.fused:
+            for i in _indices(f.name, symbols):
+                out.append(Fused(_at(f.name, i), tuple(_at(n, i) for n in f.into), f.rows, f.why))
         return out
 
     def gated(self, name: str) -> CanonicalTensor | None:
         """The row of a tensor name whose `when` condition names a switch (None if no such row)."""
         for t in self.tensors + self.templated:
-            pattern = re.escape(t.name).replace(re.escape("{slot}"), "[0-9]+")
-            if t.when and re.fullmatch(pattern, name):
+            if t.when and re.fullmatch(_pattern(t.name), name):
                 return t
         return None
+
+    def row_of(self, name: str) -> CanonicalTensor | None:
+        """The row a concrete name belongs to (templates matched with any index), or None."""
+        for t in self.tensors + self.templated:
+            if re.fullmatch(_pattern(t.name), name):
+                return t
+        return None
+
+
+def _pattern(template: str) -> str:
+    return re.escape(template).replace(re.escape("{slot}"), "[0-9]+").replace(re.escape("{layer}"), "[1-9][0-9]*")
+
+
+def _indices(template: str, symbols: dict) -> range:
+    if "{slot}" in template:
+        return range(int(symbols.get("k") or 0))
+    if "{layer}" in template:
+        return range(1, int(symbols.get("L") or 1))
+    return range(1)
+
+
+def _at(template: str, i: int) -> str:
+    return template.replace("{slot}", str(i)).replace("{layer}", str(i))
+
+
+def _instances(template: str, symbols: dict) -> list[str]:
+    return [_at(template, i) for i in _indices(template, symbols)]
+
+
+def layer_of(name: str) -> int | None:
+    """The decoder layer a canonical name belongs to: 0 for ``midlayer.*``, i for ``layers.{i}.*``,
+    None for the rest (fc, norms around the layers, the head, vocab maps)."""
+    if name.startswith("midlayer."):
+        return 0
+    m = re.match(r"layers\.([0-9]+)\.", name)
+    return int(m.group(1)) if m else None
 
 
 def holds(condition: str, values: dict) -> bool:
@@ -121,9 +172,12 @@ def _load_arch(key: str, raw: dict, path) -> Architecture:
         names.add(t["name"])
         for d in t["shape"]:
             eval_dim(d, {})  # syntax check
+        unknown = set(t) - {"name", "shape", "required", "why", "when", "required_if", "slots", "any_view"}
+        if unknown:
+            raise MappingFileError(f"{path}: {key} tensor {t['name']!r} has unknown fields {sorted(unknown)}")
         ct = CanonicalTensor(t["name"], tuple(t["shape"]), bool(t["required"]), t["why"], t.get("when"),
-                             t.get("required_if"))
-        (templated if "{slot}" in ct.name else tensors).append(ct)
+                             t.get("required_if"), bool(t.get("any_view", False)))
+        (templated if "{slot}" in ct.name or "{layer}" in ct.name else tensors).append(ct)
     for f in raw.get("fused", []):
         if len(f["into"]) != len(f["rows"]) or not set(f["into"]) <= names:
             raise MappingFileError(f"{path}: fused {f['name']} must split into listed canonical tensors")
@@ -137,7 +191,13 @@ def _load_arch(key: str, raw: dict, path) -> Architecture:
             raise MappingFileError(f"{path}: {key} config_defaults entries need field, assumed (text or null), "
                                    "level (warning or notice), why and source")
         defaults.append(ConfigDefault(d["field"], d["assumed"], d["level"], d["why"], d["source"]))
-    return Architecture(key, raw["architecture"], tuple(tensors), tuple(fused), tuple(templated), tuple(defaults))
+    variants = []
+    for v in raw.get("variant_architectures", []):
+        if not isinstance(v, dict) or set(v) != {"when", "architecture", "why"}:
+            raise MappingFileError(f"{path}: {key} variant_architectures entries need when, architecture and why")
+        variants.append((v["when"], v["architecture"]))
+    return Architecture(key, raw["architecture"], tuple(tensors), tuple(fused), tuple(templated), tuple(defaults),
+                        tuple(variants))
 
 
 @lru_cache(maxsize=1)

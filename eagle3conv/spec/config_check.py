@@ -48,6 +48,9 @@ FIELDS: dict[str, tuple[str, bool, bool]] = {
     "norm_before_fc": ("bool", False, True),
     "bias": ("bool", False, True),
     "attention_bias": ("bool", False, True),
+    "num_aux_hidden_states": ("pos_int", False, True),
+    "parallel_drafting": ("bool", False, True),
+    "mask_token_id": ("nonneg_int", False, True),
     "mlp_bias": ("bool", False, True),
     "hidden_act": ("str", False, True),
     "model_type": ("str", False, True),
@@ -60,6 +63,7 @@ ROPE_NUMBERS = ("factor", "rope_theta", "original_max_position_embeddings", "bet
 MAX_INT = 2**31 - 1  # engines keep sizes in 32-bit ints
 EXPECTED = {
     "pos_int": "an integer from 1 to 2^31-1",
+    "nonneg_int": "an integer from 0 to 2^31-1",
     "pos_num": "a finite number > 0",
     "bool": "true or false",
     "str": "a string",
@@ -76,6 +80,8 @@ def _is_int(v: Any) -> bool:
 def _ok(kind: str, v: Any) -> bool:
     if kind == "pos_int":
         return _is_int(v) and 1 <= v <= MAX_INT
+    if kind == "nonneg_int":
+        return _is_int(v) and 0 <= v <= MAX_INT
     if kind == "pos_num":
         return (_is_int(v) or isinstance(v, float)) and math.isfinite(v) and v > 0
     if kind == "bool":

@@ -16,15 +16,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["AUX_KEY", "NESTED_AUX_FIELD", "AuxIds", "DrafterSpec", "MLA_ARCHITECTURES", "SWITCH_FIELDS", "architecture_key", "aux_ids", "flag",
+__all__ = ["AUX_KEY", "NESTED_AUX_FIELD", "AuxIds", "DrafterSpec", "MLA_ARCHITECTURES", "PEAGLE_ARCHITECTURES",
+           "QWEN3_ARCHITECTURES", "SWITCH_FIELDS", "architecture_key", "aux_ids", "flag",
            "read_field", "rope_settings", "with_field"]
 
 # SGLang registers Eagle3DeepseekV2ForCausalLM (kimi_k25_eagle3.py); V3 is the same class under a later name
 MLA_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
 AUX_KEY = "eagle_aux_hidden_state_layer_ids"
 NESTED_AUX_FIELD = f"eagle_config.{AUX_KEY}"
+# Qwen3-architecture drafters (per-head q/k norms): vLLM 0.33.0 registry.py; P-EAGLE drafters: the names
+# vLLM 0.33.0 and the trainers (speculators 0.9.0, SpecForge 0.2.0) give them (docs/facts.md §11)
+QWEN3_ARCHITECTURES = ("Eagle3Qwen3ForCausalLM", "PeagleQwen3ForCausalLM")
+PEAGLE_ARCHITECTURES = ("PEagleDraftModel", "PeagleLlamaForCausalLM", "PeagleQwen3ForCausalLM")
 # the switches canonical.json's "when" may name (DrafterSpec.flags) -> the config field that sets each
-SWITCH_FIELDS = {"fc_bias": "bias", "fc_norm": "fc_norm", "attention_bias": "attention_bias"}
+SWITCH_FIELDS = {"fc_bias": "bias", "fc_norm": "fc_norm", "attention_bias": "attention_bias",
+                 "norm_before_fc": "norm_before_fc", "parallel_drafting": "parallel_drafting"}
 
 
 @dataclass(frozen=True)
@@ -161,6 +167,12 @@ class DrafterSpec:
     rope_interleave: bool = True
     tie_word_embeddings: bool = False
     num_hidden_layers: Any = 1
+    L: int = 1
+    """Decoder layers (``num_hidden_layers``; layer 0 reads cat(embedding, state), later layers the state)."""
+    qk_norm: bool = False
+    """A Qwen3-architecture drafter: per-head RMSNorm on queries and keys before RoPE."""
+    parallel_drafting: bool = False
+    """A P-EAGLE drafter (vLLM's parallel drafting): carries ``mask_hidden``."""
     hidden_act: str = "silu"
     rms_norm_eps: float = 1e-6
     draft_vocab_declared: bool = False
@@ -193,11 +205,15 @@ class DrafterSpec:
                 VH=_int(c.get("v_head_dim")),
             )
         draft_vocab = c.get("draft_vocab_size")
+        archs = c.get("architectures") if isinstance(c.get("architectures"), list) else []
+        layers = c.get("num_hidden_layers", 1)
+        num_aux = c.get("num_aux_hidden_states")
         return cls(
             architecture=arch,
             H=h,
             T=_int(c.get("target_hidden_size")) or h,
-            k=len(declared) if declared else None,
+            k=(num_aux if isinstance(num_aux, int) and not isinstance(num_aux, bool) and num_aux > 0
+               else len(declared) if declared else None),
             NH=nh,
             NKV=_int(c.get("num_key_value_heads")) or nh,
             HD=_int(c.get("head_dim")) or (h // nh if h and nh else None),
@@ -213,7 +229,11 @@ class DrafterSpec:
             attention_bias=bool(c.get("attention_bias", False)),
             rope_interleave=bool(c.get("rope_interleave", True)),
             tie_word_embeddings=bool(c.get("tie_word_embeddings")),
-            num_hidden_layers=c.get("num_hidden_layers", 1),
+            num_hidden_layers=layers,
+            L=layers if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0 else 1,
+            qk_norm=any(a in QWEN3_ARCHITECTURES for a in archs),
+            parallel_drafting=(flag(c, "parallel_drafting") or c.get("speculators_model_type") == "peagle"
+                               or any(a in PEAGLE_ARCHITECTURES for a in archs)),
             hidden_act=str(c.get("hidden_act") or "silu"),
             rms_norm_eps=float(c.get("rms_norm_eps") or 1e-6),
             draft_vocab_declared=draft_vocab is not None,
@@ -229,7 +249,7 @@ class DrafterSpec:
         """The shape symbols of mappings/canonical.json (MLA's only for an MLA spec)."""
         sym: dict[str, int | None] = {
             "H": self.H, "T": self.T, "NH": self.NH, "NKV": self.NKV, "HD": self.HD,
-            "I": self.I, "V": self.V, "Vd": self.Vd, "k": self.k,
+            "I": self.I, "V": self.V, "Vd": self.Vd, "k": self.k, "L": self.L,
         }
         if self.is_mla:
             qn, qr, vh = self.QN, self.QR, self.VH
@@ -242,7 +262,9 @@ class DrafterSpec:
 
     def flags(self) -> dict[str, bool]:
         """The switches canonical.json's ``when`` conditions may name."""
-        return {"fc_bias": self.fc_bias, "fc_norm": self.fc_norm, "attention_bias": self.attention_bias}
+        return {"fc_bias": self.fc_bias, "fc_norm": self.fc_norm, "attention_bias": self.attention_bias,
+                "norm_before_fc": self.norm_before_fc, "qk_norm": self.qk_norm,
+                "parallel_drafting": self.parallel_drafting}
 
     def with_(self, **changes: Any) -> DrafterSpec:
         """A copy with some fields replaced (fix-keys fills in what the weights reveal)."""

@@ -233,6 +233,14 @@ FORWARD_VALUES: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "norm_before_residual": ("config", "ignored"),
         "embedding": ("target", "own_unless_equal"),
         "head_without_draft_vocab_size": ("target", "own"),
+        "later_layer_norm": ("input_layernorm", "hidden_norm"),
+        "layers": ("any", "one"),
+        "fc_norm": ("config", "ignored"),
+        "norm_output": ("config", "ignored"),
+        "norm_before_fc": ("config", "ignored", "refused"),
+        "qk_norm": ("config", "refused"),
+        "parallel_drafting": ("config", "refused"),
+        "attention_bias": ("config", "ignored"),
     }
 )
 """How an engine runs the drafter where engines differ (null in the data: not applicable
@@ -241,7 +249,15 @@ or not read, and the drafter runs as its config says): ``rope_interleave`` "conf
 "config" or "ignored" (the residual is the un-normed state); ``embedding`` "target"
 (the target's table, unless the drafter's hidden size differs from the target's) or
 "own_unless_equal" (the drafter's own ``embed_tokens`` when it has one that is not
-identical to the target's); ``head_without_draft_vocab_size`` "target" or "own"."""
+identical to the target's); ``head_without_draft_vocab_size`` "target" or "own";
+``later_layer_norm``: the norm a decoder layer after the first applies to its input
+("input_layernorm" or "hidden_norm"); ``layers``: "any" number of decoder layers or
+"one" (more is refused at load); the EAGLE-3.1 switches ``fc_norm``, ``norm_output``,
+``norm_before_fc`` and the variants ``qk_norm`` (a Qwen3 drafter's per-head q/k norms) and
+``parallel_drafting`` (P-EAGLE), and ``attention_bias`` (the q/k/v biases): "config" (honoured), "ignored" (the flag and its tensors are
+skipped silently: the drafter is served without them) or "refused" (the release cannot load
+the drafter). ``architectures`` lists the config architecture names the release loads this
+kind of drafter under."""
 
 
 @dataclass(frozen=True)
@@ -256,6 +272,16 @@ class Forward:
     head_without_draft_vocab_size: str | None
     why: str
     source: str
+    later_layer_norm: str | None = None
+    layers: str | None = None
+    fc_norm: str | None = None
+    norm_output: str | None = None
+    norm_before_fc: str | None = None
+    qk_norm: str | None = None
+    parallel_drafting: str | None = None
+    attention_bias: str | None = None
+    architectures: tuple[str, ...] | None = None
+    """The architecture names the release registers for this drafter kind; None: not read."""
 
 
 @dataclass(frozen=True)
@@ -466,16 +492,21 @@ def _parse_fc(path: Path, i: int, raw: object) -> FcWidth:
 
 def _parse_forward(path: Path, i: int, raw: object) -> Forward:
     where = f"forward {i}"
-    raw = _keys(path, raw, where, {"releases", "drafters", "why", "source", *FORWARD_VALUES})
+    raw = _keys(path, raw, where, {"releases", "drafters", "why", "source", "architectures", *FORWARD_VALUES})
     drafters = _strings(path, raw["drafters"], f"{where} 'drafters'", empty=False)
     if not set(drafters) <= set(DRAFTER_KINDS):
         raise _fail(path, f"{where}: drafters must be among {list(DRAFTER_KINDS)}")
     for key, allowed in FORWARD_VALUES.items():
         if raw[key] is not None and raw[key] not in allowed:
             raise _fail(path, f"{where}: '{key}' must be one of {list(allowed)} or null (not read)")
+    archs = None if raw["architectures"] is None else _strings(path, raw["architectures"],
+                                                                 f"{where} 'architectures'", empty=False)
     return Forward(_range(path, raw, where), drafters, raw["rope_interleave"], raw["norm_before_residual"],
                    raw["embedding"], raw["head_without_draft_vocab_size"],
-                   _text(path, raw, "why", where), _text(path, raw, "source", where))
+                   _text(path, raw, "why", where), _text(path, raw, "source", where),
+                   **{k: raw[k] for k in FORWARD_VALUES if k not in (
+                       "rope_interleave", "norm_before_residual", "embedding", "head_without_draft_vocab_size")},
+                   architectures=archs)
 
 
 def _parse_rule(path: Path, i: int, raw: object, families: Mapping[str, Family]) -> Rule:

@@ -29,11 +29,14 @@ from eagle3conv.errors import MappingFileError, UsageError
 from eagle3conv.findings import (
     AUX_LAYERS,
     BAD_IDS,
+    CANNOT_SERVE,
     CAPTURE_SWITCHED_OFF,
+    CONFIG,
     DEFAULT_CANNOT_CAPTURE,
     ENGINE_CANNOT_CAPTURE,
     ENGINE_UNSUPPORTED,
     FC_WIDTH,
+    SERVED_WITHOUT,
     Finding,
 )
 from eagle3conv.spec.drafter import architecture_key, read_field
@@ -579,6 +582,9 @@ class EngineRow:
     as_trained: bool | None
     runner_assumed: bool = False
     """The runner is the engine's default, not one asked for."""
+    serve: Finding | None = None
+    """Whether this release can serve the drafter as its config describes it (None: as configured):
+    it cannot load it at all, or it serves it without a switch it ignores (docs/facts.md §11)."""
 
     @property
     def field(self) -> IdField:
@@ -591,7 +597,7 @@ class EngineRow:
 
     @property
     def ok(self) -> bool:
-        return self.finding is None or self.finding.level != "error"
+        return all(f is None or f.level != "error" for f in (self.finding, self.serve))
 
     def to_dict(self) -> dict:
         cap = self.capture
@@ -616,6 +622,7 @@ class EngineRow:
             "error": None if cap.error is None else cap.error.message,
             "unknown": cap.unknown,
             "finding": None if self.finding is None else self.finding.to_dict(),
+            "serve": None if self.serve is None else self.serve.to_dict(),
             "needs": None if self.needs is None else list(self.needs),
             "notes": list(cap.notes) + ([cap.fallback_why] if cap.fallback_why else []),
             "source": cap.source,
@@ -631,6 +638,106 @@ def forward_rule(engine: EngineRelease | str, drafter: str) -> Forward:
     rel = as_release(engine)
     eng = engines()[rel.engine]
     return _pick([f for f in eng.forward if drafter in f.drafters], rel.version, "forward", eng)
+
+
+def _release_spans(eng: Engine, keep) -> list[str]:
+    """The engine's releases for which ``keep(release)`` holds, as spans ("sglang 0.5.12-0.5.23")."""
+    spans: list[list[str]] = []
+    last = False
+    for version, label in eng.releases or (((), None),):
+        ok = keep(EngineRelease(eng.name, version, label))
+        if ok and last:
+            spans[-1][1] = label
+        elif ok:
+            spans.append([label, label])
+        last = ok
+    return [eng.name if a is None else f"{eng.name} {a}" if a == b else f"{eng.name} {a}-{b}" for a, b in spans]
+
+
+def later_norm_readers(drafter: str = "llama") -> dict[str, list[str]]:
+    """Which norm each engine's releases apply to a later decoder layer's input, from the forward
+    rules: ``{"input_layernorm": ["vllm 0.33.0"], "hidden_norm": ["sglang 0.5.12-0.5.23"]}``."""
+    out: dict[str, list[str]] = {}
+    for eng in engines().values():
+        for norm in ("input_layernorm", "hidden_norm"):
+            spans = _release_spans(eng, lambda r, n=norm: forward_rule(r, drafter).later_layer_norm == n)
+            if spans:
+                out.setdefault(norm, []).extend(spans)
+    return out
+
+
+def _switches_on(cfg: Mapping[str, Any], names: Iterable[str] = ()) -> dict[str, bool]:
+    from eagle3conv.spec.drafter import DrafterSpec
+
+    spec = DrafterSpec.from_config(cfg, names, validate=False)
+    return {"fc_norm": spec.fc_norm, "norm_output": spec.norm_output, "norm_before_fc": spec.norm_before_fc,
+            "attention_bias": spec.attention_bias, "qk_norm": spec.qk_norm,
+            "parallel_drafting": spec.parallel_drafting, "layers": spec.L > 1}
+
+
+_SWITCH_TEXT = {
+    "fc_norm": "fc_norm (EAGLE-3.1 per-slot norms before fc)",
+    "norm_output": "norm_output (the post-norm state fed to the next step)",
+    "norm_before_fc": "norm_before_fc (input_norm over the concatenated aux states)",
+    "attention_bias": "the q/k/v biases (attention_bias)",
+    "qk_norm": "a Qwen3 drafter (per-head q/k norms)",
+    "parallel_drafting": "a P-EAGLE drafter (parallel drafting, mask_hidden)",
+}
+
+
+def cannot_load(engine: EngineRelease | str, config: Mapping[str, Any] | None,
+                tensor_names: Iterable[str] = ()) -> tuple[str, ...]:
+    """Why ``engine`` cannot load this drafter at all (empty: it can, or the rules do not say): more
+    decoder layers than it builds, a variant it refuses, an architecture name it does not register."""
+    rel = as_release(engine)
+    eng = engines()[rel.engine]
+    cfg = config or {}
+    fw = forward_rule(rel, drafter_kind(cfg))
+    on = _switches_on(cfg, tensor_names)
+    out = []
+    if on["layers"] and fw.layers == "one":
+        out.append(f"{rel} builds one decoder layer for this drafter and refuses num_hidden_layers "
+                   f"{cfg.get('num_hidden_layers')}")
+    for switch in ("qk_norm", "parallel_drafting", "norm_before_fc"):
+        if on[switch] and getattr(fw, switch) == "refused":
+            out.append(f"{rel} cannot serve {_SWITCH_TEXT[switch]}")
+    archs = cfg.get("architectures")
+    name = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    if fw.architectures is not None and name is not None and name not in fw.architectures and not out:
+        out.append(f"{rel} registers no drafter class named {name} (it loads this kind of drafter as "
+                   f"{' or '.join(fw.architectures[:3])}{', ...' if len(fw.architectures) > 3 else ''})")
+    del eng
+    return tuple(out)
+
+
+def serve_finding(engine: EngineRelease | str, config: Mapping[str, Any] | None, *, asked: bool,
+                  tensor_names: Iterable[str] = ()) -> Finding | None:
+    """The row's word on serving this drafter: it cannot load it (an error when the release was asked
+    for by name, else a warning), or it serves it without switches it ignores (a warning), or None."""
+    rel = as_release(engine)
+    refused = cannot_load(rel, config, tensor_names)
+    if refused:
+        other = [r.label for r in default_engines() if r.engine != rel.engine and not cannot_load(r, config, tensor_names)]
+        return Finding("error" if asked else "warning", CONFIG, CANNOT_SERVE, "; ".join(refused),
+                       fix=f"serve it with {', '.join(other)}" if other else None, subject=rel.spec)
+    without = served_without(rel, config, tensor_names)
+    if without:
+        return Finding("warning", CONFIG, SERVED_WITHOUT,
+                       f"{rel} ignores {', '.join(_SWITCH_TEXT[w] for w in without)} and serves the drafter without "
+                       "it (verify's row for this release scores what that costs)", subject=rel.spec)
+    return None
+
+
+def served_without(engine: EngineRelease | str, config: Mapping[str, Any] | None,
+                   tensor_names: Iterable[str] = ()) -> tuple[str, ...]:
+    """The config switches ``engine`` ignores on this drafter (its tensors skipped silently): it serves
+    the drafter without them."""
+    rel = as_release(engine)
+    cfg = config or {}
+    fw = forward_rule(rel, drafter_kind(cfg))
+    on = _switches_on(cfg, tensor_names)
+    return tuple(sw for sw in ("fc_norm", "norm_output", "norm_before_fc", "attention_bias")
+                 if on[sw] and getattr(fw, sw) == "ignored")
 
 
 @dataclass(frozen=True)
@@ -659,6 +766,12 @@ class Serving:
     why: str
     source: str
     target_head: bool = False
+    later_layer_norm: str = "hidden_norm"
+    """The norm a later decoder layer applies to its input (``input_layernorm`` or ``hidden_norm``)."""
+    without: tuple[str, ...] = ()
+    """The config switches this release ignores on this drafter: the run leaves them out."""
+    refused: tuple[str, ...] = ()
+    """Why this release cannot load the drafter at all (then nothing is scored for it)."""
 
 
 def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
@@ -716,5 +829,16 @@ def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
                                "the drafter's own head (pass the target's weights with --embeddings to run it)")
         elif fw.head_without_draft_vocab_size is None:
             not_read.append(f"which head {who} uses without draft_vocab_size")
+    on = _switches_on(cfg, names)
+    later = fw.later_layer_norm or "hidden_norm"
+    if on["layers"] and fw.later_layer_norm is None and fw.layers != "one":
+        not_read.append(f"which norm {who} applies to a later decoder layer's input")
+    without = served_without(rel, cfg, names)
+    for sw in without:
+        diffs.append(f"{_SWITCH_TEXT[sw]} is set in config.json, but {rel} ignores it and serves the drafter "
+                     "without it")
+    for sw in ("fc_norm", "norm_output", "norm_before_fc", "attention_bias", "qk_norm", "parallel_drafting"):
+        if on[sw] and getattr(fw, sw) is None:
+            not_read.append(f"whether {who} honours {_SWITCH_TEXT[sw]}")
     return Serving(rel, kind, rope, nbr, own, tuple(diffs), tuple(missing), tuple(not_read), fw.why, fw.source,
-                   target_head)
+                   target_head, later, without, cannot_load(rel, cfg, names))

@@ -80,6 +80,10 @@ class Format:
     config_required: str | None = None
     aux_numbering: str | None = None  # how this trainer numbers the aux ids in its config (None: unknown)
     aux_numbering_why: str | None = None
+    later_layer_norm: str | None = None
+    """The norm this trainer applies to a later decoder layer's input (multi-layer drafters):
+    ``input_layernorm`` or ``hidden_norm``; None: unknown."""
+    later_layer_norm_why: str | None = None
 
 
 @dataclass(frozen=True)
@@ -141,7 +145,7 @@ def load_format_file(path: Path) -> Format:
     if raw.get("schema") != SCHEMA:
         _fail(path, f"schema must be {SCHEMA}")
     known = {"schema", "name", "title", "priority", "detect", "rules", "extracts", "config_from", "config_required",
-             "description", "aux_ids"}
+             "description", "aux_ids", "later_layer_norm"}
     extra = set(raw) - known
     if extra:
         _fail(path, f"unknown fields {sorted(extra)}")
@@ -173,6 +177,11 @@ def load_format_file(path: Path) -> Format:
         if (not isinstance(aux, dict) or set(aux) != {"numbering", "why"} or aux["numbering"] not in ("output", "input")
                 or not isinstance(aux["why"], str) or not aux["why"].strip()):
             _fail(path, "aux_ids must be {\"numbering\": \"output\"|\"input\", \"why\": \"...\"}")
+    later = raw.get("later_layer_norm")
+    if later is not None and (not isinstance(later, dict) or set(later) != {"norm", "why"}
+                              or later["norm"] not in ("input_layernorm", "hidden_norm")
+                              or not isinstance(later["why"], str) or not later["why"].strip()):
+        _fail(path, "later_layer_norm must be {\"norm\": \"input_layernorm\"|\"hidden_norm\", \"why\": \"...\"}")
     return Format(
         name=name,
         title=raw.get("title") or name,
@@ -185,6 +194,8 @@ def load_format_file(path: Path) -> Format:
         aux_numbering_why=aux["why"] if aux else None,
         config_from=raw.get("config_from"),
         config_required=raw.get("config_required"),
+        later_layer_norm=later["norm"] if later else None,
+        later_layer_norm_why=later["why"] if later else None,
     )
 
 

@@ -57,6 +57,7 @@ from eagle3conv.spec.engines import (
     IdsPlan,
     capture,
     default_engines,
+    serve_finding,
     id_field,
     plan_ids,
 )
@@ -309,7 +310,8 @@ def engine_rows(config: Mapping, truth: LayerSet | None, source: str | None, fam
         elif truth is not None and cap.layers is not None:
             as_trained = cap.layers == truth  # a launch option: the launch line passes what it needs
         rows.append(EngineRow(rel, cap, need, finding, as_trained,
-                              runner_assumed=cap.runner is not None and rel.runner is None))
+                              runner_assumed=cap.runner is not None and rel.runner is None,
+                              serve=serve_finding(rel, config, asked=explicit)))
     return tuple(rows)
 
 
@@ -400,6 +402,6 @@ def check_wiring(
     releases = tuple(engines) if engines else default_engines()
     rep.rows = engine_rows(config, rep.layers, rep.record.source if rep.record else None, family, num_layers,
                            releases, explicit=bool(engines) and explicit_engines, fix_command=fix_command)
-    rep.findings += [r.finding for r in rep.rows if r.finding is not None]
+    rep.findings += [f for r in rep.rows for f in (r.finding, r.serve) if f is not None]
     rep.findings += summary(config, rep.rows, rep.layers, source_format, num_layers, fix_command)
     return rep
