@@ -149,27 +149,28 @@ def _wired(plan: Plan, opts: WiringOptions, ckpt: str) -> Plan:
 
 
 def _plan(index: CheckpointIndex, *, source_format: str | None, config: str | Path | None, keep_embed: bool,
-          dtype: str | None) -> Plan:
+          dtype: str | None, later_norm: str | None = None) -> Plan:
     return build_plan(index, source_format=source_format, config_override=load_config_file(config) if config else None,
-                      keep_embed=keep_embed, dtype=dtype)
+                      keep_embed=keep_embed, dtype=dtype, later_norm=later_norm)
 
 
 def inspect(path: str | Path, *, source_format: str | None = None, config: str | Path | None = None,
             keep_embed: bool = False, dtype: str | None = None,
-            wiring_options: WiringOptions | None = None) -> InspectResult:
+            wiring_options: WiringOptions | None = None, later_norm: str | None = None) -> InspectResult:
     """Index a checkpoint and plan its fix without writing anything but a crash recovery."""
     with prepared(path, "inspect", write=False) as recovered:
         return _inspect(path, recovered, source_format=source_format, config=config, keep_embed=keep_embed,
-                        dtype=dtype, wiring_options=wiring_options)
+                        dtype=dtype, wiring_options=wiring_options, later_norm=later_norm)
 
 
 def _inspect(path, recovered: str | None, *, source_format, config, keep_embed, dtype,
-             wiring_options) -> InspectResult:
+             wiring_options, later_norm=None) -> InspectResult:
     p = Path(path)
     index = open_checkpoint(p)
     plan, err = None, None
     try:
-        plan = _plan(index, source_format=source_format, config=config, keep_embed=keep_embed, dtype=dtype)
+        plan = _plan(index, source_format=source_format, config=config, keep_embed=keep_embed, dtype=dtype,
+                     later_norm=later_norm)
         plan = _wired(plan, wiring_options or WiringOptions(), str(path))
     except Eagle3ConvError as e:  # inspect shows why planning failed
         err = e
@@ -202,6 +203,7 @@ def _fix_keys_locked(
     dry_run: bool = False,
     progress: Progress | None = None,
     wiring_options: WiringOptions | None = None,
+    later_norm: str | None = None,
 ) -> FixResult:
     """Rename a drafter checkpoint to the names SGLang loads, strictly, and prove the result.
 
@@ -213,14 +215,15 @@ def _fix_keys_locked(
     with prepared(path, command, write=in_place) as recovered:
         return _fix_keys(path, recovered, out=out, source_format=source_format, config=config,
                          keep_embed=keep_embed, dtype=dtype, max_shard_size=max_shard_size, dry_run=dry_run,
-                         progress=progress, wiring_options=wiring_options)
+                         progress=progress, wiring_options=wiring_options, later_norm=later_norm)
 
 
 def _fix_keys(path, recovered: str | None, *, out, source_format, config, keep_embed, dtype, max_shard_size,
-              dry_run, progress, wiring_options) -> FixResult:
+              dry_run, progress, wiring_options, later_norm=None) -> FixResult:
     p = Path(path)
     index = open_checkpoint(p)
-    plan = _wired(_plan(index, source_format=source_format, config=config, keep_embed=keep_embed, dtype=dtype),
+    plan = _wired(_plan(index, source_format=source_format, config=config, keep_embed=keep_embed, dtype=dtype,
+                        later_norm=later_norm),
                   wiring_options or WiringOptions(), str(path))
     errs = [f for f in plan.findings if f.level == "error"]
     if errs and all(f.area == AUX_LAYERS for f in errs):

@@ -331,8 +331,11 @@ def main() -> None:
 @click.option("--from", "source_format", metavar="FORMAT", help=FORMAT_HELP)
 @click.option("--config", "config", type=click.Path(exists=True, dir_okay=True), help="Use this config.json (for checkpoints that ship none).")
 @click.option("--keep-embed", is_flag=True, help="Plan as if embed_tokens were kept.")
+@click.option("--later-norm", type=click.Choice(["input_layernorm", "hidden_norm"]),
+              help="Multi-layer drafters: the norm the later layers were trained with (vLLM reads input_layernorm, "
+                   "SGLang hidden_norm); written under both names. Default: the trainer's, where its format says.")
 @_wiring_options
-def inspect_cmd(checkpoint, source_format, config, keep_embed, target, trained_on, captured_at, metadata,
+def inspect_cmd(checkpoint, source_format, config, keep_embed, later_norm, target, trained_on, captured_at, metadata,
                 sglang_version):
     """Show a checkpoint: its format and why, tensors, config, aux layers, and what fix-keys would change or refuse.
 
@@ -347,7 +350,7 @@ def inspect_cmd(checkpoint, source_format, config, keep_embed, target, trained_o
     from eagle3conv.api import inspect
     from eagle3conv.render import inspect_text
 
-    res = inspect(checkpoint, source_format=source_format, config=config, keep_embed=keep_embed,
+    res = inspect(checkpoint, source_format=source_format, config=config, keep_embed=keep_embed, later_norm=later_norm,
                   wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version))
     d = res.to_dict()
     _emit(json_, d, inspect_text(d, verbose=_flag("verbose")))
@@ -366,14 +369,17 @@ def inspect_cmd(checkpoint, source_format, config, keep_embed, target, trained_o
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), help="Cast floating-point weights (default: keep the source dtype).")
 @click.option("--max-shard-size", metavar="SIZE", help="Shard the output, e.g. 5GB (default: shard like the source).")
 @click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@click.option("--later-norm", type=click.Choice(["input_layernorm", "hidden_norm"]),
+              help="Multi-layer drafters: the norm the later layers were trained with (vLLM reads input_layernorm, "
+                   "SGLang hidden_norm); written under both names. Default: the trainer's, where its format says.")
 @_wiring_options
 @click.option("--rewire", is_flag=True,
               help="When the config's aux-layer ids contradict the training record, write the record's layers.")
 @click.option("--follow-symlinks", is_flag=True,
               help="Read files that are symlinks leaving the folder through their link (refused by default); "
                    "each one followed is named in the output.")
-def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_shard_size, dry_run, target,
-                 trained_on, captured_at, metadata, sglang_version, rewire, follow_symlinks):
+def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_shard_size, dry_run, later_norm,
+                 target, trained_on, captured_at, metadata, sglang_version, rewire, follow_symlinks):
     """Rename a drafter's weights to exactly what SGLang loads, strictly, and prove the result.
 
     Every source key is renamed, kept, split or dropped by a named rule; any
@@ -397,6 +403,7 @@ def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_
     with _ProgressBars(unit="B", unit_scale=True, unit_divisor=1024) as progress:
         res = fix_keys(checkpoint, out=out, source_format=source_format, config=config, keep_embed=keep_embed,
                        dtype=dtype, max_shard_size=max_shard_size, dry_run=dry_run, progress=progress,
+                       later_norm=later_norm,
                        wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version, rewire),
                        follow_symlinks=follow_symlinks)
     for link, target_path in res.followed_symlinks:

@@ -40,6 +40,7 @@ def _plan_lines(plan: dict, *, verbose: bool = True) -> list[str]:
             "dropped": "x",
             "unmapped": "!!",
             "refused": "!!",
+            "copied": "+",
         }[a]
         target = ", ".join(d["targets"])
         why = ""

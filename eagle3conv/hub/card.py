@@ -392,16 +392,27 @@ def _launch_section(facts: CardFacts) -> list[str]:
             capture = None if ids is None else list(ids)
         except Eagle3ConvError:
             capture = None
-    spec = json.dumps({"method": "eagle3", "model": repo, "num_speculative_tokens": NUM_STEPS})
+    from eagle3conv.spec.drafter import flag
+    from eagle3conv.spec.engines import cannot_load
+
+    vllm = {"method": "eagle3", "model": repo, "num_speculative_tokens": NUM_STEPS}
+    if flag(facts.config, "parallel_drafting"):
+        vllm["parallel_drafting"] = True  # P-EAGLE: vLLM drafts every position in one pass (V1 runner)
+    spec = json.dumps(vllm)
     out = ["### Launch", ""]
     if not facts.target:
         out += ["Replace `TARGET_MODEL` with the target model this drafter was trained for.", ""]
+    refused = cannot_load(parse_engine("sglang"), facts.config)
+    if refused:
+        out += [f"SGLang: not served ({'; '.join(refused)}).", ""]
+    else:
+        out += [
+            "SGLang:", "", "```bash",
+            f"python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 "
+            f"--speculative-draft-model-path {repo} --speculative-num-steps {NUM_STEPS} "
+            f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {NUM_STEPS + 1}",
+            "```", ""]
     out += [
-        "SGLang:", "", "```bash",
-        f"python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 "
-        f"--speculative-draft-model-path {repo} --speculative-num-steps {NUM_STEPS} "
-        f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {NUM_STEPS + 1}",
-        "```", "",
         "vLLM:", "", "```bash", f"vllm serve {target} --speculative-config '{spec}'", "```", "",
         "TensorRT-LLM (`trtllm-serve`, with the drafter downloaded first: "
         f"`hf download {repo} --local-dir ./drafter`):", "", "```bash",
@@ -434,7 +445,38 @@ def _about(facts: CardFacts) -> list[str]:
         f"An EAGLE-3 speculative-decoding drafter for {target} (`{arch}`"
         + (", " + ", ".join(sizes) if sizes else "") + "). Its weights use the names SGLang loads "
         "(`midlayer.*`, `fc`, `norm`, `lm_head`, `d2t`), which vLLM and TensorRT-LLM accept as well.",
-    ] + _mla_section(c)
+    ] + _mla_section(c) + _serving_section(c)
+
+
+def _serving_section(c: Mapping) -> list[str]:
+    """The drafter's shape (layers, aux states, switches) and, per engine release checked by default,
+    whether it serves it as configured (docs/facts.md §11: later layers' norms, switches a release
+    ignores, drafters it cannot load)."""
+    from eagle3conv.spec.drafter import DrafterSpec
+    from eagle3conv.spec.engines import cannot_load, default_engines, served_without
+
+    try:
+        spec = DrafterSpec.from_config(c, validate=False)
+    except Exception:  # noqa: BLE001 - a config the gate already reported: no table
+        return []
+    switches = [name for name, on in (("fc_norm", spec.fc_norm), ("norm_output", spec.norm_output),
+                                      ("norm_before_fc", spec.norm_before_fc),
+                                      ("norm_before_residual", spec.norm_before_residual),
+                                      ("attention_bias", spec.attention_bias),
+                                      ("Qwen3 q/k norms", spec.qk_norm),
+                                      ("parallel drafting (P-EAGLE)", spec.parallel_drafting)) if on]
+    out = ["", "### Shape and serving", "",
+           f"{spec.L} decoder layer{'s' if spec.L != 1 else ''}, {spec.k or 3} aux states into `fc`"
+           + (f"; switches: {', '.join(f'`{s}`' for s in switches)}" if switches else "; no EAGLE-3.1 switches")
+           + ".", "", "| engine release | serves this drafter |", "|---|---|"]
+    for rel in default_engines():
+        refused = cannot_load(rel, c)
+        without = served_without(rel, c)
+        how = ("cannot load it: " + "; ".join(r.removeprefix(f"{rel} ") for r in refused) if refused else
+               "as configured, but without " + ", ".join(f"`{w}`" for w in without) if without else
+               "as configured")
+        out.append(f"| {rel} | {how} |")
+    return out
 
 
 def _mla_section(c: Mapping) -> list[str]:

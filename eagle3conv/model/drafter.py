@@ -364,6 +364,7 @@ class Eagle3Drafter:
         norm_before_residual: bool | None = None,
         later_layer_norm: str = "hidden_norm",
         without: Iterable[str] = (),
+        parallel_mask_token: int | None = None,
     ) -> None:
         c = self._parse_config(config)
         if not c.draft_vocab_declared and "lm_head.weight" in state_dict:
@@ -388,6 +389,8 @@ class Eagle3Drafter:
         self.without = frozenset(without)
         #: the norm a later decoder layer applies to its input (vLLM: input_layernorm, SGLang: hidden_norm)
         self.later_layer_norm = later_layer_norm
+        #: P-EAGLE run as vLLM drafts in parallel: the mask token of draft positions 2.. (None: chained)
+        self.parallel_mask_token = parallel_mask_token
         self.config = c
         self.device = torch.device(device)
         self.dtype = dtype
@@ -695,7 +698,7 @@ class Eagle3Drafter:
         teacher_forcing: bool = True,
         return_logits: bool = False,
         chunk_size: int = 512,
-        parallel: bool = False,
+        parallel: bool | None = None,
     ) -> DraftChain:
         """Run ``num_steps`` draft steps over whole sequences, as EAGLE-3's training-time test.
 
@@ -727,10 +730,11 @@ class Eagle3Drafter:
         its own keys. It is exact, computed with SDPA in query chunks of ``chunk_size``
         to bound memory.
 
-        ``parallel`` (P-EAGLE, vLLM's parallel drafting): steps 2..K are not chained but
-        drafted in the same pass as step 1: step k at t reads the mask token
-        (``mask_token_id``) and ``fc(mask_hidden)`` at position ``t+k-1``, attending step 1's
-        keys at ``0..t`` and the mask slots before it, as vLLM's proposer lays them out.
+        ``parallel`` (P-EAGLE, vLLM's parallel drafting; None: as built, ``parallel_mask_token``):
+        steps 2..K are not chained but drafted in the same pass as step 1: step k at t reads the
+        mask token (``parallel_mask_token``, else config.json's ``mask_token_id``) and
+        ``fc(mask_hidden)`` at position ``t+k-1``, attending step 1's keys at ``0..t`` and the mask
+        slots before it, as vLLM's proposer lays them out.
         """
         c = self.config
         if num_steps < 1:
@@ -744,8 +748,11 @@ class Eagle3Drafter:
             raise UsageError(
                 f"aux is {list(aux.shape[:2])} positions, input_ids {list(input_ids.shape)}"
             )
-        if parallel and (self.mask_hidden is None or c.mask_token_id is None):
-            raise UsageError("parallel drafting needs mask_hidden and mask_token_id in config.json")
+        if parallel is None:
+            parallel = self.parallel_mask_token is not None
+        mask_token = self.parallel_mask_token if self.parallel_mask_token is not None else c.mask_token_id
+        if parallel and (self.mask_hidden is None or mask_token is None):
+            raise UsageError("parallel drafting needs mask_hidden and a mask token id (mask_token_id in config.json)")
         ids = input_ids.to(self.device).long()
         seq = ids.shape[1]
 
@@ -787,7 +794,7 @@ class Eagle3Drafter:
                 all_logits.append(out.logits)
             if parallel:
                 state = mask_state
-                tokens = torch.full_like(ids, int(c.mask_token_id))  # type: ignore[arg-type]
+                tokens = torch.full_like(ids, int(mask_token))  # type: ignore[arg-type]
             else:
                 state = out.hidden
                 tokens = shifted(step + 2) if teacher_forcing else out.target_ids

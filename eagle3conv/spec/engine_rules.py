@@ -281,6 +281,8 @@ class Forward:
     parallel_drafting: str | None = None
     attention_bias: str | None = None
     architectures: tuple[str, ...] | None = None
+    mask_token_fields: tuple[str, ...] | None = None
+    """Where a release that drafts in parallel reads the mask token id, in order (None: not read)."""
     """The architecture names the release registers for this drafter kind; None: not read."""
 
 
@@ -492,7 +494,8 @@ def _parse_fc(path: Path, i: int, raw: object) -> FcWidth:
 
 def _parse_forward(path: Path, i: int, raw: object) -> Forward:
     where = f"forward {i}"
-    raw = _keys(path, raw, where, {"releases", "drafters", "why", "source", "architectures", *FORWARD_VALUES})
+    raw = _keys(path, raw, where, {"releases", "drafters", "why", "source", "architectures", *FORWARD_VALUES},
+                {"mask_token_fields"})
     drafters = _strings(path, raw["drafters"], f"{where} 'drafters'", empty=False)
     if not set(drafters) <= set(DRAFTER_KINDS):
         raise _fail(path, f"{where}: drafters must be among {list(DRAFTER_KINDS)}")
@@ -506,7 +509,9 @@ def _parse_forward(path: Path, i: int, raw: object) -> Forward:
                    _text(path, raw, "why", where), _text(path, raw, "source", where),
                    **{k: raw[k] for k in FORWARD_VALUES if k not in (
                        "rope_interleave", "norm_before_residual", "embedding", "head_without_draft_vocab_size")},
-                   architectures=archs)
+                   architectures=archs,
+                   mask_token_fields=None if raw.get("mask_token_fields") is None else _strings(
+                       path, raw["mask_token_fields"], f"{where} 'mask_token_fields'", empty=False))
 
 
 def _parse_rule(path: Path, i: int, raw: object, families: Mapping[str, Family]) -> Rule:

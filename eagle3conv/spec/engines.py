@@ -701,6 +701,10 @@ def cannot_load(engine: EngineRelease | str, config: Mapping[str, Any] | None,
     for switch in ("qk_norm", "parallel_drafting", "norm_before_fc"):
         if on[switch] and getattr(fw, switch) == "refused":
             out.append(f"{rel} cannot serve {_SWITCH_TEXT[switch]}")
+    if on["parallel_drafting"] and fw.parallel_drafting == "config" and fw.mask_token_fields \
+            and _mask_token(fw, cfg) is None:
+        out.append(f"{rel} drafts a P-EAGLE drafter in parallel and needs its mask token id in config.json "
+                   f"({' or '.join(fw.mask_token_fields)}); there is none")
     archs = cfg.get("architectures")
     name = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
     if fw.architectures is not None and name is not None and name not in fw.architectures and not out:
@@ -772,6 +776,8 @@ class Serving:
     """The config switches this release ignores on this drafter: the run leaves them out."""
     refused: tuple[str, ...] = ()
     """Why this release cannot load the drafter at all (then nothing is scored for it)."""
+    parallel_mask_token: int | None = None
+    """A P-EAGLE drafter this release drafts in parallel: the mask token id it reads (None: chained)."""
 
 
 def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
@@ -840,5 +846,15 @@ def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
     for sw in ("fc_norm", "norm_output", "norm_before_fc", "attention_bias", "qk_norm", "parallel_drafting"):
         if on[sw] and getattr(fw, sw) is None:
             not_read.append(f"whether {who} honours {_SWITCH_TEXT[sw]}")
+    refused = cannot_load(rel, cfg, names)
+    mask = _mask_token(fw, cfg) if on["parallel_drafting"] and fw.parallel_drafting == "config" else None
     return Serving(rel, kind, rope, nbr, own, tuple(diffs), tuple(missing), tuple(not_read), fw.why, fw.source,
-                   target_head, later, without, cannot_load(rel, cfg, names))
+                   target_head, later, without, refused, None if refused else mask)
+
+
+def _mask_token(fw: Forward, cfg: Mapping[str, Any]) -> int | None:
+    for name in fw.mask_token_fields or ():
+        value = cfg.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None

@@ -113,7 +113,8 @@ def load_target_head(path: str | os.PathLike, vocab: int, hidden: int, *, table=
 
 def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings=None,
                   rope_interleave: bool | None = None, norm_before_residual: bool = False,
-                  own_embedding: bool = False, target_head=None) -> tuple[Any, bool]:
+                  own_embedding: bool = False, target_head=None, later_layer_norm: str = "hidden_norm",
+                  without=(), parallel_mask_token: int | None = None) -> tuple[Any, bool]:
     """The drafter, and whether it embeds from the captured embedding output (SGLang
     uses the target's table unless ``target_hidden_size`` differs from
     ``hidden_size``). ``embeddings``: the target's ``[V, H]`` table, for states
@@ -123,7 +124,9 @@ def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings
 
     Per-engine serving (docs/facts.md §9): ``rope_interleave`` runs an MLA drafter with
     that RoPE layout whatever its config says; ``norm_before_residual`` norms the
-    residual (vLLM honours the flag, SGLang does not); ``own_embedding`` embeds with the
+    residual (vLLM honours the flag, SGLang does not); ``later_layer_norm`` is the norm a later
+    decoder layer applies to its input (SGLang hidden_norm, vLLM input_layernorm); ``without``
+    the switches the engine ignores (run without them); ``own_embedding`` embeds with the
     drafter's own ``embed_tokens`` (vLLM, when it differs from the target's);
     ``target_head`` (``[V, H]``) replaces the drafter's ``lm_head`` and its vocab map, as
     SGLang does for a config without ``draft_vocab_size``."""
@@ -157,13 +160,15 @@ def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings
     if not own and embeddings is not None:
         sd = {k: v for k, v in tensors.items() if k != "embed_tokens.weight"}
         return cls(config, sd, device=device, dtype=dtype, embed_tokens=embeddings,
-                   norm_before_residual=norm_before_residual), False
+                   norm_before_residual=norm_before_residual, later_layer_norm=later_layer_norm,
+                   without=without, parallel_mask_token=parallel_mask_token), False
     placeholder = None
     if not own:  # the captured embedding output is used, indexed by position; no V x H copy
         placeholder = torch.zeros(1, c.hidden_size, dtype=dtype, device=device).expand(c.vocab_size, c.hidden_size)
     sd = {k: v for k, v in tensors.items() if not (k == "embed_tokens.weight" and not own)}
     return cls(config, sd, device=device, dtype=dtype, embed_tokens=placeholder,
-               norm_before_residual=norm_before_residual), not own
+               norm_before_residual=norm_before_residual, later_layer_norm=later_layer_norm,
+               without=without, parallel_mask_token=parallel_mask_token), not own
 
 
 def _max_abs_diff(a, b, rows: int = 4096) -> float:

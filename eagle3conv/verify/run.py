@@ -292,9 +292,14 @@ class _Serving:
         return serving(rel, self.config, self.names, target_head_at_hand=self.head_at_hand)
 
     def main(self):
-        """verify's own forward: the first --engine's, else SGLang's (the newest release)."""
-        rels = self.opts.releases() if self.opts.asked() else ()
-        return self.of(rels[0] if rels else "sglang")
+        """verify's own forward: the first --engine release that can serve the drafter, else the first
+        default release that can (SGLang's newest first), else SGLang's newest as configured."""
+        from eagle3conv.spec.engines import default_engines, parse_engine
+
+        asked = self.opts.releases() if self.opts.asked() else ()
+        newest = parse_engine("sglang")
+        order = [*asked, newest, *(r for r in default_engines() if r != newest)]
+        return next((fw for fw in map(self.of, order) if not fw.refused), self.of(asked[0] if asked else newest))
 
     def compare(self) -> dict | None:
         """The drafter's own embed_tokens against the target's (computed once)."""
@@ -316,10 +321,13 @@ class _Serving:
 
     def kwargs(self, fw) -> dict:
         return {"rope_interleave": fw.rope_interleave, "norm_before_residual": fw.norm_before_residual,
-                "own_embedding": self.own_embedding(fw), "target_head": self.head if fw.target_head else None}
+                "own_embedding": self.own_embedding(fw), "target_head": self.head if fw.target_head else None,
+                "later_layer_norm": fw.later_layer_norm, "without": fw.without,
+                "parallel_mask_token": fw.parallel_mask_token}
 
     def key(self, fw) -> tuple:
-        return (fw.rope_interleave, fw.norm_before_residual, self.own_embedding(fw), fw.target_head)
+        return (fw.rope_interleave, fw.norm_before_residual, self.own_embedding(fw), fw.target_head,
+                fw.later_layer_norm, fw.without, fw.parallel_mask_token)
 
     def describe(self, fw) -> list[str]:
         """The emulated differences from what config.json says (the embedding decision included)."""
@@ -363,6 +371,8 @@ def _score_engines(rows, scores: list[Score], drafter, states, *, serving: _Serv
                                  "norm_before_residual": fw.norm_before_residual,
                                  "embedding": "drafter's own" if serving.own_embedding(fw) else "target's",
                                  "head": "target's" if fw.target_head else "drafter's own",
+                                 "later_layer_norm": fw.later_layer_norm, "without": list(fw.without),
+                                 "parallel_mask_token": fw.parallel_mask_token,
                                  "why": fw.why, "source": fw.source},
                         emulated=tuple(serving.describe(fw)), not_emulated=tuple(fw.not_emulated),
                         not_read=tuple(fw.not_read))
@@ -371,6 +381,15 @@ def _score_engines(rows, scores: list[Score], drafter, states, *, serving: _Serv
             why = (row.capture.error.message if row.capture.error else row.capture.unknown
                    or "the engine captures nothing usable from this config")
             out.append(EngineScore(rel.spec, str(rel), not_scored=why, **info))
+            continue
+        if fw is not None and fw.refused:
+            out.append(EngineScore(rel.spec, str(rel), not_scored="; ".join(fw.refused), **info))
+            continue
+        k = drafter.config.num_aux
+        if len(row.layers) != k:
+            out.append(EngineScore(rel.spec, str(rel), not_scored=f"{rel} captures {len(row.layers)} states but the "
+                                   f"drafter's fc reads {k}: it cannot run this drafter as configured (its row says "
+                                   "what to write or launch with)", **info))
             continue
         refs = row.layers
         key = serving.key(fw) if fw is not None else None

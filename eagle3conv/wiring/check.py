@@ -278,7 +278,7 @@ def _judge(rel: EngineRelease, row_capture, truth: LayerSet | None, source: str 
 
 def engine_rows(config: Mapping, truth: LayerSet | None, source: str | None, family: str | None,
                 num_layers: int | None, releases: Sequence[EngineRelease], *, explicit: bool,
-                fix_command: str) -> tuple[EngineRow, ...]:
+                fix_command: str, num_aux: int | None = None) -> tuple[EngineRow, ...]:
     """Step 4: what each release captures from ``config`` on a target of ``family`` (its layer
     count may be unknown), one typed row each, with its finding: an error when a release
     cannot capture what the config names, or captures other layers than the record's. When no
@@ -309,6 +309,12 @@ def engine_rows(config: Mapping, truth: LayerSet | None, source: str | None, fam
                 field_right=cap.field in right_fields)
         elif truth is not None and cap.layers is not None:
             as_trained = cap.layers == truth  # a launch option: the launch line passes what it needs
+        if (not where.in_config and need is None and cap.layers is not None and num_aux
+                and len(cap.layers) != num_aux):
+            finding = Finding("warning", AUX_LAYERS, FC_WIDTH,
+                              f"{rel} captures {len(cap.layers)} states by default ({describe(cap.layers)}) but the "
+                              f"drafter's fc reads {num_aux}: launch it with {num_aux} layers in {where.name}",
+                              fix=RECORD_COMMAND, subject=rel.spec)
         rows.append(EngineRow(rel, cap, need, finding, as_trained,
                               runner_assumed=cap.runner is not None and rel.runner is None,
                               serve=serve_finding(rel, config, asked=explicit)))
@@ -345,9 +351,9 @@ def summary(config: Mapping, rows: Sequence[EngineRow], truth: LayerSet | None, 
         return out
     # a field the config leaves out, read by some releases: they use their default
     for fld in dict.fromkeys(r.field for r in in_config if r.capture.fell_back):
-        readers = [r for r in in_config if r.field == fld and r.capture.fell_back]
-        if any(r.as_trained is False for r in readers):
-            continue  # each such row already says what it captures instead
+        readers = [r for r in in_config if r.field == fld and r.capture.fell_back and r.finding is None]
+        if not readers or any(r.as_trained is False for r in readers):
+            continue  # each such row already says what it captures instead, or what is wrong
         caps = "; ".join(f"{r.release} captures {describe(r.layers)}" if r.layers is not None else
                          f"{r.release}: {r.capture.unknown}" for r in readers)
         out.append(_f("warning", DEFAULT_USED, f"{fld} is absent, and {', '.join(str(r.release) for r in readers)} "
@@ -401,7 +407,8 @@ def check_wiring(
     id_lists(config, rep.num_aux, fc_in, target_hidden, fix_command, rep.findings)
     releases = tuple(engines) if engines else default_engines()
     rep.rows = engine_rows(config, rep.layers, rep.record.source if rep.record else None, family, num_layers,
-                           releases, explicit=bool(engines) and explicit_engines, fix_command=fix_command)
+                           releases, explicit=bool(engines) and explicit_engines, fix_command=fix_command,
+                           num_aux=rep.num_aux)
     rep.findings += [f for r in rep.rows for f in (r.finding, r.serve) if f is not None]
     rep.findings += summary(config, rep.rows, rep.layers, source_format, num_layers, fix_command)
     return rep
