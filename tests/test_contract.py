@@ -114,7 +114,8 @@ def tensors_for(spec: DrafterSpec, extra_row: str, seed: int = 0) -> dict[str, t
     g = torch.Generator().manual_seed(seed)
     out = {}
     for name, e in expected(spec).items():
-        if not (e.required or matches(extra_row, name)):
+        later_norm = re.fullmatch(r"layers\.[0-9]+\.(input_layernorm|hidden_norm)\.weight", name) is not None
+        if not (e.required or later_norm or matches(extra_row, name)):
             continue
         shape = tuple(int(d) for d in e.shape)
         if name == "d2t":

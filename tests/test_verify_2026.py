@@ -44,7 +44,8 @@ def extend(drafter: Path, dest: Path, *, seed: int = 1, differ: bool = True, dro
     tensors = load_file(str(f))
     g = torch.Generator().manual_seed(seed)
     for name, e in expected(DrafterSpec.from_config(cfg)).items():
-        if name in tensors or not e.required or name in drop:
+        later_norm = name.startswith("layers.") and name.endswith(("input_layernorm.weight", "hidden_norm.weight"))
+        if name in tensors or not (e.required or later_norm) or name in drop:
             continue
         shape = tuple(int(d) for d in e.shape)
         if "norm" in name and name.endswith(".weight"):
@@ -122,15 +123,24 @@ def test_differing_later_norms_without_a_record_are_a_warning_with_the_fix(world
     assert "sglang 0.5.12-" in w["message"] and "vllm" in w["message"]
 
 
-def test_one_later_norm_name_is_written_under_both(world, tmp_path):  # noqa: F811
+def test_one_later_norm_name_is_served_untrained_by_the_other_engine_until_fix_keys(world, tmp_path):  # noqa: F811
+    """Trainers of multi-layer drafters (speculators, Model Optimizer) write layers.N.input_layernorm only:
+    SGLang, which normalises later layers with hidden_norm, serves an untrained norm (ones); verify's rows
+    show it; fix-keys writes the trained norm under both names and the rows agree."""
     _, captured, drafter = world
     only = extend(drafter, tmp_path / "only", num_hidden_layers=2, drop=("layers.1.hidden_norm.weight",))
+    states = labelled(only, captured, tmp_path / "only.safetensors", later_layer_norm="input_layernorm")
+    rows = engine_rows(verify_json(only, states))
+    assert rows[VLLM]["acceptance"][0] == 1.0 and rows[NEW]["acceptance"][0] < 0.9
+    assert any("layers.1.hidden_norm.weight is missing" in e and "untrained" in e for e in rows[NEW]["emulated"])
     fixed = tmp_path / "fixed"
     run("fix-keys", only, "--out", fixed)
     out = load_file(str(fixed / "model.safetensors"))
     src = load_file(str(only / "model.safetensors"))
     assert torch.equal(out["layers.1.hidden_norm.weight"], src["layers.1.input_layernorm.weight"])
     assert torch.equal(out["layers.1.input_layernorm.weight"], src["layers.1.input_layernorm.weight"])
+    rows = engine_rows(verify_json(fixed, states))
+    assert rows[VLLM]["acceptance"][0] == rows[NEW]["acceptance"][0] == rows[OLD]["acceptance"][0] == 1.0
 
 
 def test_five_aux_states(world, tmp_path):  # noqa: F811
@@ -207,6 +217,8 @@ def test_peagle_drafter_drafts_in_parallel_on_vllm_only(world, tmp_path):  # noq
     ({"drop": ("input_norm.weight",), "norm_before_fc": True}, "input_norm.weight: required but missing"),
     ({"drop": ("layers.1.mlp.down_proj.weight",), "num_hidden_layers": 2},
      "layers.1.mlp.down_proj.weight: required but missing"),
+    ({"drop": ("layers.1.hidden_norm.weight", "layers.1.input_layernorm.weight"), "num_hidden_layers": 2},
+     "layers.1: neither layers.1.input_layernorm.weight nor layers.1.hidden_norm.weight"),
 ])
 def test_a_switch_or_layer_without_its_tensors_is_named(world, tmp_path, bad, match):  # noqa: F811
     _, _, drafter = world

@@ -448,7 +448,11 @@ class _Planner:
             names = {n: f"layers.{i}.{n}.weight" for n in LATER_NORMS}
             have = [n for n in LATER_NORMS if names[n] in self.wanted]
             if not have:
-                continue  # named by the shapes step as missing
+                self.errors.append(Finding(
+                    "error", KEYS, MISSING_KEY, f"layers.{i}: neither {names['input_layernorm']} nor "
+                    f"{names['hidden_norm']}: the layer's input norm is missing ({readers_text(readers)})",
+                    subject=f"layers.{i}"))
+                continue
             if len(have) == 2:
                 a, b = (self.wanted[names[n]] for n in LATER_NORMS)
                 if self._same_bytes(a, b):

@@ -398,6 +398,9 @@ class Eagle3Drafter:
         def w(key: str) -> Tensor:
             return state_dict[key].to(device=self.device, dtype=dtype)
 
+        self._names = frozenset(state_dict)
+        #: tensors this run's engine reads that the checkpoint lacks: run as initialised (norms: ones)
+        self.untrained: list[str] = []
         self.fc_weight = w("fc.weight")
         self.fc_bias = w("fc.bias") if c.fc_bias else None
         use = self.uses
@@ -490,7 +493,12 @@ class Eagle3Drafter:
         layer = {"attn": self._load_later_attention(w, prefix)}
         for n in ("gate", "up", "down"):
             layer[n] = w(f"{prefix}mlp.{n}_proj.weight")
-        layer["in_norm"] = w(f"{prefix}{self.later_layer_norm}.weight")
+        name = f"{prefix}{self.later_layer_norm}.weight"
+        if name in self._names:
+            layer["in_norm"] = w(name)
+        else:  # as the engines do: a missing norm keeps its initial value, ones (docs/facts.md §11)
+            layer["in_norm"] = torch.ones(self.config.hidden_size, device=self.device, dtype=self.dtype)
+            self.untrained.append(name)
         layer["post_norm"] = w(f"{prefix}post_attention_layernorm.weight")
         return layer
 

@@ -666,6 +666,11 @@ def later_norm_readers(drafter: str = "llama") -> dict[str, list[str]]:
     return out
 
 
+def _layers(cfg: Mapping[str, Any]) -> int:
+    n = cfg.get("num_hidden_layers", 1)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+
+
 def _switches_on(cfg: Mapping[str, Any], names: Iterable[str] = ()) -> dict[str, bool]:
     from eagle3conv.spec.drafter import DrafterSpec
 
@@ -837,6 +842,11 @@ def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
             not_read.append(f"which head {who} uses without draft_vocab_size")
     on = _switches_on(cfg, names)
     later = fw.later_layer_norm or "hidden_norm"
+    if names:
+        for i in range(1, _layers(cfg)):
+            if f"layers.{i}.{later}.weight" not in names:
+                diffs.append(f"layers.{i}.{later}.weight is missing: {rel} normalises layer {i}'s input with it and "
+                             "serves it untrained (weight 1)")
     if on["layers"] and fw.later_layer_norm is None and fw.layers != "one":
         not_read.append(f"which norm {who} applies to a later decoder layer's input")
     without = served_without(rel, cfg, names)
