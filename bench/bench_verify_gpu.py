@@ -39,7 +39,10 @@ FLOPs per token-step (useful work, multiply-add = 2):
    (every cache dropped, or only the inputs evicted) and warm, with and without the console's
    read-ahead, next to a plain read loop of the same files and the chain's compute.
 
-``--sections`` picks among llama (1-4), mla, fresh and search (5); the default runs all.
+8. (``--sections multi``) the chain of the same drafter with 1 and with ``--multi-layers`` decoder
+   layers (issue 22), each against bf16 matmul with every layer's FLOPs counted.
+
+``--sections`` picks among llama (1-4), mla, fresh, search (5) and multi (8); the default runs the first four.
 
 Everything is printed as one JSON line at the end and written to
 ``$OUT/verify_gpu.json`` (or --out). ``--small`` runs tiny shapes (CPU smoke test).
@@ -177,23 +180,34 @@ def write_drafter(folder: Path, d: dict, aux_outputs: tuple[int, ...], dev: str)
         "lm_head.weight": w(Vd, H),
         "d2t": torch.zeros(Vd, dtype=torch.int64),
     }
-    # verify builds its Candidate from the SGLang ids the way SGLang reads them for an
-    # unnamed target ("sglang-old"); write the ids that mean outputs 2, 30, 58
-    ids = to_ids(tuple(LayerRef(o) for o in aux_outputs), "sglang-old", L)
+    # verify builds its Candidate from the ids the way the newest SGLang reads them for an unnamed
+    # target (id i = output of layer i); write the ids that mean outputs 2, 30, 58
+    ids = to_ids(tuple(LayerRef(o) for o in aux_outputs), "output", L)
     cfg = llama_config(Dims(hidden=H, target_hidden=T, heads=NH, kv_heads=NKV, head_dim=HD, intermediate=I,
                             vocab=V, draft_vocab=Vd, aux_ids=tuple(ids)))
+    layers = d.get("layers", 1)
+    for i in range(1, layers):  # later decoder layers (issue 22): read H, their own input norm
+        p = f"layers.{i}."
+        t.update({f"{p}self_attn.q_proj.weight": w(NH * HD, H), f"{p}self_attn.k_proj.weight": w(NKV * HD, H),
+                  f"{p}self_attn.v_proj.weight": w(NKV * HD, H), f"{p}self_attn.o_proj.weight": w(H, NH * HD),
+                  f"{p}mlp.gate_proj.weight": w(I, H), f"{p}mlp.up_proj.weight": w(I, H),
+                  f"{p}mlp.down_proj.weight": w(H, I), f"{p}input_layernorm.weight": norm(H),
+                  f"{p}post_attention_layernorm.weight": norm(H)})
+        t[f"{p}hidden_norm.weight"] = t[f"{p}input_layernorm.weight"].clone()
+    cfg["num_hidden_layers"] = layers
     return save_drafter(folder, t, cfg, ids)
 
 
 def flops_per_token_step(d: dict, S: int, steps: int) -> dict:
     H, T, k, NH, NKV, HD, I, Vd = (d[x] for x in ("H", "T", "k", "NH", "NKV", "HD", "I", "Vd"))
+    extra = d.get("layers", 1) - 1  # later decoder layers: q/k/v read H, and each attends over its own keys
     parts = {
-        "qkv": 2 * (2 * H) * (NH + 2 * NKV) * HD,
-        "o": 2 * NH * HD * H,
-        "mlp": 3 * 2 * H * I,
+        "qkv": 2 * (2 * H) * (NH + 2 * NKV) * HD + extra * 2 * H * (NH + 2 * NKV) * HD,
+        "o": (1 + extra) * 2 * NH * HD * H,
+        "mlp": (1 + extra) * 3 * 2 * H * I,
         "lm_head": 2 * H * Vd,
     }
-    attn = [4 * NH * HD * ((S + 1) / 2 + s) for s in range(steps)]  # step s+1: + s own drafts
+    attn = [(1 + extra) * 4 * NH * HD * ((S + 1) / 2 + s) for s in range(steps)]  # step s+1: + s own drafts
     fc = 2 * H * k * T
     per_chain = steps * sum(parts.values()) + sum(attn) + fc
     return {"per_step_parts": parts, "attention_avg": sum(attn) / steps, "fc_step1": fc,
@@ -474,7 +488,7 @@ def write_mla_drafter(folder: Path, d: dict, aux_outputs: tuple[int, ...], dev: 
     from eagle3conv.model.mla import MLAConfig, expected_mla_tensors
     from eagle3conv.spec.layers import LayerRef, to_ids
 
-    ids = to_ids(tuple(LayerRef(o) for o in aux_outputs), "sglang-old", d["L"])
+    ids = to_ids(tuple(LayerRef(o) for o in aux_outputs), "output", d["L"])
     cfg = mla_config(d, list(ids))
     g = torch.Generator(device=dev).manual_seed(10)
     t = {}
@@ -610,6 +624,38 @@ def chain_rate(drafter, d: dict, fl: dict, S: int, steps: int, B: int, dev: str,
     if dev == "cuda":
         out["peak_mem_GiB"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 1)
         out["profile"] = profile_chain(drafter, aux, ids, steps)
+    return out
+
+
+def multi_layer_bench(args, d: dict, dev: str, work: Path, S: int, steps: int, mm: float) -> dict:
+    """draft_chain of the same Kimi-size drafter with 1 and with --multi-layers decoder layers, each as a
+    fraction of bf16 matmul (FLOPs of every layer counted), at each --batches size."""
+    from eagle3conv.verify import build_drafter, load_drafter_weights
+
+    out: dict = {}
+    for layers in (1, args.multi_layers):
+        dd = {**d, "layers": layers}
+        folder = work / f"drafter-{layers}l"
+        info = write_drafter(folder, dd, (2, 30, 58), dev)
+        config, tensors = load_drafter_weights(folder)
+        drafter, _ = build_drafter(config, tensors, dev, torch.bfloat16)
+        del tensors
+        gen = torch.Generator(device=dev).manual_seed(1)
+        drafter.embed_tokens = (torch.randn(d["V"], d["H"], generator=gen, device=dev) * 0.02).to(torch.bfloat16)
+        fl = flops_per_token_step(dd, S, steps)
+        res = {"bytes": info["bytes"], "avg_flops_per_token_step": round(fl["avg_per_token_step"])}
+        for B in [int(x) for x in args.batches.split(",")]:
+            r = chain_rate(drafter, dd, fl, S, steps, B, dev, args.reps, mm)
+            r.pop("profile", None)
+            res[B] = r
+            log(f"multi-layer {layers}: B {B}", r)
+        out[layers] = res
+        del drafter
+        if dev == "cuda":
+            torch.cuda.empty_cache()
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
     return out
 
 
@@ -799,6 +845,7 @@ def main() -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--search-seqs", type=int, default=8, help="sequences of --seq tokens for the global search")
     ap.add_argument("--only-search", action="store_true", help="write the drafter, then only the global search")
+    ap.add_argument("--multi-layers", type=int, default=2, help="decoder layers of the multi section's drafter")
     ap.add_argument("--sections", default="llama,mla,fresh,search",
                     help="comma separated: llama (the Llama family's chain, variants, verify, evaluate), mla (the "
                          "Kimi-size MLA drafter), fresh (fresh-process `eagle3conv verify`, both families), search")
@@ -1153,6 +1200,12 @@ def main() -> int:
     if shared is not None and not args.keep:
         shared.unlink()
 
+    # -- 8. multi-layer drafters (issue 22): the chain of a 2-layer Kimi-size drafter vs bf16 matmul,
+    # side by side with the 1-layer drafter in the same process
+    if "multi" in sections:
+        RESULT["multi_layer"] = multi_layer_bench(args, d, dev, work, S, steps, RESULT["matmul_before"]["tflops"])
+        dump()
+
     # -- 5. the global wiring search
     if "search" in sections:
         RESULT["global_search"] = global_search_bench(folder, d, dev, work, 2 if args.small else args.search_seqs,
@@ -1183,6 +1236,10 @@ def main() -> int:
             summ["mla_evaluate_frac_of_max_matmul"] = round(
                 max(m["evaluate"][x]["frac_of_matmul"] for x in ("first", "second")) * mm / mm_max, 4)
         summ["mla_load_ratio_to_read"] = {x: m["load"][x]["ratio_to_read"] for x in ("cold", "warm")}
+    if "multi_layer" in RESULT:
+        summ["multi_layer_draft_chain_frac_of_max_matmul"] = {
+            layers: {B: round(r["tflops"] / mm_max, 4) for B, r in res.items() if isinstance(r, dict)}
+            for layers, res in RESULT["multi_layer"].items()}
     if "llama_shared" in RESULT:
         summ["llama_shared_evaluate_frac_of_max_matmul"] = round(
             max(RESULT["llama_shared"]["evaluate"][x]["frac_of_matmul"] for x in ("first", "second")) * mm / mm_max, 4)
