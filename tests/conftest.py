@@ -254,3 +254,26 @@ def load_st(path: Path) -> dict:
     from safetensors.torch import load_file
 
     return load_file(str(path))
+
+
+# a tiny drafter (hidden 64, vocab 512) and a states file of random data for it: the read-ahead and
+# hostile-input tests' shared fixture
+TINY = Dims(hidden=64, target_hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=512,
+            draft_vocab=300, aux_ids=(1, 3, 4))
+
+
+@pytest.fixture(scope="module")
+def drafter_and_states(tmp_path_factory):
+    from eagle3conv.states.format import write_states
+
+    root = tmp_path_factory.mktemp("tiny")
+    drafter = write_example(root / "drafter", "sglang", TINY)
+    g = torch.Generator().manual_seed(0)
+    B, S = 3, 40
+    states = root / "states.safetensors"
+    write_states(states, input_ids=torch.randint(0, 512, (B, S), generator=g),
+                 attention_mask=torch.ones(B, S, dtype=torch.bool),
+                 target_next=torch.randint(0, 512, (B, S), generator=g),
+                 hidden={o: torch.randn(B, S, 64, generator=g) for o in (-1, 1, 3, 4)}, num_layers=6,
+                 vocab_size=512, target="tiny")
+    return drafter, states

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from eagle3conv.checkpoint import writer
 from eagle3conv.errors import WriteError
 from eagle3conv.example import Dims, write_example
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from eagle3conv.io.data import data_path
-from eagle3conv.errors import MappingFileError, UsageError, WiringError
+from eagle3conv.errors import MappingFileError, UsageError
 from eagle3conv.spec import engines as E
 from eagle3conv.spec.layers import EMBEDDING, LayerRef, outputs
 from eagle3conv.spec.targets import get_target, load_target_file, target_from_config

@@ -27,7 +27,6 @@ from eagle3conv.checkpoint import writer
 from eagle3conv.errors import JournalError, MappingFileError
 from eagle3conv.example import Dims, write_example
 from eagle3conv.io.files import remove_stale_temps, write_json_file
-from eagle3conv.states.format import write_states
 
 REPO = Path(__file__).resolve().parents[1]
 DIMS = Dims(hidden=64, target_hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=512,
@@ -62,21 +61,6 @@ def snapshot(folder: Path) -> dict[str, str]:
         elif p.is_dir():
             out[rel] = "dir"
     return out
-
-
-@pytest.fixture(scope="module")
-def drafter_and_states(tmp_path_factory):
-    root = tmp_path_factory.mktemp("round2")
-    drafter = write_example(root / "drafter", "sglang", DIMS)
-    g = torch.Generator().manual_seed(0)
-    B, S = 3, 40
-    states = root / "states.safetensors"
-    write_states(states, input_ids=torch.randint(0, 512, (B, S), generator=g),
-                 attention_mask=torch.ones(B, S, dtype=torch.bool),
-                 target_next=torch.randint(0, 512, (B, S), generator=g),
-                 hidden={o: torch.randn(B, S, 64, generator=g) for o in (-1, 1, 3, 4)}, num_layers=6,
-                 vocab_size=512, target="tiny")
-    return drafter, states
 
 
 @pytest.fixture

@@ -430,7 +430,7 @@ def test_modelopt_ids_converted_for_every_engine(make_ckpt, tmp_path):
     plan = plan_of(ck)
     assert plan.aux_ids == {"eagle_config.eagle_aux_hidden_state_layer_ids": [1, 14, 26]}
     out = tmp_path / "out"
-    res = fix_keys(ck, out=out)
+    fix_keys(ck, out=out)
     cfg = assert_sglang_checkpoint(out, expect_aux={"eagle_config.eagle_aux_hidden_state_layer_ids": [1, 14, 26],
                                                     "eagle_aux_hidden_state_layer_ids": [2, 15, 27]})
     assert cfg["eagle_config"]["use_aux_hidden_state"] is True
