@@ -85,6 +85,18 @@ def config_flag(config: Mapping[str, Any], name: str) -> bool:
     return flag(config, name)
 
 
+def parallel_drafting_token(config: Mapping[str, Any]) -> int | None:
+    """The token id of P-EAGLE's mask slots, looked up in vLLM 0.33.0's order
+    (``v1/spec_decode/llm_base_proposer.py`` ``_init_parallel_drafting_params``):
+    ``dflash_config.mask_token_id``, ``mask_token_id``, ``dspark_noise_token_id``, ``pard_token``
+    (what vLLM's speculators ``update_peagle`` and NeMo Automodel's vLLM export write),
+    ``ptd_token_id``. None when there is none."""
+    dflash = config.get("dflash_config")
+    found = [dflash.get("mask_token_id") if isinstance(dflash, Mapping) else None]
+    found += [config.get(n) for n in ("mask_token_id", "dspark_noise_token_id", "pard_token", "ptd_token_id")]
+    return next((v for v in found if isinstance(v, int) and not isinstance(v, bool)), None)
+
+
 def require_int(config: Mapping[str, Any], name: str) -> int:
     value = config.get(name)
     if value is None:
@@ -118,12 +130,13 @@ class DrafterConfig:
     draft_vocab_declared: bool
     attention_bias: bool
     spec: DrafterSpec = field(compare=False, repr=False)
+    """The parsed contract (:class:`~eagle3conv.spec.drafter.DrafterSpec`) with ``k`` = ``num_aux``."""
     num_layers: int = 1
     norm_before_fc: bool = False
     qk_norm: bool = False
     parallel_drafting: bool = False
     mask_token_id: int | None = None
-    """The parsed contract (:class:`~eagle3conv.spec.drafter.DrafterSpec`) with ``k`` = ``num_aux``."""
+    """P-EAGLE's mask-slot token, read as vLLM reads it (:func:`parallel_drafting_token`)."""
 
     @property
     def fc_in_features(self) -> int:
@@ -175,7 +188,7 @@ class DrafterConfig:
             norm_before_fc=spec.norm_before_fc,
             qk_norm=spec.qk_norm,
             parallel_drafting=spec.parallel_drafting,
-            mask_token_id=config.get("mask_token_id") if isinstance(config.get("mask_token_id"), int) else None,
+            mask_token_id=parallel_drafting_token(config),
         )
 
 
@@ -745,7 +758,8 @@ class Eagle3Drafter:
                 f"aux is {list(aux.shape[:2])} positions, input_ids {list(input_ids.shape)}"
             )
         if parallel and (self.mask_hidden is None or c.mask_token_id is None):
-            raise UsageError("parallel drafting needs mask_hidden and mask_token_id in config.json")
+            raise UsageError("parallel drafting needs mask_hidden and a mask token id in config.json "
+                             "(mask_token_id, or pard_token as vLLM also reads it)")
         ids = input_ids.to(self.device).long()
         seq = ids.shape[1]
 
