@@ -38,6 +38,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from eagle3conv.errors import UsageError
 from eagle3conv.model.drafter import Eagle3Drafter, expected_shapes
 from eagle3conv.model.mla import Eagle3MLADrafter
 
@@ -576,6 +577,29 @@ def test_parallel_drafting_is_vllm_proposer_layout(case: str) -> None:
     torch.testing.assert_close(chain.logits[0], plain.logits[0], **TOL)
     assert not close(chain.logits[1:], plain.logits[1:])  # the later positions are not chained
     assert torch.equal(chain.labels, plain.labels)
+
+
+def test_parallel_drafting_token_read_as_vllm_reads_it() -> None:
+    """vLLM 0.33.0's proposer takes the mask-slot token from dflash_config.mask_token_id,
+    mask_token_id, dspark_noise_token_id, pard_token, ptd_token_id, in that order; NeMo Automodel's
+    vLLM export and vLLM's own speculators update_peagle write pard_token. A drafter that carries
+    only pard_token drafts as the one with mask_token_id; mask_token_id wins over pard_token."""
+    base = {k: v for k, v in PEAGLE["1-layer"].items() if k != "mask_token_id"}
+    sd = make_state_dict(PEAGLE["1-layer"])
+    aux, ids = inputs(3 * T, seq=8)
+
+    def parallel(config: dict[str, Any]) -> torch.Tensor:
+        chain = drafter(config, sd).draft_chain(aux, ids, 3, return_logits=True, parallel=True)
+        assert chain.logits is not None
+        return chain.logits
+
+    want = parallel({**base, "mask_token_id": MASK_TOKEN})
+    assert torch.equal(parallel({**base, "pard_token": MASK_TOKEN}), want)
+    assert torch.equal(parallel({**base, "ptd_token_id": MASK_TOKEN}), want)
+    assert torch.equal(parallel({**base, "mask_token_id": MASK_TOKEN, "pard_token": MASK_TOKEN + 1}), want)
+    assert not close(parallel({**base, "pard_token": MASK_TOKEN + 1}), want)
+    with pytest.raises(UsageError, match="mask token"):
+        parallel(base)
 
 
 # --------------------------------------------------------------------------- 5. 2-layer MLA
