@@ -85,6 +85,14 @@ def config_flag(config: Mapping[str, Any], name: str) -> bool:
     return flag(config, name)
 
 
+def parallel_drafting_token(config: Mapping[str, Any]) -> int | None:
+    """The token id of P-EAGLE's mask slots, looked up where vLLM reads it, in its order (the engine
+    rules' ``mask_token_fields``; docs/facts.md §11). None when there is none."""
+    from eagle3conv.spec.engines import mask_token
+
+    return mask_token("vllm", config)
+
+
 def require_int(config: Mapping[str, Any], name: str) -> int:
     value = config.get(name)
     if value is None:
@@ -118,12 +126,13 @@ class DrafterConfig:
     draft_vocab_declared: bool
     attention_bias: bool
     spec: DrafterSpec = field(compare=False, repr=False)
+    """The parsed contract (:class:`~eagle3conv.spec.drafter.DrafterSpec`) with ``k`` = ``num_aux``."""
     num_layers: int = 1
     norm_before_fc: bool = False
     qk_norm: bool = False
     parallel_drafting: bool = False
     mask_token_id: int | None = None
-    """The parsed contract (:class:`~eagle3conv.spec.drafter.DrafterSpec`) with ``k`` = ``num_aux``."""
+    """P-EAGLE's mask-slot token, read as vLLM reads it (:func:`parallel_drafting_token`)."""
 
     @property
     def fc_in_features(self) -> int:
@@ -175,7 +184,7 @@ class DrafterConfig:
             norm_before_fc=spec.norm_before_fc,
             qk_norm=spec.qk_norm,
             parallel_drafting=spec.parallel_drafting,
-            mask_token_id=config.get("mask_token_id") if isinstance(config.get("mask_token_id"), int) else None,
+            mask_token_id=parallel_drafting_token(config),
         )
 
 
@@ -760,7 +769,8 @@ class Eagle3Drafter:
             parallel = self.parallel_mask_token is not None
         mask_token = self.parallel_mask_token if self.parallel_mask_token is not None else c.mask_token_id
         if parallel and (self.mask_hidden is None or mask_token is None):
-            raise UsageError("parallel drafting needs mask_hidden and a mask token id (mask_token_id in config.json)")
+            raise UsageError("parallel drafting needs mask_hidden and a mask token id in config.json "
+                             "(mask_token_id, or pard_token / ptd_token_id as vLLM also reads them)")
         ids = input_ids.to(self.device).long()
         seq = ids.shape[1]
 

@@ -864,7 +864,14 @@ def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
 
 def _mask_token(fw: Forward, cfg: Mapping[str, Any]) -> int | None:
     for name in fw.mask_token_fields or ():
-        value = cfg.get(name)
+        value = read_field(cfg, name)[1]
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
     return None
+
+
+def mask_token(engine: EngineRelease | str, config: Mapping[str, Any] | None) -> int | None:
+    """The mask token id ``engine`` drafts a P-EAGLE drafter's later positions with (None: none found,
+    or the release reads none)."""
+    cfg = config or {}
+    return _mask_token(forward_rule(as_release(engine), drafter_kind(cfg)), cfg)
