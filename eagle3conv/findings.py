@@ -40,6 +40,7 @@ MISSING_EMBEDDING = "missing-embedding"
 EXTRACTED = "extracted"
 MLA_NO_Q_LORA = "mla-no-q-lora"  # an MLA drafter without q_lora_rank: SGLang refuses it
 LAYER_MISSING = "layer-missing"  # a decoder layer missing between others (layers.0, layers.2)
+O_BIAS_ZEROS = "o-bias-zeros"  # o_proj's bias written as zeros (the engines build it when bias/attention_bias)
 LATER_NORMS_DIFFER = "later-norms-differ"  # a later layer's input_layernorm and hidden_norm differ, neither known trained
 # shapes: each tensor against the config
 SPLIT_SHAPE = "split-shape"

@@ -103,7 +103,9 @@ def test_missing_d2t_is_named_once_where_the_vocab_check_runs(make_ckpt, tmp_pat
     save_file({k: v for k, v in load_file(str(f)).items() if k not in ("d2t", "t2d")}, str(f))
     res = CliRunner().invoke(main, ["inspect", str(ck), "--json"])
     text = res.stdout
-    assert text.count("there is no d2t") == 1 and "below the vocab" not in text and "audit-d2t-missing" not in text
+    found = json.loads(text)["plan"]["findings"]
+    assert sum("there is no d2t" in f["message"] for f in found) == 1
+    assert "below the vocab" not in text and "audit-d2t-missing" not in text
     res = CliRunner().invoke(main, ["config", str(ck), "--check", "--json"])  # refused by the vocab check first
     assert res.exit_code == 3 and res.stdout.count("there is no d2t") == 1 and "below the vocab" not in res.stdout
 

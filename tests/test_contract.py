@@ -101,6 +101,8 @@ def case(arch: str, name: str) -> tuple[dict, dict, DrafterSpec]:
         needed[SWITCH_FIELDS[row.when]] = True
     elif row.when == "qk_norm":
         needed["architectures"] = ["Eagle3Qwen3ForCausalLM"]
+    elif row.when == "o_bias":  # o_proj's bias: built by the engines when bias (or attention_bias) is set
+        written["bias"] = needed["bias"] = True
     elif row.when == "!QL":
         written["q_lora_rank"] = needed["q_lora_rank"] = None
     if "{layer}" in name:
@@ -300,13 +302,16 @@ def reference_step1(config: dict, sd: dict, aux: torch.Tensor, ids: torch.Tensor
                        max_position_embeddings=config["max_position_embeddings"])
     wide._attn_implementation = "sdpa"
     attn = LlamaAttention(wide, layer_idx=0)
-    attn.o_proj = torch.nn.Linear(config["num_attention_heads"] * config["head_dim"], h, bias=False)
     p = "midlayer.self_attn."
+    attn.o_proj = torch.nn.Linear(config["num_attention_heads"] * config["head_dim"], h,
+                                  bias=f"{p}o_proj.bias" in sd)
     with torch.no_grad():
         for n in "qkv":
             getattr(attn, f"{n}_proj").weight.copy_(sd[f"{p}{n}_proj.weight"])
             getattr(attn, f"{n}_proj").bias.copy_(sd[f"{p}{n}_proj.bias"])
         attn.o_proj.weight.copy_(sd[f"{p}o_proj.weight"])
+        if f"{p}o_proj.bias" in sd:  # both engines build o_proj with a bias under attention_bias
+            attn.o_proj.bias.copy_(sd[f"{p}o_proj.bias"])
     mlp = LlamaMLP(LlamaConfig(hidden_size=h, intermediate_size=config["intermediate_size"], hidden_act="silu"))
     with torch.no_grad():
         for n in ("gate", "up", "down"):
@@ -398,3 +403,21 @@ def test_spec_reads_a_config_once():
     # k and T from fc's width when the config leaves them out
     bare = DrafterSpec.from_config({k: v for k, v in llama_config(PICO).items() if k != "eagle_config"})
     assert (bare.k, bare.inferred_from_fc(96).k, bare.inferred_from_fc(96).T) == (None, 3, 32)
+
+
+def test_o_proj_bias_written_as_zeros_when_the_engines_would_build_one(tmp_path):
+    """bias: true (fc has a bias) makes SGLang and vLLM build o_proj with a bias too; a drafter without one
+    would be served uninitialised memory. fix-keys writes zeros (what it was trained with), says so, and
+    the strict loader then gives the same logits as the drafter without the bias."""
+    config = {**llama_config(PICO), "bias": True}
+    spec = DrafterSpec.from_config(config)
+    tensors = {k: v for k, v in tensors_for(spec, "fc.bias").items() if k != "midlayer.self_attn.o_proj.bias"}
+    src = write(tmp_path / "src", config, tensors)
+    res = cli("fix-keys", src, "--out", tmp_path / "out", "--json")
+    d = json.loads(res.stdout)
+    (f,) = [x for x in d["plan"]["findings"] if x["code"] == "o-bias-zeros"]
+    assert f["subject"] == "midlayer.self_attn.o_proj.bias"
+    out = load_file(str(tmp_path / "out" / "model.safetensors"))
+    assert out["midlayer.self_attn.o_proj.bias"].dtype == torch.bfloat16
+    assert torch.equal(out["midlayer.self_attn.o_proj.bias"], torch.zeros(PICO.hidden, dtype=torch.bfloat16))
+    load(tmp_path / "out")

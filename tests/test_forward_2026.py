@@ -85,7 +85,9 @@ def make_state_dict(config: dict[str, Any], *, seed: int = 0) -> dict[str, torch
     for key, shape in expected_shapes(config).items():
         if key in ("d2t", "t2d"):
             continue
-        if key.endswith(".bias"):
+        if key.endswith("o_proj.bias"):  # o_proj's bias (attention_bias): what fix-keys writes for a drafter
+            sd[key] = torch.zeros(shape)  # trained without one; tests/test_contract.py pins a non-zero one
+        elif key.endswith(".bias"):
             sd[key] = 0.1 * torch.randn(shape, generator=gen)
         elif key == "mask_hidden":
             sd[key] = torch.randn(shape, generator=gen)
@@ -181,10 +183,11 @@ class Reference:
         with torch.no_grad():
             for i, layer in enumerate(self.layers):
                 p = "midlayer." if i == 0 else f"layers.{i}."
+                # o_proj's bias: both engines build it under attention_bias or bias (canonical.json's o_bias),
+                # whatever they do with q/k/v's; vLLM's Qwen3 drafter never does
+                layer.self_attn.o_proj = torch.nn.Linear(NH * HD, H, bias=p + "self_attn.o_proj.bias" in sd)
                 weights = {n: sd[p + n] for n in layer.state_dict() if p + n in sd}
                 weights["input_layernorm.weight"] = sd[p + ("input_layernorm" if i == 0 else later_norm) + ".weight"]
-                if bias:  # canonical.json has no o_proj.bias (transformers builds one with attention_bias)
-                    weights["self_attn.o_proj.bias"] = torch.zeros(H)
                 layer.load_state_dict(weights, strict=True)
             self.hidden_norm.weight.copy_(sd["midlayer.hidden_norm.weight"])
             self.norm.weight.copy_(sd["norm.weight"])
@@ -412,6 +415,8 @@ def test_qwen3_matches_transformers_qwen3(engine: str, variant: dict[str, Any]) 
     check_chain(mine.draft_chain(aux, ids, 3, return_logits=True), ref.chain(aux, ids, 3)[0], sd["d2t"])
     # the same weights as a Llama drafter (no q/k norms) give other logits: the norms are pinned
     sd_llama = {k: v for k, v in sd.items() if "q_norm" not in k and "k_norm" not in k}
+    if variant.get("attention_bias"):  # a Llama drafter builds o_proj with a bias too: zeros, as fix-keys writes
+        sd_llama.update({f"{p}self_attn.o_proj.bias": torch.zeros(H) for p in ("midlayer.", "layers.1.")})
     llama = drafter(make_config(2, **{**variant, "rope_theta": 1e6}), sd_llama, later_layer_norm=ENGINES[engine])
     assert not close(llama.forward(aux, shifted(ids, 1)).logits, want)
 
@@ -738,7 +743,7 @@ def test_without_attention_bias_drops_the_qkv_biases(arch: str) -> None:
     aux, ids = inputs(3 * T)
     skipped = drafter(config, sd, without={"attention_bias"})
     plain_config = {**config, "attention_bias": False}
-    stripped = drafter(plain_config, {k: v for k, v in sd.items() if not k.endswith("_proj.bias")})
+    stripped = drafter(plain_config, {k: v for k, v in sd.items() if not k.endswith("_proj.bias")})  # o_proj's: zeros
     out = skipped.forward(aux, ids)
     assert torch.equal(out.logits, stripped.forward(aux, ids).logits)
     torch.testing.assert_close(out.logits, Reference(plain_config, sd).step(aux @ sd["fc.weight"].T, ids)[0], **TOL)

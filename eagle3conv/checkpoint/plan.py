@@ -42,6 +42,7 @@ from eagle3conv.findings import (
     KEYS,
     LATER_NORMS_DIFFER,
     LAYER_MISSING,
+    O_BIAS_ZEROS,
     FULL_VOCAB_D2T,
     MISSING_KEY,
     MLA_NO_Q_LORA,
@@ -292,6 +293,7 @@ def build_plan(
     p.classify()
     p.outputs()
     p.later_norms(later_norm)
+    p.zero_biases()
     p.embedding()
     p.shapes()
     p.vocab_maps()
@@ -481,6 +483,27 @@ class _Planner:
                                if len(have) == 2 and names[other] in d.targets else d)
                               for d in self.decisions]
 
+    def zero_biases(self) -> None:
+        """Step 4c: o_proj's bias, which both engines build when attention_bias or bias is set, written as
+        zeros when the source has none (what the drafter was trained with; the engines would serve
+        uninitialised memory, docs/facts.md §1)."""
+        for name, row in self.canon.items():
+            if row.when != "o_bias" or name in self.wanted:
+                continue
+            weight = self.wanted.get(name.replace(".bias", ".weight"))
+            dtype = weight.dtype if weight is not None else "F32"
+            h = eval_dim(row.shape[0], self.sym)
+            if h is None:
+                continue
+            self.wanted[name] = Output(name, dtype, (h,), None, None,
+                                       data=np.zeros(h * dtypes.itemsize(dtype), dtype=np.uint8)
+                                       if dtypes.DTYPES[dtype][1] is None else np.zeros(h))
+            self.notices.append(Finding(
+                "notice", KEYS, O_BIAS_ZEROS,
+                f"{name} written as zeros: config.json sets {'attention_bias' if self.config.get('attention_bias') else 'bias'}, "
+                "so SGLang and vLLM build o_proj with a bias, and the checkpoint has none (they would serve "
+                "uninitialised memory)", subject=name))
+
     def _same_bytes(self, a: Output, b: Output) -> bool:
         return (a.source_dtype == b.source_dtype and a.shape == b.shape
                 and self.index.read_bytes(a.source) == self.index.read_bytes(b.source))
@@ -653,7 +676,7 @@ def _switches_from_weights(arch: Architecture, spec: DrafterSpec, names) -> dict
     out: dict[str, bool] = {}
     for name in names:
         row = arch.gated(name)
-        if row is not None and row.when in flags and not flags[row.when]:
+        if row is not None and row.when in (*SWITCH_FIELDS, "qk_norm") and not flags[row.when]:
             out[row.when] = True
     return out
 

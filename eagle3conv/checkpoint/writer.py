@@ -228,7 +228,10 @@ class _Mover:
 def _expected_chunks(index: CheckpointIndex, o: Output):
     """The bytes a rewritten, cast or pickled output must hold, in bounded chunks."""
     if o.data is not None:
-        arr = np.ascontiguousarray(o.data.astype(dtypes.numpy_dtype(o.dtype), copy=False))
+        if dtypes.DTYPES[o.dtype][1] is None:  # bf16, fp8: the data is the tensor's raw bytes (uint8)
+            arr = np.ascontiguousarray(o.data, dtype=np.uint8)
+        else:
+            arr = np.ascontiguousarray(o.data.astype(dtypes.numpy_dtype(o.dtype), copy=False))
         mv = memoryview(arr.reshape(-1).view(np.uint8))
         for s in range(0, len(mv), CHUNK):
             yield mv[s:s + CHUNK]

@@ -471,6 +471,7 @@ class Eagle3Drafter:
     # (fc, the MLP, the head, d2t, SDPA and TTT attention, draft_chain) is shared.
 
     _attn_scale: float | None = None  # softmax scale; None = SDPA's 1/sqrt(qk head dim)
+    o_bias: Tensor | None = None  # o_proj's bias (Llama drafters with attention_bias or bias)
 
     @staticmethod
     def _parse_config(config: Mapping[str, Any]) -> DrafterConfig:
@@ -482,12 +483,14 @@ class Eagle3Drafter:
     def _load_attention(self, w: Any) -> None:
         att = self._load_llama_attention(w, "midlayer.")
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = (att[n] for n in ("q", "k", "v", "o"))
-        self.q_bias, self.k_bias, self.v_bias = (att[f"{n}_bias"] for n in "qkv")
+        self.q_bias, self.k_bias, self.v_bias, self.o_bias = (att[f"{n}_bias"] for n in "qkvo")
         self.q_norm, self.k_norm = att["q_norm"], att["k_norm"]
 
     def _load_llama_attention(self, w: Any, prefix: str) -> dict[str, Any]:
         p = f"{prefix}self_attn."
         att: dict[str, Any] = {n: w(f"{p}{n}_proj.weight") for n in "qkvo"}
+        # o_proj's bias: built by both engines when attention_bias or bias is set (fix-keys writes zeros if absent)
+        att["o_bias"] = w(f"{p}o_proj.bias") if self.config.spec.flags()["o_bias"] else None
         # attention_bias: q/k/v biases (canonical.json: present iff set); SGLang builds q/k/v without them
         for n in "qkv":
             att[f"{n}_bias"] = w(f"{p}{n}_proj.bias") if self.uses("attention_bias") else None
@@ -600,11 +603,11 @@ class Eagle3Drafter:
         return (h, *self._project(x, layer["attn"], position_offset))
 
     def _layer_end(self, residual: Tensor, attn: Tensor, o_proj: Tensor, post_norm: Tensor,
-                   mlp: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+                   mlp: tuple[Tensor, Tensor, Tensor], o_bias: Tensor | None = None) -> Tensor:
         """o_proj + residual, then the SwiGLU MLP + residual: one decoder layer's output."""
         b, _, s, _ = attn.shape
         attn = attn.transpose(1, 2).reshape(b, s, -1)  # num_heads * value head dim
-        h = residual + F.linear(attn, o_proj)
+        h = residual + F.linear(attn, o_proj, o_bias)
         x = rms_norm(h, post_norm, self.config.rms_norm_eps)
         gate, up, down = mlp
         return h + F.linear(self._act(F.linear(x, gate)) * F.linear(x, up), down)
@@ -615,11 +618,11 @@ class Eagle3Drafter:
     def _layers(self, residual: Tensor, attn: Tensor, position_offset: int, attend) -> Tensor:
         """Layer 0's end, then every later layer; ``attend(i, q, k, v)`` is layer i's attention."""
         h = self._layer_end(residual, attn, self.o_proj, self.post_attention_layernorm,
-                            (self.gate_proj, self.up_proj, self.down_proj))
+                            (self.gate_proj, self.up_proj, self.down_proj), self.o_bias)
         for i, layer in enumerate(self.later, 1):
             res, q, k, v = self._later_qkv(h, layer, position_offset)
             h = self._layer_end(res, attend(i, q, k, v), self._later_o_proj(layer), layer["post_norm"],
-                                (layer["gate"], layer["up"], layer["down"]))
+                                (layer["gate"], layer["up"], layer["down"]), layer["attn"].get("o_bias"))
         return h
 
     def _head(self, h: Tensor) -> StepOutput:

@@ -264,7 +264,8 @@ class DrafterSpec:
         """The switches canonical.json's ``when`` conditions may name."""
         return {"fc_bias": self.fc_bias, "fc_norm": self.fc_norm, "attention_bias": self.attention_bias,
                 "norm_before_fc": self.norm_before_fc, "qk_norm": self.qk_norm,
-                "parallel_drafting": self.parallel_drafting}
+                "parallel_drafting": self.parallel_drafting,
+                "o_bias": (self.attention_bias or self.fc_bias) and not self.qk_norm}
 
     def with_(self, **changes: Any) -> DrafterSpec:
         """A copy with some fields replaced (fix-keys fills in what the weights reveal)."""
