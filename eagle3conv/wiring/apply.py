@@ -147,7 +147,7 @@ def gather(root: Path | None, extras: dict | None, config: dict | None, opts: Wi
     if sf is not None:
         records.append(sf)
     record_spec = getattr(source_format, "record", None)  # where the trainer records its layers (mappings/formats)
-    trainer = meta.from_trainer_file(root, record_spec, getattr(source_format, "name", ""))
+    trainer = meta.from_trainer_file(root, record_spec, getattr(source_format, "name", ""), config)
     if trainer is not None:
         records.append(trainer)
     config_record = None if prov is not None else meta.from_config(config)

@@ -323,10 +323,22 @@ def _read_yaml(path: Path) -> Any:
         raise CheckpointReadError(f"{path}: not valid YAML: {e}") from e
 
 
-def from_trainer_file(root: str | os.PathLike | None, spec, trainer: str) -> TrainingRecord | None:
+def _target_layers(spec, config: Mapping | None) -> int | None:
+    """The target's layer count the source config holds (``record.target_layers``), if it does."""
+    cfg = config or {}
+    value = cfg.get(spec.layers_field)
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+            and not (spec.layers_unless and cfg.get(spec.layers_unless)):
+        return value
+    return None
+
+
+def from_trainer_file(root: str | os.PathLike | None, spec, trainer: str,
+                      config: Mapping | None = None) -> TrainingRecord | None:
     """The aux layers a trainer records in a file of its own beside the weights (a format's
-    ``record``: NeMo Automodel's ``config.yaml`` ``recipe_args.aux_layer_ids``). None when the file
-    is absent or does not name them (then :func:`trainer_default` may apply)."""
+    ``record``: NeMo Automodel's ``config.yaml`` ``recipe_args.aux_layer_ids``), checked against the
+    target's layer count where the source ``config`` holds it. None when the file is absent or does
+    not name them (then :func:`trainer_default` may apply)."""
     if root is None or spec is None:
         return None
     path = _record_file(Path(root), spec)
@@ -339,7 +351,7 @@ def from_trainer_file(root: str | os.PathLike | None, spec, trainer: str) -> Tra
     where = f"{path} {spec.field}"
     raw = _int_list(ids, where)
     target = read_field(data, spec.target_field)[1] if spec.target_field else None
-    return make_record(decode_ids(raw, spec.numbering, None, where),
+    return make_record(decode_ids(raw, spec.numbering, _target_layers(spec, config), where),
                        f"{where} ({trainer}: {spec.numbering}-of-layer numbering)", kind="trainer",
                        convention=spec.numbering, raw_ids=raw, target=target if isinstance(target, str) else None)
 
@@ -350,13 +362,8 @@ def trainer_default(spec, config: Mapping | None, trainer: str, num_layers: int 
     ``num_layers`` (the target's profile); None when neither is known."""
     if spec is None:
         return None
-    n, why_n = None, None
-    cfg = config or {}
-    value = cfg.get(spec.layers_field)
-    if (isinstance(value, int) and not isinstance(value, bool) and value > 0
-            and not (spec.layers_unless and cfg.get(spec.layers_unless))):
-        n, why_n = value, f"config.json {spec.layers_field}, the target's"
-    elif num_layers:
+    n, why_n = _target_layers(spec, config), f"config.json {spec.layers_field}, the target's"
+    if n is None and num_layers:
         n, why_n = num_layers, "the target's profile"
     if n is None:
         return None
@@ -368,8 +375,9 @@ def trainer_default(spec, config: Mapping | None, trainer: str, num_layers: int 
         layers = decode_ids(raw, spec.numbering, n, where)
     except WiringError:
         return None  # the target is too shallow for the default: the trainer refuses it too
-    return make_record(layers, f"{where}: assumed, not recorded (no {spec.file} with {spec.field} beside the "
-                               "weights)", kind="default", convention=spec.numbering, raw_ids=raw)
+    looked = ", ".join("beside the weights" if d["dir"] in (".", "") else f"{d['dir']} of them" for d in spec.dirs)
+    return make_record(layers, f"{where}: assumed, not recorded (no {spec.file} naming {spec.field}; looked "
+                               f"{looked})", kind="default", convention=spec.numbering, raw_ids=raw)
 
 
 # --------------------------------------------------------------------------- config.json
