@@ -295,17 +295,27 @@ def test_automodel_peagle_default_needs_the_target(tmp_path):
     result = fix(ck, tmp_path / "out")
     assert result["plan"]["wiring"]["trained_on"] is None
     assert any("no training record" in n for n in result["plan"]["notices"])
-    with_target = fix(ck, tmp_path / "out2", "--target", "smollm2-135m")
+    target = tmp_path / "target" / "config.json"  # the pico target: PICO's width, SmolLM2's depth
+    target.parent.mkdir()
+    target.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                                  "hidden_size": PICO.target_hidden, "num_hidden_layers": TARGET_LAYERS,
+                                  "num_attention_heads": 4, "vocab_size": PICO.vocab}))
+    with_target = fix(ck, tmp_path / "out2", "--target", target)
     trained = with_target["plan"]["wiring"]["trained_on"]
     assert [r["output_of"] for r in trained["layers"]] == [1, 14, 26]
     assert "(the target's profile): assumed, not recorded" in trained["source"]
 
 
-def test_automodel_record_beats_its_default_and_yields_to_the_user(tmp_path):
+def test_automodel_default_yields_to_any_record_and_its_record_is_one(tmp_path):
     ck = make(tmp_path, "automodel")
-    user = fix(ck, tmp_path / "out", "--trained-on", "3,10,20", "--captured-at", "output")
+    # the run's own record contradicting the user's word: both named, nothing written
+    res = run("fix-keys", ck, "--out", tmp_path / "out", "--trained-on", "3,10,20", "--captured-at", "output", ok=3)
+    assert "training records disagree" in res.stderr and "config.yaml recipe_args.aux_layer_ids" in res.stderr
+    # without config.yaml, Automodel's default is an assumption: the user's word replaces it, no disagreement
+    (ck / "config.yaml").unlink()
+    user = fix(ck, tmp_path / "out2", "--trained-on", "3,10,20", "--captured-at", "output")
     assert [r["output_of"] for r in user["plan"]["wiring"]["trained_on"]["layers"]] == [3, 10, 20]
-    assert not user["plan"]["errors"]
+    assert not user["plan"]["errors"] and not any("assumed" in n for n in user["plan"]["notices"])
 
 
 @pytest.mark.parametrize("yaml_text,message", [

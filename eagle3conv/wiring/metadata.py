@@ -303,7 +303,7 @@ def _record_file(root: Path, spec) -> Path | None:
     for d in spec.dirs:
         if "when_path" in d and not re.search(d["when_path"], folder.as_posix()):
             continue
-        path = (folder / d["dir"] / spec.file)
+        path = Path(os.path.normpath(folder / d["dir"] / spec.file))  # the path named, as the trainer lays it out
         if path.is_file():
             return path
     return None
