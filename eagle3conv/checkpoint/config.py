@@ -81,12 +81,18 @@ def source_drafter_config(fmt, config: dict | None, *, from_override: bool = Fal
         out, found = _forced(setting, out)
         notes += found
     notes += _mask_token(out)
-    if index is not None and fmt.findings:
+    if index is not None and fmt.findings:  # on the checkpoint, with the config it is converted with
         from eagle3conv.spec.formats import DetectContext, holds
 
-        ctx = DetectContext(frozenset(index.tensors), index.config, index.layout, index.wrapper, index.root)
-        notes += [Finding(f.level, CONFIG, f.code, f.message, f.fix) for f in fmt.findings if holds(f.when, ctx)]
+        ctx = DetectContext(frozenset(index.tensors), config, index.layout, index.wrapper, index.root)
+        notes += [_declared(f.level, f.code, f.message, f.fix) for f in fmt.findings if holds(f.when, ctx)]
     return out, notes
+
+
+def _declared(level: str, code: str, message: str, fix: str | None = None) -> Finding:
+    """A finding a format file declares (``findings``, ``config_set.source_warning``): its code was checked
+    against eagle3conv.findings when the file was loaded (spec/formats.py)."""
+    return Finding(level, CONFIG, code, message, fix)  # type: ignore[arg-type]
 
 
 def _named_config(index) -> str:
@@ -181,7 +187,7 @@ def _forced(setting, config: dict) -> tuple[dict, list[Finding]]:
     notes: list[Finding] = []
     warn = setting.source_warning
     if warn is not None and found and old == warn["equals"] and type(old) is type(warn["equals"]):
-        notes.append(Finding("warning", CONFIG, warn["code"], warn["message"]))
+        notes.append(_declared("warning", warn["code"], warn["message"]))
     elif not found or old != setting.value or type(old) is not type(setting.value):
         shown = json.dumps(old) if found else "absent"
         notes.append(Finding("notice", CONFIG, CONFIG_SOURCE,
