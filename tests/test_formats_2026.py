@@ -472,8 +472,10 @@ def test_k_ids_that_do_not_match_fcs_width(tmp_path):
     cfg["eagle_aux_hidden_state_layer_ids"] = [2, 15, 27]  # three ids, fc reads five states
     (ck / "config.json").write_text(json.dumps(cfg))
     T = PICO.target_hidden
-    _fails(tmp_path, ck, f"fc.weight: shape [{PICO.hidden}, {5 * T}] but the config implies [H={PICO.hidden}, k*T={3 * T}]",
-           f"names 3 layers but fc reads 5 ({5 * T} in-features / T {T})")
+    text = _fails(tmp_path, ck,
+                  f"fc.weight: shape [{PICO.hidden}, {5 * T}] but the config implies [H={PICO.hidden}, k*T={3 * T}]",
+                  f"names 3 layers but fc reads 5 ({5 * T} in-features / T {T})")
+    assert "--rewire" not in text  # rewriting the ids fixes no shape: the hint is to inspect
 
 
 def test_a_peagle_architecture_without_mask_hidden(tmp_path):

@@ -489,7 +489,7 @@ def test_speculators_without_layer_config(make_ckpt):
 
 
 def test_speculators_input_norm_kept_and_switched_on(make_ckpt):
-    """speculators 0.9.0 trains with norm_before_fc (input_norm) by default; SGLang (from 0.5.18) and
+    """speculators 0.9.0 trains with norm_before_fc (input_norm) by default; SGLang (from 0.5.17) and
     vLLM 0.33.0 load it (docs/facts.md §6): kept, and the switch written (it used to be refused)."""
     ck = make_ckpt("speculators")
     edit_st(ck, lambda t: t.__setitem__("input_norm.weight", torch.ones(96)))

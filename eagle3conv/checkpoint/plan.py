@@ -220,7 +220,8 @@ def line(f: Finding) -> str:
 
 
 def _hint(plan: Plan) -> str:
-    if plan.wiring and plan.wiring.hint and not any(d.action in ("unmapped", "refused") for d in plan.decisions):
+    # the wiring's fix (rewrite the ids) only when the ids are all that is wrong: it fixes no key or shape
+    if plan.wiring and plan.wiring.hint and all(f.area == AUX_LAYERS for f in plan.findings if f.level == "error"):
         return plan.wiring.hint
     if any(d.action == "unmapped" for d in plan.decisions):
         return (
