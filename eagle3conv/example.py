@@ -364,7 +364,7 @@ def _write_2026(dest: Path, fmt: str, d: Dims, embed, write_cfg) -> None:
     elif fmt == "modelopt-export-0.47":
         out = _rename({k: x for k, x in t.items() if k != "t2d"}, "midlayer.", "layers.0.")
         _save(out, dest / "model.safetensors")
-        cfg = {k: x for k, x in llama_config(d, with_ids=False).items()} | {"num_hidden_layers": layers}
+        cfg = llama_config(d, with_ids=False) | {"num_hidden_layers": layers}
         cfg["eagle_config"] = {  # the export template's nested block (hf_spec_configs.py:47-56)
             AUX_KEY: list(d.aux_ids), "use_aux_hidden_state": True, "use_input_layernorm_in_first_layer": True,
             "use_last_layernorm": True, "use_mtp_layernorm": False, "next_layer_regular": True,
