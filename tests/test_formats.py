@@ -46,8 +46,27 @@ GOLDEN = [
 ]
 GOLDEN_WITH_EMBED = sorted(GOLDEN + ["embed_tokens.weight"])
 
+# The later decoder layer a two-layer drafter adds, both engines' input-norm names written (docs/facts.md §6).
+LAYER_1 = [
+    "layers.1.hidden_norm.weight",
+    "layers.1.input_layernorm.weight",
+    "layers.1.mlp.down_proj.weight",
+    "layers.1.mlp.gate_proj.weight",
+    "layers.1.mlp.up_proj.weight",
+    "layers.1.post_attention_layernorm.weight",
+    "layers.1.self_attn.k_proj.weight",
+    "layers.1.self_attn.o_proj.weight",
+    "layers.1.self_attn.q_proj.weight",
+    "layers.1.self_attn.v_proj.weight",
+]
+FC_NORM = ["fc_norm.0.weight", "fc_norm.1.weight", "fc_norm.2.weight"]
+QK_NORM_0 = ["midlayer.self_attn.k_norm.weight", "midlayer.self_attn.q_norm.weight"]
+QK_NORM_1 = ["layers.1.self_attn.k_norm.weight", "layers.1.self_attn.q_norm.weight"]
+# a P-EAGLE drafter keeps its trained embedding (vLLM embeds with it)
+PEAGLE = ["embed_tokens.weight", "mask_hidden"]
+
 # example format -> (detected format, other matching formats, source keys dropped by default,
-#                    source keys dropped with --keep-embed, has an embed to keep)
+#                    source keys dropped with --keep-embed, has an embed to keep[, outputs beyond GOLDEN])
 DETECTION = {
     "sglang": ("sglang", [], 0, 0, False),
     "sglang-fused": ("sglang", [], 0, 0, False),
@@ -61,6 +80,20 @@ DETECTION = {
     "speculators": ("speculators", [], 1, 0, True),
     "angelslim": ("angelslim", ["sglang"], 1, 0, True),
     "draft-model-prefixed": ("draft-model-prefixed", [], 0, 0, False),
+    # the trainers of 2026
+    "automodel": ("automodel", [], 1, 0, True),
+    "automodel-3.1": ("automodel", [], 1, 0, True, FC_NORM),
+    "automodel-peagle": ("automodel", [], 0, 0, False, LAYER_1 + PEAGLE),
+    "speculators-3.1": ("speculators", [], 1, 0, True, LAYER_1 + ["input_norm.weight"]),
+    "speculators-qwen3": ("speculators", [], 1, 0, True, QK_NORM_0),
+    "speculators-peagle": ("speculators", [], 0, 0, False, LAYER_1 + QK_NORM_0 + QK_NORM_1 + PEAGLE),
+    "speculators-k5": ("speculators", [], 1, 0, True),
+    # SpecForge's export has SGLang's names: told apart only with --from (a warning says so)
+    "specforge-export": ("sglang", ["specforge-export"], 0, 0, False),
+    "specforge-peagle": ("specforge-peagle", ["modelopt-export"], 0, 0, False, LAYER_1 + PEAGLE),
+    "specforge-runtime-peagle": ("specforge-runtime", ["specforge-peagle", "modelopt-export"], 0, 0, False,
+                                 LAYER_1 + PEAGLE),
+    "modelopt-export-0.47": ("modelopt-export", [], 0, 0, False, LAYER_1),
 }
 
 
@@ -263,7 +296,7 @@ def test_known_conditions_all_evaluate(tmp_path):
     args = {
         "any_key_prefix": ["x."], "config_field": "f", "no_config_field": "g", "config_architecture": ["A"],
         "no_config": False, "layout": ["safetensors"], "wrapper": [None], "path_regex": ".", "file_exists": ".",
-        "any_of": [{"layout": ["safetensors"]}],
+        "any_of": [{"layout": ["safetensors"]}], "config_value": {"field": "f", "equals": 1},
     }
     assert set(args) == CONDITIONS
     for kind, arg in args.items():
@@ -283,14 +316,15 @@ def _plan(ckpt: Path, fmt: str, **kw):
 
 @pytest.mark.parametrize("fmt", EXAMPLE_FORMATS)
 def test_detection_and_golden_output_keys(make_ckpt, fmt):
-    detected, others, dropped, dropped_keep, has_embed = DETECTION[fmt]
+    detected, others, dropped, dropped_keep, has_embed, *extra = DETECTION[fmt]
+    extra = extra[0] if extra else []
     ckpt = make_ckpt(fmt)
     plan = _plan(ckpt, fmt)
     assert plan.ok, plan.errors
     assert plan.format.name == detected
     assert not plan.detection.forced and plan.detection.reasons
     assert [m.format.name for m in plan.candidates] == [detected] + others
-    assert sorted(o.name for o in plan.outputs) == GOLDEN
+    assert sorted(o.name for o in plan.outputs) == sorted(GOLDEN + extra)
     assert sum(d.action == "dropped" for d in plan.decisions) == dropped
     assert not any(d.action in ("unmapped", "refused") for d in plan.decisions)
     # every source key has exactly one decision
@@ -298,7 +332,7 @@ def test_detection_and_golden_output_keys(make_ckpt, fmt):
 
     kept = _plan(ckpt, fmt, keep_embed=True)
     assert kept.ok, kept.errors
-    assert sorted(o.name for o in kept.outputs) == (GOLDEN_WITH_EMBED if has_embed else GOLDEN)
+    assert sorted(o.name for o in kept.outputs) == sorted((GOLDEN_WITH_EMBED if has_embed else GOLDEN) + extra)
     assert sum(d.action == "dropped" for d in kept.decisions) == dropped_keep
 
 

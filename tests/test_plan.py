@@ -488,11 +488,15 @@ def test_speculators_without_layer_config(make_ckpt):
         plan_of(ck)
 
 
-def test_speculators_input_norm_refused(make_ckpt):
+def test_speculators_input_norm_kept_and_switched_on(make_ckpt):
+    """speculators 0.9.0 trains with norm_before_fc (input_norm) by default; SGLang (from 0.5.17) and
+    vLLM 0.33.0 load it (docs/facts.md §6): kept, and the switch written (it used to be refused)."""
     ck = make_ckpt("speculators")
     edit_st(ck, lambda t: t.__setitem__("input_norm.weight", torch.ones(96)))
     plan = plan_of(ck)
-    assert fates(plan)["input_norm.weight"] == "refused"
+    assert plan.ok, plan.errors
+    assert fates(plan)["input_norm.weight"] == "kept"
+    assert plan.config["norm_before_fc"] is True
 
 
 def test_speculators_verifier_copies_dropped(make_ckpt, tmp_path):
@@ -755,5 +759,8 @@ def test_fc_norm_kept_and_switched_on(make_ckpt):
     assert {o.name for o in plan.outputs} >= {"fc_norm.0.weight", "fc_norm.1.weight", "fc_norm.2.weight"}
     assert plan.config["fc_norm"] is True and plan.config["norm_output"] is True
     # SGLang 0.5.12-0.5.23 and vLLM 0.33.0 both read fc_norm and norm_output on Llama drafters (the
-    # engine rules): no notice claims otherwise; the wiring check's rows say per release what is served
-    assert not any("fc_norm" in n or "norm_output" in n for n in plan.notices)
+    # engine rules): no notice claims otherwise; the wiring check's rows say per release what is served.
+    # What is said is sglang.json's warning that norm_output true is SpecForge 0.2.0's plain EAGLE-3
+    assert not any("fc_norm" in f.message or "norm_output" in f.message for f in plan.findings
+                   if f.code != "config-source")
+    assert [f.level for f in plan.findings if f.code == "config-source" and "norm_output" in f.message] == ["warning"]

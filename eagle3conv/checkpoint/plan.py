@@ -32,7 +32,6 @@ from eagle3conv.findings import (
     AUX_LAYERS,
     CONFIG,
     CONFIG_REPLACED,
-    CONFIG_SOURCE,
     EMBED_DROPPED,
     EMBED_KEPT,
     MISSING_EMBEDDING,
@@ -222,7 +221,8 @@ def line(f: Finding) -> str:
 
 
 def _hint(plan: Plan) -> str:
-    if plan.wiring and plan.wiring.hint and not any(d.action in ("unmapped", "refused") for d in plan.decisions):
+    # the wiring's fix (rewrite the ids) only when the ids are all that is wrong: it fixes no key or shape
+    if plan.wiring and plan.wiring.hint and all(f.area == AUX_LAYERS for f in plan.findings if f.level == "error"):
         return plan.wiring.hint
     if any(d.action == "unmapped" for d in plan.decisions):
         return (
@@ -322,10 +322,9 @@ class _Planner:
         if config_override is not None and index.config is not None:
             self.notices.append(Finding("notice", CONFIG, CONFIG_REPLACED,
                                         "config.json in the checkpoint replaced by --config"))
-        self.config, cfg_notices = cfgmod.source_drafter_config(
-            self.fmt.name, None if config_override is not None else self.fmt.config_from, src_config,
-            self.fmt.config_required)
-        self.notices += [Finding("notice", CONFIG, CONFIG_SOURCE, n) for n in cfg_notices]
+        self.config, cfg_found = cfgmod.source_drafter_config(
+            self.fmt, src_config, from_override=config_override is not None, index=index)
+        self.notices += cfg_found
         validate_drafter_config(self.config)
 
     def key_fates(self) -> None:
@@ -356,6 +355,7 @@ class _Planner:
         self.fused = {f.name: f for f in self.arch.fused_rows({"L": self.layers})}
         self.switched = _switches_from_weights(self.arch, spec, [n for n in mapped if n not in self.fused])
         spec = spec.with_(**self.switched)
+        self.parallel = spec.parallel_drafting
         fc = index.tensors.get(mapped.get("fc.weight", ""))
         if fc is not None and len(fc.shape) == 2:
             spec = spec.inferred_from_fc(fc.shape[1])
@@ -523,7 +523,13 @@ class _Planner:
                 "notice", KEYS, EMBED_KEPT,
                 f"{EMBED} kept: target_hidden_size {sym['T']} differs from hidden_size {sym['H']}, so "
                 "SGLang embeds tokens with the drafter's own table, not the target's", subject=EMBED))
-        if EMBED in wanted and not self.keep_embed and not own_embed:
+        if EMBED in wanted and not self.keep_embed and not own_embed and self.parallel:
+            self.notices.append(Finding(
+                "notice", KEYS, EMBED_KEPT,
+                f"{EMBED} kept: a P-EAGLE drafter trains its embedding (speculators, SpecForge and NeMo Automodel "
+                "all do by default) and vLLM, the engine that serves P-EAGLE, embeds with the drafter's own copy "
+                "(docs/facts.md §4, §6)", subject=EMBED))
+        elif EMBED in wanted and not self.keep_embed and not own_embed:
             src = wanted.pop(EMBED).source
             self.decisions = [
                 Decision(d.source, "dropped", (), "embed_tokens dropped: SGLang replaces it with the target's, and "

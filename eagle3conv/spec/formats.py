@@ -13,6 +13,15 @@ first that matches decides a key's fate:
 A key no rule matches is kept as it is. Either way, the resulting name must be
 a canonical tensor (``mappings/canonical.json``) or a known fused tensor, or
 the key is *unmapped* and nothing is written.
+
+Besides its rules, a format may say what is known about its trainer's output beyond names:
+
+- ``config_set``: config fields written whatever the source config says, each with its ``why``
+  (SpecForge 0.2.0's ``norm_output``, which means the opposite of every engine's);
+- ``findings``: warnings or notices that hold when their ``when`` conditions do (the same
+  conditions as ``detect``): what no rename can fix, or an ambiguity the user must settle;
+- ``record``: where the trainer records its aux layers outside config.json (a file beside the
+  weights, a field in it) and its default when that file is absent.
 """
 
 from __future__ import annotations
@@ -22,9 +31,12 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from eagle3conv.io.data import data_path
 from eagle3conv.errors import MappingFileError, UsageError
+from eagle3conv.findings import CODES
+from eagle3conv.spec.drafter import read_field
 
 SCHEMA = 1
 CONDITIONS = {
@@ -38,7 +50,9 @@ CONDITIONS = {
     "path_regex",
     "file_exists",
     "any_of",
+    "config_value",
 }
+CONFIG_FROM = ("eagle_config", "speculators", "automodel")
 
 
 @dataclass(frozen=True)
@@ -68,6 +82,49 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class ConfigSetting:
+    """A config field a format writes whatever its source config says (``config_set``)."""
+
+    field: str
+    value: Any
+    why: str
+    source_warning: dict | None = None
+    """``{"equals": V, "code": C, "message": M}``: a warning when the source config holds V."""
+
+
+@dataclass(frozen=True)
+class FormatFinding:
+    """A warning or notice a format declares, given when its ``when`` conditions all hold."""
+
+    when: tuple[dict, ...]
+    level: str
+    code: str
+    message: str
+    fix: str | None = None
+
+
+@dataclass(frozen=True)
+class RecordSpec:
+    """Where a trainer records its aux layers outside config.json (``record``)."""
+
+    file: str
+    dirs: tuple[dict, ...]
+    """``{"dir": ".", "when_path": regex?}``: folders, relative to the weights, searched in order; a
+    ``when_path`` folder only when the weights' folder path matches it."""
+    field: str
+    numbering: str
+    default_ids: tuple[str, ...]
+    """The trainer's default (terms in N, the target's layer count), used when no file is found."""
+    layers_field: str
+    """The source config field that holds N ..."""
+    layers_unless: str | None
+    """... unless this switch of the source config is on (then it holds something else)."""
+    target_field: str | None
+    """The field of the record file that names the target."""
+    why: str
+
+
+@dataclass(frozen=True)
 class Format:
     name: str
     title: str
@@ -84,6 +141,9 @@ class Format:
     """The norm this trainer applies to a later decoder layer's input (multi-layer drafters):
     ``input_layernorm`` or ``hidden_norm``; None: unknown."""
     later_layer_norm_why: str | None = None
+    config_set: tuple[ConfigSetting, ...] = ()
+    findings: tuple[FormatFinding, ...] = ()
+    record: RecordSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +193,110 @@ def _check_conditions(path: Path, conds) -> None:
             _fail(path, f"unknown detect condition {c!r}; known: {sorted(CONDITIONS)}")
         if "any_of" in c:
             _check_conditions(path, c["any_of"])
+        if "config_value" in c:
+            arg = c["config_value"]
+            if not isinstance(arg, dict) or set(arg) != {"field", "equals"} or not isinstance(arg["field"], str) \
+                    or not arg["field"]:
+                _fail(path, f"config_value must be {{\"field\": \"a.b\", \"equals\": value}}, got {arg!r}")
+
+
+def _why(path: Path, where: str, raw: dict) -> str:
+    why = raw.get("why")
+    if not isinstance(why, str) or not why.strip():
+        _fail(path, f"{where} has no 'why'")
+    return why
+
+
+def _parse_config_set(path: Path, raw) -> tuple[ConfigSetting, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        _fail(path, "config_set must be a list")
+    out = []
+    for i, item in enumerate(raw):
+        where = f"config_set {i}"
+        if not isinstance(item, dict) or not {"field", "value", "why"} <= set(item) \
+                or set(item) - {"field", "value", "why", "source_warning"}:
+            _fail(path, f"{where} must be {{\"field\", \"value\", \"why\"[, \"source_warning\"]}}")
+        if not isinstance(item["field"], str) or not item["field"]:
+            _fail(path, f"{where}: field must be a non-empty string")
+        warn = item.get("source_warning")
+        if warn is not None and (not isinstance(warn, dict) or set(warn) != {"equals", "code", "message"}
+                                 or warn["code"] not in CODES or not isinstance(warn["message"], str)):
+            _fail(path, f"{where}: source_warning must be {{\"equals\", \"code\" (a declared finding code), "
+                        "\"message\"}")
+        out.append(ConfigSetting(item["field"], item["value"], _why(path, where, item), warn))
+    fields = [c.field for c in out]
+    if len(set(fields)) != len(fields):
+        _fail(path, "config_set sets a field twice")
+    return tuple(out)
+
+
+def _parse_findings(path: Path, raw) -> tuple[FormatFinding, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        _fail(path, "findings must be a list")
+    out = []
+    for i, item in enumerate(raw):
+        where = f"finding {i}"
+        if not isinstance(item, dict) or not {"when", "level", "code", "message"} <= set(item) \
+                or set(item) - {"when", "level", "code", "message", "fix"}:
+            _fail(path, f"{where} must be {{\"when\", \"level\", \"code\", \"message\"[, \"fix\"]}}")
+        _check_conditions(path, item["when"])
+        if item["level"] not in ("warning", "notice"):
+            _fail(path, f"{where}: level must be warning or notice, got {item['level']!r}")
+        if item["code"] not in CODES:
+            _fail(path, f"{where}: code {item['code']!r} is not declared in eagle3conv.findings")
+        if not isinstance(item["message"], str) or not item["message"].strip():
+            _fail(path, f"{where}: message must be a non-empty string")
+        fix = item.get("fix")
+        if fix is not None and not isinstance(fix, str):
+            _fail(path, f"{where}: fix must be a string")
+        out.append(FormatFinding(tuple(item["when"]), item["level"], item["code"], item["message"], fix))
+    return tuple(out)
+
+
+_DEFAULT_TERM = re.compile(r"^(N//2|N|\d+)([+-]\d+)?$")  # as spec.engine_rules.default_term reads a term
+
+
+def _parse_record(path: Path, raw) -> RecordSpec | None:
+    if raw is None:
+        return None
+    required = {"file", "dirs", "field", "numbering", "default_ids", "target_layers", "why"}
+    if not isinstance(raw, dict) or not required <= set(raw) or set(raw) - required - {"target_field"}:
+        _fail(path, f"record must have the fields {sorted(required)} (and optionally target_field)")
+    for k in ("file", "field"):
+        if not isinstance(raw[k], str) or not raw[k]:
+            _fail(path, f"record.{k} must be a non-empty string")
+    if raw.get("target_field") is not None and not isinstance(raw["target_field"], str):
+        _fail(path, "record.target_field must be a string")
+    if raw["numbering"] not in ("output", "input"):
+        _fail(path, "record.numbering must be output or input")
+    dirs = raw["dirs"]
+    if not isinstance(dirs, list) or not dirs or any(
+            not isinstance(d, dict) or "dir" not in d or set(d) - {"dir", "when_path"}
+            or not isinstance(d["dir"], str) for d in dirs):
+        _fail(path, "record.dirs must be a non-empty list of {\"dir\": \"..\"[, \"when_path\": regex]}")
+    for d in dirs:
+        if "when_path" in d:
+            try:
+                re.compile(d["when_path"])
+            except (re.error, TypeError) as e:
+                _fail(path, f"record.dirs: bad when_path {d['when_path']!r}: {e}")
+    ids = raw["default_ids"]
+    if not isinstance(ids, list) or not ids or any(not isinstance(t, str) for t in ids):
+        _fail(path, "record.default_ids must be a non-empty list of terms in N (\"1\", \"N//2-1\", \"N-4\")")
+    for t in ids:
+        if not _DEFAULT_TERM.match(t):
+            _fail(path, f"record.default_ids: term {t!r} is not INT, N or N//2, optionally +c or -c")
+    layers = raw["target_layers"]
+    if not isinstance(layers, dict) or "field" not in layers or set(layers) - {"field", "unless"} \
+            or not all(isinstance(v, str) and v for v in layers.values()):
+        _fail(path, "record.target_layers must be {\"field\": F[, \"unless\": SWITCH]}: the source config field "
+                    "holding the target's layer count, unless a switch says it holds something else")
+    return RecordSpec(raw["file"], tuple(dirs), raw["field"], raw["numbering"], tuple(ids), layers["field"],
+                      layers.get("unless"), raw.get("target_field"), _why(path, "record", raw))
 
 
 def load_format_file(path: Path) -> Format:
@@ -145,7 +309,7 @@ def load_format_file(path: Path) -> Format:
     if raw.get("schema") != SCHEMA:
         _fail(path, f"schema must be {SCHEMA}")
     known = {"schema", "name", "title", "priority", "detect", "rules", "extracts", "config_from", "config_required",
-             "description", "aux_ids", "later_layer_norm"}
+             "description", "aux_ids", "later_layer_norm", "config_set", "findings", "record"}
     extra = set(raw) - known
     if extra:
         _fail(path, f"unknown fields {sorted(extra)}")
@@ -170,7 +334,7 @@ def load_format_file(path: Path) -> Format:
         if set(detect) != {"all"}:
             _fail(path, "detect must be {'all': [conditions]}")
         _check_conditions(path, detect["all"])
-    if raw.get("config_from") not in (None, "eagle_config", "speculators"):
+    if raw.get("config_from") not in (None, *CONFIG_FROM):
         _fail(path, f"config_from {raw.get('config_from')!r} is not known")
     aux = raw.get("aux_ids")
     if aux is not None:
@@ -196,6 +360,9 @@ def load_format_file(path: Path) -> Format:
         config_required=raw.get("config_required"),
         later_layer_norm=later["norm"] if later else None,
         later_layer_norm_why=later["why"] if later else None,
+        config_set=_parse_config_set(path, raw.get("config_set")),
+        findings=_parse_findings(path, raw.get("findings")),
+        record=_parse_record(path, raw.get("record")),
     )
 
 
@@ -236,9 +403,14 @@ def evaluate_condition(cond: dict, ctx: "DetectContext") -> tuple[bool, str]:
         hits = [p for p in arg if any(k.startswith(p) for k in ctx.keys)]
         return bool(hits), f"keys start with {', '.join(hits or arg)}"
     if kind == "config_field":
-        return bool(ctx.config) and arg in ctx.config, f"config.json has {arg}"
+        return read_field(ctx.config, arg)[0], f"config.json has {arg}"
     if kind == "no_config_field":
-        return not (ctx.config and arg in ctx.config), f"config.json has no {arg}"
+        return not read_field(ctx.config, arg)[0], f"config.json has no {arg}"
+    if kind == "config_value":
+        found, value = read_field(ctx.config, arg["field"])
+        want = arg["equals"]
+        same = found and value == want and type(value) is type(want)  # true is not 1
+        return same, f"config.json has {arg['field']}: {json.dumps(want)}"
     if kind == "config_architecture":
         archs = (ctx.config or {}).get("architectures") or []
         return any(a in arg for a in archs), f"config.json architectures is {archs or arg}"
@@ -266,6 +438,11 @@ class DetectContext:
     layout: str
     wrapper: str | None
     root: Path
+
+
+def holds(conds, ctx: DetectContext) -> bool:
+    """Whether every condition of a list holds (a format finding's ``when``)."""
+    return all(evaluate_condition(c, ctx)[0] for c in conds)
 
 
 def detect(ctx: DetectContext) -> list[FormatMatch]:

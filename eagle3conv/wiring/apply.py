@@ -115,8 +115,9 @@ def gather(root: Path | None, extras: dict | None, config: dict | None, opts: Wi
            source_format: Any = None) -> Evidence:
     """Every training record for a checkpoint, most authoritative first: the user's
     flags, ``--metadata``, ``training_metadata.json`` beside the weights, eagle3conv's
-    provenance block in config.json, SpecForge provenance/args, the config's own ids,
-    ``--dumps``. Also the target: ``--target``, else one a record names."""
+    provenance block in config.json, SpecForge provenance/args, the trainer's own record file
+    (the format's ``record``), the config's own ids, ``--dumps``; when none names layers, the
+    trainer's default (assumed, said so). Also the target: ``--target``, else one a record names."""
     target = resolve_target(opts.target)
     n = target.num_hidden_layers if target else None
     records: list[meta.TrainingRecord] = []
@@ -145,6 +146,10 @@ def gather(root: Path | None, extras: dict | None, config: dict | None, opts: Wi
     sf = meta.from_specforge_state(extras) if extras else None
     if sf is not None:
         records.append(sf)
+    record_spec = getattr(source_format, "record", None)  # where the trainer records its layers (mappings/formats)
+    trainer = meta.from_trainer_file(root, record_spec, getattr(source_format, "name", ""), config)
+    if trainer is not None:
+        records.append(trainer)
     config_record = None if prov is not None else meta.from_config(config)
     numbering = getattr(source_format, "aux_numbering", None)
     if (config_record is not None and config_record.layers is None and config_record.raw_ids and numbering):
@@ -167,6 +172,10 @@ def gather(root: Path | None, extras: dict | None, config: dict | None, opts: Wi
         if rec is None:
             raise UsageError(f"--dumps {opts.dumps}: no aux_<slot>.pt files or manifest.json there")
         records.append(rec)
+    if not any(r.layers is not None for r in records):  # the trainer's default, said as assumed, yields to any record
+        default = meta.trainer_default(record_spec, config, getattr(source_format, "name", ""), n)
+        if default is not None:
+            records.append(default)
     ev = Evidence(records, config_record, target)
     if target is None:
         for rec in records:

@@ -81,7 +81,7 @@ from typing import Any, Literal
 
 from eagle3conv.io.files import atomic_write_text
 from eagle3conv.errors import CheckpointReadError, UsageError, WiringError, WriteError
-from eagle3conv.spec.drafter import AUX_KEY, NESTED_AUX_FIELD, aux_ids
+from eagle3conv.spec.drafter import AUX_KEY, NESTED_AUX_FIELD, aux_ids, read_field
 from eagle3conv.spec.layers import (
     LayerRef,
     LayerSet,
@@ -106,7 +106,7 @@ _LEGACY_NUMBERINGS = {"sglang-old": "output", "tensorrt-llm": "output", "trtllm"
                       "modelopt": "output", "angelslim": "output", "vllm": "input", "speculators": "input",
                       "eagle": "input"}
 
-RecordKind = Literal["user", "metadata", "provenance", "specforge", "config", "dumps"]
+RecordKind = Literal["user", "metadata", "provenance", "specforge", "config", "dumps", "trainer", "default"]
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,9 @@ class TrainingRecord:
     kind: RecordKind | None = None
     """Where the record comes from: ``user`` (--trained-on), ``metadata`` (training_metadata.json),
     ``provenance`` (eagle3conv's block in config.json), ``specforge`` (training_state.pt),
-    ``config`` (the config's own ids), ``dumps`` (aux dumps). Branch on this, not on ``source``."""
+    ``config`` (the config's own ids), ``dumps`` (aux dumps), ``trainer`` (a trainer's own record
+    file beside the weights, as its format names it: NeMo Automodel's config.yaml), ``default``
+    (no record: the trainer's default layers, assumed). Branch on this, not on ``source``."""
     config_field: str | None = None
     """``kind == "config"``: the config field the ids were read from."""
     first_from: str | None = None
@@ -290,6 +292,92 @@ def from_specforge_state(extras: Mapping | None) -> TrainingRecord | None:
             return TrainingRecord(**{**args.__dict__, "target": prov.target})
         return args
     return prov
+
+
+# --------------------------------------------------------------------------- a trainer's record file
+
+
+def _record_file(root: Path, spec) -> Path | None:
+    """The first of the format's record files that exists (``record.dirs``, relative to the weights)."""
+    folder = root if root.is_dir() else root.parent
+    for d in spec.dirs:
+        if "when_path" in d and not re.search(d["when_path"], folder.as_posix()):
+            continue
+        path = Path(os.path.normpath(folder / d["dir"] / spec.file))  # the path named, as the trainer lays it out
+        if path.is_file():
+            return path
+    return None
+
+
+def _read_yaml(path: Path) -> Any:
+    """A YAML file (PyYAML comes with transformers); errors name the file."""
+    try:
+        import yaml
+    except ImportError as e:  # pragma: no cover - transformers depends on PyYAML
+        raise CheckpointReadError(f"{path}: cannot read YAML without PyYAML ({e})") from e
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise CheckpointReadError(f"{path}: unreadable: {e}") from e
+    except yaml.YAMLError as e:
+        raise CheckpointReadError(f"{path}: not valid YAML: {e}") from e
+
+
+def _target_layers(spec, config: Mapping | None) -> int | None:
+    """The target's layer count the source config holds (``record.target_layers``), if it does."""
+    cfg = config or {}
+    value = cfg.get(spec.layers_field)
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+            and not (spec.layers_unless and cfg.get(spec.layers_unless)):
+        return value
+    return None
+
+
+def from_trainer_file(root: str | os.PathLike | None, spec, trainer: str,
+                      config: Mapping | None = None) -> TrainingRecord | None:
+    """The aux layers a trainer records in a file of its own beside the weights (a format's
+    ``record``: NeMo Automodel's ``config.yaml`` ``recipe_args.aux_layer_ids``), checked against the
+    target's layer count where the source ``config`` holds it. None when the file is absent or does
+    not name them (then :func:`trainer_default` may apply)."""
+    if root is None or spec is None:
+        return None
+    path = _record_file(Path(root), spec)
+    if path is None:
+        return None
+    data = _read_yaml(path) if path.suffix in (".yaml", ".yml") else _read_json_object(path)
+    found, ids = read_field(data if isinstance(data, Mapping) else {}, spec.field)
+    if not found or ids is None:
+        return None
+    where = f"{path} {spec.field}"
+    raw = _int_list(ids, where)
+    target = read_field(data, spec.target_field)[1] if spec.target_field else None
+    return make_record(decode_ids(raw, spec.numbering, _target_layers(spec, config), where),
+                       f"{where} ({trainer}: {spec.numbering}-of-layer numbering)", kind="trainer",
+                       convention=spec.numbering, raw_ids=raw, target=target if isinstance(target, str) else None)
+
+
+def trainer_default(spec, config: Mapping | None, trainer: str, num_layers: int | None = None) -> TrainingRecord | None:
+    """No record file: the layers the trainer captures by default, assumed and said so. Its N is the
+    source config's ``record.target_layers`` field (the target's layer count there), else
+    ``num_layers`` (the target's profile); None when neither is known."""
+    if spec is None:
+        return None
+    n, why_n = _target_layers(spec, config), f"config.json {spec.layers_field}, the target's"
+    if n is None and num_layers:
+        n, why_n = num_layers, "the target's profile"
+    if n is None:
+        return None
+    from eagle3conv.spec.engine_rules import default_term
+
+    raw = [default_term(t, n) for t in spec.default_ids]
+    where = f"{trainer}'s default [{', '.join(spec.default_ids)}] for N = {n} ({why_n})"
+    try:
+        layers = decode_ids(raw, spec.numbering, n, where)
+    except WiringError:
+        return None  # the target is too shallow for the default: the trainer refuses it too
+    looked = ", ".join("beside the weights" if d["dir"] in (".", "") else f"{d['dir']} of them" for d in spec.dirs)
+    return make_record(layers, f"{where}: assumed, not recorded (no {spec.file} naming {spec.field}; looked "
+                               f"{looked})", kind="default", convention=spec.numbering, raw_ids=raw)
 
 
 # --------------------------------------------------------------------------- config.json
