@@ -820,6 +820,8 @@ def run_job(job: dict, *, args, model, states, heldout, embed, d2t, t2d, vocab_i
     name, arch, layers, folder = job["name"], job["arch"], tuple(job["layers"]), job["fixture"]
     record = job["record"] or folder
     num_layers = int(job["num_layers"])
+    if states is None and arch == "llama":  # --eval-only: the fixture's own layer count
+        num_layers = int(json.loads((folder / "config.json").read_text()).get("num_hidden_layers", 1))
     out: dict = {"arch": arch, "layers": list(layers), "fixture": str(folder), "record": str(record),
                  "ids_stripped": bool(job["strip_ids"])}
     if num_layers > 1:
@@ -1012,7 +1014,7 @@ def main(argv: list[str] | None = None) -> None:
                     "later_layers", "later_norms"):
             if key in res:
                 summary[key] = res[key]
-        if args.arch != "llama" or tuple(args.layers) != TRAINED_ON or args.strip_ids or args.num_layers != 1:
+        if args.arch != "llama" or tuple(args.layers) != TRAINED_ON or args.strip_ids or res.get("num_layers", 1) != 1:
             summary["drafter"] = {k: res[k] for k in ("arch", "layers", "fixture", "record", "ids_stripped",
                                                       "num_layers") if k in res}
     if args.stop_after == "train":
