@@ -111,11 +111,12 @@ class StateRecorder:
 
 
 def drafter_config(*, intermediate_size: int, draft_vocab_size: int, target_config, layers=TRAINED_ON,
-                   strip_ids: bool = False) -> dict:
+                   strip_ids: bool = False, num_layers: int = 1) -> dict:
     """config.json of the drafter: SGLang's LlamaForCausalLMEagle3, SmolLM2's attention shape and RoPE.
 
     ``strip_ids``: the aux-layer ids are ``null`` in ``eagle_config`` and at top level, as
-    ``speculators convert`` 0.9.0 writes them (issue 13's lost wiring)."""
+    ``speculators convert`` 0.9.0 writes them (issue 13's lost wiring). ``num_layers``: decoder
+    layers (``num_hidden_layers``; 2+ is a multi-layer drafter, issue 22)."""
     rope = dict(getattr(target_config, "rope_parameters", None) or {})
     theta = float(rope.get("rope_theta", getattr(target_config, "rope_theta", 10000.0)))
     cfg = {
@@ -123,7 +124,7 @@ def drafter_config(*, intermediate_size: int, draft_vocab_size: int, target_conf
         "model_type": "llama",
         "hidden_size": HIDDEN,
         "intermediate_size": intermediate_size,
-        "num_hidden_layers": 1,
+        "num_hidden_layers": num_layers,
         "num_attention_heads": target_config.num_attention_heads,
         "num_key_value_heads": target_config.num_key_value_heads,
         "head_dim": target_config.head_dim,
@@ -156,12 +157,15 @@ class _Norm(nn.Module):
 
 
 class _Attn(nn.Module):
-    def __init__(self, c: DrafterConfig):
+    """q/k/v read ``width`` features: 2H for layer 0 (cat(embedding, state)), H for a later layer."""
+
+    def __init__(self, c: DrafterConfig, width: int | None = None):
         super().__init__()
         h = c.hidden_size
-        self.q_proj = nn.Linear(2 * h, c.num_heads * c.head_dim, bias=False)
-        self.k_proj = nn.Linear(2 * h, c.num_kv_heads * c.head_dim, bias=False)
-        self.v_proj = nn.Linear(2 * h, c.num_kv_heads * c.head_dim, bias=False)
+        width = 2 * h if width is None else width
+        self.q_proj = nn.Linear(width, c.num_heads * c.head_dim, bias=False)
+        self.k_proj = nn.Linear(width, c.num_kv_heads * c.head_dim, bias=False)
+        self.v_proj = nn.Linear(width, c.num_kv_heads * c.head_dim, bias=False)
         self.o_proj = nn.Linear(c.num_heads * c.head_dim, h, bias=False)
 
 
@@ -183,6 +187,20 @@ class _Midlayer(nn.Module):
         self.post_attention_layernorm = _Norm(c.hidden_size)
 
 
+class _LaterLayer(nn.Module):
+    """A decoder layer after the first, as multi-layer trainers build and save it (speculators 0.9.0,
+    Model Optimizer 0.47.0, NeMo Automodel P-EAGLE; vLLM 0.33.0 serves it so): a Llama decoder layer
+    over the previous layer's output h, ``input_layernorm`` before attention (H wide), no
+    ``hidden_norm``."""
+
+    def __init__(self, c: DrafterConfig):
+        super().__init__()
+        self.self_attn = _Attn(c, width=c.hidden_size)
+        self.mlp = _MLP(c)
+        self.input_layernorm = _Norm(c.hidden_size)
+        self.post_attention_layernorm = _Norm(c.hidden_size)
+
+
 class TrainableDrafter(nn.Module):
     """The same math as :class:`eagle3conv.model.drafter.Eagle3Drafter`, with autograd.
 
@@ -194,10 +212,17 @@ class TrainableDrafter(nn.Module):
     eagle3conv's drafter module. The token embedding is the target's, frozen
     (a buffer, not saved).
 
+    With ``num_hidden_layers`` L >= 2 (issue 22) layer 0 is ``midlayer`` as above and
+    layers 1..L-1 are ``layers.{i}`` (:class:`_LaterLayer`), trained the way speculators
+    0.9.0 and vLLM 0.33.0 run them: ``h = h + attn(input_layernorm(h))``, then the MLP, on the
+    previous layer's output h; no ``hidden_norm``. Each layer's output feeds the next, the last
+    one's feeds ``norm``/``lm_head`` and is the next step's state. ``Eagle3Drafter(...,
+    later_layer_norm="input_layernorm")`` computes the same.
+
     :meth:`chain` is EAGLE-3's training-time test, laid out as
     ``Eagle3Drafter.draft_chain`` with teacher forcing: step k at index t reads
     ``x_{t+k}`` at RoPE position ``t+k-1``; its query attends step 1's keys at
-    ``0..t`` (causal) plus steps 2..k's keys at index t.
+    ``0..t`` (causal) plus steps 2..k's keys at index t, each layer its own keys.
     """
 
     def __init__(self, config: dict, embed_tokens: Tensor):
@@ -209,54 +234,74 @@ class TrainableDrafter(nn.Module):
         self.midlayer = _Midlayer(c)
         self.norm = _Norm(c.hidden_size)
         self.lm_head = nn.Linear(c.hidden_size, c.draft_vocab_size, bias=False)
+        if c.num_layers > 1:  # created last: a 1-layer drafter's parameters and their init are unchanged
+            self.layers = nn.ModuleDict({str(i): _LaterLayer(c) for i in range(1, c.num_layers)})
         self.register_buffer("embed", embed_tokens.detach().float().clone(), persistent=False)
         inv_freq, scale = rope_inv_freq(config, c)
         self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
         self.rope_scale = scale
+
+    def later_layers(self) -> list[nn.Module]:
+        """Layers 1..L-1 in order (none for a 1-layer drafter)."""
+        return list(self.layers.values()) if self.c.num_layers > 1 else []
 
     def _rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         freqs = positions.float()[:, None] * self.inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos() * self.rope_scale, emb.sin() * self.rope_scale
 
+    def _block(self, layer: nn.Module, x: Tensor, residual: Tensor, rope: tuple[Tensor, Tensor],
+               keys: list[Tensor], values: list[Tensor], causal: Tensor) -> Tensor:
+        """One decoder layer at one TTT step: q/k/v of its normed input ``x``, attention over this
+        layer's keys (step 1's causal, later steps' at the same index; this step's appended),
+        o_proj + ``residual``, then the SwiGLU MLP + residual."""
+        c, eps = self.c, self.c.rms_norm_eps
+        b, s, _ = x.shape
+        group = c.num_heads // c.num_kv_heads
+        scale = 1.0 / math.sqrt(c.head_dim)
+        a = layer.self_attn
+        q = a.q_proj(x).view(b, s, c.num_heads, c.head_dim).transpose(1, 2)
+        k = a.k_proj(x).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        v = a.v_proj(x).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        cos, sin = rope
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+        keys.append(k)
+        values.append(v)
+        scores = torch.matmul(q, keys[0].transpose(-1, -2)) * scale
+        scores = scores.masked_fill(~causal, float("-inf"))
+        diag = [(q * kj).sum(-1, keepdim=True) * scale for kj in keys[1:]]
+        weights = torch.softmax(torch.cat([scores, *diag], dim=-1), dim=-1)
+        attn = torch.matmul(weights[..., :s], values[0])
+        for j, vj in enumerate(values[1:]):
+            attn = attn + weights[..., s + j : s + j + 1] * vj
+        attn = attn.transpose(1, 2).reshape(b, s, c.num_heads * c.head_dim)
+        h = residual + a.o_proj(attn)
+        xn = rms_norm(h, layer.post_attention_layernorm.weight, eps)
+        return h + layer.mlp.down_proj(F.silu(layer.mlp.gate_proj(xn)) * layer.mlp.up_proj(xn))
+
     def chain(self, aux: Tensor, tokens: list[Tensor]) -> list[Tensor]:
         """Teacher-forced K-step chain. ``aux`` ``[B, S, k*T]``; ``tokens[k-1]`` ``[B, S]`` is
         ``x_{t+k}`` at index t. Returns per-step draft logits ``[B, S, Vd]``."""
         c, m = self.c, self.midlayer
         eps = c.rms_norm_eps
-        b, s, _ = aux.shape
-        group = c.num_heads // c.num_kv_heads
-        scale = 1.0 / math.sqrt(c.head_dim)
+        s = aux.shape[1]
         causal = torch.ones(s, s, dtype=torch.bool, device=aux.device).tril()
+        later = self.later_layers()
         state = self.fc(aux)
-        keys: list[Tensor] = []
-        values: list[Tensor] = []
+        keys: list[list[Tensor]] = [[] for _ in range(c.num_layers)]  # per layer, per step
+        values: list[list[Tensor]] = [[] for _ in range(c.num_layers)]
         out_logits = []
         for step, tok in enumerate(tokens):
-            normed_g = rms_norm(state, m.hidden_norm.weight, eps)
-            residual = state
+            rope = self._rope(torch.arange(step, step + s, device=aux.device))
             embeds = F.embedding(tok, self.embed)
-            x = torch.cat((rms_norm(embeds, m.input_layernorm.weight, eps), normed_g), dim=-1)
-            q = m.self_attn.q_proj(x).view(b, s, c.num_heads, c.head_dim).transpose(1, 2)
-            k = m.self_attn.k_proj(x).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
-            v = m.self_attn.v_proj(x).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
-            cos, sin = self._rope(torch.arange(step, step + s, device=aux.device))
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-            k = k.repeat_interleave(group, dim=1)
-            v = v.repeat_interleave(group, dim=1)
-            keys.append(k)
-            values.append(v)
-            scores = torch.matmul(q, keys[0].transpose(-1, -2)) * scale
-            scores = scores.masked_fill(~causal, float("-inf"))
-            diag = [(q * kj).sum(-1, keepdim=True) * scale for kj in keys[1:]]
-            weights = torch.softmax(torch.cat([scores, *diag], dim=-1), dim=-1)
-            attn = torch.matmul(weights[..., :s], values[0])
-            for j, vj in enumerate(values[1:]):
-                attn = attn + weights[..., s + j : s + j + 1] * vj
-            attn = attn.transpose(1, 2).reshape(b, s, c.num_heads * c.head_dim)
-            h = residual + m.self_attn.o_proj(attn)
-            xn = rms_norm(h, m.post_attention_layernorm.weight, eps)
-            h = h + m.mlp.down_proj(F.silu(m.mlp.gate_proj(xn)) * m.mlp.up_proj(xn))
+            x = torch.cat((rms_norm(embeds, m.input_layernorm.weight, eps),
+                           rms_norm(state, m.hidden_norm.weight, eps)), dim=-1)
+            h = self._block(m, x, state, rope, keys[0], values[0], causal)  # residual: the un-normed state
+            for i, layer in enumerate(later, 1):
+                h = self._block(layer, rms_norm(h, layer.input_layernorm.weight, eps), h, rope, keys[i], values[i],
+                                causal)
             out_logits.append(self.lm_head(rms_norm(h, self.norm.weight, eps)))
             state = h
         return out_logits

@@ -52,7 +52,12 @@ Other drafters from the same data: ``--arch mla`` (SGLang's Eagle3DeepseekV2ForC
 ``--record-out DIR`` (config ids null, the true layers only in DIR/training_metadata.json).
 ``--plan both`` trains issue 13's lost-wiring drafter and issue 12's MLA drafter in one process,
 sharing one generation and one capture (``train_new_fixtures.sh`` runs it and packs the results);
-``--max-prompts N`` makes a toy run. With none of these options the run is the one above, unchanged.
+``--num-layers N`` trains a multi-layer drafter (issue 22: layers 1..N-1 read the previous layer's
+output through ``input_layernorm`` and are saved as ``layers.{i}.*`` without ``hidden_norm``, as
+speculators 0.9.0 and Model Optimizer 0.47.0 save them), and ``--plan two-layer`` trains the 2-layer
+fixture tests/data/smollm2-drafter-2layer from the same generation and capture as the first fixture
+(``train_two_layer.sh`` runs it and packs the result); ``--max-prompts N`` makes a toy run. With
+none of these options the run is the one above, unchanged.
 """
 
 from __future__ import annotations
@@ -438,16 +443,23 @@ def save_fixture(model, config, d2t, t2d, states, folder: Path, args, label_coun
             "bytes": (folder / "model.safetensors").stat().st_size}
 
 
+def later_norm_kwargs(config: dict) -> dict:
+    """``Eagle3Drafter`` arguments that run a multi-layer fixture's later layers as it was trained
+    (``input_layernorm``, as speculators and vLLM); nothing for a 1-layer drafter."""
+    return {"later_layer_norm": "input_layernorm"} if int(config.get("num_hidden_layers", 1)) > 1 else {}
+
+
 def check_strict_load(model, folder: Path, embed: torch.Tensor, states: dict, layers=TRAINED_ON) -> float:
     """Load the saved files strictly into Eagle3Drafter; compare its draft_chain logits with the
-    trained module's (weights rounded to bf16 in both). Returns the max abs difference."""
+    trained module's (weights rounded to bf16 in both). Returns the max abs difference. A multi-layer
+    drafter runs its later layers with ``later_layer_norm="input_layernorm"`` (:func:`later_norm_kwargs`)."""
     from safetensors.torch import load_file
 
     from eagle3conv.model.drafter import Eagle3Drafter
 
     config = json.loads((folder / "config.json").read_text())
     sd = load_file(str(folder / "model.safetensors"))
-    ref = Eagle3Drafter(config, sd, embed_tokens=embed, dtype=torch.float32)
+    ref = Eagle3Drafter(config, sd, embed_tokens=embed, dtype=torch.float32, **later_norm_kwargs(config))
     twin = common.TrainableDrafter(config, embed)
     twin.load_state_dict({k: v.float() for k, v in sd.items() if k not in ("d2t", "t2d")}, strict=True)
     idx = list(range(min(4, states["input_ids"].shape[0])))
@@ -463,6 +475,36 @@ def check_strict_load(model, folder: Path, embed: torch.Tensor, states: dict, la
         f"(logits up to {scale:.1f})")
     assert diff <= 1e-3 * max(1.0, scale), diff
     return diff
+
+
+def check_later_layers(folder: Path, embed: torch.Tensor) -> dict:
+    """A multi-layer fixture is saved as multi-layer trainers save it: every later layer has
+    ``layers.{i}.{self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj, input_layernorm,
+    post_attention_layernorm}.weight`` (q/k/v H wide) and no ``hidden_norm``; loaded with
+    ``later_layer_norm="hidden_norm"`` (SGLang's reading) exactly those hidden_norms are untrained."""
+    from safetensors.torch import load_file
+
+    from eagle3conv.model.drafter import Eagle3Drafter
+
+    config = json.loads((folder / "config.json").read_text())
+    sd = load_file(str(folder / "model.safetensors"))
+    n, h = int(config["num_hidden_layers"]), int(config["hidden_size"])
+    parts = [f"self_attn.{x}_proj" for x in "qkvo"] + [f"mlp.{x}_proj" for x in ("gate", "up", "down")] \
+        + ["input_layernorm", "post_attention_layernorm"]
+    want = {f"layers.{i}.{part}.weight" for i in range(1, n) for part in parts}
+    got = {k for k in sd if k.startswith("layers.")}
+    assert got == want, {"extra": sorted(got - want), "missing": sorted(want - got)}
+    for i in range(1, n):
+        assert sd[f"layers.{i}.self_attn.q_proj.weight"].shape[1] == h  # reads the previous layer's output
+    as_sglang = Eagle3Drafter(config, sd, embed_tokens=embed, dtype=torch.float32, later_layer_norm="hidden_norm")
+    untrained = list(as_sglang.untrained)
+    assert untrained == [f"layers.{i}.hidden_norm.weight" for i in range(1, n)], untrained
+    norms = {k: [round(float(sd[k].float().mean()), 4), round(float(sd[k].float().std()), 4)]
+             for k in sorted(sd) if k.endswith("norm.weight")}
+    log(f"save: {n}-layer fixture: later layers saved with input_layernorm only ({len(want)} layers.* tensors); "
+        f"served with hidden_norm (SGLang) they run untrained: {untrained}")
+    return {"num_hidden_layers": n, "later_layer_tensors": sorted(want), "untrained_with_hidden_norm": untrained,
+            "norm_weight_mean_std": norms}
 
 
 def load_mla(folder: Path, embed: torch.Tensor) -> tuple[common.TrainableMLADrafter, torch.Tensor]:
@@ -551,6 +593,42 @@ class ModuleDrafter:
         return SimpleNamespace(target_ids=(draft + self.d2t[draft]).cpu())
 
 
+def evaluate_later_norms(folder: Path, embed: torch.Tensor, heldout: dict, steps: int, layers,
+                         device: str = "cpu") -> dict:
+    """A multi-layer fixture on its trained wiring, served two ways: later layers normalised with
+    ``input_layernorm`` (vLLM 0.33.0; the trained norm) and with ``hidden_norm`` (SGLang 0.5.12-0.5.23;
+    absent from the file, so run as ones, as the engine leaves an unloaded RMSNorm). Paired over the
+    same chain starts: vLLM's reading minus SGLang's, mean and 95% CI."""
+    from safetensors.torch import load_file
+
+    from eagle3conv.model.drafter import Eagle3Drafter
+
+    config = json.loads((folder / "config.json").read_text())
+    sd = load_file(str(folder / "model.safetensors"))
+    res, runs = {}, {}
+    for name, norm in (("vllm: input_layernorm (trained)", "input_layernorm"),
+                       ("sglang: hidden_norm (absent: ones)", "hidden_norm")):
+        t = time.time()
+        d = Eagle3Drafter(config, sd, embed_tokens=embed, dtype=torch.float32, device=device, later_layer_norm=norm)
+        r = acceptance(d, heldout, layers, steps)
+        runs[name] = (r.pop("_step1"), r.pop("_lengths"))
+        r.update({"later_layer_norm": norm, "untrained": list(d.untrained), "seconds": round(time.time() - t, 1)})
+        res[name] = r
+        log(f"eval later norm {name}: acc/step {r['acc']} E[accept] {r['expected_accept_length']} "
+            f"(n={r['positions']}, {r['seconds']}s)")
+    (a1, al), (b1, bl) = runs.values()
+    gains = {}
+    for key, a, b in (("step1", a1, b1), ("accept_length", al, bl)):
+        d = a - b
+        se = float(d.std() / math.sqrt(len(d)))
+        gains[key] = [round(float(d.mean()), 4), round(float(d.mean()) - 1.96 * se, 4),
+                      round(float(d.mean()) + 1.96 * se, 4)]
+    res["vllm_minus_sglang"] = gains
+    log(f"eval later norm: vLLM's reading minus SGLang's: step 1 {gains['step1']}, accept length "
+        f"{gains['accept_length']}")
+    return res
+
+
 def wirings_for(layers) -> dict:
     """Wirings scored for a drafter trained on ``layers`` (the trained one first): ``WIRINGS`` for
     the default 1, 14, 26; otherwise trained, the engines' default, embedding-included, off by one."""
@@ -632,7 +710,8 @@ def acceptance(drafter, states: dict, layers, steps: int, batch: int = 8) -> dic
 def evaluate(folder: Path, embed: torch.Tensor, heldout: dict, steps: int, train_norms,
              device: str = "cpu", wirings: dict | None = None, arch: str = "llama") -> dict:
     """Teacher-forced acceptance of the fixture in ``folder`` per wiring (the first is the reference
-    of the paired gains). Llama: ``Eagle3Drafter``; MLA: the training module's own forward."""
+    of the paired gains). Llama: ``Eagle3Drafter`` (a multi-layer one with its later layers as
+    trained, ``input_layernorm``); MLA: the training module's own forward."""
     from safetensors.torch import load_file
 
     from eagle3conv.model.drafter import Eagle3Drafter
@@ -643,7 +722,7 @@ def evaluate(folder: Path, embed: torch.Tensor, heldout: dict, steps: int, train
     else:
         config = json.loads((folder / "config.json").read_text())
         drafter = Eagle3Drafter(config, load_file(str(folder / "model.safetensors")),
-                                embed_tokens=embed, dtype=torch.float32, device=device)
+                                embed_tokens=embed, dtype=torch.float32, device=device, **later_norm_kwargs(config))
     res = {}
     reference = None
     for name, layers in (WIRINGS if wirings is None else wirings).items():
@@ -670,6 +749,43 @@ def evaluate(folder: Path, embed: torch.Tensor, heldout: dict, steps: int, train
     return res
 
 
+def readme_figures(summary: dict, res: dict, args, total_s: float) -> dict:
+    """The figures bench/smollm2/README.md quotes for the 2-layer fixture, in its order (``--plan
+    two-layer`` writes them as ``readme`` in the summary JSON)."""
+    import transformers
+
+    folder = Path(res["fixture"])
+    sizes = {f.name: f.stat().st_size for f in sorted(folder.iterdir()) if f.is_file()}
+    wirings = res.get("wirings", {})
+    later = res.get("later_norms", {})
+
+    def row(r: dict) -> dict:
+        return {k: r[k] for k in ("acc", "acc1_ci95", "cond", "expected_accept_length",
+                                  "expected_accept_length_se", "positions", "step1_gain_of_correct",
+                                  "accept_length_gain_of_correct", "norm_medians") if k in r}
+
+    t = summary["timings"]
+    return {
+        "run": {"device": args.device, "torch": torch.__version__, "transformers": transformers.__version__,
+                "gen_batch": args.gen_batch, "capture_batch_tokens": args.capture_batch_tokens,
+                "max_prompts": args.max_prompts, "max_new_tokens": args.max_new_tokens,
+                "samples_per_prompt": args.samples_per_prompt, "epochs": args.epochs, "seed": args.seed},
+        "seconds": {"load": t.get("load_target_s"), "generate": t.get("generate_s"), "capture": t.get("capture_s"),
+                    "train": t.get("train_two_layer_s"), "evaluate": t.get("evaluate_two_layer_s"),
+                    "total": round(total_s, 1)},
+        "data": {"sequences": summary.get("sequences"), "tokens": summary.get("tokens"),
+                 "draft_vocab_coverage": summary.get("draft_vocab_coverage")},
+        "fixture": {"folder": folder.name, "bytes": sizes, "total_bytes": sum(sizes.values()),
+                    "strict_load_max_logit_diff": res.get("strict_load_max_logit_diff"),
+                    "untrained_with_hidden_norm": res.get("later_layers", {}).get("untrained_with_hidden_norm"),
+                    "training_norm_medians": [n["median"] for n in res.get("training_norms", [])]},
+        "acceptance_vllm_input_layernorm": row(later.get("vllm: input_layernorm (trained)", {})),
+        "acceptance_sglang_hidden_norm_untrained": row(later.get("sglang: hidden_norm (absent: ones)", {})),
+        "vllm_minus_sglang": later.get("vllm_minus_sglang"),
+        "wirings": {name: row(r) for name, r in wirings.items() if isinstance(r, dict)},
+    }
+
+
 def _layer_list(text: str) -> tuple[int, ...]:
     try:
         layers = tuple(int(x) for x in text.split(","))
@@ -682,16 +798,20 @@ def _layer_list(text: str) -> tuple[int, ...]:
 
 def jobs_from_args(args) -> list[dict]:
     """The drafters this run trains (or evaluates): one from ``--arch/--layers/--fixture/--strip-ids/
-    --record-out``, or with ``--plan both`` issue 13's lost-wiring drafter and issue 12's MLA drafter."""
+    --record-out/--num-layers``, or with ``--plan both`` issue 13's lost-wiring drafter and issue 12's MLA
+    drafter, or with ``--plan two-layer`` issue 22's 2-layer drafter (outputs 1, 14, 26)."""
     if args.plan == "both":
         return [
             {"name": "lost", "arch": "llama", "layers": args.lost_layers, "fixture": args.lost_fixture,
-             "strip_ids": True, "record": args.lost_record},
+             "strip_ids": True, "record": args.lost_record, "num_layers": 1},
             {"name": "mla", "arch": "mla", "layers": TRAINED_ON, "fixture": args.mla_fixture,
-             "strip_ids": False, "record": None},
+             "strip_ids": False, "record": None, "num_layers": 1},
         ]
+    if args.plan == "two-layer":
+        return [{"name": "two_layer", "arch": "llama", "layers": TRAINED_ON, "fixture": args.two_layer_fixture,
+                 "strip_ids": False, "record": None, "num_layers": 2}]
     return [{"name": "main", "arch": args.arch, "layers": args.layers, "fixture": args.fixture,
-             "strip_ids": args.strip_ids, "record": args.record_out}]
+             "strip_ids": args.strip_ids, "record": args.record_out, "num_layers": args.num_layers}]
 
 
 def run_job(job: dict, *, args, model, states, heldout, embed, d2t, t2d, vocab_index, label_count: int,
@@ -699,9 +819,14 @@ def run_job(job: dict, *, args, model, states, heldout, embed, d2t, t2d, vocab_i
     """Train (unless --eval-only), save, check and evaluate one drafter; its part of the summary."""
     name, arch, layers, folder = job["name"], job["arch"], tuple(job["layers"]), job["fixture"]
     record = job["record"] or folder
+    num_layers = int(job["num_layers"])
+    if states is None and arch == "llama":  # --eval-only: the fixture's own layer count
+        num_layers = int(json.loads((folder / "config.json").read_text()).get("num_hidden_layers", 1))
     out: dict = {"arch": arch, "layers": list(layers), "fixture": str(folder), "record": str(record),
                  "ids_stripped": bool(job["strip_ids"])}
-    default = arch == "llama" and layers == TRAINED_ON and not job["strip_ids"]
+    if num_layers > 1:
+        out["num_layers"] = num_layers
+    default = arch == "llama" and layers == TRAINED_ON and not job["strip_ids"] and num_layers == 1
     suffix = "" if name == "main" else f"_{name}"
     if states is not None:
         if arch == "mla":
@@ -709,13 +834,16 @@ def run_job(job: dict, *, args, model, states, heldout, embed, d2t, t2d, vocab_i
                                                target_config=model.config, layers=layers)
         else:
             config = common.drafter_config(intermediate_size=args.intermediate, draft_vocab_size=args.draft_vocab,
-                                           target_config=model.config, layers=layers, strip_ids=job["strip_ids"])
+                                           target_config=model.config, layers=layers, strip_ids=job["strip_ids"],
+                                           num_layers=num_layers)
         t = time.time()
         drafter = train(states, config, embed, vocab_index, args, layers=layers, arch=arch)
         timings[f"train{suffix}_s"] = round(time.time() - t, 1)
         log(f"phase train ({name}: {arch}, outputs {list(layers)}): {timings[f'train{suffix}_s']}s")
         extra = "" if default else (f"; {config['architectures'][0]}, outputs {','.join(map(str, layers))}"
-                                    + ("; ids stripped from config.json" if job["strip_ids"] else ""))
+                                    + ("; ids stripped from config.json" if job["strip_ids"] else "")
+                                    + (f"; {num_layers} decoder layers, later layers trained with input_layernorm "
+                                       "(speculators/vLLM), no hidden_norm" if num_layers > 1 else ""))
         saved = save_fixture(drafter, config, d2t, t2d, states, folder, args, label_count, layers=layers,
                              record_folder=record, source_extra=extra)
         out.update({"fixture_bytes": saved["bytes"], "training_norms": saved["norms"]})
@@ -724,6 +852,8 @@ def run_job(job: dict, *, args, model, states, heldout, embed, d2t, t2d, vocab_i
             out["mla_checks"] = check_mla_fixture(drafter, folder, embed, heldout, layers)
     else:
         out["strict_load_max_logit_diff"] = check_strict_load(None, folder, embed, heldout, layers)
+        if num_layers > 1:
+            out["later_layers"] = check_later_layers(folder, embed)
     if job["strip_ids"]:
         cfg = json.loads((folder / "config.json").read_text())
         assert cfg["eagle_aux_hidden_state_layer_ids"] is None
@@ -735,6 +865,8 @@ def run_job(job: dict, *, args, model, states, heldout, embed, d2t, t2d, vocab_i
     meta = json.loads((record / "training_metadata.json").read_text())
     out["wirings"] = evaluate(folder, embed, heldout, args.steps, meta["norms"]["slots"], args.device,
                               wirings=wirings_for(layers), arch=arch)
+    if num_layers > 1:
+        out["later_norms"] = evaluate_later_norms(folder, embed, heldout, args.steps, layers, args.device)
     timings[f"evaluate{suffix}_s"] = round(time.time() - t, 1)
     return out
 
@@ -767,13 +899,18 @@ def main(argv: list[str] | None = None) -> None:
                     help="write the aux-layer ids as null in config.json (needs --record-out)")
     ap.add_argument("--record-out", type=Path, default=None,
                     help="folder for training_metadata.json instead of --fixture")
-    ap.add_argument("--plan", choices=["single", "both"], default="single",
+    ap.add_argument("--num-layers", type=int, default=1,
+                    help="decoder layers of the Llama drafter (num_hidden_layers; 2+: later layers trained with "
+                         "input_layernorm, saved without hidden_norm, as multi-layer trainers save them)")
+    ap.add_argument("--plan", choices=["single", "both", "two-layer"], default="single",
                     help="both: one generation + one capture, then issue 13's lost-wiring drafter "
-                         "(--lost-*) and issue 12's MLA drafter (--mla-fixture)")
+                         "(--lost-*) and issue 12's MLA drafter (--mla-fixture); two-layer: issue 22's 2-layer "
+                         "drafter on outputs 1, 14, 26 (--two-layer-fixture)")
     ap.add_argument("--lost-layers", type=_layer_list, default=(4, 11, 21))
     ap.add_argument("--lost-fixture", type=Path, default=REPO / "tests/data/smollm2-drafter-lost")
     ap.add_argument("--lost-record", type=Path, default=REPO / "tests/data/smollm2-drafter-lost-record")
     ap.add_argument("--mla-fixture", type=Path, default=REPO / "tests/data/smollm2-drafter-mla")
+    ap.add_argument("--two-layer-fixture", type=Path, default=REPO / "tests/data/smollm2-drafter-2layer")
     ap.add_argument("--results-out", type=Path, default=None, help="also write the summary JSON here")
     ap.add_argument("--eval-only", action="store_true",
                     help="skip training: evaluate the drafter in --fixture on the held-out prompts "
@@ -783,8 +920,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.strip_ids and (args.record_out is None or args.record_out.resolve() == args.fixture.resolve()):
         ap.error("--strip-ids needs --record-out, a folder other than --fixture: the true layers must be "
                  "recorded somewhere, and not beside the stripped config")
-    if args.plan == "both" and args.eval_only:
-        ap.error("--plan both trains; evaluate each fixture with --eval-only --arch/--layers/--fixture")
+    if args.plan in ("both", "two-layer") and args.eval_only:
+        ap.error(f"--plan {args.plan} trains; evaluate each fixture with --eval-only --arch/--layers/--fixture")
+    if args.num_layers < 1 or (args.num_layers > 1 and args.arch != "llama"):
+        ap.error("--num-layers: 1 or more, and more than 1 only with --arch llama (SGLang's MLA drafter has one)")
+    if args.plan != "single" and args.num_layers != 1:
+        ap.error(f"--plan {args.plan} sets each drafter's layers itself; --num-layers is for --plan single")
     jobs = jobs_from_args(args)
     torch.manual_seed(args.seed)
     args.work.mkdir(parents=True, exist_ok=True)
@@ -865,20 +1006,24 @@ def main(argv: list[str] | None = None) -> None:
                                        d2t=d2t, t2d=t2d, vocab_index=vocab_index, label_count=label_count,
                                        timings=timings)
     del states
-    if args.plan == "both":
+    if args.plan != "single":
         summary["fixtures"] = results
     else:  # the single-drafter summary keeps its old layout
         res = results["main"]
-        for key in ("fixture_bytes", "training_norms", "strict_load_max_logit_diff", "mla_checks", "wirings"):
+        for key in ("fixture_bytes", "training_norms", "strict_load_max_logit_diff", "mla_checks", "wirings",
+                    "later_layers", "later_norms"):
             if key in res:
                 summary[key] = res[key]
-        if args.arch != "llama" or tuple(args.layers) != TRAINED_ON or args.strip_ids:
-            summary["drafter"] = {k: res[k] for k in ("arch", "layers", "fixture", "record", "ids_stripped")}
+        if args.arch != "llama" or tuple(args.layers) != TRAINED_ON or args.strip_ids or res.get("num_layers", 1) != 1:
+            summary["drafter"] = {k: res[k] for k in ("arch", "layers", "fixture", "record", "ids_stripped",
+                                                      "num_layers") if k in res}
     if args.stop_after == "train":
         return
     summary["timings"] = timings
+    if args.plan == "two-layer":
+        summary["readme"] = readme_figures(summary, results["two_layer"], args, time.time() - t0)
     out = args.work / ("eval-only.json" if args.eval_only else "eval-both.json" if args.plan == "both"
-                       else "eval.json")
+                       else "eval-two-layer.json" if args.plan == "two-layer" else "eval.json")
     text = json.dumps(summary, indent=2) + "\n"
     out.write_text(text)
     if args.results_out is not None:
