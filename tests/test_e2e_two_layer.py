@@ -189,10 +189,15 @@ def test_fixture_is_saved_as_a_multi_layer_trainer_saves_it(two_layer):
 
 
 def test_vllm_serves_the_trained_norm_and_sglang_an_untrained_one(heldout_states, two_layer):  # noqa: F811
-    """Only layers.1.input_layernorm in the file: vLLM's row (input_layernorm) is the trained drafter;
-    SGLang's rows (hidden_norm, absent: ones) score clearly lower, paired over the same chain starts, and
-    say the norm is missing and served untrained. Every row captures the same layers, so the norm is
-    the only difference."""
+    """Only layers.1.input_layernorm in the file: vLLM's row runs the trained norm, SGLang's rows run
+    hidden_norm, absent, as ones, and say it is missing and served untrained; every row captures the
+    same layers, so the norm is the only difference, and each row is its own forward (its hits differ).
+
+    What the untrained norm costs depends on how far training moved it from ones. On this drafter
+    (8 epochs on the H200; layers.1.input_layernorm 1.01 +- 0.05, bench/smollm2/README.md) it costs
+    nothing measurable: the paired interval of vLLM's accept length minus SGLang's contains 0, and this
+    test asserts exactly that, so a change of drafter or of forward that moves it is seen. Where the
+    trained norm is far from ones the rows separate: tests/test_verify_2026.py."""
     res = verify(two_layer, heldout_states, save=False)
     rows = _rows(res)
     vllm, vllm_row = rows[VLLM]
@@ -202,17 +207,17 @@ def test_vllm_serves_the_trained_norm_and_sglang_an_untrained_one(heldout_states
     assert vllm.score.acceptance[0] > 0.3  # a real drafter
     sglang = [e for e, _ in rows.values() if e.engine.startswith("sglang")]
     assert len(sglang) >= 2  # the oldest and the newest release read
-    lines = [f"vllm {vllm.score.accept_length:.3f} (step 1 {vllm.score.acceptance[0]:.3f})"]
+    lines = [f"vllm {vllm.score.accept_length:.4f} (step 1 {vllm.score.acceptance[0]:.4f})"]
     for e in sglang:
         _, row = rows[e.engine]
         assert row["captures"] == vllm_row["captures"] == "outputs of layers 1, 14, 26"
         assert e.forward["later_layer_norm"] == "hidden_norm" and e.score is not None
         assert any(NORMS[1] + " is missing" in x and "untrained" in x for x in e.emulated), e.emulated
+        assert e.score.matched != vllm.score.matched  # another forward: the untrained norm was run
         d, lo, hi = paired_difference(vllm.score, e.score)
-        assert lo > 0, (e.engine, d, lo, hi)  # vLLM's reading scores clearly above
-        assert vllm.score.acceptance[0] > e.score.acceptance[0]
-        lines.append(f"{e.engine} {e.score.accept_length:.3f} (step 1 {e.score.acceptance[0]:.3f}); "
-                     f"vllm minus this {d:.3f} [{lo:.3f}, {hi:.3f}]")
+        assert lo <= 0 <= hi, (e.engine, d, lo, hi)  # near-ones trained norm: no measurable cost here
+        lines.append(f"{e.engine} {e.score.accept_length:.4f} (step 1 {e.score.acceptance[0]:.4f}); "
+                     f"vllm minus this {d:.4f} [{lo:.4f}, {hi:.4f}]")
     print("\n2-layer drafter, accept length per engine row: " + "; ".join(lines))
 
 
