@@ -430,6 +430,12 @@ def formats_cmd():
             "title": f.title,
             "priority": f.priority,
             "rules": [{"rule": r.describe(), "why": r.why} for r in f.rules + common.rules],
+            "aux_ids_numbering": f.aux_numbering,
+            "later_layer_norm": f.later_layer_norm,
+            "config_set": [{"field": c.field, "value": c.value, "why": c.why} for c in f.config_set],
+            "findings": [{"level": x.level, "code": x.code, "message": x.message} for x in f.findings],
+            "record": None if f.record is None else {"file": f.record.file, "field": f.record.field,
+                                                     "numbering": f.record.numbering, "why": f.record.why},
         }
         for f in sorted(formats.values(), key=lambda f: -f.priority)
     ]

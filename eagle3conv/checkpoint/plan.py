@@ -371,15 +371,16 @@ class _Planner:
         """The decoder layers the weights hold (layer 0 = midlayer.*, then layers.1.* ...); a gap is
         an error, as is a config that says otherwise (fix-keys writes the weights' count)."""
         found = sorted({i for n in self.mapped if (i := layer_of(n)) is not None})
+        self.missing_layers: list[int] = []
         if not found:
             return spec.L
-        missing = sorted(set(range(found[-1] + 1)) - set(found))
+        missing = self.missing_layers = sorted(set(range(found[-1] + 1)) - set(found))
         if missing:
             shown = ", ".join(f"layers.{i}" if i else "layer 0 (midlayer.* / layers.0.*)" for i in missing)
             self.errors.append(Finding(
                 "error", KEYS, LAYER_MISSING,
-                f"decoder layers {', '.join(str(i) for i in found)} are present but {shown} is missing: the engines "
-                "run the layers in order and would serve the gap uninitialised", subject=shown))
+                f"decoder layers {', '.join(str(i) for i in found)} are present but {shown} is missing (all of its "
+                "tensors): the engines run the layers in order and would serve the gap uninitialised", subject=shown))
         return found[-1] + 1
 
     def classify(self) -> None:
@@ -447,6 +448,8 @@ class _Planner:
         readers = later_norm_readers()
         trained = asked or self.fmt.later_layer_norm
         for i in range(1, self.layers):
+            if i in self.missing_layers:
+                continue  # the whole layer is missing: one error says so
             names = {n: f"layers.{i}.{n}.weight" for n in LATER_NORMS}
             have = [n for n in LATER_NORMS if names[n] in self.wanted]
             if not have:
@@ -543,8 +546,9 @@ class _Planner:
 
     def shapes(self) -> None:
         """Step 6: every required tensor present, every shape the config's, every weight a float."""
+        gone = set(self.missing_layers)
         for name, ct in self.canon.items():
-            if ct.required and name not in self.wanted:
+            if ct.required and name not in self.wanted and layer_of(name) not in gone:
                 self.errors.append(Finding("error", KEYS, MISSING_KEY, f"{name}: required but missing ({ct.why})",
                                            subject=name))
         for name, o in self.wanted.items():
