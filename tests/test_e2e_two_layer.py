@@ -139,7 +139,7 @@ def test_two_layer_step1_matches_transformers_llama_decoder_layer():
         state = model.fc(aux)
         x = torch.cat((rms_norm(embed[tok], m.input_layernorm.weight, eps), rms_norm(state, m.hidden_norm.weight, eps)), -1)
         causal = torch.ones(23, 23, dtype=torch.bool).tril()
-        h0 = model._block(m, x, state, model._rope(torch.arange(23)), [], [], causal)  # layer 0, as trained
+        h0 = model.block(m, x, state, model.rope(torch.arange(23)), [], [], causal)  # layer 0, as trained
         pos = torch.arange(23)[None]
         h1 = layer(h0, position_embeddings=LlamaRotaryEmbedding(cfg)(h0, pos), position_ids=pos)
         final = LlamaRMSNorm(h, eps=eps)

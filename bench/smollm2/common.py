@@ -245,12 +245,12 @@ class TrainableDrafter(nn.Module):
         """Layers 1..L-1 in order (none for a 1-layer drafter)."""
         return list(self.layers.values()) if self.c.num_layers > 1 else []
 
-    def _rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+    def rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         freqs = positions.float()[:, None] * self.inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos() * self.rope_scale, emb.sin() * self.rope_scale
 
-    def _block(self, layer: nn.Module, x: Tensor, residual: Tensor, rope: tuple[Tensor, Tensor],
+    def block(self, layer: nn.Module, x: Tensor, residual: Tensor, rope: tuple[Tensor, Tensor],
                keys: list[Tensor], values: list[Tensor], causal: Tensor) -> Tensor:
         """One decoder layer at one TTT step: q/k/v of its normed input ``x``, attention over this
         layer's keys (step 1's causal, later steps' at the same index; this step's appended),
@@ -294,13 +294,13 @@ class TrainableDrafter(nn.Module):
         values: list[list[Tensor]] = [[] for _ in range(c.num_layers)]
         out_logits = []
         for step, tok in enumerate(tokens):
-            rope = self._rope(torch.arange(step, step + s, device=aux.device))
+            rope = self.rope(torch.arange(step, step + s, device=aux.device))
             embeds = F.embedding(tok, self.embed)
             x = torch.cat((rms_norm(embeds, m.input_layernorm.weight, eps),
                            rms_norm(state, m.hidden_norm.weight, eps)), dim=-1)
-            h = self._block(m, x, state, rope, keys[0], values[0], causal)  # residual: the un-normed state
+            h = self.block(m, x, state, rope, keys[0], values[0], causal)  # residual: the un-normed state
             for i, layer in enumerate(later, 1):
-                h = self._block(layer, rms_norm(h, layer.input_layernorm.weight, eps), h, rope, keys[i], values[i],
+                h = self.block(layer, rms_norm(h, layer.input_layernorm.weight, eps), h, rope, keys[i], values[i],
                                 causal)
             out_logits.append(self.lm_head(rms_norm(h, self.norm.weight, eps)))
             state = h
