@@ -14,7 +14,7 @@ from eagle3conv.spec.layers import LayerRef
 from eagle3conv.states.format import write_states
 from eagle3conv.states.readers import open_states
 from eagle3conv.verify import Candidate, build_drafter, evaluate, load_drafter_weights
-from eagle3conv.verify.evaluate import screen
+from eagle3conv.verify.evaluate import NO_DROP, screen
 
 DIMS = Dims(hidden=64, target_hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=512,
             draft_vocab=300, aux_ids=(1, 3, 4))
@@ -56,9 +56,9 @@ def test_screen_hits_equal_evaluate_step1_hits(planted):
     states = open_states(path)
     refs = sorted(states.layers, key=lambda r: r.output_of)
     sets = [tuple(c) for c in itertools.combinations(refs, 3)]
-    res, kept = screen(drafter, states, sets, rows=states.num_sequences, target_embeds=True,
-                       stages=((10 ** 9, len(sets)),))
+    res, kept = screen(drafter, states, sets, rows=states.num_sequences, target_embeds=True, bound=NO_DROP)
     assert len(sets) == 35 and sorted(kept) == list(range(35))
+    assert all(n == res.positions for n in (sum(res.counted),)) and res.complete
     per_wiring = []
     for i, ls in enumerate(sets):
         sc = evaluate(drafter, open_states(path), Candidate("w", ls, "test"), steps=1, batch_size=4,
@@ -69,9 +69,11 @@ def test_screen_hits_equal_evaluate_step1_hits(planted):
     planted_i = sets.index(tuple(LayerRef(o) for o in (1, 3, 4)))
     assert per_wiring[planted_i] == sum(res.counted)  # the planted wiring is right everywhere
     assert kept[0] == planted_i and len(set(per_wiring)) > 5  # graded, not all tied
-    # the phases: the projections, then one entry per stage
+    # the phases: the projections, then one entry per stage (positions doubling, every wiring kept)
     phases = list(res.phase_seconds)
-    assert phases[0] == "project" and len(phases) == 2 and phases[1].startswith("stage 1: 35 wirings")
+    assert phases[0] == "project" and phases[1].startswith("stage 1: 35 wirings x 64 positions")
+    assert len(phases) == 1 + len(res.stages) and all(st["kept"] == 35 for st in res.stages)
+    assert [st["positions"] for st in res.stages] == NO_DROP.stages(res.stages[-1]["positions"])
     assert all(v >= 0 for v in res.phase_seconds.values())
 
 

@@ -28,12 +28,17 @@ from eagle3conv.verify.inputs import (
 )
 from eagle3conv.verify.report import REPORT_FILE, VerifyResult
 from eagle3conv.verify.search import (
+    MIN_SEARCH_SEQUENCES,
+    REFINE_CONFIRM,
+    REFINE_ROUNDS,
+    acceptance_set,
     candidates,
     config_candidate,
     decide,
     global_search,
     names_layers,
     norm_comparison,
+    refine,
     screen_dtype,
 )
 from eagle3conv.spec.canonical import drafter_uses_own_embedding
@@ -193,19 +198,21 @@ def verify(
         cands = candidates(base, truth, avail, n, wide=False)
         if not cands or cands[0] is not base:
             states.check_refs(base.layers)  # explains what is missing
-        cands, coverage = global_search(screener, states, cands, avail, dc.num_aux, n, target_embeds=target_embeds,
-                                        labels=labels, max_sequences=max_sequences, progress=progress)
-        del screener
+        cands, coverage, screened = global_search(screener, states, cands, avail, dc.num_aux, n,
+                                                  target_embeds=target_embeds, labels=labels,
+                                                  max_sequences=max_sequences, progress=progress)
     else:
         states.check_refs(base.layers)
     training = next((r for r in ev.records if r.norms), None)
     scores: list[Score] = []
     first_result = None
-    for i, cand in enumerate(cands):
+
+    def confirm(i: int, cand: Candidate, of: int) -> None:
+        nonlocal first_result
         cb = None
         if progress:
-            def cb(_stage, done, total, _i=i, _c=cand):
-                progress(f"{_c.name} ({_i + 1}/{len(cands)})", done, total)
+            def cb(_stage, done, total):
+                progress(f"{cand.name} ({i + 1}/{of})", done, total)
         scores.append(evaluate(drafter, states, cand, steps=steps, batch_size=batch_size,
                                target_embeds=target_embeds, max_sequences=max_sequences, progress=cb,
                                labels=labels))
@@ -222,6 +229,14 @@ def verify(
             raise CheckpointReadError(
                 f"{states_path}: the hidden states of slot {bad[0]} ({cand.layers[bad[0]]}) are not finite "
                 "(NaN or Inf): the capture went wrong", hint="capture again (a bf16 overflow? try --dtype fp32)")
+
+    for i, cand in enumerate(cands):
+        confirm(i, cand, len(cands))
+    if coverage is not None and coverage.get("global") and scores[0].effective_sequences >= MIN_SEARCH_SEQUENCES:
+        coverage["refinement"] = _refine(scores, confirm, screener, states, screened, avail,
+                                         target_embeds=target_embeds, labels=labels, max_sequences=max_sequences,
+                                         progress=progress)
+    screener = screened = None
     wiring_check = check.to_dict()
     engine_scores = _score_engines(wiring_check.get("engines") or [], scores, drafter, states, steps=steps,
                                    batch_size=batch_size, target_embeds=target_embeds, max_sequences=max_sequences,
@@ -242,7 +257,7 @@ def verify(
 
     verdict = decide(scores, comparisons, search, path, ev.target.name if ev.target else None,
                      coverage=coverage, config_names_layers=layers is not None or names_layers(config),
-                     log_score=log_score)
+                     log_score=log_score, capture=getattr(states, "capture", None))
     t_end = time.perf_counter()
     result = VerifyResult(
         checkpoint=root, states=dict(states.summary(), verify_notes=notes), device=dev, dtype=str(dt).removeprefix("torch."),
@@ -268,6 +283,42 @@ def verify(
             details=[f"{s.candidate.name}: {describe(s.candidate.layers)}: accept length {s.accept_length:.3f}"
                      for s in scores[:5]])
     return result
+
+
+def _refine(scores: list[Score], confirm, screener, states, screened, avail, *, target_embeds: bool, labels,
+            max_sequences: int | None, progress) -> dict:
+    """Local refinement after the confirmations: the single-slot neighbours of every wiring
+    acceptance cannot exclude against the best are compared with the best with the screen's
+    bound (on the positions the screen read, then again on all the data for those it does not
+    exclude: :func:`~eagle3conv.verify.search.refine`), and the ones it keeps are confirmed;
+    again around the new leaders, until a round confirms nothing new (at most REFINE_ROUNDS
+    rounds, REFINE_CONFIRM wirings). A trained wiring one slot away from a confirmed one is
+    therefore never missed."""
+    done = {s.candidate.layers for s in scores}
+    rounds: list[dict] = []
+    added = 0
+    for _ in range(REFINE_ROUNDS):
+        tied, _, _ = acceptance_set(scores)
+        leaders = [scores[i].candidate.layers for i in tied]
+        keep, rec = refine(screener, states, screened, leaders[0], leaders, done, avail,
+                           target_embeds=target_embeds, labels=labels, max_sequences=max_sequences,
+                           progress=progress)
+        take = keep[:max(0, REFINE_CONFIRM - added)]
+        rec["confirmed"] = [describe(x) for x in take]
+        rec["not_confirmed"] = [describe(x) for x in keep[len(take):]]
+        rounds.append(rec)
+        for j, ls in enumerate(take):
+            confirm(len(scores), Candidate(f"refined #{added + j + 1}", ls,
+                                           "one slot from a leader, not excluded by the screen's bound"),
+                    len(scores) + len(take) - j)
+        added += len(take)
+        if not take or added >= REFINE_CONFIRM:
+            break
+    return {"rounds": rounds, "confirmed": added,
+            "not_confirmed": [x for r in rounds for x in r["not_confirmed"]],
+            "rule": "every single-slot change of each wiring acceptance cannot exclude against the best (k slots x "
+                    "every captured layer, ascending), screened against the best with the screen's bound on all "
+                    "the data; the ones kept are confirmed; repeated around the new leaders until nothing new"}
 
 
 class _Serving:
@@ -380,6 +431,10 @@ def _score_engines(rows: list[dict], scores: list[Score], drafter, states, *, se
             row["not_scored"] = row.get("error") or "the engine captures nothing usable from this config"
             continue
         refs = tuple(LayerRef(x["output_of"]) for x in row["layers"])
+        if scores and len(refs) != len(scores[0].candidate.layers):
+            row["not_scored"] = (f"{row['release']} captures {len(refs)} states but fc reads "
+                                 f"{len(scores[0].candidate.layers)}: it cannot run this drafter with this config")
+            continue
         key = serving.key(fw) if fw is not None else None
         s = done.get((refs, key))
         if s is None:
