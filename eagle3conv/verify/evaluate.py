@@ -228,22 +228,27 @@ class ScreenBound:
 
         D - q * se(D) > margin
 
-    where se is the standard error of that paired mean over blocks of consecutive
-    positions of one sequence (a ratio estimator: blocks of ``min(16, positions // 64)``
-    positions, at least 1, so later stages allow for dependence between neighbouring
-    positions), and q the Student t quantile at ``1 - alpha / (w * stages)`` with
-    (blocks - 1) degrees of freedom, w the wirings in the stage: Bonferroni over every
+    where se is the standard error of that paired mean over blocks (:func:`paired_bound`:
+    runs of up to ``unit`` positions of one sequence once ``min_units`` of them are read;
+    before that, runs of ``min(16, positions // 64)`` positions, the error widened for what
+    the positions of a unit may share, ``rho``), and q the Student t quantile at ``1 - alpha / (w * stages)``
+    with (blocks - 1) degrees of freedom, w the wirings in the stage: Bonferroni over every
     comparison the screen makes. A wiring whose expected score is the best is therefore
     dropped with probability at most ``alpha`` (under the t approximation for block means).
-    ``max_work``: the screen stops (its survivors all kept) once it has scored this many
-    times (wirings x ``first``) positions; the result says so."""
+    The work cap: the screen stops (its survivors all kept) before a stage would take its
+    work (wirings x positions scored) past ``max_work`` passes of every wiring over the
+    first stage plus ``max_tail`` wirings over every position; the result says so."""
 
     alpha: float = 0.01
     margin: float = 0.0  # nats per position the leader must lead by beyond the bound
+    unit: int = 256  # positions of one sequence taken together (a whole sequence when shorter)
+    min_units: int = 10  # from this many units read, the blocks are units
+    rho: float = 0.01  # before that: the correlation allowed for between positions of one unit
     first: int = 64  # scored positions of the first stage
     growth: float = 2.0
     max_positions: int = 32768  # scored positions the screen reads at most
-    max_work: float = 8.0
+    max_work: float = 4.0
+    max_tail: float = 200.0
 
     def quantile(self, tests: int, blocks: int) -> float:
         """The bound's multiplier for ``tests`` comparisons over ``blocks`` blocks."""
@@ -269,7 +274,7 @@ class ScreenBound:
         return asdict(self)
 
 
-NO_DROP = ScreenBound(alpha=0.0)  # every wiring scored on every position (tests, comparisons)
+NO_DROP = ScreenBound(alpha=0.0, max_work=math.inf, max_tail=math.inf)  # every wiring scored on every position (tests, oracles)
 
 
 @dataclass
@@ -320,38 +325,52 @@ class ScreenResult:
         n = min(len(a), len(b))
         if n < 2:
             return False
-        D, se, m = paired_bound(torch.stack([a[:n], b[:n]]), 0, self.pos_row[:n])
+        D, se, m = paired_bound(torch.stack([a[:n], b[:n]]), 0, self.pos_row[:n], self.bound)
         q = self.bound.quantile(self.tests, m)
         return bool(math.isfinite(q) and float(D[1] - q * se[1]) > self.bound.margin)
 
 
-def paired_bound(lp, lead: int, pos_row: list[int]):
+def paired_bound(lp, lead: int, pos_row: list[int], bound: ScreenBound | None = None):
     """For log scores ``lp`` [wirings, positions] (positions in the order read, ``pos_row``
-    their sequences): each wiring's mean difference from wiring ``lead`` (lead minus it),
-    its standard error over blocks of :meth:`ScreenBound.block_size` consecutive positions
-    of one sequence (a ratio estimator), and the number of blocks."""
+    their sequences): each wiring's mean difference from wiring ``lead`` (lead minus it), its
+    standard error, and the number of blocks it was estimated over (a ratio estimator, blocks
+    taken as independent). The blocks are *units* -- runs of up to ``bound.unit`` consecutive
+    positions of one sequence, a whole sequence when shorter -- once ``bound.min_units`` of
+    them are read; before that, runs of :meth:`ScreenBound.block_size` positions, the error
+    multiplied by ``sqrt(1 + (n - 1) * bound.rho)`` (n the positions per unit read) for what
+    the positions of one unit may share."""
     import torch
 
+    bound = bound or ScreenBound()
     n_pos = lp.shape[1]
-    b = ScreenBound.block_size(n_pos)
     rows_t = torch.tensor(pos_row, dtype=torch.long)
     nrows = int(rows_t.max()) + 1 if n_pos else 1
     per = torch.bincount(rows_t, minlength=nrows)
     first_of_row = torch.zeros(nrows + 1, dtype=torch.long)
     first_of_row[1:] = per.cumsum(0)
     rank = torch.arange(n_pos) - first_of_row[rows_t]
-    nblk_row = (per + b - 1) // b
-    blk_off = torch.zeros(nrows, dtype=torch.long)
-    blk_off[1:] = nblk_row.cumsum(0)[:-1]
-    blk = blk_off[rows_t] + rank // b
-    m = int(nblk_row.sum())
+
+    def runs(b: int):
+        nblk_row = (per + b - 1) // b
+        off = torch.zeros(nrows, dtype=torch.long)
+        off[1:] = nblk_row.cumsum(0)[:-1]
+        return off[rows_t] + rank // b, int(nblk_row.sum())
+
+    blk, m = runs(bound.unit)
+    inflate = 1.0
+    if int((torch.bincount(blk, minlength=m) > 0).sum()) < bound.min_units:
+        inflate = math.sqrt(1.0 + (n_pos / max(1, int((torch.bincount(blk, minlength=m) > 0).sum())) - 1.0)
+                            * bound.rho)
+        blk, m = runs(ScreenBound.block_size(n_pos))
     X = torch.zeros(lp.shape[0], m, dtype=torch.float64).index_add_(1, blk, lp.double())
     C = torch.bincount(blk, minlength=m).double()
+    X, C = X[:, C > 0], C[C > 0]
+    m = int(C.numel())
     N = max(float(C.sum()), 1.0)
     d = X[lead] - X
     D = d.sum(1) / N
     r_ = d - D[:, None] * C[None, :]
-    se = (r_.pow(2).sum(1) * (m / max(1, m - 1))).sqrt() / N
+    se = (r_.pow(2).sum(1) * (m / max(1, m - 1))).sqrt() / N * inflate
     return D, se, m
 
 
@@ -441,7 +460,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     vectors: list = [None] * n_sets  # per wiring: its log score at each position it was scored on
     stages: list[dict] = []
     phases: dict = {"project": 0.0}
-    work, cap = 0, bound.max_work * n_sets * max(1, plan[0])
+    work, cap = 0, bound.max_work * n_sets * max(1, plan[0]) + bound.max_tail * plan[-1]
     complete = True
     ok_positions = 0
 
@@ -561,7 +580,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         # the bound: paired differences against the leader, over blocks of one sequence's positions
         means = lp_store.double().sum(1) / max(1, n_pos)
         lead = int(means.argmax())
-        D, se, m = paired_bound(lp_store, lead, pos_row)
+        D, se, m = paired_bound(lp_store, lead, pos_row, bound)
         q = bound.quantile(len(alive) * len(plan), m)  # Bonferroni: the wirings in this stage x the stages
         drop = (D - q * se > bound.margin) if math.isfinite(q) else torch.zeros(len(alive), dtype=torch.bool)
         for j, i in enumerate(alive):
@@ -571,7 +590,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         settle(gone, drop)
         keepm = ~drop
         widest = float((D[keepm]).max()) if bool(keepm.any()) else 0.0
-        stages.append({"positions": n_pos, "blocks": m, "block": ScreenBound.block_size(n_pos), "wirings": len(alive),
+        stages.append({"positions": n_pos, "sequences": len(set(pos_row)), "blocks": m,
+                       "wirings": len(alive),
                        "kept": len(alive) - len(gone), "quantile": round(q, 3) if math.isfinite(q) else None,
                        "leader": describe(sets[alive[lead]]), "leader_log_score": round(float(means[lead]), 5),
                        "widest_kept_gap": round(widest, 5), "seconds": round(time.perf_counter() - ts, 3)})

@@ -28,6 +28,7 @@ from eagle3conv.verify.inputs import (
 )
 from eagle3conv.verify.report import REPORT_FILE, VerifyResult
 from eagle3conv.verify.search import (
+    LISTED,
     MIN_SEARCH_SEQUENCES,
     REFINE_CONFIRM,
     REFINE_ROUNDS,
@@ -236,6 +237,9 @@ def verify(
         coverage["refinement"] = _refine(scores, confirm, screener, states, screened, avail,
                                          target_embeds=target_embeds, labels=labels, max_sequences=max_sequences,
                                          progress=progress)
+        pending = coverage["refinement"].pop("pending")
+        coverage["unconfirmed_count"] = len(pending)
+        coverage["unconfirmed"] = [describe(x) for x in pending[:LISTED]]
     screener = screened = None
     wiring_check = check.to_dict()
     engine_scores = _score_engines(wiring_check.get("engines") or [], scores, drafter, states, steps=steps,
@@ -297,6 +301,7 @@ def _refine(scores: list[Score], confirm, screener, states, screened, avail, *, 
     done = {s.candidate.layers for s in scores}
     rounds: list[dict] = []
     added = 0
+    left: list = []  # kept by refinement's screens but not confirmed (its caps)
     for _ in range(REFINE_ROUNDS):
         tied, _, _ = acceptance_set(scores)
         leaders = [scores[i].candidate.layers for i in tied]
@@ -306,6 +311,7 @@ def _refine(scores: list[Score], confirm, screener, states, screened, avail, *, 
         take = keep[:max(0, REFINE_CONFIRM - added)]
         rec["confirmed"] = [describe(x) for x in take]
         rec["not_confirmed"] = [describe(x) for x in keep[len(take):]]
+        left += keep[len(take):] + rec.pop("_not_screened_again", [])
         rounds.append(rec)
         for j, ls in enumerate(take):
             confirm(len(scores), Candidate(f"refined #{added + j + 1}", ls,
@@ -314,7 +320,11 @@ def _refine(scores: list[Score], confirm, screener, states, screened, avail, *, 
         added += len(take)
         if not take or added >= REFINE_CONFIRM:
             break
-    return {"rounds": rounds, "confirmed": added,
+    # what the verdict keeps in its set unconfirmed: the screen's survivors and refinement's leftovers
+    have = {sc.candidate.layers for sc in scores}
+    pending = list(dict.fromkeys([screened.sets[i] for i in screened.alive] + left))
+    pending = [x for x in pending if x not in have]
+    return {"rounds": rounds, "confirmed": added, "pending": pending,
             "not_confirmed": [x for r in rounds for x in r["not_confirmed"]],
             "rule": "every single-slot change of each wiring acceptance cannot exclude against the best (k slots x "
                     "every captured layer, ascending), screened against the best with the screen's bound on all "

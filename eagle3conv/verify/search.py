@@ -4,17 +4,20 @@
 :func:`candidates` adds the wirings worth scoring around it (the training
 record's, each shifted by one, the embedding-included variant, each engine's
 default, per-slot moves of 1 and 2), among the layers the states hold.
+:func:`global_search` screens every wiring of the layers the states hold, :func:`refine`
+tries the single-slot changes of the leaders (docs/facts.md §11).
 :func:`norm_comparison` puts a score's per-slot norms next to training's.
 :func:`decide` turns the scores into a :class:`Verdict`, whose ``status`` says
 what the search concluded (callers branch on it, never on the wording):
 
-``named``      acceptance separates a leader from every other wiring, or, where it
-               cannot, the log score (:mod:`eagle3conv.verify.logscore`) separates one of
-               the leaders from every wiring acceptance leaves tied with it, or the norm
-               fingerprint picks the one leader clearly in line
-``stands``     acceptance cannot separate the leaders; the training record's or the
-               config's wiring is among them (norms not out of line), so it stands
-``ambiguous``  neither acceptance nor the norms decide: nothing is named
+``named``      the verdict's set (every wiring not excluded at 95% against the best: by
+               acceptance, then by the log score (:mod:`eagle3conv.verify.logscore`) among
+               what acceptance leaves, then by the norm fingerprint) has one member, in a
+               search that covered every layer
+``stands``     the training record's or the config's wiring is in the set (norms not out
+               of line), so it stands
+``ambiguous``  the set has several members: nothing is named; the set and what would
+               separate it are reported
 ``undecided``  fewer than :data:`MIN_SEARCH_SEQUENCES` sequences: no search verdict
 ``None``       no search was run (one wiring scored)
 """
@@ -127,8 +130,10 @@ def candidates(base: Candidate, trained: LayerSet | None, available: Sequence[La
 SCREEN_BOUND = ScreenBound()  # when the screen drops a wiring: docs/facts.md §11
 MAX_CONFIRM = 24  # screen survivors confirmed on every position at most; the rest stay in the verdict's set
 SET_ALPHA = 0.05  # the verdict's set holds the best with 95%: half to acceptance, half to the log score
+LISTED = 50  # unconfirmed survivors named in the report (all are counted)
 REFINE_ROUNDS = 4  # local refinement rounds at most (each: the single-slot neighbours of the leaders)
 REFINE_CONFIRM = 16  # wirings local refinement confirms at most, over all its rounds
+REFINE_OPEN = 64  # wirings one round screens again at most (best screen score first)
 
 
 def names_layers(config: dict) -> bool:
@@ -201,7 +206,8 @@ def global_search(drafter, states, near: list[Candidate], available: Sequence[La
         "screen_ranked_by": "step-1 log-score",
         "screen": screen_record(res, bound),
         "screen_kept": len(kept),
-        "unconfirmed": [describe(sets[i]) for i in confirm[MAX_CONFIRM:]],
+        "unconfirmed_count": len(confirm[MAX_CONFIRM:]),
+        "unconfirmed": [describe(sets[i]) for i in confirm[MAX_CONFIRM:MAX_CONFIRM + LISTED]],
         "screen_best": [{"layers": describe(sets[i]), "step1_acceptance": round(res.acceptance(i), 4),
                          "step1_log_score": round(res.logp[i], 5), "positions": res.reached[i]}
                         for i in kept[:8]],
@@ -219,8 +225,9 @@ def screen_record(res, bound: ScreenBound) -> dict:
                           f"more than the bound (paired, Bonferroni over every comparison, family-wise "
                           f"{bound.alpha:g}); docs/facts.md §11")
             if res.complete else
-            (f"the screen stopped at its work cap ({bound.max_work:g} x one first-stage pass) with "
-             f"{len(res.alive)} wirings the data had not excluded: all stay in the verdict's set")}
+            (f"the screen stopped at its work cap ({bound.max_work:g} passes of every wiring over the first "
+             f"stage and {bound.max_tail:g} wirings over every position) with {len(res.alive)} wirings the data "
+             "had not excluded: all stay in the verdict's set")}
 
 
 def neighbours(layers: LayerSet, available: Sequence[LayerRef]) -> list[LayerSet]:
@@ -277,8 +284,10 @@ def refine(drafter, states, res, reference: LayerSet, leaders: Sequence[LayerSet
     open_ = [n for n in tried if ref is None or n not in index or not res.excluded(index[n], ref)]
     open_.sort(key=lambda n: -res.logp[index[n]] if n in index else 0.0)
     rec = {"leaders": [describe(x) for x in leaders], "reference": describe(reference), "tried": len(tried),
-           "excluded_by_the_screen": len(tried) - len(open_), "screened_again": [describe(x) for x in open_],
-           "kept": []}
+           "excluded_by_the_screen": len(tried) - len(open_), "screened_again": [describe(x) for x in open_[:REFINE_OPEN]],
+           "not_screened_again": len(open_[REFINE_OPEN:]), "kept": []}
+    rec["_not_screened_again"] = open_[REFINE_OPEN:]  # the caller keeps them in the verdict's set
+    open_ = open_[:REFINE_OPEN]  # the best by the screen's score first
     if not open_:
         return [], rec
     total = states.num_sequences if max_sequences is None else min(max_sequences, states.num_sequences)
@@ -288,7 +297,8 @@ def refine(drafter, states, res, reference: LayerSet, leaders: Sequence[LayerSet
         def cb(d, t):
             progress(f"refining: {len(open_)} wirings one slot from a leader", d, t)
     again, kept = screen(drafter, states, sets, rows=total, target_embeds=target_embeds, labels=labels,
-                         bound=dataclasses.replace(bound, max_work=math.inf), keep=(0,), progress=cb)
+                         bound=dataclasses.replace(bound, max_work=math.inf, max_tail=math.inf), keep=(0,),
+                         progress=cb)
     out = [sets[i] for i in kept if i != 0]
     rec.update({"kept": [describe(x) for x in out], "screen": screen_record(again, bound),
                 "seconds": round(again.seconds, 3)})
@@ -498,8 +508,9 @@ def _separation(members: list[int], lead: int, acc: dict, logs: dict, comparison
     return max(1.0, max(need))
 
 
-def _set_words(names: list[str], limit: int = 6) -> str:
-    return "; ".join(names[:limit]) + (f"; and {len(names) - limit} more" if len(names) > limit else "")
+def _set_words(names: list[str], limit: int = 6, total: int | None = None) -> str:
+    total = len(names) if total is None else total
+    return "; ".join(names[:limit]) + (f"; and {total - min(limit, len(names))} more" if total > limit else "")
 
 
 def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search: bool, path,
@@ -593,6 +604,7 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
         if lead not in members:
             lead = max(members, key=lambda i: scores[i].accept_length_all)
     unconfirmed = list((coverage or {}).get("unconfirmed") or []) if complete else []
+    n_unconfirmed = int((coverage or {}).get("unconfirmed_count", len(unconfirmed))) if complete else 0
     anchors = [i for i in members if scores[i].candidate.name == "training record"] + (
         [0] if 0 in members and config_names_layers else [])
     anchor = next((i for i in anchors if in_line(i) is not False), None)
@@ -606,7 +618,7 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
          **({"accept_length_gap": [round(x, 4) for x in diffs[i]]} if i in diffs else {}),
          **({"log_score_gap": [_finite(x, 5) for x in log_diffs[i]]} if i in log_diffs else {})}
         for i in members] + [{"layers": u, "confirmed": False} for u in unconfirmed]
-    size = len(members) + len(unconfirmed)
+    size = len(members) + n_unconfirmed
     chosen, status, statistic = lead, "ambiguous", None
     if anchor is not None:
         chosen, status = anchor, "stands"
@@ -647,23 +659,24 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
         if factor is not None and not unconfirmed:
             seqs = main.effective_sequences
             out.positions_to_separate = int(math.ceil(main.tokens * factor))
-            out.to_separate = {"factor": round(factor, 2), "positions": out.positions_to_separate,
+            out.to_separate = {"members": size, "factor": round(factor, 2), "positions": out.positions_to_separate,
                                "sequences": int(math.ceil(seqs * factor)), "sequences_now": seqs,
                                "statistic": how}
         else:
-            out.to_separate = {"factor": None, "sequences_now": main.effective_sequences, "statistic": how,
+            out.to_separate = {"members": size, "factor": None, "sequences_now": main.effective_sequences,
+                               "statistic": how,
                                "why": ("the screen kept wirings verify did not confirm" if unconfirmed else
                                        "some wirings in the set show no gap to the best at all")}
     if status == "ambiguous":
-        what = f"{size} wirings" + (f" ({len(unconfirmed)} of them kept by the screen, not confirmed)"
-                                    if unconfirmed else "")
+        what = f"{size} wirings" + (f" ({n_unconfirmed} of them kept by the screen, not confirmed)"
+                                    if n_unconfirmed else "")
         if size > 1:
             more = out.to_separate or {}
             sep = (f"about {more['sequences']} sequences like these ({more['sequences_now']} now) would separate them"
                    if more.get("factor") else
                    "no amount of data like this separates them at the gaps seen; a training record would")
             verb = " leaves" if len(by) == 1 else ", leave"
-            listed = _set_words([c["layers"] for c in out.confidence_set])
+            listed = _set_words([c["layers"] for c in out.confidence_set], total=size)
             out.decided_by = (f"the data cannot tell which of {what} the drafter was trained on ({how}{verb} "
                               f"them all within 95% of the best: {listed}); {sep}")
     if status == "named" and not complete:
@@ -728,12 +741,14 @@ def _capture_advice(v: Verdict, capture: dict | None, target: str | None) -> str
     else:
         how = (f"more data like this may not separate them ({sep.get('why', 'no gap seen')}); keep the training "
                f"record (training_metadata.json) beside the drafter, or capture other prompts ({cmd})")
-    return (f"the drafter was trained on one of {len(members)} wirings the data cannot tell apart "
-            f"({_set_words(members)}): no config is written for any one of them; to separate them, {how}")
+    size = sep.get("members", len(members))
+    return (f"the drafter was trained on one of {size} wirings the data cannot tell apart "
+            f"({_set_words(members, total=size)}): no config is written for any one of them; to separate them, {how}")
 
 
 __all__ = [
-    "LOG_SCORE_STEP", "MAX_CONFIRM", "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "REFINE_CONFIRM", "REFINE_ROUNDS",
+    "LISTED", "LOG_SCORE_STEP", "MAX_CONFIRM", "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "REFINE_CONFIRM",
+    "REFINE_OPEN", "REFINE_ROUNDS", "SET_ALPHA",
     "SCREEN_BOUND", "STATUSES", "Status", "Verdict", "acceptance_set", "all_wirings", "candidates", "config_candidate",
     "decide", "global_search", "log_score_exclusions", "log_score_leader", "names_layers", "neighbours",
     "norm_comparison", "norm_mismatch", "refine", "screen_dtype", "screen_record",
