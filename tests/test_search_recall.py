@@ -38,7 +38,9 @@ B, S, T = 12, 40, 32
 
 
 def make_case(root: Path, seed: int) -> tuple[Path, Path, tuple[int, ...], int, float]:
-    from eagle3conv.example import Dims, _save, canonical_tensors, llama_config
+    from safetensors.torch import save_file
+
+    from eagle3conv.example import Dims, canonical_tensors, llama_config
     from eagle3conv.states.format import write_states
     from eagle3conv.verify import build_drafter
 
@@ -57,7 +59,7 @@ def make_case(root: Path, seed: int) -> tuple[Path, Path, tuple[int, ...], int, 
     t["lm_head.weight"] = (t["lm_head.weight"].float() * 40).to(torch.bfloat16)  # peaked drafts
     folder = root / f"drafter-{seed}"
     folder.mkdir()
-    _save(t, folder / "model.safetensors")
+    save_file({k_: v.contiguous() for k_, v in t.items()}, str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps(cfg))
     while True:  # every other case: two adjacent middle layers
         planted = tuple(sorted(rnd.sample(range(-1, N_LAYERS), k)))

@@ -242,7 +242,7 @@ class ScreenBound:
     alpha: float = 0.01
     margin: float = 0.0  # nats per position the leader must lead by beyond the bound
     unit: int = 256  # positions of one sequence taken together (a whole sequence when shorter)
-    min_units: int = 10  # from this many units read, the blocks are units
+    min_units: int = 20  # from this many units read, the blocks are units
     rho: float = 0.01  # before that: the correlation allowed for between positions of one unit
     first: int = 64  # scored positions of the first stage
     growth: float = 2.0

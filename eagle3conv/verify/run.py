@@ -32,7 +32,6 @@ from eagle3conv.verify.search import (
     MIN_SEARCH_SEQUENCES,
     REFINE_CONFIRM,
     REFINE_ROUNDS,
-    acceptance_set,
     candidates,
     config_candidate,
     decide,
@@ -41,6 +40,7 @@ from eagle3conv.verify.search import (
     norm_comparison,
     refine,
     screen_dtype,
+    set_members,
 )
 from eagle3conv.spec.canonical import drafter_uses_own_embedding
 from eagle3conv.spec.layers import LayerRef, LayerSet, describe, to_refs
@@ -233,8 +233,20 @@ def verify(
 
     for i, cand in enumerate(cands):
         confirm(i, cand, len(cands))
+    got_log: dict = {}
+
+    def log_score(idx):  # the step-1 log score, only where acceptance leaves a global search tied (kept)
+        from eagle3conv.verify.logscore import log_scores
+
+        want = [i for i in idx if i not in got_log]
+        if want:
+            got_log.update(zip(want, log_scores(drafter, states, [scores[i].candidate.layers for i in want], steps=1,
+                                                batch_size=batch_size, target_embeds=target_embeds, labels=labels,
+                                                max_sequences=max_sequences)))
+        return [got_log[i] for i in idx]
+
     if coverage is not None and coverage.get("global") and scores[0].effective_sequences >= MIN_SEARCH_SEQUENCES:
-        coverage["refinement"] = _refine(scores, confirm, screener, states, screened, avail,
+        coverage["refinement"] = _refine(scores, confirm, screener, states, screened, avail, log_score,
                                          target_embeds=target_embeds, labels=labels, max_sequences=max_sequences,
                                          progress=progress)
         pending = coverage["refinement"].pop("pending")
@@ -253,12 +265,6 @@ def verify(
         same = training is not None and training.layers == s.candidate.layers
         comparisons.append(norm_comparison(s, training.norms) if same or (
             training is not None and len(training.layers or ()) == len(s.candidate.layers)) else None)
-    def log_score(idx):  # the step-1 log score, only where acceptance leaves a global search tied
-        from eagle3conv.verify.logscore import log_scores
-
-        return log_scores(drafter, states, [scores[i].candidate.layers for i in idx], steps=1, batch_size=batch_size,
-                          target_embeds=target_embeds, labels=labels, max_sequences=max_sequences)
-
     verdict = decide(scores, comparisons, search, path, ev.target.name if ev.target else None,
                      coverage=coverage, config_names_layers=layers is not None or names_layers(config),
                      log_score=log_score, capture=getattr(states, "capture", None))
@@ -289,23 +295,24 @@ def verify(
     return result
 
 
-def _refine(scores: list[Score], confirm, screener, states, screened, avail, *, target_embeds: bool, labels,
-            max_sequences: int | None, progress) -> dict:
-    """Local refinement after the confirmations: the single-slot neighbours of every wiring
-    acceptance cannot exclude against the best are compared with the best with the screen's
-    bound (on the positions the screen read, then again on all the data for those it does not
-    exclude: :func:`~eagle3conv.verify.search.refine`), and the ones it keeps are confirmed;
-    again around the new leaders, until a round confirms nothing new (at most REFINE_ROUNDS
-    rounds, REFINE_CONFIRM wirings). A trained wiring one slot away from a confirmed one is
+def _refine(scores: list[Score], confirm, screener, states, screened, avail, log_score, *, target_embeds: bool,
+            labels, max_sequences: int | None, progress) -> dict:
+    """Local refinement after the confirmations: the single-slot neighbours of every member of
+    the current set (:func:`~eagle3conv.verify.search.set_members`: acceptance, then the log
+    score) are compared with its best on the log score with the screen's bound (on the
+    positions the screen read, then again on all the data for those it does not exclude:
+    :func:`~eagle3conv.verify.search.refine`), and the ones it keeps are confirmed; again
+    around the new set, until a round confirms nothing new (at most REFINE_ROUNDS rounds,
+    REFINE_CONFIRM wirings). A trained wiring one slot away from a confirmed one is
     therefore never missed."""
     done = {s.candidate.layers for s in scores}
     rounds: list[dict] = []
     added = 0
     left: list = []  # kept by refinement's screens but not confirmed (its caps)
     for _ in range(REFINE_ROUNDS):
-        tied, _, _ = acceptance_set(scores)
-        leaders = [scores[i].candidate.layers for i in tied]
-        keep, rec = refine(screener, states, screened, leaders[0], leaders, done, avail,
+        members, ref = set_members(scores, log_score)
+        leaders = [scores[i].candidate.layers for i in members]
+        keep, rec = refine(screener, states, screened, scores[ref].candidate.layers, leaders, done, avail,
                            target_embeds=target_embeds, labels=labels, max_sequences=max_sequences,
                            progress=progress)
         take = keep[:max(0, REFINE_CONFIRM - added)]
@@ -326,9 +333,10 @@ def _refine(scores: list[Score], confirm, screener, states, screened, avail, *, 
     pending = [x for x in pending if x not in have]
     return {"rounds": rounds, "confirmed": added, "pending": pending,
             "not_confirmed": [x for r in rounds for x in r["not_confirmed"]],
-            "rule": "every single-slot change of each wiring acceptance cannot exclude against the best (k slots x "
-                    "every captured layer, ascending), screened against the best with the screen's bound on all "
-                    "the data; the ones kept are confirmed; repeated around the new leaders until nothing new"}
+            "rule": "every single-slot change of each member of the set (k slots x every captured layer, ascending), "
+                    "compared with the set's best on the log score with the screen's bound, on the screen's "
+                    "positions then on all the data; the ones kept are confirmed; again around the new set until "
+                    "nothing new"}
 
 
 class _Serving:

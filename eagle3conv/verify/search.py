@@ -260,6 +260,18 @@ def acceptance_set(scores: list[Score]) -> tuple[list[int], dict[int, tuple[floa
     return [ranked[0]] + [i for i in ranked[1:] if not bounds[i][3]], diffs, bounds
 
 
+def set_members(scores: list[Score], log_score=None) -> tuple[list[int], int]:
+    """The confirmed wirings the verdict's first two statistics leave (:func:`decide`):
+    acceptance against the best, then, where it leaves several and ``log_score`` is given,
+    the log score against its leader; and the wiring to compare others with on the log
+    score (that leader, else the best by acceptance)."""
+    tied, _, _ = acceptance_set(scores)
+    if log_score is None or len(tied) < 2:
+        return tied, tied[0]
+    lead, _, _, gone, _ = log_score_exclusions(scores, tied, log_score)
+    return [i for i in tied if i not in gone], lead
+
+
 def refine(drafter, states, res, reference: LayerSet, leaders: Sequence[LayerSet], done: set[LayerSet],
            available: Sequence[LayerRef], *, target_embeds: bool, labels=None, max_sequences: int | None = None,
            bound: ScreenBound = SCREEN_BOUND, progress=None) -> tuple[list[LayerSet], dict]:
@@ -751,5 +763,5 @@ __all__ = [
     "REFINE_OPEN", "REFINE_ROUNDS", "SET_ALPHA",
     "SCREEN_BOUND", "STATUSES", "Status", "Verdict", "acceptance_set", "all_wirings", "candidates", "config_candidate",
     "decide", "global_search", "log_score_exclusions", "log_score_leader", "names_layers", "neighbours",
-    "norm_comparison", "norm_mismatch", "refine", "screen_dtype", "screen_record",
+    "norm_comparison", "norm_mismatch", "refine", "screen_dtype", "screen_record", "set_members",
 ]
