@@ -20,10 +20,12 @@ DIMS = Dims(hidden=64, target_hidden=64, heads=4, kv_heads=2, head_dim=16, inter
             draft_vocab=300, aux_ids=(1, 3, 4))
 
 
-@pytest.fixture(scope="module")
-def planted(tmp_path_factory):
+@pytest.fixture(scope="module", params=["every position", "after a prompt"])
+def planted(tmp_path_factory, request):
     """Layer outputs that drift over the layers (neighbours alike) and reference tokens planted
-    from the drafter's own step-1 guesses with outputs 1, 3, 4: graded hits, few ties."""
+    from the drafter's own step-1 guesses with outputs 1, 3, 4: graded hits, few ties. "after a
+    prompt": a loss mask scores only positions after a prompt of 9 to 20 tokens, so the screen
+    runs the rest of step 1 on the scored columns only (attention still over every position)."""
     root = tmp_path_factory.mktemp("screen")
     folder = write_example(root / "drafter", "sglang", DIMS)
     config, tensors = load_drafter_weights(folder)
@@ -45,9 +47,14 @@ def planted(tmp_path_factory):
     target_next = torch.randint(0, 512, (B, S), generator=g)
     target_next[:, 1:] = guess[:, :-1]
     path = root / "states.safetensors"
+    loss_mask = None
+    if request.param == "after a prompt":
+        loss_mask = torch.ones(B, S, dtype=torch.bool)
+        for b, n in enumerate((9, 20, 14, 17)):
+            loss_mask[b, :n] = False
     write_states(path, input_ids=torch.randint(0, 512, (B, S), generator=g),
                  attention_mask=torch.ones(B, S, dtype=torch.bool), target_next=target_next,
-                 hidden=hidden, num_layers=6, vocab_size=512, dtype="fp32", target="tiny")
+                 hidden=hidden, num_layers=6, vocab_size=512, dtype="fp32", target="tiny", loss_mask=loss_mask)
     return drafter, path
 
 

@@ -540,9 +540,16 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             take = torch.zeros(g, Sg, dtype=torch.bool)
             for a, r in enumerate(grp):
                 take[a, done[r]:stops[r]] = lp_ok_all[r, done[r]:stops[r]]
+            # the columns scored: the rest of step 1 (o_proj, MLP, head) runs on those only; every
+            # column before them is still attended to (its keys and values are computed)
+            qcols = torch.nonzero(take.any(0)).flatten()
+            Sq = len(qcols)
+            take = take[:, qcols]
             flat = torch.nonzero(take.flatten()).flatten().to(dev)
-            ref_d = draft_all[sel, :Sg].clamp(min=0).to(dev)
-            ref_t = ref_all[sel, :Sg].to(dev)
+            ref_d = draft_all[sel][:, qcols].clamp(min=0).to(dev)
+            ref_t = ref_all[sel][:, qcols].to(dev)
+            qi = qcols.to(dev)
+            qmask = torch.arange(Sg, device=dev)[None, :] <= qi[:, None]  # causal, for the columns scored
             per = max(1, chunk_tokens // max(1, g * Sg))
             lp_parts, hit_parts = [], []
             for a in range(0, len(alive), per):
@@ -554,11 +561,19 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
                 if drafter.fc_bias is not None:
                     gg = gg + drafter.fc_bias
                 with torch.inference_mode():
-                    out = drafter.forward(gg.reshape(P * g, Sg, -1), tokens.repeat(P, 1))
-                lg = out.logits.view(P, g * Sg, -1).index_select(1, flat).float()
+                    if Sq == Sg:
+                        out = drafter.forward(gg.reshape(P * g, Sg, -1), tokens.repeat(P, 1))
+                    else:
+                        residual, q, kk, vv = drafter.attention_inputs(gg.reshape(P * g, Sg, -1),
+                                                                       tokens.repeat(P, 1))
+                        attn = F.scaled_dot_product_attention(q[:, :, qi], kk, vv, attn_mask=qmask,
+                                                              enable_gqa=drafter.gqa, scale=drafter.attn_scale)
+                        out = drafter.finish(residual[:, qi], attn)
+                        del residual, q, kk, vv, attn
+                lg = out.logits.view(P, g * Sq, -1).index_select(1, flat).float()
                 lp = lg.gather(-1, ref_d.flatten()[flat].expand(P, -1).unsqueeze(-1)).squeeze(-1)
                 lp_parts.append((lp - torch.logsumexp(lg, -1)).cpu())
-                hit_parts.append((out.target_ids.view(P, g * Sg).index_select(1, flat)
+                hit_parts.append((out.target_ids.view(P, g * Sq).index_select(1, flat)
                                   == ref_t.flatten()[flat]).cpu())
                 del out, lg
                 if progress:
