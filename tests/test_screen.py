@@ -73,6 +73,14 @@ def test_screen_hits_equal_evaluate_step1_hits(planted):
         assert res.hits[i] == sc.matched[0], ls  # the same hits, sequence by sequence
         assert res.counted == sc.counted[0]
         per_wiring.append(sum(sc.matched[0]))
+    # the screen's own log score, per sequence, is the verdict's (logscore.log_scores at step 1)
+    from eagle3conv.verify.logscore import log_scores
+
+    for i in (0, 17, 34):
+        mine = res.log_score(i)
+        ref = log_scores(drafter, open_states(path), [sets[i]], steps=1, batch_size=4, target_embeds=True)[0]
+        assert mine.counted == ref.counted
+        assert mine.logp[0] == pytest.approx(ref.logp[0], rel=1e-4, abs=1e-3)
     planted_i = sets.index(tuple(LayerRef(o) for o in (1, 3, 4)))
     assert per_wiring[planted_i] == sum(res.counted)  # the planted wiring is right everywhere
     assert kept[0] == planted_i and len(set(per_wiring)) > 5  # graded, not all tied

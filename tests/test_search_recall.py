@@ -191,8 +191,12 @@ def test_refinement_recovers_a_wiring_the_screen_never_scored(tmp_path):
                        bound=SCREEN_BOUND)
     assert trained not in [lossy[i] for i in kept]
     done = {leader}
-    found, rec = refine(drafter, states, res, leader, [leader], done, states.layers, target_embeds=target_embeds)
+    found, rec, again = refine(drafter, states, res, leader, [leader], done, states.layers,
+                               target_embeds=target_embeds)
     assert trained in found and trained in done, rec
     assert rec["tried"] == len(neighbours(leader, states.layers))
     # a wiring the screen's data already excludes against the reference is not screened again
     assert rec["excluded_by_the_screen"] > 0 and describe(trained) in rec["screened_again"]
+    # refinement's screen read the trained wiring everywhere: its log score is there for the verdict
+    mine = again.log_score(again.sets.index(trained))
+    assert mine is not None and sum(mine.counted[0]) == again.total

@@ -308,6 +308,23 @@ class ScreenResult:
     vectors: list = field(default_factory=list)  # per wiring: its log score per position scored (CPU)
     pos_row: list[int] = field(default_factory=list)  # the sequence of each position, in the order read
     tests: int = 0  # the comparisons the bound allows for (wirings x stages)
+    total: int = 0  # the log-scored positions of the rows screened (a vector this long is complete)
+
+    def log_score(self, i: int):
+        """Wiring ``i``'s step-1 log score per sequence (a
+        :class:`~eagle3conv.verify.logscore.LogScore`) when the screen read it on every position
+        of its rows, else None."""
+        import torch
+
+        from eagle3conv.verify.logscore import LogScore
+
+        v = self.vectors[i] if i < len(self.vectors) else None
+        if v is None or len(v) != self.total or not self.total:
+            return None
+        rows = torch.tensor(self.pos_row, dtype=torch.long)
+        lp = torch.zeros(self.sequences, dtype=torch.float64).index_add_(0, rows, v.double())
+        n = torch.bincount(rows, minlength=self.sequences)
+        return LogScore(tuple(self.sets[i]), [lp.tolist()], [n.tolist()])
 
     def acceptance(self, i: int) -> float:
         """Wiring ``i``'s step-1 acceptance on the positions it was scored on."""
@@ -621,7 +638,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     res = ScreenResult(sets=list(sets), hits=row_hits, counted=counted, sequences=rows,
                        seconds=time.perf_counter() - t0, step1=step1, logp=logp, positions=ok_positions,
                        phase_seconds=phases, alive=alive, reached=reached, stages=stages, complete=complete,
-                       work=work, bound=bound, vectors=vectors, pos_row=pos_row, tests=n_sets * len(plan))
+                       work=work, bound=bound, vectors=vectors, pos_row=pos_row, tests=n_sets * len(plan),
+                       total=total)
     return res, list(alive)
 
 

@@ -193,7 +193,7 @@ def verify(
     t_built = time.perf_counter()
     truth = ev.truth.layers if ev.truth else None
     cands = [base]
-    coverage = None
+    coverage = screened = None
     if search:
         avail = [r for r in states.layers]
         cands = candidates(base, truth, avail, n, wide=False)
@@ -234,25 +234,38 @@ def verify(
     for i, cand in enumerate(cands):
         confirm(i, cand, len(cands))
     got_log: dict = {}
+    screened_logs: dict = {}  # layers -> the screens' own log score, for wirings they read everywhere
 
-    def log_score(idx):  # the step-1 log score, only where acceptance leaves a global search tied (kept)
+    def harvest(res) -> None:
+        for j, ls in enumerate(res.sets):
+            if ls not in screened_logs and (got := res.log_score(j)) is not None:
+                screened_logs[ls] = got
+
+    if screened is not None:
+        harvest(screened)
+
+    def log_score(idx):  # the step-1 log score, only where acceptance leaves a global search tied (kept):
+        # the screen's own where it read the wiring everywhere, else computed the same way (its dtype)
         from eagle3conv.verify.logscore import log_scores
 
         want = [i for i in idx if i not in got_log]
+        for i in [i for i in want if scores[i].candidate.layers in screened_logs]:
+            got_log[i] = screened_logs[scores[i].candidate.layers]
+        want = [i for i in want if i not in got_log]
         if want:
-            got_log.update(zip(want, log_scores(drafter, states, [scores[i].candidate.layers for i in want], steps=1,
-                                                batch_size=batch_size, target_embeds=target_embeds, labels=labels,
-                                                max_sequences=max_sequences)))
+            got_log.update(zip(want, log_scores(screener, states, [scores[i].candidate.layers for i in want],
+                                                steps=1, batch_size=batch_size, target_embeds=target_embeds,
+                                                labels=labels, max_sequences=max_sequences)))
         return [got_log[i] for i in idx]
 
     if coverage is not None and coverage.get("global") and scores[0].effective_sequences >= MIN_SEARCH_SEQUENCES:
-        coverage["refinement"] = _refine(scores, confirm, screener, states, screened, avail, log_score,
+        coverage["refinement"] = _refine(scores, confirm, screener, states, screened, avail, log_score, harvest,
                                          target_embeds=target_embeds, labels=labels, max_sequences=max_sequences,
                                          progress=progress)
         pending = coverage["refinement"].pop("pending")
         coverage["unconfirmed_count"] = len(pending)
         coverage["unconfirmed"] = [describe(x) for x in pending[:LISTED]]
-    screener = screened = None
+    screened = None
     wiring_check = check.to_dict()
     engine_scores = _score_engines(wiring_check.get("engines") or [], scores, drafter, states, steps=steps,
                                    batch_size=batch_size, target_embeds=target_embeds, max_sequences=max_sequences,
@@ -268,6 +281,9 @@ def verify(
     verdict = decide(scores, comparisons, search, path, ev.target.name if ev.target else None,
                      coverage=coverage, config_names_layers=layers is not None or names_layers(config),
                      log_score=log_score, capture=getattr(states, "capture", None))
+    if verdict.log_score is not None:  # the screen's dtype: bf16 on a CPU with native bf16 matmul
+        verdict.log_score["dtype"] = str(screener.dtype).removeprefix("torch.")
+    screener = None
     t_end = time.perf_counter()
     result = VerifyResult(
         checkpoint=root, states=dict(states.summary(), verify_notes=notes), device=dev, dtype=str(dt).removeprefix("torch."),
@@ -295,8 +311,8 @@ def verify(
     return result
 
 
-def _refine(scores: list[Score], confirm, screener, states, screened, avail, log_score, *, target_embeds: bool,
-            labels, max_sequences: int | None, progress) -> dict:
+def _refine(scores: list[Score], confirm, screener, states, screened, avail, log_score, harvest, *,
+            target_embeds: bool, labels, max_sequences: int | None, progress) -> dict:
     """Local refinement after the confirmations: the single-slot neighbours of every member of
     the current set (:func:`~eagle3conv.verify.search.set_members`: acceptance, then the log
     score) are compared with its best on the log score with the screen's bound (on the
@@ -312,9 +328,11 @@ def _refine(scores: list[Score], confirm, screener, states, screened, avail, log
     for _ in range(REFINE_ROUNDS):
         members, ref = set_members(scores, log_score)
         leaders = [scores[i].candidate.layers for i in members]
-        keep, rec = refine(screener, states, screened, scores[ref].candidate.layers, leaders, done, avail,
-                           target_embeds=target_embeds, labels=labels, max_sequences=max_sequences,
-                           progress=progress)
+        keep, rec, again = refine(screener, states, screened, scores[ref].candidate.layers, leaders, done, avail,
+                                  target_embeds=target_embeds, labels=labels, max_sequences=max_sequences,
+                                  progress=progress)
+        if again is not None:
+            harvest(again)
         take = keep[:max(0, REFINE_CONFIRM - added)]
         rec["confirmed"] = [describe(x) for x in take]
         rec["not_confirmed"] = [describe(x) for x in keep[len(take):]]

@@ -274,13 +274,14 @@ def set_members(scores: list[Score], log_score=None) -> tuple[list[int], int]:
 
 def refine(drafter, states, res, reference: LayerSet, leaders: Sequence[LayerSet], done: set[LayerSet],
            available: Sequence[LayerRef], *, target_embeds: bool, labels=None, max_sequences: int | None = None,
-           bound: ScreenBound = SCREEN_BOUND, progress=None) -> tuple[list[LayerSet], dict]:
+           bound: ScreenBound = SCREEN_BOUND, progress=None) -> tuple[list[LayerSet], dict, object]:
     """One round of local refinement: every single-slot change of each leader not in ``done``
     is compared with ``reference`` (the best confirmed wiring) with the screen's bound --
     first on the positions the global screen (``res``) already scored both on; those that
     data does not exclude are screened again against ``reference`` (never dropped) on all
-    the data. Returns the wirings still not excluded (to confirm), best first, and the
-    round's record. ``done`` gains every wiring tried."""
+    the data. Returns the wirings still not excluded (to confirm), best first, the round's
+    record, and its screen's :class:`~eagle3conv.verify.evaluate.ScreenResult` (None when
+    nothing was screened again). ``done`` gains every wiring tried."""
     import dataclasses
 
     from eagle3conv.verify.evaluate import screen
@@ -301,7 +302,7 @@ def refine(drafter, states, res, reference: LayerSet, leaders: Sequence[LayerSet
     rec["_not_screened_again"] = open_[REFINE_OPEN:]  # the caller keeps them in the verdict's set
     open_ = open_[:REFINE_OPEN]  # the best by the screen's score first
     if not open_:
-        return [], rec
+        return [], rec, None
     total = states.num_sequences if max_sequences is None else min(max_sequences, states.num_sequences)
     sets = [reference] + open_
     cb = None
@@ -314,7 +315,7 @@ def refine(drafter, states, res, reference: LayerSet, leaders: Sequence[LayerSet
     out = [sets[i] for i in kept if i != 0]
     rec.update({"kept": [describe(x) for x in out], "screen": screen_record(again, bound),
                 "seconds": round(again.seconds, 3)})
-    return out, rec
+    return out, rec, again
 
 
 def _finite(x: float, digits: int) -> float | None:
