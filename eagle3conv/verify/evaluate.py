@@ -330,10 +330,11 @@ class ScreenResult:
         """Wiring ``i``'s step-1 acceptance on the positions it was scored on."""
         return self.step1[i]
 
-    def excluded(self, i: int, ref: int) -> bool:
+    def excluded(self, i: int, ref: int, tests: int | None = None) -> bool:
         """Whether the data the screen read excludes wiring ``i`` against wiring ``ref`` with the
         screen's bound, on the positions both were scored on (the screen reads positions in one
-        order, so those are the first ``min(reached)`` of them)."""
+        order, so those are the first ``min(reached)`` of them). ``tests``: the comparisons of
+        the family this one belongs to (default: the screen's own)."""
         import torch
 
         a, b = self.vectors[ref], self.vectors[i]
@@ -343,7 +344,7 @@ class ScreenResult:
         if n < 2:
             return False
         D, se, m = paired_bound(torch.stack([a[:n], b[:n]]), 0, self.pos_row[:n], self.bound)
-        q = self.bound.quantile(self.tests, m)
+        q = self.bound.quantile(self.tests if tests is None else tests, m)
         return bool(math.isfinite(q) and float(D[1] - q * se[1]) > self.bound.margin)
 
 

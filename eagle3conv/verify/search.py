@@ -131,6 +131,7 @@ SCREEN_BOUND = ScreenBound()  # when the screen drops a wiring: docs/facts.md §
 MAX_CONFIRM = 24  # screen survivors confirmed on every position at most; the rest stay in the verdict's set
 SET_ALPHA = 0.05  # the verdict's set holds the best with 95%: half to acceptance, half to the log score
 LISTED = 50  # unconfirmed survivors named in the report (all are counted)
+UNCONFIRMED_WHY = "the screen kept wirings verify did not confirm"
 REFINE_ROUNDS = 4  # local refinement rounds at most (each: the single-slot neighbours of the leaders)
 REFINE_CONFIRM = 16  # wirings local refinement confirms at most, over all its rounds
 REFINE_OPEN = 64  # wirings one round screens again at most (best screen score first)
@@ -294,7 +295,8 @@ def refine(drafter, states, res, reference: LayerSet, leaders: Sequence[LayerSet
                 done.add(n)
                 tried.append(n)
     ref = index.get(reference)
-    open_ = [n for n in tried if ref is None or n not in index or not res.excluded(index[n], ref)]
+    # a family of its own: the neighbours tried this round, each against the reference once
+    open_ = [n for n in tried if ref is None or n not in index or not res.excluded(index[n], ref, len(tried))]
     open_.sort(key=lambda n: -res.logp[index[n]] if n in index else 0.0)
     rec = {"leaders": [describe(x) for x in leaders], "reference": describe(reference), "tried": len(tried),
            "excluded_by_the_screen": len(tried) - len(open_), "screened_again": [describe(x) for x in open_[:REFINE_OPEN]],
@@ -669,7 +671,7 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
     factor = _separation(members, sep_lead, sep_acc, log_bounds if sep_lead == lead_ls else {},
                          len(scores) - 1)
     if size > 1:
-        if factor is not None and not unconfirmed:
+        if factor is not None and not n_unconfirmed:
             seqs = main.effective_sequences
             out.positions_to_separate = int(math.ceil(main.tokens * factor))
             out.to_separate = {"members": size, "factor": round(factor, 2), "positions": out.positions_to_separate,
@@ -678,16 +680,21 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
         else:
             out.to_separate = {"members": size, "factor": None, "sequences_now": main.effective_sequences,
                                "statistic": how,
-                               "why": ("the screen kept wirings verify did not confirm" if unconfirmed else
+                               "why": (UNCONFIRMED_WHY if n_unconfirmed else
                                        "some wirings in the set show no gap to the best at all")}
     if status == "ambiguous":
         what = f"{size} wirings" + (f" ({n_unconfirmed} of them kept by the screen, not confirmed)"
                                     if n_unconfirmed else "")
         if size > 1:
             more = out.to_separate or {}
-            sep = (f"about {more['sequences']} sequences like these ({more['sequences_now']} now) would separate them"
-                   if more.get("factor") else
-                   "no amount of data like this separates them at the gaps seen; a training record would")
+            if more.get("factor"):
+                sep = f"about {more['sequences']} sequences like these ({more['sequences_now']} now) would separate them"
+            elif n_unconfirmed:
+                sep = (f"the screen could not exclude {n_unconfirmed} of them on {more['sequences_now']} sequences: "
+                       "capture more and search again")
+            else:
+                sep = ("no amount of data like this separates them at the gaps seen (some show none); a training "
+                       "record would")
             verb = " leaves" if len(by) == 1 else ", leave"
             listed = _set_words([c["layers"] for c in out.confidence_set], total=size)
             out.decided_by = (f"the data cannot tell which of {what} the drafter was trained on ({how}{verb} "
@@ -723,8 +730,8 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
     if out.config_worse:  # said first, whether or not a wiring is named
         d, lo, hi = diffs[0]
         what = "the config's wiring" if config_names_layers else "the engines' default (config.json names no layers)"
-        first = (f"{what} ({names[0]}) is clearly worse than the best found "
-                 f"({names[ranked[0]]}: accept length +{d:.3f} [{lo:+.3f}, {hi:+.3f}] paired)")
+        first = (f"{what} ({names[0]}) is clearly worse than the best by accept length "
+                 f"({names[ranked[0]]}: +{d:.3f} [{lo:+.3f}, {hi:+.3f}] paired)")
         if out.advice is not None:
             out.advice = f"{first}; {out.advice}"
         elif one:
@@ -751,12 +758,15 @@ def _capture_advice(v: Verdict, capture: dict | None, target: str | None) -> str
     if sep.get("factor"):
         how = (f"capture about {sep['sequences']} sequences like these ({sep['sequences_now']} now) and verify "
                f"again ({cmd}, with that many prompts)")
+    elif sep.get("why") == UNCONFIRMED_WHY:
+        how = (f"capture several times the {sep['sequences_now']} sequences these states hold and verify again "
+               f"({cmd}), or keep the training record (training_metadata.json) beside the drafter")
     else:
         how = (f"more data like this may not separate them ({sep.get('why', 'no gap seen')}); keep the training "
                f"record (training_metadata.json) beside the drafter, or capture other prompts ({cmd})")
     size = sep.get("members", len(members))
-    return (f"the drafter was trained on one of {size} wirings the data cannot tell apart "
-            f"({_set_words(members, total=size)}): no config is written for any one of them; to separate them, {how}")
+    return (f"the data cannot tell {size} wirings apart ({_set_words(members, total=size)}): no config is written "
+            f"for any one of them; to separate them, {how}")
 
 
 __all__ = [
