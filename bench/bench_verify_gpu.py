@@ -22,7 +22,9 @@ One run measures, on the machine it runs on (meant for one H200):
    RMSNorm/RoPE), each checked against the original (share of equal target ids).
    ``evaluate`` alone over --eval-seqs sequences, with a cProfile of one pass.
 5. (``global_search_bench``) ``verify --search-wiring`` over all 61 layers on 16k tokens
-   (``--only-search`` runs just this after writing the drafter; budget 60 s).
+   (``--only-search`` runs just this after writing the drafter; budget 60 s): the screen's
+   stages (each wiring read until the data excludes it, docs/facts.md §12), its work, the
+   confirmations and local refinement, and the verdict's set.
 4. ``eagle3conv.verify.verify`` on a states file (``write_states``) of a few
    S=2048 sequences holding the embedding output and outputs 2, 30, 58 of a
    61-layer target: ``result.seconds`` (time to first result), cold and warm.
@@ -339,7 +341,7 @@ def qkv_no_cat(self, g, input_ids, position_offset):
 
 
 def global_search_bench(folder: Path, d: dict, dev: str, work: Path, seqs: int, S: int, steps: int,
-                        runs: int = 2) -> dict:
+                        runs: int = 2, screen_max_work: float | None = None) -> dict:
     """5. ``verify --search-wiring`` over every layer of the 61-layer target: states holding the
     embedding output and all 61 layer outputs of ``seqs`` x ``S`` tokens (16k by default), written
     once; the budget is 60 s on one H200 (issue 13). The weights are random, so every wiring
@@ -355,7 +357,7 @@ def global_search_bench(folder: Path, d: dict, dev: str, work: Path, seqs: int, 
 
     T, V = d["T"], d["V"]
     path = work / "states_all_layers.safetensors"
-    out = {"sequences": seqs, "S": S, "tokens": seqs * S}
+    out = {"sequences": seqs, "S": S, "tokens": seqs * S, "screen_max_work": screen_max_work}
     if not path.exists():
         # Layer outputs that drift like a residual stream (a shared part plus a random walk over the
         # layers, so neighbouring layers are alike), and reference tokens planted from the drafter's
@@ -408,6 +410,10 @@ def global_search_bench(folder: Path, d: dict, dev: str, work: Path, seqs: int, 
 
     def screen(*a, **k):  # the real screen, its result kept for the per-phase times
         t0 = time.perf_counter()
+        if screen_max_work is not None:  # --screen-max-work: the work cap under test
+            import dataclasses
+
+            k["bound"] = dataclasses.replace(k.get("bound") or evaluate_mod.ScreenBound(), max_work=screen_max_work)
         cb = k.get("progress")
 
         last = [0.0]
@@ -436,14 +442,19 @@ def global_search_bench(folder: Path, d: dict, dev: str, work: Path, seqs: int, 
             cov = dict(res.verdict.coverage or {})
             cov.pop("slot_profile", None)
             cov["screen_best"] = (cov.get("screen_best") or [])[:3]
-            sr = seen[0][0] if seen else None
+            sr = seen[0][0] if seen else None  # the global screen; later calls are local refinement's
             secs = dict(res.seconds)
             screen_s = sr.seconds if sr is not None else None
+            refine_s = sum(r[0].seconds for r in seen[1:])
             out[label] = {"wall_s": round(wall, 2), "seconds": secs, "coverage": cov, "status": res.verdict.status,
                           "confirmed": len(res.scores),
                           "screen_phase_seconds": getattr(sr, "phase_seconds", None),
-                          "evaluations_s": round(secs["total"] - secs["load_drafter"] - secs["build"] - screen_s, 2)
-                          if screen_s is not None else None,
+                          "screen_work": getattr(sr, "work", None), "screen_complete": getattr(sr, "complete", None),
+                          "screen_kept": len(getattr(sr, "alive", []) or []),
+                          "refinement_screen_s": round(refine_s, 2),
+                          "confidence_set": [c["layers"] for c in res.verdict.confidence_set][:10],
+                          "evaluations_s": round(secs["total"] - secs["load_drafter"] - secs["build"] - screen_s
+                                                 - refine_s, 2) if screen_s is not None else None,
                           "within_60s_budget": wall <= 60}
             log("global search", label, out[label])
             RESULT["global_search"] = out
@@ -851,6 +862,8 @@ def main() -> int:
                          "Kimi-size MLA drafter), fresh (fresh-process `eagle3conv verify`, both families), search")
     ap.add_argument("--fresh-seqs", type=int, default=96, help="sequences of the shared states file (mla, fresh)")
     ap.add_argument("--search-runs", type=int, default=2, help="verify --search-wiring runs on the same states")
+    ap.add_argument("--screen-max-work", type=float, default=None,
+                    help="search: the screen's work cap (ScreenBound.max_work; default: eagle3conv's)")
     ap.add_argument("--keep", action="store_true", help="keep the states files")
     ap.add_argument("--fresh-labels", default="", help="only these fresh-process cases, ';' separated")
     ap.add_argument("--mla-light", action="store_true",
@@ -1209,7 +1222,8 @@ def main() -> int:
     # -- 5. the global wiring search
     if "search" in sections:
         RESULT["global_search"] = global_search_bench(folder, d, dev, work, 2 if args.small else args.search_seqs,
-                                                      S, steps, runs=args.search_runs)
+                                                      S, steps, runs=args.search_runs,
+                                                      screen_max_work=args.screen_max_work)
         dump()
     if dev == "cuda":
         torch.cuda.empty_cache()

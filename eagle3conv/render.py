@@ -442,10 +442,28 @@ def verify_text(d: dict) -> str:
         lines.append(cov.get("summary") or (f"search: {cov['screened']} wirings screened, {cov['confirmed']} "
                                             f"confirmed (not global: the states lack layers "
                                             f"{', '.join(map(str, cov['missing_layers'][:8]))})"))
-    if v.get("tied_set"):
-        more = v.get("positions_to_separate")
-        lines.append(f"tied (acceptance cannot separate): {'; '.join(v['tied_set'][:6])}"
-                     + (f" -- about {more} positions would separate them" if more else ""))
+    if cov and cov.get("screen"):
+        sc = cov["screen"]
+        stages = sc.get("stages") or []
+        lines.append(f"screen: {cov.get('screen_kept', '?')} of {cov['screened']} wirings not excluded after "
+                     + " -> ".join(f"{st['kept']} at {st['positions']}" for st in stages[:8])
+                     + " positions; " + sc.get("guarantee", ""))
+    ref = (cov or {}).get("refinement")
+    if ref:
+        tried = sum(r.get("tried", 0) for r in ref.get("rounds", []))
+        lines.append(f"local refinement: {tried} wirings one slot from a leader compared with the best, "
+                     f"{ref.get('confirmed', 0)} confirmed"
+                     + (f", {len(ref['not_confirmed'])} kept but not confirmed" if ref.get("not_confirmed") else ""))
+    members = v.get("confidence_set") or []
+    if len(members) > 1:
+        lines.append(f"not excluded at 95% against the best ({v.get('set_statistic')}, paired over sequences):")
+        for c in members[:12]:
+            lines.append(f"  {c['layers']}" + (f": accept length {c['accept_length_all_starts']:.4f} over every chain "
+                                               "start" if c.get("confirmed") else ": kept by the screen, not confirmed"))
+        if len(members) > 12:
+            lines.append(f"  ... and {len(members) - 12} more")
+    elif v.get("tied_set"):
+        lines.append(f"tied (acceptance cannot separate): {'; '.join(v['tied_set'][:6])}")
     if status in ("named", "stands"):
         lines.append(f"trained on (most likely): {v['best_layers']} — decided by {v['decided_by']}")
         if v.get("advice"):

@@ -14,16 +14,18 @@ from eagle3conv.spec.layers import LayerRef
 from eagle3conv.states.format import write_states
 from eagle3conv.states.readers import open_states
 from eagle3conv.verify import Candidate, build_drafter, evaluate, load_drafter_weights
-from eagle3conv.verify.evaluate import screen
+from eagle3conv.verify.evaluate import NO_DROP, screen
 
 DIMS = Dims(hidden=64, target_hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=512,
             draft_vocab=300, aux_ids=(1, 3, 4))
 
 
-@pytest.fixture(scope="module")
-def planted(tmp_path_factory):
+@pytest.fixture(scope="module", params=["every position", "after a prompt"])
+def planted(tmp_path_factory, request):
     """Layer outputs that drift over the layers (neighbours alike) and reference tokens planted
-    from the drafter's own step-1 guesses with outputs 1, 3, 4: graded hits, few ties."""
+    from the drafter's own step-1 guesses with outputs 1, 3, 4: graded hits, few ties. "after a
+    prompt": a loss mask scores only positions after a prompt of 9 to 20 tokens, so the screen
+    runs the rest of step 1 on the scored columns only (attention still over every position)."""
     root = tmp_path_factory.mktemp("screen")
     folder = write_example(root / "drafter", "sglang", DIMS)
     config, tensors = load_drafter_weights(folder)
@@ -45,9 +47,14 @@ def planted(tmp_path_factory):
     target_next = torch.randint(0, 512, (B, S), generator=g)
     target_next[:, 1:] = guess[:, :-1]
     path = root / "states.safetensors"
+    loss_mask = None
+    if request.param == "after a prompt":
+        loss_mask = torch.ones(B, S, dtype=torch.bool)
+        for b, n in enumerate((9, 20, 14, 17)):
+            loss_mask[b, :n] = False
     write_states(path, input_ids=torch.randint(0, 512, (B, S), generator=g),
                  attention_mask=torch.ones(B, S, dtype=torch.bool), target_next=target_next,
-                 hidden=hidden, num_layers=6, vocab_size=512, dtype="fp32", target="tiny")
+                 hidden=hidden, num_layers=6, vocab_size=512, dtype="fp32", target="tiny", loss_mask=loss_mask)
     return drafter, path
 
 
@@ -56,9 +63,9 @@ def test_screen_hits_equal_evaluate_step1_hits(planted):
     states = open_states(path)
     refs = sorted(states.layers, key=lambda r: r.output_of)
     sets = [tuple(c) for c in itertools.combinations(refs, 3)]
-    res, kept = screen(drafter, states, sets, rows=states.num_sequences, target_embeds=True,
-                       stages=((10 ** 9, len(sets)),))
+    res, kept = screen(drafter, states, sets, rows=states.num_sequences, target_embeds=True, bound=NO_DROP)
     assert len(sets) == 35 and sorted(kept) == list(range(35))
+    assert all(n == res.positions for n in (sum(res.counted),)) and res.complete
     per_wiring = []
     for i, ls in enumerate(sets):
         sc = evaluate(drafter, open_states(path), Candidate("w", ls, "test"), steps=1, batch_size=4,
@@ -66,12 +73,22 @@ def test_screen_hits_equal_evaluate_step1_hits(planted):
         assert res.hits[i] == sc.matched[0], ls  # the same hits, sequence by sequence
         assert res.counted == sc.counted[0]
         per_wiring.append(sum(sc.matched[0]))
+    # the screen's own log score, per sequence, is the verdict's (logscore.log_scores at step 1)
+    from eagle3conv.verify.logscore import log_scores
+
+    for i in (0, 17, 34):
+        mine = res.log_score(i)
+        ref = log_scores(drafter, open_states(path), [sets[i]], steps=1, batch_size=4, target_embeds=True)[0]
+        assert mine.counted == ref.counted
+        assert mine.logp[0] == pytest.approx(ref.logp[0], rel=1e-4, abs=1e-3)
     planted_i = sets.index(tuple(LayerRef(o) for o in (1, 3, 4)))
     assert per_wiring[planted_i] == sum(res.counted)  # the planted wiring is right everywhere
     assert kept[0] == planted_i and len(set(per_wiring)) > 5  # graded, not all tied
-    # the phases: the projections, then one entry per stage
+    # the phases: the projections, then one entry per stage (positions doubling, every wiring kept)
     phases = list(res.phase_seconds)
-    assert phases[0] == "project" and len(phases) == 2 and phases[1].startswith("stage 1: 35 wirings")
+    assert phases[0] == "project" and phases[1].startswith("stage 1: 35 wirings x 64 positions")
+    assert len(phases) == 1 + len(res.stages) and all(st["kept"] == 35 for st in res.stages)
+    assert [st["positions"] for st in res.stages] == NO_DROP.stages(res.stages[-1]["positions"])
     assert all(v >= 0 for v in res.phase_seconds.values())
 
 

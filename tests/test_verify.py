@@ -421,7 +421,12 @@ def test_verdict_rules():
     lead1 = _score("a", (3, 14, 26), [180] * seqs)
     lead2 = _score("b", (4, 14, 26), [180 + (10 if i % 2 else -9) for i in range(seqs)])
     v = decide([far, lead1, lead2], [None, None, None], True, "ck", None)
-    assert v.best is None and v.decided_by.startswith("ambiguous") and v.status == "ambiguous"
+    assert v.best is None and v.status == "ambiguous"
+    assert v.decided_by.startswith("the data cannot tell which of 2 wirings the drafter was trained on")
+    # the set, and what would separate it: never a config command for one member
+    assert [c["layers"] for c in v.confidence_set] == ["outputs of layers 4, 14, 26", "outputs of layers 3, 14, 26"]
+    assert v.to_separate["sequences"] > seqs and "eagle3conv config" not in v.advice
+    assert "capture about" in v.advice and "no config is written for any one of them" in v.advice
     # separated by acceptance
     v = decide([far, _score("c", (1, 14, 26), [190] * seqs)], [None, None], True, "ck", "smollm2-135m",
                coverage=glob)
@@ -715,7 +720,8 @@ def test_log_score_separates_what_acceptance_ties():
     fn, _ = logs([-3.0, -1.70, -1.69], noise=0.2)
     v = decide(scores, [None] * 3, True, "ck", None, coverage=dict(glob), config_names_layers=False, log_score=fn)
     assert v.status == "ambiguous" and v.best is None and not v.log_score["separated"]
-    assert "neither the log score nor the norms" in v.decided_by
+    assert "(acceptance, then the step-1 log score, leave them all within 95% of the best" in v.decided_by
+    assert v.set_statistic == "acceptance, then the step-1 log score" and len(v.confidence_set) == 2
     # a wiring clearly above the log-score leader in acceptance: the log score never overrides it
     top = _score("search #1", (4, 13, 21), [190] * seqs)
     above = _score("search #3", (4, 12, 21), [188 + (30 if i % 2 else -30) for i in range(seqs)])

@@ -29,24 +29,25 @@ What is measured, for a wiring (the aux layers fed to ``fc``, in slot order):
   massive activations dominate plain means) next to the training statistics
   from ``training_metadata.json``; a slot whose median differs by more than 2x
   is flagged. The embedding output's norm is far from a deep layer's.
-* **Wiring search** (``search=True``): scores the config's wiring, the training
-  record's, each shifted by one either way, the embedding-included variant,
-  each engine's default, and per-slot moves of 1 and 2, among the layers the
-  states hold. The best by accept length is named when the paired 95% interval
-  of its lead over the runner-up (both scored on the same sequences, resampled
-  together) excludes zero. Otherwise the training record's or the config's
-  wiring stands when it is among the leaders and its norms are in line; the
-  norm fingerprint overturns it only when they are out of line (a coarse
-  signal: embedding vs deep layer, not neighbours); else "ambiguous". Fewer than
-  ``MIN_SEARCH_SEQUENCES`` sequences: nothing is named. The report says which
-  evidence decided.
+* **Wiring search** (``search=True``): every ascending wiring of the layers the states
+  hold is screened on the step-1 log score, each read only until the data excludes it
+  against the leader (``evaluate.ScreenBound``, docs/facts.md §12); the survivors and the
+  evidence (the config's wiring, the training record's, each shifted by one, the
+  embedding-included variant, each engine's default) are scored on every position; local
+  refinement adds the single-slot changes of the leaders the data does not exclude
+  against the best. The verdict is a confidence set: every wiring not excluded at 95%
+  against the best (acceptance, then the log score, then the norm fingerprint). One is
+  named when the set has one member (and the search covered every layer), or the training
+  record's or the config's wiring stands when it is in the set; else the set is reported
+  with how many sequences would separate it. Fewer than ``MIN_SEARCH_SEQUENCES``
+  sequences: nothing is named. The report says which statistics decided.
 
 The package, bottom up (each module imports only those above it)::
 
-    stats      wilson, bootstrap, paired_difference, replay: pure numpy
+    stats      wilson, bootstrap, paired_difference, paired_ratio_bound, t_quantile, replay: pure numpy
     feed       prefetch thread, CUDA double-buffered feeder over memory-mapped states
-    evaluate   Candidate, Score, evaluate: one wiring over every batch        (stats, feed)
-    search     config_candidate, candidates, norm_comparison, Verdict, decide   (evaluate, stats)
+    evaluate   Candidate, Score, evaluate, screen: one wiring over every batch; many at step 1
+    search     config_candidate, candidates, global_search, refine, norm_comparison, Verdict, decide
     report     VerifyResult, VerifyReport: the eagle3conv-verify.json contract  (evaluate, search)
     inputs     drafter loading, device/dtype, target embeddings, data labels
     run        verify() and smoke(): input checks, then the above in order

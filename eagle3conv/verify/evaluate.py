@@ -11,11 +11,12 @@ accept length and their intervals (:mod:`eagle3conv.verify.stats`).
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from eagle3conv.io.progress import Progress
-from eagle3conv.verify.stats import bootstrap, replay, wilson
+from eagle3conv.verify.stats import bootstrap, replay, t_quantile, wilson
 from eagle3conv.spec.layers import LayerSet, describe
 
 @dataclass
@@ -213,169 +214,434 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
     score.seconds = time.perf_counter() - t0
     return score.finish()
 
+@dataclass(frozen=True)
+class ScreenBound:
+    """When :func:`screen` drops a wiring, and how it spends positions (docs/facts.md §12).
+
+    The screen's score is the step-1 log score: per scored position, the log-probability
+    the drafter gives the reference token (positions whose token is in the draft
+    vocabulary). Stage j reads the first ``first * growth**j`` scored positions (whole
+    sequences from the start of the states; a prefix of the first sequence while it holds
+    enough), every stage adding only new positions, up to ``max_positions``. After a stage,
+    with L the wiring of the highest mean and, for wiring i, D the mean over the stage's
+    positions of L's score minus i's, i leaves when
+
+        D - q * se(D) > margin
+
+    where se is the standard error of that paired mean over blocks (:func:`paired_bound`:
+    runs of up to ``unit`` positions of one sequence once ``min_units`` of them are read;
+    before that, runs of ``min(16, positions // 64)`` positions, the error widened for what
+    the positions of a unit may share, ``rho``), and q the Student t quantile at ``1 - alpha / (w * stages)``
+    with (blocks - 1) degrees of freedom, w the wirings in the stage: Bonferroni over every
+    comparison the screen makes. A wiring whose expected score is the best is therefore
+    dropped with probability at most ``alpha`` (under the t approximation for block means).
+    The work cap: the screen stops (its survivors all kept) before a stage would take its
+    work (wirings x positions scored) past ``max_work`` passes of every wiring over the
+    first stage plus ``max_tail`` wirings over every position; the result says so."""
+
+    alpha: float = 0.01
+    margin: float = 0.0  # nats per position the leader must lead by beyond the bound
+    unit: int = 256  # positions of one sequence taken together (a whole sequence when shorter)
+    min_units: int = 20  # from this many units read, the blocks are units
+    rho: float = 0.01  # before that: the correlation allowed for between positions of one unit
+    first: int = 64  # scored positions of the first stage
+    growth: float = 2.0
+    max_positions: int = 32768  # scored positions the screen reads at most
+    max_work: float = 4.0
+    max_tail: float = 200.0
+
+    def quantile(self, tests: int, blocks: int) -> float:
+        """The bound's multiplier for ``tests`` comparisons over ``blocks`` blocks."""
+        if blocks < 2 or self.alpha <= 0:
+            return math.inf
+        return t_quantile(1.0 - self.alpha / max(1, tests), blocks - 1)
+
+    @staticmethod
+    def block_size(positions: int) -> int:
+        return max(1, min(16, positions // 64))
+
+    def stages(self, total: int) -> list[int]:
+        """Scored positions read by each stage, the last one all of ``total`` (capped)."""
+        total = min(total, self.max_positions)
+        out, p = [], max(1, self.first)
+        while p < total:
+            out.append(int(p))
+            p = max(p + 1, int(math.ceil(p * self.growth)))
+        out.append(total)
+        return out
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+NO_DROP = ScreenBound(alpha=0.0, max_work=math.inf, max_tail=math.inf)  # every wiring scored on every position (tests, oracles)
+
+
 @dataclass
 class ScreenResult:
-    """Step-1 hits of many wirings on the same screening positions.
+    """What :func:`screen` measured.
 
-    ``hits[i]`` / ``counted``: per screening sequence, the step-1 drafts of wiring
-    ``sets[i]`` that match the reference, and the positions scored (the same for
-    every wiring: they depend on the tokens only)."""
+    Per wiring ``i`` of ``sets``: ``logp[i]`` (mean step-1 log score) and ``step1[i]``
+    (step-1 acceptance) on the ``reached[i]`` positions it was scored on before it left
+    (or on all the screen read, for ``alive``); ``hits[i]``: its step-1 hits per screened
+    sequence (sequences it never reached: 0); ``counted``: the step-1 positions scored per
+    sequence (the same for every wiring). ``alive``: the wirings the screen kept, best
+    first; ``stages``: per stage, the positions, blocks, wirings in and kept, the bound's
+    multiplier and the leader; ``complete``: False when ``max_work`` stopped the screen
+    before the data excluded what it kept."""
 
     sets: list[LayerSet]
     hits: list[list[int]]
     counted: list[int]
     sequences: int
     seconds: float = 0.0
-    step1: list[float] = field(default_factory=list)  # per wiring: acceptance on the rows of its last stage
-    logp: list[float] = field(default_factory=list)  # per wiring: mean step-1 log-probability of the reference
-    # token (in the draft vocab) on the positions of its last stage (ranks the stages with rank_by="log-score")
-
-    positions: int = 0  # positions the last stage scored
+    step1: list[float] = field(default_factory=list)
+    logp: list[float] = field(default_factory=list)
+    positions: int = 0  # step-1 positions the screen read
     phase_seconds: dict = field(default_factory=dict)  # "project" (fc per slot and layer), then per stage
+    alive: list[int] = field(default_factory=list)
+    reached: list[int] = field(default_factory=list)
+    stages: list[dict] = field(default_factory=list)
+    complete: bool = True
+    work: int = 0  # wiring x scored positions
+    bound: ScreenBound | None = None
+    vectors: list = field(default_factory=list)  # per wiring: its log score per position scored (CPU)
+    pos_row: list[int] = field(default_factory=list)  # the sequence of each position, in the order read
+    tests: int = 0  # the comparisons the bound allows for (wirings x stages)
+    total: int = 0  # the log-scored positions of the rows screened (a vector this long is complete)
+
+    def log_score(self, i: int):
+        """Wiring ``i``'s step-1 log score per sequence (a
+        :class:`~eagle3conv.verify.logscore.LogScore`) when the screen read it on every position
+        of its rows, else None."""
+        import torch
+
+        from eagle3conv.verify.logscore import LogScore
+
+        v = self.vectors[i] if i < len(self.vectors) else None
+        if v is None or len(v) != self.total or not self.total:
+            return None
+        rows = torch.tensor(self.pos_row, dtype=torch.long)
+        lp = torch.zeros(self.sequences, dtype=torch.float64).index_add_(0, rows, v.double())
+        n = torch.bincount(rows, minlength=self.sequences)
+        return LogScore(tuple(self.sets[i]), [lp.tolist()], [n.tolist()])
 
     def acceptance(self, i: int) -> float:
-        """Wiring ``i``'s step-1 acceptance on the positions of the last stage it was scored in."""
+        """Wiring ``i``'s step-1 acceptance on the positions it was scored on."""
         return self.step1[i]
 
-def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: bool, labels=None,
-           stages: tuple[tuple[int, int], ...] = ((256, 160), (4096, 16)), chunk_tokens: int | None = None,
-           progress: Progress | None = None, rank_by: str = "acceptance") -> tuple[ScreenResult, list[int]]:
-    """Step-1 acceptance of every wiring in ``sets`` on the first ``rows`` sequences,
-    by successive halving: stage ``(tokens, keep)`` scores the wirings still in on
-    the first ``tokens`` real tokens (whole sequences, or the first ``tokens``
-    positions of the first sequence when it is longer: attention is causal, so a
-    prefix is exact) and keeps the best ``keep`` (with ties at the cut). Returns the result (hits on every row for the wirings of the last stage)
-    and the indices of the wirings kept by the last stage, best first.
+    def excluded(self, i: int, ref: int, tests: int | None = None) -> bool:
+        """Whether the data the screen read excludes wiring ``i`` against wiring ``ref`` with the
+        screen's bound, on the positions both were scored on (the screen reads positions in one
+        order, so those are the first ``min(reached)`` of them). ``tests``: the comparisons of
+        the family this one belongs to (default: the screen's own)."""
+        import torch
 
-    Step 1's ``fc`` is linear in each slot (``fc_norm``, if configured, acts per
-    slot): each slot's projection of each layer is computed once, and a wiring's
-    ``fc`` output is their sum. Only the rest of step 1 (attention, MLP, head) runs
-    per wiring, many wirings to a forward. ``rank_by="log-score"`` ranks each stage by the
-    mean log-probability the drafter gives the reference token (positions whose token is in
-    the draft vocabulary; :mod:`eagle3conv.verify.logscore`), far less noisy than step-1
-    hits on the same positions, so a stage can read fewer tokens."""
+        a, b = self.vectors[ref], self.vectors[i]
+        if a is None or b is None or self.bound is None:
+            return False
+        n = min(len(a), len(b))
+        if n < 2:
+            return False
+        D, se, m = paired_bound(torch.stack([a[:n], b[:n]]), 0, self.pos_row[:n], self.bound)
+        q = self.bound.quantile(self.tests if tests is None else tests, m)
+        return bool(math.isfinite(q) and float(D[1] - q * se[1]) > self.bound.margin)
+
+
+def paired_bound(lp, lead: int, pos_row: list[int], bound: ScreenBound | None = None):
+    """For log scores ``lp`` [wirings, positions] (positions in the order read, ``pos_row``
+    their sequences): each wiring's mean difference from wiring ``lead`` (lead minus it), its
+    standard error, and the number of blocks it was estimated over (a ratio estimator, blocks
+    taken as independent). The blocks are *units* -- runs of up to ``bound.unit`` consecutive
+    positions of one sequence, a whole sequence when shorter -- once ``bound.min_units`` of
+    them are read; before that, runs of :meth:`ScreenBound.block_size` positions, the error
+    multiplied by ``sqrt(1 + (n - 1) * bound.rho)`` (n the positions per unit read) for what
+    the positions of one unit may share."""
+    import torch
+
+    bound = bound or ScreenBound()
+    n_pos = lp.shape[1]
+    rows_t = torch.tensor(pos_row, dtype=torch.long)
+    nrows = int(rows_t.max()) + 1 if n_pos else 1
+    per = torch.bincount(rows_t, minlength=nrows)
+    first_of_row = torch.zeros(nrows + 1, dtype=torch.long)
+    first_of_row[1:] = per.cumsum(0)
+    rank = torch.arange(n_pos) - first_of_row[rows_t]
+
+    def runs(b: int):
+        nblk_row = (per + b - 1) // b
+        off = torch.zeros(nrows, dtype=torch.long)
+        off[1:] = nblk_row.cumsum(0)[:-1]
+        return off[rows_t] + rank // b, int(nblk_row.sum())
+
+    blk, m = runs(bound.unit)
+    inflate = 1.0
+    if int((torch.bincount(blk, minlength=m) > 0).sum()) < bound.min_units:
+        inflate = math.sqrt(1.0 + (n_pos / max(1, int((torch.bincount(blk, minlength=m) > 0).sum())) - 1.0)
+                            * bound.rho)
+        blk, m = runs(ScreenBound.block_size(n_pos))
+    X = torch.zeros(lp.shape[0], m, dtype=torch.float64).index_add_(1, blk, lp.double())
+    C = torch.bincount(blk, minlength=m).double()
+    X, C = X[:, C > 0], C[C > 0]
+    m = int(C.numel())
+    N = max(float(C.sum()), 1.0)
+    d = X[lead] - X
+    D = d.sum(1) / N
+    r_ = d - D[:, None] * C[None, :]
+    se = (r_.pow(2).sum(1) * (m / max(1, m - 1))).sqrt() / N * inflate
+    return D, se, m
+
+
+def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: bool, labels=None,
+           bound: ScreenBound | None = None, keep: tuple[int, ...] = (), chunk_tokens: int | None = None,
+           memory_bytes: int | None = None, progress: Progress | None = None) -> tuple[ScreenResult, list[int]]:
+    """The step-1 log score of every wiring in ``sets`` on the first ``rows`` sequences,
+    each wiring read only until the data excludes it (:class:`ScreenBound`); returns the
+    result and the wirings kept, best first. ``keep``: indices never dropped (a reference
+    the others are compared with).
+
+    Step 1's ``fc`` is linear in each slot (``fc_norm``, if configured, acts per slot):
+    each slot's projection of each layer is computed once per sequence, and a wiring's
+    ``fc`` output is their sum. Only the rest of step 1 (attention, MLP, head) runs per
+    wiring, many wirings to a forward. Attention is causal, so a stage that extends a
+    sequence scores the new positions exactly."""
     import torch
     import torch.nn.functional as F
 
+    bound = bound or ScreenBound()
     t0 = time.perf_counter()
     c = drafter.config
     dev, dt = drafter.device, drafter.dtype
     k_slots = len(sets[0])
     T = states.hidden_size
-    refs = sorted({r for s in sets for r in s}, key=lambda r: r.output_of)
     rows = max(1, min(rows, states.num_sequences))
-    ids = states.input_ids[:rows].to(dev)
-    mask = states.attention_mask[:rows].to(dev).bool()
-    loss = states.loss_mask[:rows].to(dev).bool() & mask
-    tnext = (states.target_next if labels is None else labels)[:rows].to(dev)
-    lens = mask.sum(1)
-    S = int(lens.max()) if rows else 0
-    ids, mask, loss, tnext = ids[:, :S], mask[:, :S], loss[:, :S], tnext[:, :S]
-    B = ids.shape[0]
-    ok = torch.zeros(B, S, dtype=torch.bool, device=dev)  # step 1 at t guesses target_next[t+1]
-    ok[:, :S - 1] = loss[:, 1:] & mask[:, 1:] & (tnext[:, 1:] >= 0)
-    ref_next = torch.zeros(B, S, dtype=tnext.dtype, device=dev)
-    ref_next[:, :S - 1] = tnext[:, 1:]
-    counted = ok.sum(1).cpu().tolist()
-    by_log = rank_by == "log-score"
-    if by_log:  # the reference token's draft id (-1: outside the draft vocab, never scored)
-        d2t = drafter.d2t.long().to(dev)
-        tgt = torch.arange(d2t.numel(), device=dev) + d2t
-        t2d = torch.full((int(max(int(tgt.max()), int(ref_next.max()))) + 1,), -1, dtype=torch.long, device=dev)
-        t2d[tgt] = torch.arange(d2t.numel(), device=dev)
-        ref_draft = t2d[ref_next.long().clamp(min=0)]
-        ok_lp = ok & (ref_draft >= 0)
-        ref_draft = ref_draft.clamp(min=0)
-    # each slot's projection of each layer: [B, S, H], in the drafter's dtype
-    # (one tensor [slots, layers, B, S, H]; a wiring's fc output is a sum of one entry per slot)
-    w = drafter.fc_weight
+    ids_all = states.input_ids[:rows]
+    mask_all = states.attention_mask[:rows].bool()
+    loss_all = states.loss_mask[:rows].bool() & mask_all
+    tnext_all = (states.target_next if labels is None else labels)[:rows]
+    lens = mask_all.sum(1)
+    S = int(lens.max())
+    ok_all = torch.zeros(rows, S, dtype=torch.bool)  # step 1 at t guesses target_next[t+1]
+    ok_all[:, :S - 1] = loss_all[:, 1:S] & mask_all[:, 1:S] & (tnext_all[:, 1:S] >= 0)
+    ref_all = torch.zeros(rows, S, dtype=torch.long)
+    ref_all[:, :S - 1] = tnext_all[:, 1:S].long()
+    # the reference token's draft id (-1: outside the draft vocab: never accepted, not log-scored)
+    d2t = drafter.d2t.long().cpu()
+    tgt = torch.arange(d2t.numel()) + d2t
+    t2d = torch.full((int(max(int(tgt.max()), int(ref_all.max()))) + 1,), -1, dtype=torch.long)
+    t2d[tgt] = torch.arange(d2t.numel())
+    draft_all = t2d[ref_all.clamp(min=0)]
+    lp_ok_all = ok_all & (draft_all >= 0)
+    counted = ok_all.sum(1).tolist()
+    # positions: a stage reads the first P scored (log-scored) positions, row after row
+    per_row = lp_ok_all.sum(1)
+    cum_rows = per_row.cumsum(0).tolist()
+    total = int(cum_rows[-1]) if cum_rows else 0
+    plan = bound.stages(total) if total else [0]
+    scored_at = [torch.nonzero(lp_ok_all[r]).flatten().tolist() for r in range(rows)]
+
+    def region(want: int) -> list[int]:
+        """Per row, the positions (stop index) a stage with ``want`` scored positions reads."""
+        stops = [0] * rows
+        for r in range(rows):
+            before = cum_rows[r - 1] if r else 0
+            if before >= want:
+                break
+            if per_row[r] == 0:
+                continue
+            idx = scored_at[r]  # up to its last scored position, or its (want - before)-th
+            stops[r] = int(idx[min(len(idx), want - before) - 1]) + 1
+        return stops
+
+    refs = sorted({r for s in sets for r in s}, key=lambda r: r.output_of)
     col = {r: j for j, r in enumerate(refs)}
-    proj = torch.empty(k_slots, len(refs), B, S, w.shape[0], dtype=dt, device=dev)
-    emb = None
-    for r in refs:
-        batch = next(iter(states.batches([r], batch_size=rows, with_embeddings=target_embeds and emb is None)))
-        h = batch.aux[:rows, :S].to(dev).to(dt)
-        if batch.embeddings is not None:
-            emb = batch.embeddings[:rows, :S].to(dev).to(dt)
-        for s in range(k_slots):
-            x = h
-            if drafter.fc_norm:
-                x = drafter.fc_norm[s] * F.rms_norm(x, (T,), eps=c.rms_norm_eps)
-            torch.matmul(x, w[:, s * T:(s + 1) * T].t(), out=proj[s, col[r]])
-        del h
-    wiring_cols = torch.tensor([[col[r] for r in ls] for ls in sets], dtype=torch.long, device=dev)
-    phases = {}
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-    phases["project"] = round(time.perf_counter() - t0, 3)
-    if target_embeds:  # the captured embedding output at (b, t) is embed(x_t): index it by position
-        drafter.embed_tokens = emb.reshape(B * S, T)
-        run_ids = torch.arange(B * S, device=dev).view(B, S)
-    else:
-        run_ids = ids
-    # tokens read at step 1: x_{t+1} at index t (0 past the end), as draft_chain does
-    tokens = torch.zeros_like(run_ids)
-    tokens[:, :S - 1] = run_ids[:, 1:]
-    hits: list[list[int] | None] = [None] * len(sets)
-    step1 = [0.0] * len(sets)
-    logp = [0.0] * len(sets)
-    alive = list(range(len(sets)))
-    total_work = sum(len(sets) if j == 0 else keep for j, (_, keep) in enumerate(stages))
-    done = 0
+    wiring_cols = torch.tensor([[col[r] for r in ls] for ls in sets], dtype=torch.long)
+    w = drafter.fc_weight
+    H = w.shape[0]
     if chunk_tokens is None:
         chunk_tokens = 65536 if dev.type == "cuda" else 8192
-    cum = lens.cumsum(0).tolist()
-    for want, keep in stages:
-        n = next((j + 1 for j, c in enumerate(cum) if c >= want), B)
-        Sj = min(S, want) if n == 1 else S
-        per = max(1, chunk_tokens // max(1, n * Sj))
-        got: dict[int, list[int]] = {}
-        lps: dict[int, float] = {}
-        for a in range(0, len(alive), per):
-            part = alive[a:a + per]
-            cols = wiring_cols[part]  # [P, slots]: each slot's layer; sum in slot order (as sum() did)
-            g = proj[0, cols[:, 0], :n, :Sj]
-            for s in range(1, k_slots):
-                g = g + proj[s, cols[:, s], :n, :Sj]
-            if drafter.fc_bias is not None:
-                g = g + drafter.fc_bias
-            g = g.reshape(len(part) * n, Sj, -1)
-            with torch.inference_mode():
-                out = drafter.forward(g, tokens[:n, :Sj].repeat(len(part), 1))
-            hit = (out.target_ids.view(len(part), n, Sj) == ref_next[:n, :Sj]) & ok[:n, :Sj]
-            for i, row in zip(part, hit.sum(2).cpu().tolist()):
-                got[i] = row
-            if by_log:
-                lg = out.logits.view(len(part), n, Sj, -1).float()
-                lp = lg.gather(-1, ref_draft[:n, :Sj].expand(len(part), n, Sj).unsqueeze(-1)).squeeze(-1)
-                lp = torch.where(ok_lp[:n, :Sj], lp - torch.logsumexp(lg, -1), 0.0)  # no inf * 0 at padding
-                for i, v in zip(part, lp.sum((1, 2)).tolist()):
-                    lps[i] = v
-            done += len(part)
-            if progress:
-                progress(min(done, total_work), total_work)
-        den = int(ok[:n, :Sj].sum())
-        phases[f"stage {len(phases)}: {len(got)} wirings x {n * Sj} positions"] = round(
-            time.perf_counter() - t0 - sum(phases.values()), 3)
-        den_lp = int(ok_lp[:n, :Sj].sum()) if by_log else 0
-        for i, row in got.items():
-            hits[i] = row
-            step1[i] = sum(row) / den if den else 0.0
-            if by_log:
-                logp[i] = lps[i] / den_lp if den_lp else 0.0
+    if memory_bytes is None:
+        memory_bytes = (8 << 30) if dev.type == "cuda" else (1 << 30)
+    elt = torch.empty(0, dtype=dt).element_size()
+    protected = set(keep)
+    alive = list(range(len(sets)))
+    n_sets = len(sets)
+    # per wiring still in: its log score and hits at every position scored so far (in row order)
+    lp_store = torch.zeros(n_sets, 0, dtype=torch.float32)
+    hit_store = torch.zeros(n_sets, 0, dtype=torch.bool)
+    pos_row: list[int] = []  # the row of each stored position
+    done = [0] * rows  # positions of each row scored so far
+    step1 = [0.0] * n_sets
+    logp = [0.0] * n_sets
+    reached = [0] * n_sets
+    row_hits: list[list[int]] = [[0] * rows for _ in range(n_sets)]
+    vectors: list = [None] * n_sets  # per wiring: its log score at each position it was scored on
+    stages: list[dict] = []
+    phases: dict = {"project": 0.0}
+    work, cap = 0, bound.max_work * n_sets * max(1, plan[0]) + bound.max_tail * plan[-1]
+    complete = True
+    ok_positions = 0
 
-        def stat(i: int) -> float:
-            return lps[i] if by_log else sum(got[i])
+    def settle(idx: list[int], where: torch.Tensor) -> None:
+        """Record the figures of wirings ``idx`` (rows ``where`` of the stores)."""
+        if not idx:
+            return
+        n_lp = max(1, lp_store.shape[1])
+        rows_t = torch.tensor(pos_row, dtype=torch.long)
+        lps = lp_store[where].double().sum(1).tolist()
+        hs = hit_store[where]
+        hsum = hs.sum(1).tolist()
+        per = torch.zeros(len(idx), rows, dtype=torch.long)
+        if hs.shape[1]:
+            per.index_add_(1, rows_t, hs.long())
+        den = max(1, ok_positions)
+        kept_lp = lp_store[where]
+        for j, i in enumerate(idx):
+            vectors[i] = kept_lp[j].clone()
+            logp[i] = lps[j] / n_lp if lp_store.shape[1] else 0.0
+            step1[i] = hsum[j] / den
+            reached[i] = lp_store.shape[1]
+            row_hits[i] = per[j].tolist()
 
-        ranked = sorted(alive, key=lambda i: -stat(i))
-        if len(ranked) > keep:
-            cut = stat(ranked[keep - 1])
-            ranked = [i for i in ranked if stat(i) >= cut]
-        alive = ranked
-    full = [h if h is not None and len(h) == B else [0] * B for h in hits]  # last-stage rows only
-    res = ScreenResult(sets=list(sets), hits=full, counted=counted, sequences=B,
-                       seconds=time.perf_counter() - t0, step1=step1, positions=den, phase_seconds=phases,
-                       logp=logp)
-    return res, alive
+    for stage_no, want in enumerate(plan):
+        ts = time.perf_counter()
+        stops = region(want)
+        todo = [r for r in range(rows) if stops[r] > done[r]]
+        if todo and work + len(alive) * (want - lp_store.shape[1]) > cap and stage_no > 0:
+            complete = False
+            break
+        used = sorted({int(x) for x in wiring_cols[alive].flatten().tolist()})
+        ucol = {j: u for u, j in enumerate(used)}
+        alive_cols = torch.tensor([[ucol[int(x)] for x in wiring_cols[i]] for i in alive], dtype=torch.long,
+                                  device=dev)
+        new_lp, new_hit = [], []
+        # rows in groups of consecutive rows whose projections fit in memory_bytes and whose
+        # padding (to the group's longest read) wastes little
+        groups, cur = [], []
+        for r in todo:
+            cur.append(r)
+            g_len = max(stops[x] for x in cur)
+            if len(cur) > 1 and (r != cur[-2] + 1 or k_slots * len(used) * len(cur) * g_len * H * elt > memory_bytes
+                                 or len(cur) * g_len > 1.25 * sum(stops[x] for x in cur)):
+                cur.pop()
+                groups.append(cur)
+                cur = [r]
+        if cur:
+            groups.append(cur)
+        for grp in groups:
+            Sg = max(stops[r] for r in grp)
+            g = len(grp)
+            tp = time.perf_counter()
+            sel = torch.tensor(grp, dtype=torch.long)
+            proj = torch.empty(k_slots, len(used), g, Sg, H, dtype=dt, device=dev)
+            lo, hi = grp[0], grp[-1] + 1  # rows are consecutive
+            for j in used:
+                hcap = states.aux([refs[j]], slice(lo, hi))[:, :Sg].to(dev).to(dt)
+                for s in range(k_slots):
+                    x = hcap
+                    if drafter.fc_norm:
+                        x = drafter.fc_norm[s] * F.rms_norm(x, (T,), eps=c.rms_norm_eps)
+                    torch.matmul(x, w[:, s * T:(s + 1) * T].t(), out=proj[s, ucol[j]])
+                del hcap
+            if target_embeds:  # the captured embedding output at (b, t) is embed(x_t): index it by position
+                emb = states.embeddings(slice(lo, hi))[:, :Sg].to(dev).to(dt)
+                drafter.embed_tokens = emb.reshape(g * Sg, T)
+                run_ids = torch.arange(g * Sg, device=dev).view(g, Sg)
+            else:
+                run_ids = ids_all[sel, :Sg].to(dev)
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            phases["project"] = round(phases["project"] + time.perf_counter() - tp, 3)
+            tokens = torch.zeros_like(run_ids)  # tokens read at step 1: x_{t+1} at index t
+            tokens[:, :Sg - 1] = run_ids[:, 1:]
+            # the positions this group adds: [done, stop) of each row, log-scored ones only
+            take = torch.zeros(g, Sg, dtype=torch.bool)
+            for a, r in enumerate(grp):
+                take[a, done[r]:stops[r]] = lp_ok_all[r, done[r]:stops[r]]
+            # the columns scored: the rest of step 1 (o_proj, MLP, head) runs on those only; every
+            # column before them is still attended to (its keys and values are computed)
+            qcols = torch.nonzero(take.any(0)).flatten()
+            Sq = len(qcols)
+            take = take[:, qcols]
+            flat = torch.nonzero(take.flatten()).flatten().to(dev)
+            ref_d = draft_all[sel][:, qcols].clamp(min=0).to(dev)
+            ref_t = ref_all[sel][:, qcols].to(dev)
+            qi = qcols.to(dev)
+            qmask = torch.arange(Sg, device=dev)[None, :] <= qi[:, None]  # causal, for the columns scored
+            per = max(1, chunk_tokens // max(1, g * Sg))
+            lp_parts, hit_parts = [], []
+            for a in range(0, len(alive), per):
+                part = alive_cols[a:a + per]
+                P = part.shape[0]
+                gg = proj[0, part[:, 0]]
+                for s in range(1, k_slots):
+                    gg = gg + proj[s, part[:, s]]
+                if drafter.fc_bias is not None:
+                    gg = gg + drafter.fc_bias
+                with torch.inference_mode():
+                    if Sq == Sg:
+                        out = drafter.forward(gg.reshape(P * g, Sg, -1), tokens.repeat(P, 1))
+                    else:
+                        residual, q, kk, vv = drafter.attention_inputs(gg.reshape(P * g, Sg, -1),
+                                                                       tokens.repeat(P, 1))
+                        attn = F.scaled_dot_product_attention(q[:, :, qi], kk, vv, attn_mask=qmask,
+                                                              enable_gqa=drafter.gqa, scale=drafter.attn_scale)
+                        out = drafter.finish(residual[:, qi], attn)
+                        del residual, q, kk, vv, attn
+                lg = out.logits.view(P, g * Sq, -1).index_select(1, flat).float()
+                lp = lg.gather(-1, ref_d.flatten()[flat].expand(P, -1).unsqueeze(-1)).squeeze(-1)
+                lp_parts.append((lp - torch.logsumexp(lg, -1)).cpu())
+                hit_parts.append((out.target_ids.view(P, g * Sq).index_select(1, flat)
+                                  == ref_t.flatten()[flat]).cpu())
+                del out, lg
+                if progress:
+                    progress(min(a + P, len(alive)), len(alive))
+            new_lp.append(torch.cat(lp_parts) if lp_parts else torch.zeros(0, 0))
+            new_hit.append(torch.cat(hit_parts) if hit_parts else torch.zeros(0, 0, dtype=torch.bool))
+            for a, r in enumerate(grp):
+                pos_row.extend([r] * int(take[a].sum()))
+            del proj
+        for r in todo:  # step-1 positions: a row read to its last log-scored position counts to its end
+            end = S if stops[r] == scored_at[r][-1] + 1 else stops[r]
+            ok_positions += int(ok_all[r, done[r]:end].sum())
+            done[r] = stops[r]
+        if new_lp:
+            lp_store = torch.cat([lp_store[:len(alive)]] + new_lp, dim=1)
+            hit_store = torch.cat([hit_store[:len(alive)]] + new_hit, dim=1)
+        n_pos = lp_store.shape[1]
+        work += len(alive) * (n_pos - (stages[-1]["positions"] if stages else 0))
+        # the bound: paired differences against the leader, over blocks of one sequence's positions
+        means = lp_store.double().sum(1) / max(1, n_pos)
+        lead = int(means.argmax())
+        D, se, m = paired_bound(lp_store, lead, pos_row, bound)
+        q = bound.quantile(len(alive) * len(plan), m)  # Bonferroni: the wirings in this stage x the stages
+        drop = (D - q * se > bound.margin) if math.isfinite(q) else torch.zeros(len(alive), dtype=torch.bool)
+        for j, i in enumerate(alive):
+            if i in protected:
+                drop[j] = False
+        gone = [i for j, i in enumerate(alive) if drop[j]]
+        settle(gone, drop)
+        keepm = ~drop
+        widest = float((D[keepm]).max()) if bool(keepm.any()) else 0.0
+        stages.append({"positions": n_pos, "sequences": len(set(pos_row)), "blocks": m,
+                       "wirings": len(alive),
+                       "kept": len(alive) - len(gone), "quantile": round(q, 3) if math.isfinite(q) else None,
+                       "leader": describe(sets[alive[lead]]), "leader_log_score": round(float(means[lead]), 5),
+                       "widest_kept_gap": round(widest, 5), "seconds": round(time.perf_counter() - ts, 3)})
+        phases[f"stage {len(stages)}: {len(alive)} wirings x {n_pos} positions"] = stages[-1]["seconds"]
+        alive = [i for j, i in enumerate(alive) if not drop[j]]
+        lp_store, hit_store = lp_store[keepm], hit_store[keepm]
+        if len(alive) <= 1 or not (set(alive) - protected):
+            break
+    # the wirings still in: their figures on everything read, best first
+    settle(alive, torch.ones(len(alive), dtype=torch.bool))
+    alive.sort(key=lambda i: -logp[i])
+    res = ScreenResult(sets=list(sets), hits=row_hits, counted=counted, sequences=rows,
+                       seconds=time.perf_counter() - t0, step1=step1, logp=logp, positions=ok_positions,
+                       phase_seconds=phases, alive=alive, reached=reached, stages=stages, complete=complete,
+                       work=work, bound=bound, vectors=vectors, pos_row=pos_row, tests=n_sets * len(plan),
+                       total=total)
+    return res, list(alive)
 
-__all__ = ["Candidate", "Score", "ScreenResult", "evaluate", "screen"]
+
+__all__ = ["NO_DROP", "Candidate", "Score", "ScreenBound", "ScreenResult", "evaluate", "paired_bound", "screen"]

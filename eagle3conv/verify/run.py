@@ -28,13 +28,19 @@ from eagle3conv.verify.inputs import (
 )
 from eagle3conv.verify.report import REPORT_FILE, EngineScore, VerifyResult
 from eagle3conv.verify.search import (
+    LISTED,
+    MIN_SEARCH_SEQUENCES,
+    REFINE_CONFIRM,
+    REFINE_ROUNDS,
     candidates,
     config_candidate,
     decide,
     global_search,
     names_layers,
     norm_comparison,
+    refine,
     screen_dtype,
+    set_members,
 )
 from eagle3conv.spec.canonical import drafter_uses_own_embedding
 from eagle3conv.spec.layers import LayerRef, LayerSet, describe, to_refs
@@ -184,25 +190,27 @@ def verify(
     t_built = time.perf_counter()
     truth = ev.truth.layers if ev.truth else None
     cands = [base]
-    coverage = None
+    coverage = screened = None
     if search:
         avail = [r for r in states.layers]
         cands = candidates(base, truth, avail, n, wide=False, family=family)
         if not cands or cands[0] is not base:
             states.check_refs(base.layers)  # explains what is missing
-        cands, coverage = global_search(screener, states, cands, avail, dc.num_aux, n, target_embeds=target_embeds,
-                                        labels=labels, max_sequences=max_sequences, progress=progress)
-        del screener
+        cands, coverage, screened = global_search(screener, states, cands, avail, dc.num_aux, n,
+                                                  target_embeds=target_embeds, labels=labels,
+                                                  max_sequences=max_sequences, progress=progress)
     else:
         states.check_refs(base.layers)
     training = next((r for r in ev.records if r.norms), None)
     scores: list[Score] = []
     first_result = None
-    for i, cand in enumerate(cands):
+
+    def confirm(i: int, cand: Candidate, of: int) -> None:
+        nonlocal first_result
         cb = None
         if progress:
-            def cb(_stage, done, total, _i=i, _c=cand):
-                progress(f"{_c.name} ({_i + 1}/{len(cands)})", done, total)
+            def cb(_stage, done, total):
+                progress(f"{cand.name} ({i + 1}/{of})", done, total)
         scores.append(evaluate(drafter, states, cand, steps=steps, batch_size=batch_size,
                                target_embeds=target_embeds, max_sequences=max_sequences, progress=cb,
                                labels=labels))
@@ -219,6 +227,42 @@ def verify(
             raise CheckpointReadError(
                 f"{states_path}: the hidden states of slot {bad[0]} ({cand.layers[bad[0]]}) are not finite "
                 "(NaN or Inf): the capture went wrong", hint="capture again (a bf16 overflow? try --dtype fp32)")
+
+    for i, cand in enumerate(cands):
+        confirm(i, cand, len(cands))
+    got_log: dict = {}
+    screened_logs: dict = {}  # layers -> the screens' own log score, for wirings they read everywhere
+
+    def harvest(res) -> None:
+        for j, ls in enumerate(res.sets):
+            if ls not in screened_logs and (got := res.log_score(j)) is not None:
+                screened_logs[ls] = got
+
+    if screened is not None:
+        harvest(screened)
+
+    def log_score(idx):  # the step-1 log score, only where acceptance leaves a global search tied (kept):
+        # the screen's own where it read the wiring everywhere, else computed the same way (its dtype)
+        from eagle3conv.verify.logscore import log_scores
+
+        want = [i for i in idx if i not in got_log]
+        for i in [i for i in want if scores[i].candidate.layers in screened_logs]:
+            got_log[i] = screened_logs[scores[i].candidate.layers]
+        want = [i for i in want if i not in got_log]
+        if want:
+            got_log.update(zip(want, log_scores(screener, states, [scores[i].candidate.layers for i in want],
+                                                steps=1, batch_size=batch_size, target_embeds=target_embeds,
+                                                labels=labels, max_sequences=max_sequences)))
+        return [got_log[i] for i in idx]
+
+    if coverage is not None and coverage.get("global") and scores[0].effective_sequences >= MIN_SEARCH_SEQUENCES:
+        coverage["refinement"] = _refine(scores, confirm, screener, states, screened, avail, log_score, harvest,
+                                         target_embeds=target_embeds, labels=labels, max_sequences=max_sequences,
+                                         progress=progress)
+        pending = coverage["refinement"].pop("pending")
+        coverage["unconfirmed_count"] = len(pending)
+        coverage["unconfirmed"] = [describe(x) for x in pending[:LISTED]]
+    screened = None
     wiring_check = check.to_dict()
     engine_scores = _score_engines(check.report.rows, scores, drafter, states, steps=steps,
                                    batch_size=batch_size, target_embeds=target_embeds, max_sequences=max_sequences,
@@ -231,15 +275,12 @@ def verify(
         same = training is not None and training.layers == s.candidate.layers
         comparisons.append(norm_comparison(s, training.norms) if same or (
             training is not None and len(training.layers or ()) == len(s.candidate.layers)) else None)
-    def log_score(idx):  # the step-1 log score, only where acceptance leaves a global search tied
-        from eagle3conv.verify.logscore import log_scores
-
-        return log_scores(drafter, states, [scores[i].candidate.layers for i in idx], steps=1, batch_size=batch_size,
-                          target_embeds=target_embeds, labels=labels, max_sequences=max_sequences)
-
     verdict = decide(scores, comparisons, search, path, ev.target.name if ev.target else None,
                      coverage=coverage, config_names_layers=layers is not None or names_layers(config),
-                     log_score=log_score)
+                     log_score=log_score, capture=getattr(states, "capture", None))
+    if verdict.log_score is not None:  # the screen's dtype: bf16 on a CPU with native bf16 matmul
+        verdict.log_score["dtype"] = str(screener.dtype).removeprefix("torch.")
+    screener = None
     t_end = time.perf_counter()
     result = VerifyResult(
         checkpoint=root, states=dict(states.summary(), verify_notes=notes), device=dev, dtype=str(dt).removeprefix("torch."),
@@ -265,6 +306,52 @@ def verify(
             details=[f"{s.candidate.name}: {describe(s.candidate.layers)}: accept length {s.accept_length:.3f}"
                      for s in scores[:5]])
     return result
+
+
+def _refine(scores: list[Score], confirm, screener, states, screened, avail, log_score, harvest, *,
+            target_embeds: bool, labels, max_sequences: int | None, progress) -> dict:
+    """Local refinement after the confirmations: the single-slot neighbours of every member of
+    the current set (:func:`~eagle3conv.verify.search.set_members`: acceptance, then the log
+    score) are compared with its best on the log score with the screen's bound (on the
+    positions the screen read, then again on all the data for those it does not exclude:
+    :func:`~eagle3conv.verify.search.refine`), and the ones it keeps are confirmed; again
+    around the new set, until a round confirms nothing new (at most REFINE_ROUNDS rounds,
+    REFINE_CONFIRM wirings). A trained wiring one slot away from a confirmed one is
+    therefore never missed."""
+    done = {s.candidate.layers for s in scores}
+    rounds: list[dict] = []
+    added = 0
+    left: list = []  # kept by refinement's screens but not confirmed (its caps)
+    for _ in range(REFINE_ROUNDS):
+        members, ref = set_members(scores, log_score)
+        leaders = [scores[i].candidate.layers for i in members]
+        keep, rec, again = refine(screener, states, screened, scores[ref].candidate.layers, leaders, done, avail,
+                                  target_embeds=target_embeds, labels=labels, max_sequences=max_sequences,
+                                  progress=progress)
+        if again is not None:
+            harvest(again)
+        take = keep[:max(0, REFINE_CONFIRM - added)]
+        rec["confirmed"] = [describe(x) for x in take]
+        rec["not_confirmed"] = [describe(x) for x in keep[len(take):]]
+        left += keep[len(take):] + rec.pop("_not_screened_again", [])
+        rounds.append(rec)
+        for j, ls in enumerate(take):
+            confirm(len(scores), Candidate(f"refined #{added + j + 1}", ls,
+                                           "one slot from a leader, not excluded by the screen's bound"),
+                    len(scores) + len(take) - j)
+        added += len(take)
+        if not take or added >= REFINE_CONFIRM:
+            break
+    # what the verdict keeps in its set unconfirmed: the screen's survivors and refinement's leftovers
+    have = {sc.candidate.layers for sc in scores}
+    pending = list(dict.fromkeys([screened.sets[i] for i in screened.alive] + left))
+    pending = [x for x in pending if x not in have]
+    return {"rounds": rounds, "confirmed": added, "pending": pending,
+            "not_confirmed": [x for r in rounds for x in r["not_confirmed"]],
+            "rule": "every single-slot change of each member of the set (k slots x every captured layer, ascending), "
+                    "compared with the set's best on the log score with the screen's bound, on the screen's "
+                    "positions then on all the data; the ones kept are confirmed; again around the new set until "
+                    "nothing new"}
 
 
 class _Serving:

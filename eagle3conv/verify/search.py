@@ -4,17 +4,20 @@
 :func:`candidates` adds the wirings worth scoring around it (the training
 record's, each shifted by one, the embedding-included variant, each engine's
 default, per-slot moves of 1 and 2), among the layers the states hold.
+:func:`global_search` screens every wiring of the layers the states hold, :func:`refine`
+tries the single-slot changes of the leaders (docs/facts.md §12).
 :func:`norm_comparison` puts a score's per-slot norms next to training's.
 :func:`decide` turns the scores into a :class:`Verdict`, whose ``status`` says
 what the search concluded (callers branch on it, never on the wording):
 
-``named``      acceptance separates a leader from every other wiring, or, where it
-               cannot, the log score (:mod:`eagle3conv.verify.logscore`) separates one of
-               the leaders from every wiring acceptance leaves tied with it, or the norm
-               fingerprint picks the one leader clearly in line
-``stands``     acceptance cannot separate the leaders; the training record's or the
-               config's wiring is among them (norms not out of line), so it stands
-``ambiguous``  neither acceptance nor the norms decide: nothing is named
+``named``      the verdict's set (every wiring not excluded at 95% against the best: by
+               acceptance, then by the log score (:mod:`eagle3conv.verify.logscore`) among
+               what acceptance leaves, then by the norm fingerprint) has one member, in a
+               search that covered every layer
+``stands``     the training record's or the config's wiring is in the set (norms not out
+               of line), so it stands
+``ambiguous``  the set has several members: nothing is named; the set and what would
+               separate it are reported
 ``undecided``  fewer than :data:`MIN_SEARCH_SEQUENCES` sequences: no search verdict
 ``None``       no search was run (one wiring scored)
 """
@@ -27,8 +30,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from eagle3conv.errors import UsageError, WiringError
-from eagle3conv.verify.evaluate import Candidate, Score
-from eagle3conv.verify.stats import paired_difference, paired_mean_difference
+from eagle3conv.verify.evaluate import Candidate, Score, ScreenBound
+from eagle3conv.verify.stats import (
+    excluded_at,
+    paired_difference,
+    paired_mean_difference,
+    paired_ratio_bound,
+    t_quantile,
+)
 from eagle3conv.spec.layers import EMBEDDING, LayerRef, LayerSet, describe, to_ids, to_refs
 from eagle3conv.spec.drafter import aux_ids
 
@@ -95,6 +104,7 @@ def candidates(base: Candidate, trained: LayerSet | None, available: Sequence[La
     def add(name: str, layers: Sequence[LayerRef], why: str) -> None:
         layers = tuple(layers)
         if (layers in seen or len(set(layers)) != len(layers) or not all(r in have for r in layers)
+                or len(layers) != len(base.layers)  # the engines' 3-layer defaults do not fit a k-slot fc
                 or any(a.output_of >= b.output_of for a, b in zip(layers, layers[1:]))):
             return
         seen.add(layers)
@@ -136,13 +146,14 @@ def candidates(base: Candidate, trained: LayerSet | None, available: Sequence[La
 
 # --------------------------------------------------------------------------- the global search
 
-SCREEN_TOKENS = 4096  # real tokens the screen reads (whole sequences from the start of the states)
-# (real tokens screened, wirings kept), ranked by the step-1 log score: far less noisy than step-1 hits
-# on as many positions (the lost-wiring drafter's trained set ranks first of 4,495 on the first 64 tokens
-# of the held-out states, where hits rank it 33rd in a 64-way tie), so the first stages read few tokens
-SCREEN_STAGES = ((64, 320), (512, 40), (SCREEN_TOKENS, 16))
-SCREEN_RANK = "log-score"
-FINALISTS = 8  # screened wirings confirmed on every position (the evidence wirings are confirmed too)
+SCREEN_BOUND = ScreenBound()  # when the screen drops a wiring: docs/facts.md §12
+MAX_CONFIRM = 24  # screen survivors confirmed on every position at most; the rest stay in the verdict's set
+SET_ALPHA = 0.05  # the verdict's set holds the best with 95%: half to acceptance, half to the log score
+LISTED = 50  # unconfirmed survivors named in the report (all are counted)
+UNCONFIRMED_WHY = "the screen kept wirings verify did not confirm"
+REFINE_ROUNDS = 4  # local refinement rounds at most (each: the single-slot neighbours of the leaders)
+REFINE_CONFIRM = 16  # wirings local refinement confirms at most, over all its rounds
+REFINE_OPEN = 64  # wirings one round screens again at most (best screen score first)
 
 
 def names_layers(config: dict) -> bool:
@@ -175,35 +186,31 @@ def screen_dtype(device: str, dtype):
 
 def global_search(drafter, states, near: list[Candidate], available: Sequence[LayerRef], slots: int,
                   num_layers: int | None, *, target_embeds: bool, labels=None, max_sequences: int | None = None,
-                  progress=None) -> tuple[list[Candidate], dict]:
-    """Screen every ascending wiring of the layers the states hold with the step-1 log score on
-    the first sequences (:func:`eagle3conv.verify.evaluate.screen`), and return the wirings
-    to confirm on every position -- ``near`` (the evidence: the config's, the record's,
-    the engine defaults) then the screen's finalists -- and the search's coverage."""
+                  progress=None, bound: ScreenBound = SCREEN_BOUND) -> tuple[list[Candidate], dict, object]:
+    """Screen every ascending wiring of the layers the states hold on the step-1 log score
+    (:func:`eagle3conv.verify.evaluate.screen`: a wiring leaves only when the data excludes
+    it against the leader, docs/facts.md §12), and return the wirings to confirm on every
+    position -- ``near`` (the evidence: the config's, the record's, the engine defaults)
+    then the screen's survivors, best first, at most :data:`MAX_CONFIRM` -- and the search's
+    coverage (``unconfirmed``: survivors past that cap, which the verdict keeps in its set), and
+    the :class:`~eagle3conv.verify.evaluate.ScreenResult` (for :func:`refine`)."""
     from eagle3conv.verify.evaluate import screen
 
     sets = all_wirings(available, slots)
     total = states.num_sequences if max_sequences is None else min(max_sequences, states.num_sequences)
-    lens = states.attention_mask[:total].sum(1).tolist()
-    rows, tokens = 0, 0
-    for n in lens:
-        if tokens >= SCREEN_TOKENS:
-            break
-        rows, tokens = rows + 1, tokens + int(n)
     cb = None
     if progress:
         def cb(done, tot):
             progress(f"screening {len(sets)} wirings", done, tot)
-    res, kept = screen(drafter, states, sets, rows=rows, target_embeds=target_embeds, labels=labels,
-                       stages=SCREEN_STAGES, progress=cb, rank_by=SCREEN_RANK)
+    res, kept = screen(drafter, states, sets, rows=total, target_embeds=target_embeds, labels=labels,
+                       bound=bound, progress=cb)
     out = list(near)
     seen = {c.layers for c in out}
-    finalists = [sets[i] for i in kept[:FINALISTS]]
-    for j, ls in enumerate(finalists):
-        if ls not in seen:
-            seen.add(ls)
-            out.append(Candidate(f"search #{j + 1}", ls, f"global search finalist (step-1 log score "
-                                 f"{res.logp[kept[j]]:.4f}, acceptance {res.acceptance(kept[j]):.3f} on the screen)"))
+    confirm = [i for i in kept if sets[i] not in seen]
+    for j, i in enumerate(confirm[:MAX_CONFIRM]):
+        seen.add(sets[i])
+        out.append(Candidate(f"search #{j + 1}", sets[i], f"not excluded by the screen (step-1 log score "
+                             f"{res.logp[i]:.4f}, acceptance {res.acceptance(i):.3f} on {res.reached[i]} positions)"))
     have = {r.output_of for r in available}
     missing = [] if num_layers is None else [i for i in range(-1, num_layers) if i not in have]
     coverage = {
@@ -214,20 +221,124 @@ def global_search(drafter, states, near: list[Candidate], available: Sequence[La
         "screen_sequences": res.sequences,
         "screen_positions": res.positions,
         "confirmed": len(out),
-        "screen_ranked_by": f"step-1 {SCREEN_RANK}",
-        "screen_stages": [list(x) for x in SCREEN_STAGES],
+        "screen_ranked_by": "step-1 log-score",
+        "screen": screen_record(res, bound),
+        "screen_kept": len(kept),
+        "unconfirmed_count": len(confirm[MAX_CONFIRM:]),
+        "unconfirmed": [describe(sets[i]) for i in confirm[MAX_CONFIRM:MAX_CONFIRM + LISTED]],
         "screen_best": [{"layers": describe(sets[i]), "step1_acceptance": round(res.acceptance(i), 4),
-                         "step1_log_score": round(res.logp[i], 5)} for i in kept[:FINALISTS]],
+                         "step1_log_score": round(res.logp[i], 5), "positions": res.reached[i]}
+                        for i in kept[:8]],
         "screen_seconds": round(res.seconds, 3),
         "slot_profile": slot_profile(res, slots),
     }
-    return out, coverage
+    return out, coverage, res
+
+
+def screen_record(res, bound: ScreenBound) -> dict:
+    """What a screen did, for the report: its bound, its stages, whether the data (not the
+    work cap) decided what it kept."""
+    return {"bound": bound.to_dict(), "stages": res.stages, "complete": res.complete, "work": res.work,
+            "guarantee": (f"a wiring left the screen only when the leader's step-1 log score exceeded its own by "
+                          f"more than the bound (paired, Bonferroni over every comparison, family-wise "
+                          f"{bound.alpha:g}); docs/facts.md §12")
+            if res.complete else
+            (f"the screen stopped at its work cap ({bound.max_work:g} passes of every wiring over the first "
+             f"stage and {bound.max_tail:g} wirings over every position) with {len(res.alive)} wirings the data "
+             "had not excluded: all stay in the verdict's set")}
+
+
+def neighbours(layers: LayerSet, available: Sequence[LayerRef]) -> list[LayerSet]:
+    """Every wiring one slot away from ``layers``: each slot moved to every other layer the
+    states hold that keeps the slots ascending."""
+    refs = sorted(set(available), key=lambda r: r.output_of)
+    out: list[LayerSet] = []
+    for slot in range(len(layers)):
+        lo = layers[slot - 1].output_of if slot else -2
+        hi = layers[slot + 1].output_of if slot + 1 < len(layers) else 1 << 30
+        for r in refs:
+            if lo < r.output_of < hi and r != layers[slot]:
+                out.append(tuple(layers[:slot]) + (r,) + tuple(layers[slot + 1:]))
+    return out
+
+
+def acceptance_set(scores: list[Score]) -> tuple[list[int], dict[int, tuple[float, float, float]], dict]:
+    """The wirings acceptance cannot exclude against the best (every-chain-start accept length,
+    paired over sequences, one-sided at ``SET_ALPHA / 2`` shared by every comparison:
+    Bonferroni): their indices, the best first; the best's paired difference with every other
+    wiring (difference, 95% low, high: :func:`paired_difference`, what the report shows); and
+    the bound's own figures per wiring (difference, standard error, sequences, excluded)."""
+    ranked = sorted(range(len(scores)), key=lambda i: -scores[i].accept_length_all)
+    best = scores[ranked[0]]
+    diffs = {i: paired_difference(best, scores[i]) for i in ranked[1:]}
+    bounds = {}
+    for i in ranked[1:]:
+        d, se, n = paired_ratio_bound(best.chain_accepted, best.chains, scores[i].chain_accepted, scores[i].chains)
+        bounds[i] = (d, se, n, excluded_at(d, se, n, SET_ALPHA / 2, len(scores) - 1))
+    return [ranked[0]] + [i for i in ranked[1:] if not bounds[i][3]], diffs, bounds
+
+
+def set_members(scores: list[Score], log_score=None) -> tuple[list[int], int]:
+    """The confirmed wirings the verdict's first two statistics leave (:func:`decide`):
+    acceptance against the best, then, where it leaves several and ``log_score`` is given,
+    the log score against its leader; and the wiring to compare others with on the log
+    score (that leader, else the best by acceptance)."""
+    tied, _, _ = acceptance_set(scores)
+    if log_score is None or len(tied) < 2:
+        return tied, tied[0]
+    lead, _, _, gone, _ = log_score_exclusions(scores, tied, log_score)
+    return [i for i in tied if i not in gone], lead
+
+
+def refine(drafter, states, res, reference: LayerSet, leaders: Sequence[LayerSet], done: set[LayerSet],
+           available: Sequence[LayerRef], *, target_embeds: bool, labels=None, max_sequences: int | None = None,
+           bound: ScreenBound = SCREEN_BOUND, progress=None) -> tuple[list[LayerSet], dict, object]:
+    """One round of local refinement: every single-slot change of each leader not in ``done``
+    is compared with ``reference`` (the best confirmed wiring) with the screen's bound --
+    first on the positions the global screen (``res``) already scored both on; those that
+    data does not exclude are screened again against ``reference`` (never dropped) on all
+    the data. Returns the wirings still not excluded (to confirm), best first, the round's
+    record, and its screen's :class:`~eagle3conv.verify.evaluate.ScreenResult` (None when
+    nothing was screened again). ``done`` gains every wiring tried."""
+    import dataclasses
+
+    from eagle3conv.verify.evaluate import screen
+
+    index = {ls: i for i, ls in enumerate(res.sets)}
+    tried: list[LayerSet] = []
+    for ls in leaders:
+        for n in neighbours(ls, available):
+            if n not in done:
+                done.add(n)
+                tried.append(n)
+    ref = index.get(reference)
+    # a family of its own: the neighbours tried this round, each against the reference once
+    open_ = [n for n in tried if ref is None or n not in index or not res.excluded(index[n], ref, len(tried))]
+    open_.sort(key=lambda n: -res.logp[index[n]] if n in index else 0.0)
+    rec = {"leaders": [describe(x) for x in leaders], "reference": describe(reference), "tried": len(tried),
+           "excluded_by_the_screen": len(tried) - len(open_), "screened_again": [describe(x) for x in open_[:REFINE_OPEN]],
+           "not_screened_again": len(open_[REFINE_OPEN:]), "kept": []}
+    rec["_not_screened_again"] = open_[REFINE_OPEN:]  # the caller keeps them in the verdict's set
+    open_ = open_[:REFINE_OPEN]  # the best by the screen's score first
+    if not open_:
+        return [], rec, None
+    total = states.num_sequences if max_sequences is None else min(max_sequences, states.num_sequences)
+    sets = [reference] + open_
+    cb = None
+    if progress:
+        def cb(d, t):
+            progress(f"refining: {len(open_)} wirings one slot from a leader", d, t)
+    again, kept = screen(drafter, states, sets, rows=total, target_embeds=target_embeds, labels=labels,
+                         bound=dataclasses.replace(bound, max_work=math.inf, max_tail=math.inf), keep=(0,),
+                         progress=cb)
+    out = [sets[i] for i in kept if i != 0]
+    rec.update({"kept": [describe(x) for x in out], "screen": screen_record(again, bound),
+                "seconds": round(again.seconds, 3)})
+    return out, rec, again
 
 
 def _finite(x: float, digits: int) -> float | None:
     """A number for the JSON report: rounded, or None where it is not finite (no data left)."""
-    import math
-
     return round(x, digits) if math.isfinite(x) else None
 
 
@@ -297,6 +408,9 @@ class Verdict:
     config_worse: bool | None = None  # the config's wiring is clearly (paired interval) below the best found
     statistic: str | None = None  # what decided: acceptance | log-score | norm-fingerprint | training-record | config
     log_score: dict | None = None  # the log-score comparison, where acceptance left wirings tied
+    confidence_set: list[dict] = field(default_factory=list)  # every wiring not excluded at 95% vs the best
+    set_statistic: str | None = None  # the statistics that narrowed the set, in order
+    to_separate: dict | None = None  # what would separate the set (factor, positions, sequences), or why not
 
     def __post_init__(self) -> None:
         if self.status is not None and self.status not in STATUSES:
@@ -324,11 +438,14 @@ class Verdict:
         })
         if self.advice is not None:
             out["advice"] = self.advice
-        for key in ("coverage", "best_found", "positions_to_separate", "config_worse", "statistic", "log_score"):
+        for key in ("coverage", "best_found", "positions_to_separate", "config_worse", "statistic", "log_score",
+                    "set_statistic", "to_separate"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.tied_set:
             out["tied_set"] = list(self.tied_set)
+        if self.confidence_set:
+            out["confidence_set"] = list(self.confidence_set)
         return out
 
     @classmethod
@@ -339,55 +456,119 @@ class Verdict:
         kw["norm_flags"] = list(kw.get("norm_flags") or [])
         kw["paired_differences"] = list(kw.get("paired_differences") or [])
         kw["tied_set"] = list(kw.get("tied_set") or [])
+        kw["confidence_set"] = list(kw.get("confidence_set") or [])
         return cls(**kw)
 
 
-def log_score_leader(scores: list[Score], tied: list[int], log_score) -> tuple[int | None, dict]:
-    """Among ``tied`` (wirings acceptance cannot separate), the leader on the step-1 log score
-    and whether it is separated: its paired interval against every wiring acceptance does not
-    separate it from excludes 0. Returns (the leader, or None when it is not separated or a
-    wiring's acceptance is clearly above it -- a clear acceptance difference is never
-    overridden -- , the comparison for the verdict). ``log_score(indices)``: their
+def log_score_exclusions(scores: list[Score], tied: list[int], log_score
+                         ) -> tuple[int, dict[int, tuple[float, float, float]], dict, list[int], dict]:
+    """Among ``tied`` (wirings acceptance cannot exclude), the leader on the step-1 log score,
+    its paired difference (difference, 95% low, high) with every wiring acceptance does not
+    separate it from (bootstrap, for the report), the bound's figures (difference, standard
+    error, sequences), and which of those the log score excludes (one-sided at
+    ``SET_ALPHA / 2`` shared by those comparisons) -- never one whose acceptance is clearly
+    above the leader's: a clear acceptance difference is never overridden. Returns (leader,
+    differences, bounds, excluded, the comparison for the verdict). ``log_score(indices)``: their
     :class:`~eagle3conv.verify.logscore.LogScore`."""
     k = LOG_SCORE_STEP
     got = dict(zip(tied, log_score(list(tied))))
     lead = max(tied, key=lambda i: got[i].mean(k))
-    acc = {j: paired_difference(scores[lead], scores[j]) for j in range(len(scores)) if j != lead}
-    above = [j for j, (_, _, hi) in acc.items() if hi < 0]
-    close = [j for j, (_, lo, _) in acc.items() if lo <= 0 and j not in above]
+    acc = {}
+    for j in range(len(scores)):
+        if j != lead:
+            d, se, n = paired_ratio_bound(scores[j].chain_accepted, scores[j].chains, scores[lead].chain_accepted,
+                                          scores[lead].chains)
+            acc[j] = (excluded_at(d, se, n, SET_ALPHA / 2, len(scores) - 1),  # j clearly above the leader
+                      excluded_at(-d, se, n, SET_ALPHA / 2, len(scores) - 1))  # the leader clearly above j
+    above = [j for j, (up, _) in acc.items() if up]
+    close = [j for j, (up, down) in acc.items() if not up and not down]
     missing = [j for j in close if j not in got]
     got.update(zip(missing, log_score(missing)))
-    rows, separated = [], not above
+    diffs: dict[int, tuple[float, float, float]] = {}
+    bounds: dict[int, tuple[float, float, int]] = {}
+    rows, excluded = [], []
     for j in close:
-        d, lo, hi = paired_mean_difference(got[lead].logp[k], got[lead].counted[k], got[j].logp[k],
-                                           got[j].counted[k])
-        separated = separated and lo > 0
+        diffs[j] = paired_mean_difference(got[lead].logp[k], got[lead].counted[k], got[j].logp[k],
+                                          got[j].counted[k])
+        d, se, n = bounds[j] = paired_ratio_bound(got[lead].logp[k], got[lead].counted[k], got[j].logp[k],
+                                                  got[j].counted[k])
+        out_ = excluded_at(d, se, n, SET_ALPHA / 2, len(close))
+        if out_:
+            excluded.append(j)
+        d0, lo, hi = diffs[j]
         rows.append({"wiring": scores[j].candidate.name, "layers": describe(scores[j].candidate.layers),
-                     "log_score_gap": _finite(d, 5), "ci95": [_finite(lo, 5), _finite(hi, 5)]})
+                     "log_score_gap": _finite(d0, 5), "ci95": [_finite(lo, 5), _finite(hi, 5)],
+                     "excluded": out_})
     rows.sort(key=lambda r: (r["log_score_gap"] is None, r["log_score_gap"] or 0.0))
     out = {"statistic": f"mean log-probability (nats) the drafter gives the target's token at draft step {k + 1}, "
-                        "on the positions whose token is in the draft vocabulary; paired 95% bootstrap over "
-                        "sequences",
+                        "on the positions whose token is in the draft vocabulary; paired over sequences (ci95: "
+                        "bootstrap; excluded: one-sided bound shared by the comparisons, docs/facts.md §12)",
            "leader": describe(scores[lead].candidate.layers), "leader_mean": round(got[lead].mean(k), 5),
-           "positions": sum(got[lead].counted[k]), "separated": bool(separated and rows),
+           "positions": sum(got[lead].counted[k]),
+           "separated": bool(rows) and not above and len(excluded) == len(close),
            "differences": rows}
     if above:
         out["acceptance_above"] = [describe(scores[j].candidate.layers) for j in above]
+    return lead, diffs, bounds, excluded, out
+
+
+def log_score_leader(scores: list[Score], tied: list[int], log_score) -> tuple[int | None, dict]:
+    """Among ``tied``, the log-score leader when the log score separates it from every wiring
+    acceptance leaves tied with it (and no wiring's acceptance is clearly above it), else None;
+    and the comparison (:func:`log_score_exclusions`)."""
+    lead, _, _, _, out = log_score_exclusions(scores, tied, log_score)
     return (lead if out["separated"] else None), out
+
+
+def _separation(members: list[int], lead: int, acc: dict, logs: dict, comparisons: int) -> float | None:
+    """How many times the data at hand would separate ``lead`` from every other member at the
+    gaps and variance seen: per member, the fewer of what acceptance and the log score need
+    ((q * standard error / gap) squared, q the set's one-sided quantile for ``comparisons``);
+    None where some member shows no gap to ``lead`` in either."""
+    need = []
+    for j in members:
+        if j == lead:
+            continue
+        best = math.inf
+        for d, se, n in [x[:3] for x in (acc.get(j), logs.get(j)) if x is not None]:
+            if d > 0 and n >= 2 and math.isfinite(se):
+                q = t_quantile(1.0 - SET_ALPHA / 2 / max(1, comparisons), n - 1)
+                best = min(best, (q * se / d) ** 2)
+        need.append(best)
+    if not need or not all(math.isfinite(x) for x in need):
+        return None
+    return max(1.0, max(need))
+
+
+def _set_words(names: list[str], limit: int = 6, total: int | None = None) -> str:
+    total = len(names) if total is None else total
+    return "; ".join(names[:limit]) + (f"; and {total - min(limit, len(names))} more" if total > limit else "")
 
 
 def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search: bool, path,
            target: str | None, *, coverage: dict | None = None, config_names_layers: bool = True,
-           log_score=None) -> Verdict:
+           log_score=None, capture: dict | None = None) -> Verdict:
     """The verdict on ``scores`` (``scores[0]``: the config's or the given wiring;
     ``comparisons[i]``: :func:`norm_comparison` of ``scores[i]``, or None).
-    ``path`` and ``target`` go into the advice's ``eagle3conv config`` command.
-    ``coverage``: what :func:`global_search` screened (None: only the wirings scored);
-    a wiring is named only when the search covered every layer of the target.
-    ``config_names_layers``: False when config.json names no aux layers (``scores[0]``
-    is then the engines' default, which never "stands" on its own).
-    ``log_score(indices)``: the :class:`~eagle3conv.verify.logscore.LogScore` of those scores
-    (computed only when acceptance leaves a global search's leaders tied)."""
+
+    The verdict is a confidence set: the wirings not excluded at 95% against the best,
+    paired over sequences -- first by acceptance (every-chain-start accept length); in a
+    global search, then by the step-1 log score among what acceptance leaves (never
+    against a clear acceptance difference); then by the norm fingerprint (a member whose
+    norms are out of line with training, where another member's are in line); plus the
+    wirings the screen kept but verify did not confirm (``coverage["unconfirmed"]``).
+    One wiring is named only when the set has one member (``named``), or when the
+    training record's or the config's wiring is in it (``stands``); else the set is
+    reported (``ambiguous``) with what would separate it.
+
+    ``path`` and ``target`` go into the advice's commands. ``coverage``: what
+    :func:`global_search` screened (None: only the wirings scored); a wiring is named only
+    when the search covered every layer of the target. ``config_names_layers``: False when
+    config.json names no aux layers (``scores[0]`` is then the engines' default, which
+    never "stands" on its own). ``log_score(indices)``: the
+    :class:`~eagle3conv.verify.logscore.LogScore` of those scores (computed only where
+    acceptance leaves a global search's leaders tied). ``capture``: how the states were
+    captured (``generate_tokens``, ``prompts``), for the advice on what to capture."""
     main = scores[0]
     out = Verdict(config_accept_length=round(main.accept_length, 4), coverage=coverage)
     flagged = [c for c in (comparisons[0] or []) if c["flagged"]]
@@ -400,101 +581,154 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
         out.decided_by = (f"not decided: a wiring search needs at least {MIN_SEARCH_SEQUENCES} "
                           f"sequences with full chains (these states have {main.effective_sequences}); capture more")
         return out
-    complete = coverage is not None and coverage.get("global")
-    # rank by the every-chain-start accept length: same positions for every wiring, lowest variance
-    ranked = sorted(range(len(scores)), key=lambda i: -scores[i].accept_length_all)
+    complete = bool(coverage is not None and coverage.get("global"))
+    names = [describe(s.candidate.layers) for s in scores]
+    # acceptance: every-chain-start accept length, the same positions for every wiring
+    tied, diffs, acc_bounds = acceptance_set(scores)
+    ranked = [tied[0]] + sorted(diffs, key=lambda i: -scores[i].accept_length_all)
     best, second = scores[ranked[0]], scores[ranked[1]]
-    diffs = {i: paired_difference(best, scores[i]) for i in ranked[1:]}
-    tied = [ranked[0]] + [i for i in ranked[1:] if diffs[i][1] <= 0]
-    separated = len(tied) == 1  # the leader's paired interval excludes 0 against every other wiring
-    chosen, status = ranked[0], "named"
-    decided_by, statistic = "acceptance", "acceptance"
     if complete:
-        coverage["summary"] = (f"global search: {coverage['screened']} wirings screened (every ascending set of the "
-                               f"{coverage['layers']} layers the states hold) on {coverage['screen_positions']} "
-                               f"positions, {coverage['confirmed']} confirmed on all {main.tokens}")
+        cov = coverage
+        refined = (cov.get("refinement") or {}).get("confirmed")
+        cov["summary"] = (f"global search: {cov['screened']} wirings screened (every ascending set of the "
+                          f"{cov['layers']} layers the states hold) on up to {cov['screen_positions']} positions, "
+                          f"{cov['confirmed']} confirmed on all {main.tokens}"
+                          + (f", {refined} more by local refinement" if refined else ""))
     out.paired_differences = [
-        {"wiring": scores[i].candidate.name, "layers": describe(scores[i].candidate.layers),
-         "accept_length_gap": round(d, 4), "ci95": [round(lo, 4), round(hi, 4)]}
-        for i, (d, lo, hi) in diffs.items()]
-    out.best_found = describe(best.candidate.layers)
-    if 0 in diffs and diffs[0][1] > 0:
+        {"wiring": scores[i].candidate.name, "layers": names[i], "accept_length_gap": round(d, 4),
+         "ci95": [round(lo, 4), round(hi, 4)], "excluded": acc_bounds[i][3]} for i, (d, lo, hi) in diffs.items()]
+    out.best_found = names[ranked[0]]
+    if 0 in acc_bounds and acc_bounds[0][3]:
         out.config_worse = True
     elif ranked[0] != 0 or 0 in tied:
         out.config_worse = False
-    if not separated:
-        out.tied_set = [describe(scores[i].candidate.layers) for i in tied]
-        # positions that would separate the leader from the closest tied wiring, at the variance seen
-        gaps = [(diffs[i][0], (diffs[i][2] - diffs[i][1]) / 2) for i in tied[1:]]
-        need = [main.tokens * (w / g) ** 2 for g, w in gaps if g > 0 and math.isfinite(w)]
-        if need and len(need) == len(gaps):
-            out.positions_to_separate = int(math.ceil(max(need)))
-        # Acceptance cannot tell the leaders apart. The norm fingerprint tells an embedding
-        # output from a deep layer, not layer 13 from 14 (adjacent layers' norms differ by
-        # less than two datasets' medians do), so it only overturns the config's (or the
-        # training record's) wiring when that one's norms are out of line and another
-        # leader's are clearly in line.
+    out.tied, out.separated = len(tied), len(tied) == 1
+    if len(tied) > 1:
+        out.tied_set = [names[i] for i in tied]
 
-        def in_line(i: int) -> bool | None:
-            cmp = comparisons[i]
-            return None if cmp is None else not any(c["flagged"] for c in cmp)
+    # the confidence set, narrowed statistic by statistic
+    members, by = list(tied), ["acceptance"]
+    lead = ranked[0]
+    log_diffs: dict = {}
+    log_bounds: dict = {}
+    lead_ls = None
+    if complete and log_score is not None and len(members) > 1:
+        lead_ls, log_diffs, log_bounds, gone, out.log_score = log_score_exclusions(scores, members, log_score)
+        by.append("log-score")  # consulted, whether or not it excluded any
+        if gone:
+            members, lead = [i for i in members if i not in gone], lead_ls
 
-        def clearly_in_line(i: int) -> bool:
-            cmp = comparisons[i]
-            return bool(cmp) and all(c["ratio"] and 0.8 <= c["ratio"] <= 1.25 for c in cmp)
+    def in_line(i: int) -> bool | None:
+        cmp = comparisons[i]
+        return None if cmp is None else not any(c["flagged"] for c in cmp)
 
-        anchors = [i for i in tied if scores[i].candidate.name == "training record"] + (
-            [0] if 0 in tied and config_names_layers else [])
-        anchor = next((i for i in anchors if in_line(i) is not False), None)
-        ok = [i for i in tied if clearly_in_line(i)]
-        by_log = None
-        if complete and log_score is not None:
-            by_log, out.log_score = log_score_leader(scores, tied, log_score)
-        if anchor is not None:
-            chosen, status = anchor, "stands"
-            rec = scores[anchor].candidate.name == "training record"
-            who = "the training record's" if rec else "the config's"
-            statistic = "training-record" if rec else "config"
-            decided_by = (f"acceptance cannot separate {len(tied)} wirings; {who} wiring is among them"
-                          + (" and its norms match training" if in_line(anchor) else "") + ", so it stands")
-            if by_log is not None and by_log != anchor:
-                decided_by += (f" (the log score prefers {describe(scores[by_log].candidate.layers)}: see "
-                               "verdict.log_score)")
-        elif by_log is not None:
-            chosen, statistic = by_log, "log-score"
-            nxt = out.log_score["differences"][0]
-            decided_by = (f"log score: acceptance cannot separate {len(tied)} wirings; the log-probability the "
-                          f"drafter gives the target's token at draft step {LOG_SCORE_STEP + 1} (a proper scoring "
-                          f"rule, on {out.log_score['positions']} positions) separates this one from every wiring "
-                          f"acceptance leaves tied with it (closest: {nxt['layers']}, "
-                          f"{nxt['log_score_gap']:+.4f} nats [{nxt['ci95'][0]:+.4f}, {nxt['ci95'][1]:+.4f}] paired)")
-        elif ok and complete and len(ok) == 1:
-            chosen, statistic = ok[0], "norm-fingerprint"
-            decided_by = ("norm fingerprint (acceptance cannot separate the leaders; of them, only this wiring's "
-                          "norms are within 25% of training)")
+    def clearly_in_line(i: int) -> bool:
+        cmp = comparisons[i]
+        return bool(cmp) and all(c["ratio"] and 0.8 <= c["ratio"] <= 1.25 for c in cmp)
+
+    # The norm fingerprint tells an embedding output from a deep layer, not layer 13 from 14
+    # (adjacent layers' norms differ by less than two datasets' medians do): it only drops a
+    # member whose norms are out of line with training while another member's are clearly in line.
+    off = [i for i in members if in_line(i) is False]
+    if complete and off and len(members) > 1 and any(clearly_in_line(i) for i in members if i not in off):
+        members = [i for i in members if i not in off]
+        by.append("norm-fingerprint")
+        if lead not in members:
+            lead = max(members, key=lambda i: scores[i].accept_length_all)
+    unconfirmed = list((coverage or {}).get("unconfirmed") or []) if complete else []
+    n_unconfirmed = int((coverage or {}).get("unconfirmed_count", len(unconfirmed))) if complete else 0
+    anchors = [i for i in members if scores[i].candidate.name == "training record"] + (
+        [0] if 0 in members and config_names_layers else [])
+    anchor = next((i for i in anchors if in_line(i) is not False), None)
+    stat_words = {"acceptance": "acceptance", "log-score": f"the step-{LOG_SCORE_STEP + 1} log score",
+                  "norm-fingerprint": "the norm fingerprint"}
+    how = ", then ".join(stat_words[b] for b in by)
+    out.set_statistic = how
+    out.confidence_set = [
+        {"wiring": scores[i].candidate.name, "layers": names[i], "confirmed": True,
+         "accept_length_all_starts": round(scores[i].accept_length_all, 4),
+         **({"accept_length_gap": [round(x, 4) for x in diffs[i]]} if i in diffs else {}),
+         **({"log_score_gap": [_finite(x, 5) for x in log_diffs[i]]} if i in log_diffs else {})}
+        for i in members] + [{"layers": u, "confirmed": False} for u in unconfirmed]
+    size = len(members) + n_unconfirmed
+    chosen, status, statistic = lead, "ambiguous", None
+    if anchor is not None:
+        chosen, status = anchor, "stands"
+        rec = scores[anchor].candidate.name == "training record"
+        statistic = "training-record" if rec else "config"
+        who = "the training record's" if rec else "the config's"
+        verb = " leaves" if len(by) == 1 else ", leave"
+        out.decided_by = ((f"{how}{verb} {size} wirings within 95% of the best and {who} wiring is among them"
+                           if size > 1 else f"{how}{verb} only {who} wiring within 95% of the best")
+                          + (" (its norms match training)" if in_line(anchor) else "") + ", so it stands")
+        if size > 1 and out.log_score and out.log_score["leader"] != names[anchor] and out.log_score["separated"]:
+            out.decided_by += f" (the log score prefers {out.log_score['leader']}: see verdict.log_score)"
+    elif size == 1:
+        status, statistic = "named", by[-1]
+        if statistic == "acceptance":
+            out.decided_by = "acceptance"
+        elif statistic == "log-score":
+            others = [r for r in out.log_score["differences"]]
+            nxt = others[0]
+            out.decided_by = (f"log score: acceptance cannot separate {len(tied)} wirings; the log-probability the "
+                              f"drafter gives the target's token at draft step {LOG_SCORE_STEP + 1} (a proper "
+                              f"scoring rule, on {out.log_score['positions']} positions) separates this one from "
+                              f"every wiring acceptance leaves tied with it (closest: {nxt['layers']}, "
+                              f"{nxt['log_score_gap']:+.4f} nats [{nxt['ci95'][0]:+.4f}, {nxt['ci95'][1]:+.4f}] "
+                              "paired)")
         else:
-            statistic = None
-            status = "ambiguous"
-            more = (f"; about {out.positions_to_separate - main.tokens} more positions would separate them at the "
-                    f"variance seen" if out.positions_to_separate and out.positions_to_separate > main.tokens else
-                    "; no number of positions separates them at the gaps seen")
-            decided_by = (f"ambiguous: acceptance cannot separate {len(tied)} wirings ("
-                          + "; ".join(out.tied_set[:4]) + (" ..." if len(tied) > 4 else "")
-                          + ") and " + ("neither the log score nor " if out.log_score else "")
-                          + "the norms do not decide" + more + ": capture more tokens")
+            out.decided_by = ("norm fingerprint: acceptance cannot separate the leaders, and of them only this "
+                              "wiring's norms are in line with training")
+    # what would separate the set: from the log-score leader where the log score was consulted (it is
+    # the finer statistic), else from the best by acceptance
+    sep_lead = lead_ls if log_bounds and lead_ls in members else ranked[0]
+    sep_acc = acc_bounds if sep_lead == ranked[0] else {
+        j: paired_ratio_bound(scores[sep_lead].chain_accepted, scores[sep_lead].chains, scores[j].chain_accepted,
+                              scores[j].chains) for j in members if j != sep_lead}
+    factor = _separation(members, sep_lead, sep_acc, log_bounds if sep_lead == lead_ls else {},
+                         len(scores) - 1)
+    if size > 1:
+        if factor is not None and not n_unconfirmed:
+            seqs = main.effective_sequences
+            out.positions_to_separate = int(math.ceil(main.tokens * factor))
+            out.to_separate = {"members": size, "factor": round(factor, 2), "positions": out.positions_to_separate,
+                               "sequences": int(math.ceil(seqs * factor)), "sequences_now": seqs,
+                               "statistic": how}
+        else:
+            out.to_separate = {"members": size, "factor": None, "sequences_now": main.effective_sequences,
+                               "statistic": how,
+                               "why": (UNCONFIRMED_WHY if n_unconfirmed else
+                                       "some wirings in the set show no gap to the best at all")}
+    if status == "ambiguous":
+        what = f"{size} wirings" + (f" ({n_unconfirmed} of them kept by the screen, not confirmed)"
+                                    if n_unconfirmed else "")
+        if size > 1:
+            more = out.to_separate or {}
+            if more.get("factor"):
+                sep = f"about {more['sequences']} sequences like these ({more['sequences_now']} now) would separate them"
+            elif n_unconfirmed:
+                sep = (f"the screen could not exclude {n_unconfirmed} of them on {more['sequences_now']} sequences: "
+                       "capture more and search again")
+            else:
+                sep = ("no amount of data like this separates them at the gaps seen (some show none); a training "
+                       "record would")
+            verb = " leaves" if len(by) == 1 else ", leave"
+            listed = _set_words([c["layers"] for c in out.confidence_set], total=size)
+            out.decided_by = (f"the data cannot tell which of {what} the drafter was trained on ({how}{verb} "
+                              f"them all within 95% of the best: {listed}); {sep}")
     if status == "named" and not complete:
         status = "ambiguous"
         where = ("only the wirings near the evidence were scored" if coverage is None else
                  f"the states hold {coverage['layers']} of the target's layers (missing: "
                  + ", ".join(map(str, coverage["missing_layers"][:8]))
                  + (" ..." if len(coverage["missing_layers"]) > 8 else "") + ")")
-        decided_by = (f"best in the searched neighbourhood: {describe(best.candidate.layers)}, separated from the "
-                      f"wirings scored, but not a global search ({where}); capture every layer "
-                      "(eagle3conv capture without --layers) and search again")
+        out.decided_by = (f"best in the searched neighbourhood: {names[chosen]}, separated from the wirings "
+                          f"scored, but not a global search ({where}); capture every layer (eagle3conv capture "
+                          "without --layers) and search again")
     win = scores[chosen]
-    out.status, out.decided_by, out.statistic = status, decided_by, statistic if status != "ambiguous" else None
-    out.best, out.best_layers = win.candidate.name, describe(win.candidate.layers)
-    out.best_accept_length, out.tied, out.separated = round(win.accept_length, 4), len(tied), separated
+    out.status, out.statistic = status, statistic if status != "ambiguous" else None
+    out.best, out.best_layers = win.candidate.name, names[chosen]
+    out.best_accept_length = round(win.accept_length, 4)
     out.runner_up = second.candidate.name if chosen == ranked[0] else best.candidate.name
     out.config_is_best = win is main
     tgt = f" --target {target}" if target else ""
@@ -503,29 +737,59 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
         return (f"eagle3conv config {path}{tgt} --trained-on {','.join(map(str, to_ids(layers, 'output')))} "
                 "--captured-at output")
 
+    one = size == 1  # the data points at one wiring (named, or the best of a neighbourhood)
     if status == "ambiguous":
         out.best = out.best_layers = None
     elif win is not main or not config_names_layers:
-        out.advice = (f"the drafter was most likely trained on {describe(win.candidate.layers)}; write it: "
+        out.advice = (f"the drafter was most likely trained on {names[chosen]}; write it: "
                       f"{command(win.candidate.layers)}")
+    capture_advice = _capture_advice(out, capture, target) if status == "ambiguous" and size > 1 else None
     if out.config_worse:  # said first, whether or not a wiring is named
         d, lo, hi = diffs[0]
         what = "the config's wiring" if config_names_layers else "the engines' default (config.json names no layers)"
-        lead = (f"{what} ({describe(main.candidate.layers)}) is clearly worse than the best found "
-                f"({describe(best.candidate.layers)}: accept length +{d:.3f} [{lo:+.3f}, {hi:+.3f}] paired)")
-        if out.advice is None:
-            out.advice = (f"{lead}; the best found is not named (see the verdict); to write it: "
-                          f"{command(best.candidate.layers)}")
+        first = (f"{what} ({names[0]}) is clearly worse than the best by accept length "
+                 f"({names[ranked[0]]}: +{d:.3f} [{lo:+.3f}, {hi:+.3f}] paired)")
+        if out.advice is not None:
+            out.advice = f"{first}; {out.advice}"
+        elif one:
+            out.advice = f"{first}; the best found is not named (see the verdict); to write it: {command(best.candidate.layers)}"
         else:
-            out.advice = f"{lead}; {out.advice}"
+            out.advice = f"{first}; {capture_advice}"
     elif status == "ambiguous" and not config_names_layers:
-        out.advice = (f"config.json names no aux layers and the search names none; the best found: "
-                      f"{describe(best.candidate.layers)}, to write it: {command(best.candidate.layers)}")
+        out.advice = ("config.json names no aux layers and the search names none; "
+                      + (f"the best found: {names[ranked[0]]}, to write it: {command(best.candidate.layers)}" if one
+                         else capture_advice))
+    elif capture_advice is not None:
+        out.advice = capture_advice
     return out
 
 
+def _capture_advice(v: Verdict, capture: dict | None, target: str | None) -> str:
+    """What to do when the set has several members: the set, and what to capture."""
+    members = [c["layers"] for c in v.confidence_set]
+    sep = v.to_separate or {}
+    cap = capture or {}
+    gen = cap.get("generate_tokens")
+    cmd = (f"eagle3conv capture --target {target or 'TARGET'} --prompts PROMPTS --out more-states.safetensors"
+           + (f" --generate {gen}" if gen else ""))
+    if sep.get("factor"):
+        how = (f"capture about {sep['sequences']} sequences like these ({sep['sequences_now']} now) and verify "
+               f"again ({cmd}, with that many prompts)")
+    elif sep.get("why") == UNCONFIRMED_WHY:
+        how = (f"capture several times the {sep['sequences_now']} sequences these states hold and verify again "
+               f"({cmd}), or keep the training record (training_metadata.json) beside the drafter")
+    else:
+        how = (f"more data like this may not separate them ({sep.get('why', 'no gap seen')}); keep the training "
+               f"record (training_metadata.json) beside the drafter, or capture other prompts ({cmd})")
+    size = sep.get("members", len(members))
+    return (f"the data cannot tell {size} wirings apart ({_set_words(members, total=size)}): no config is written "
+            f"for any one of them; to separate them, {how}")
+
+
 __all__ = [
-    "FINALISTS", "LOG_SCORE_STEP", "SCREEN_STAGES", "log_score_leader", "SCREEN_TOKENS", "all_wirings", "global_search", "names_layers", "screen_dtype",
-    "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "STATUSES", "Status", "Verdict", "candidates", "config_candidate",
-    "decide", "norm_comparison", "norm_mismatch",
+    "LISTED", "LOG_SCORE_STEP", "MAX_CONFIRM", "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "REFINE_CONFIRM",
+    "REFINE_OPEN", "REFINE_ROUNDS", "SET_ALPHA",
+    "SCREEN_BOUND", "STATUSES", "Status", "Verdict", "acceptance_set", "all_wirings", "candidates", "config_candidate",
+    "decide", "global_search", "log_score_exclusions", "log_score_leader", "names_layers", "neighbours",
+    "norm_comparison", "norm_mismatch", "refine", "screen_dtype", "screen_record", "set_members",
 ]

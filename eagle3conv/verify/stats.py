@@ -84,6 +84,117 @@ def paired_mean_difference(num_a, den_a, num_b, den_b, rounds: int = 2000,
     return (float(xa.sum() / na.sum() - xb.sum() / nb.sum()), float(lo), float(hi))
 
 
+def normal_quantile(p: float) -> float:
+    """The standard normal quantile (inverse CDF) at ``p``, 0 < p < 1."""
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(p)
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny, eps = 1e-300, 1e-15
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 10_000):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < eps:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), 0 <= x <= 1."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    ln = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(ln) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(ln) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_tail(t: float, df: float) -> float:
+    """P(T > t) for Student's t with ``df`` degrees of freedom, t >= 0."""
+    return 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile at ``p`` (0.5 <= p < 1) with ``df`` >= 1 degrees of freedom:
+    bisection on :func:`t_tail`, to 1e-10 relative. Far tails (p = 1 - 1e-9) are exact
+    here, where a normal quantile would be far too small for few degrees of freedom."""
+    if not 0.5 <= p < 1.0 or df < 1:
+        raise ValueError(f"t_quantile needs 0.5 <= p < 1 and df >= 1, got p={p}, df={df}")
+    tail = 1.0 - p
+    if tail == 0.5:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while t_tail(hi, df) > tail:
+        lo, hi = hi, hi * 2.0
+        if hi > 1e300:
+            return math.inf
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_tail(mid, df) > tail:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-10 * hi:
+            break
+    return hi
+
+
+def paired_ratio_bound(num_a, den_a, num_b, den_b) -> tuple[float, float, int]:
+    """sum(num_a)/sum(den_a) minus sum(num_b)/sum(den_b), two ratios measured on the same rows
+    (sequences): (difference, its standard error, rows). The standard error is the delta
+    method's over rows (each row's linearised contribution; rows resampled, as
+    :func:`paired_mean_difference` does), so ``difference - q * se`` is a one-sided bound for
+    any quantile ``q``, far in the tail where a bootstrap's few thousand rounds say nothing.
+    Rows where either ``den`` is 0 say nothing and are dropped; with fewer than 2 rows left
+    the error is infinite."""
+    import numpy as np
+
+    xa, na = np.asarray(num_a, float), np.asarray(den_a, float)
+    xb, nb = np.asarray(num_b, float), np.asarray(den_b, float)
+    keep = (na > 0) & (nb > 0) if len(na) == len(nb) else np.zeros(0, bool)
+    xa, na, xb, nb = xa[keep], na[keep], xb[keep], nb[keep]
+    n = int(keep.sum())
+    if n == 0:
+        return 0.0, math.inf, 0
+    ra, rb = xa.sum() / na.sum(), xb.sum() / nb.sum()
+    if n < 2:
+        return float(ra - rb), math.inf, n
+    lin = (xa - ra * na) / na.sum() - (xb - rb * nb) / nb.sum()
+    se = math.sqrt(float((lin ** 2).sum()) * n / (n - 1))
+    return float(ra - rb), se, n
+
+
+def excluded_at(d: float, se: float, rows: int, alpha: float, comparisons: int = 1) -> bool:
+    """Whether a paired difference ``d`` (standard error ``se`` over ``rows`` rows) is above 0
+    at one-sided level ``alpha / comparisons`` (Student t, rows - 1 degrees of freedom)."""
+    if rows < 2 or not math.isfinite(se) or alpha <= 0:
+        return False
+    if se == 0:
+        return d > 0
+    return d - t_quantile(1.0 - alpha / max(1, comparisons), rows - 1) * se > 0
+
+
 def replay(leading, full) -> tuple[list[int], list[int]]:
     """Greedy chain decoding replayed on teacher-forced results, per sequence.
 
@@ -112,4 +223,7 @@ def replay(leading, full) -> tuple[list[int], list[int]]:
     return accepted, rounds
 
 
-__all__ = ["bootstrap", "paired_difference", "paired_mean_difference", "replay", "wilson"]
+__all__ = [
+    "bootstrap", "excluded_at", "normal_quantile", "paired_difference", "paired_mean_difference", "paired_ratio_bound",
+    "replay", "t_quantile", "t_tail", "wilson",
+]
