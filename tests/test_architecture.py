@@ -243,3 +243,26 @@ def test_engine_results_are_frozen_types():
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls
     hints = typing.get_type_hints(engines.Capture)
     assert "Finding" in str(hints["error"]) and "IdField" in str(hints["field"])
+
+
+# The orchestrators read as their named steps (issue 20): each stays short enough to follow on one
+# screen; a step that grows goes into its own function or method, not back into the orchestrator.
+ORCHESTRATORS = {
+    "eagle3conv/wiring/check.py": "check_wiring",
+    "eagle3conv/checkpoint/plan.py": "build_plan",
+    "eagle3conv/verify/run.py": "verify",
+    "eagle3conv/hub/push.py": "_push",
+}
+ORCHESTRATOR_MAX_LINES = 80
+
+
+def test_orchestrators_are_short_lists_of_named_steps():
+    long = []
+    for rel, name in ORCHESTRATORS.items():
+        tree = ast.parse((PKG.parent / rel).read_text())
+        found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+        assert found, f"{rel} defines no {name}() at module level"
+        lines = found[0].end_lineno - found[0].lineno + 1
+        if lines > ORCHESTRATOR_MAX_LINES:
+            long.append(f"{rel}:{found[0].lineno} {name}() is {lines} lines")
+    assert not long, "orchestrators grown past their steps:\n" + "\n".join(long)

@@ -46,11 +46,13 @@ The package, bottom up (each module imports only those above it)::
 
     stats      wilson, bootstrap, paired_difference, paired_ratio_bound, t_quantile, replay: pure numpy
     feed       prefetch thread, CUDA double-buffered feeder over memory-mapped states
+    logscore   log_scores: the step-1 log score per wiring and sequence (the screen's ranking)
     evaluate   Candidate, Score, evaluate, screen: one wiring over every batch; many at step 1
     search     config_candidate, candidates, global_search, refine, norm_comparison, Verdict, decide
     report     VerifyResult, VerifyReport: the eagle3conv-verify.json contract  (evaluate, search)
+    plot       verify --plot: the search's figure
     inputs     drafter loading, device/dtype, target embeddings, data labels
-    run        verify() and smoke(): input checks, then the above in order
+    run        VerifyOptions, verify() and smoke(): one method per step (_Verification), in order
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ from eagle3conv.verify.inputs import (
     load_target_embeddings,
 )
 from eagle3conv.verify.report import REPORT_FILE, VerifyReport, VerifyResult, WiringFigures
-from eagle3conv.verify.run import smoke, verify
+from eagle3conv.verify.run import VerifyOptions, smoke, verify
 from eagle3conv.verify.search import (
     MIN_SEARCH_SEQUENCES,
     NORM_FLAG_RATIO,
@@ -79,7 +81,7 @@ from eagle3conv.verify.stats import bootstrap, paired_difference, replay, wilson
 
 __all__ = [
     "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "REPORT_FILE", "Candidate", "Progress", "Score", "Verdict",
-    "VerifyReport", "VerifyResult", "WiringFigures", "bootstrap", "build_drafter", "candidates", "config_candidate",
+    "VerifyOptions", "VerifyReport", "VerifyResult", "WiringFigures", "bootstrap", "build_drafter", "candidates", "config_candidate",
     "data_labels", "decide", "evaluate", "load_drafter_weights", "load_target_embeddings", "norm_comparison",
     "paired_difference", "replay", "resolve_device", "resolve_dtype", "smoke", "verify", "wilson",
 ]

@@ -13,6 +13,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from eagle3conv.errors import CheckpointReadError, FolderBusyError, UsageError, VerifyFailedError, WiringError
@@ -50,248 +51,345 @@ def _out_refs(ids: Sequence[int] | None) -> LayerSet | None:
     return None if ids is None else tuple(LayerRef(int(i)) for i in ids)
 
 
-def verify(
-    path: str | os.PathLike,
-    states_path: str | os.PathLike,
-    *,
-    wiring_options=None,
-    steps: int = 3,
-    device: str = "auto",
-    dtype: str = "auto",
-    search: bool = False,
-    layers: Sequence[int] | None = None,
-    min_accept: float | None = None,
-    batch_size: int = 8,
-    max_sequences: int | None = None,
-    save: bool = True,
-    progress: Progress | None = None,
-    states_layers: Sequence[int] | None = None,
-    embeddings: str | os.PathLike | None = None,
-) -> VerifyResult:
+@dataclass(frozen=True)
+class VerifyOptions:
+    """What :func:`verify` is asked to do (the ``verify`` command's options).
+
+    ``layers`` (output-of-layer ids) overrides the config's wiring. ``states_layers``
+    names the aux slots of sources that do not record them (SpecForge records, dumps
+    without a manifest); without it they are taken to be the config's wiring, and the
+    report says so. ``embeddings``: the target's safetensors, for states without the
+    embedding output. ``min_accept``: the step-1 acceptance below which verify fails
+    (exit 4, after saving the report)."""
+
+    wiring_options: object = None
+    steps: int = 3
+    device: str = "auto"
+    dtype: str = "auto"
+    search: bool = False
+    layers: Sequence[int] | None = None
+    min_accept: float | None = None
+    batch_size: int = 8
+    max_sequences: int | None = None
+    save: bool = True
+    states_layers: Sequence[int] | None = None
+    embeddings: str | os.PathLike | None = None
+
+    def check(self) -> None:
+        """Refuse values no run can use, before anything is read."""
+        if self.steps < 1 or self.steps > 16:
+            raise UsageError(f"--steps must be between 1 and 16, got {self.steps}")
+        if self.min_accept is not None and not 0 <= self.min_accept <= 1:
+            raise UsageError(f"--min-accept is a fraction between 0 and 1, got {self.min_accept}")
+        if self.max_sequences is not None and self.max_sequences < 1:
+            raise UsageError(f"--max-sequences must be at least 1, got {self.max_sequences}")
+        if self.batch_size < 1:
+            raise UsageError(f"--batch-size must be at least 1, got {self.batch_size}")
+
+
+def verify(path: str | os.PathLike, states_path: str | os.PathLike, options: VerifyOptions | None = None, *,
+           progress: Progress | None = None, **fields) -> VerifyResult:
     """Run the drafter on captured states and measure acceptance (see the module docstring).
 
-    ``layers`` (output-of-layer ids) overrides the config's wiring.
-    ``states_layers`` names the aux slots of sources that do not record them
-    (SpecForge records, dumps without a manifest); without it they are taken to
-    be the config's wiring, and the report says so. ``embeddings``: the target's
-    safetensors, for states without the embedding output. States without the
-    target's next tokens (SpecForge) are scored against the data's next tokens,
-    and the report says so. Raises
-    :class:`VerifyFailedError` (exit 4) when step-1 acceptance is below
-    ``min_accept``, after saving the report.
+    ``options`` (or its fields as keywords: ``verify(d, s, steps=2, search=True)``) say what
+    to do. States without the target's next tokens (SpecForge) are scored against the data's
+    next tokens, and the report says so. Raises :class:`VerifyFailedError` (exit 4) when
+    step-1 acceptance is below ``min_accept``, after saving the report. Its steps are the
+    calls below, in order (:class:`_Verification`, one method each).
     """
-    from eagle3conv.states.readers import open_states
-    from eagle3conv.wiring.apply import WiringOptions, check_only, gather
-
     t_start = time.perf_counter()
-    if steps < 1 or steps > 16:
-        raise UsageError(f"--steps must be between 1 and 16, got {steps}")
-    if min_accept is not None and not 0 <= min_accept <= 1:
-        raise UsageError(f"--min-accept is a fraction between 0 and 1, got {min_accept}")
-    if max_sequences is not None and max_sequences < 1:
-        raise UsageError(f"--max-sequences must be at least 1, got {max_sequences}")
-    if batch_size < 1:
-        raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
-    dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
-    root = Path(path)
-    opts = wiring_options or WiringOptions()
-    config, tensors = load_drafter_weights(root)
-    t_loaded = time.perf_counter()
-    notes: list[str] = []
-    states = open_states(states_path, layers=_out_refs(states_layers))
-    if states.input_ids is None:
-        raise CheckpointReadError(
-            f"{states_path}: these states hold no token ids; verify compares drafts with the target's tokens",
-            hint="capture with eagle3conv capture, or add input_ids.pt and target_next.pt to the dumps")
-    labels, reference = None, "target"
-    if states.target_next is None:
-        labels, reference = data_labels(states.input_ids, states.attention_mask), "data"
-        notes.append("these states hold no target next tokens: drafts are scored against the data's next tokens "
-                     "(a lower bound on acceptance unless the data is the target's own output)")
-    ev = gather(root, None, config, opts)
-    if ev.target is None and states.num_layers is not None:
-        from eagle3conv.spec.targets import TargetProfile
+    opts = replace(options or VerifyOptions(), **fields)
+    opts.check()
+    run = _Verification(path, states_path, opts, progress, t_start)  # inputs read and checked
+    run.choose_wiring()     # the wiring scored first: --layers, the --engine's capture, or the config's
+    run.prepare_serving()   # the target's embeddings/head, each release's forward, the embedding audit
+    run.build()             # the drafter as the reference engine runs it (and the screen's copy)
+    run.score()             # the wiring, or the global search's survivors, on every position
+    run.refine()            # a global search: the single-slot neighbours of the set, until nothing new
+    result = run.decide()   # every engine release scored, the verdict, the report
+    run.save(result)
+    if not result.passed:
+        raise VerifyFailedError(
+            f"step-1 acceptance {result.main.acceptance[0]:.3f} is below --min-accept {opts.min_accept}",
+            hint=result.verdict.advice or (f"see the report: {result.saved}" if result.saved else None),
+            details=[f"{s.candidate.name}: {describe(s.candidate.layers)}: accept length {s.accept_length:.3f}"
+                     for s in result.scores[:5]])
+    return result
 
-        ev.target = TargetProfile(name=states.target or "the captured target", hidden_size=states.hidden_size,
-                                  num_hidden_layers=states.num_layers, vocab_size=states.vocab_size or 0)
-    n = ev.target.num_hidden_layers if ev.target else states.num_layers
-    family = ev.target.family if ev.target else None
-    fc = tensors.get("fc.weight")
-    from eagle3conv.model.drafter import DrafterConfig
 
-    dc = DrafterConfig.from_config(config)
-    check = check_only(config, ev, fc_in=int(fc.shape[1]) if fc is not None else None,
-                       target_hidden=dc.target_hidden_size, source_format="sglang",
-                       fix_command=f"eagle3conv config {path}", opts=opts)
-    if states.hidden_size != dc.target_hidden_size:
-        raise WiringError(f"the states are {states.hidden_size} wide but the drafter reads target states of "
-                          f"width {dc.target_hidden_size}: they come from another target")
-    if layers is None and not names_layers(config) and not search:
-        search = True
-        notes.append("config.json names no aux layers: verify ran the global wiring search by itself "
-                     "(as with --search-wiring)")
-    asked = check.report.rows[0] if opts.asked() and check.report.rows else None
-    if layers is not None:
-        base = Candidate("given", to_refs(list(layers), "output", n), f"--layers {','.join(map(str, layers))}")
-    elif asked is not None and asked.layers:
-        # --engine E: verify's own score feeds what E captures from this config (E's row, the engine rules)
-        base = Candidate("config", asked.layers, f"what {asked.release} captures from this config (the first --engine)")
-    else:
-        base = config_candidate(config, n, family, check.report.rows)
-    if len(base.layers) != dc.num_aux:
-        raise WiringError(f"the wiring names {len(base.layers)} layers ({describe(base.layers)}) but fc reads "
-                          f"{dc.num_aux}")
-    if states.layers is None:  # SpecForge records, dumps without a manifest: the slots are unnamed
-        states = open_states(states_path, layers=base.layers)
-        notes.append(f"the states do not say which layers their aux slots are: taken to be {describe(base.layers)} "
-                     "(the wiring scored); pass --states-layers to name them")
-        if search:
-            notes.append("--search-wiring needs states that name their layers: only the stored slots were scored")
-            search = False
-    table = raw_table = None
-    if embeddings is not None:
-        raw_table = load_target_embeddings(embeddings, dc.vocab_size, dc.hidden_size)
-        table = raw_table.to(dt)
-    elif not states.has_embeddings and dc.target_hidden_size == dc.hidden_size:
-        raise UsageError(f"{states_path}: these states hold no embedding output, and the drafter embeds with "
-                         "the target's table", hint="pass the target's weights: --embeddings TARGET_DIR")
-    head = None
-    if embeddings is not None and config.get("draft_vocab_size") is None and "lm_head.weight" in tensors:
-        # an engine that serves the target's head in place of the drafter's (no draft_vocab_size) is run with it
-        from eagle3conv.spec.engines import serving as engine_serving
+class _Verification:
+    """The state of one :func:`verify`, one method per step (called in the order :func:`verify`
+    lists them)."""
 
-        if any(engine_serving(r, config, tensors.keys(), target_head_at_hand=True).target_head
-               for r in opts.releases()):
-            head = load_target_head(embeddings, dc.vocab_size, dc.hidden_size, table=raw_table)
-            head = None if head is None else head.to(dt)
-    serving = _Serving(config, tensors, states, table, opts, head, raw_table=raw_table,
-                       own_only=drafter_uses_own_embedding(dc.hidden_size, dc.target_hidden_size))
-    del raw_table
-    if "embed_tokens.weight" in tensors and not drafter_uses_own_embedding(dc.hidden_size, dc.target_hidden_size):
-        from eagle3conv.wiring.audit import audit_embedding
+    def __init__(self, path, states_path, opts: VerifyOptions, progress: Progress | None, t_start: float) -> None:
+        from eagle3conv.model.drafter import DrafterConfig
+        from eagle3conv.states.readers import open_states
+        from eagle3conv.wiring.apply import WiringOptions, check_only, gather
 
-        check.report.findings += audit_embedding(serving.compare(), where=f"{path}/config.json")
-    main_fw = serving.main()
-    ran = serving.describe(main_fw)
-    if opts.asked():
-        notes.append(f"the drafter ran as {main_fw.engine} runs it (the first --engine)" + "".join(f"; {d}" for d in ran))
-    elif ran:
-        notes.append(f"the drafter ran as {main_fw.engine} runs it (verify's reference forward)"
-                     + "".join(f"; {d}" for d in ran))
-    drafter, target_embeds = build_drafter(config, tensors, dev, dt, embeddings=table, **serving.kwargs(main_fw))
-    screener = drafter
-    if search and screen_dtype(dev, dt) is not dt:  # the screen only ranks: bf16 where the CPU has it
-        screener, _ = build_drafter(config, tensors, dev, screen_dtype(dev, dt), embeddings=table,
-                                    **serving.kwargs(main_fw))
-    if not serving.needs_tensors(check.report.rows, main_fw):
-        del tensors, table, head  # no engine runs the drafter otherwise: the weights are not needed again
-        serving.release()
-    t_built = time.perf_counter()
-    truth = ev.truth.layers if ev.truth else None
-    cands = [base]
-    coverage = screened = None
-    if search:
-        avail = [r for r in states.layers]
-        cands = candidates(base, truth, avail, n, wide=False, family=family)
-        if not cands or cands[0] is not base:
-            states.check_refs(base.layers)  # explains what is missing
-        cands, coverage, screened = global_search(screener, states, cands, avail, dc.num_aux, n,
-                                                  target_embeds=target_embeds, labels=labels,
-                                                  max_sequences=max_sequences, progress=progress)
-    else:
-        states.check_refs(base.layers)
-    training = next((r for r in ev.records if r.norms), None)
-    scores: list[Score] = []
-    first_result = None
+        self.path, self.states_path, self.opts, self.progress = path, states_path, opts, progress
+        self.t_start = t_start
+        self.dev = resolve_device(opts.device)
+        self.dt = resolve_dtype(opts.dtype, self.dev)
+        self.root = Path(path)
+        self.wopts = opts.wiring_options or WiringOptions()
+        self.config, self.tensors = load_drafter_weights(self.root)
+        self.t_loaded = time.perf_counter()
+        self.notes: list[str] = []
+        self.states = open_states(states_path, layers=_out_refs(opts.states_layers))
+        if self.states.input_ids is None:
+            raise CheckpointReadError(
+                f"{states_path}: these states hold no token ids; verify compares drafts with the target's tokens",
+                hint="capture with eagle3conv capture, or add input_ids.pt and target_next.pt to the dumps")
+        self.labels, self.reference = None, "target"
+        if self.states.target_next is None:
+            self.labels = data_labels(self.states.input_ids, self.states.attention_mask)
+            self.reference = "data"
+            self.notes.append("these states hold no target next tokens: drafts are scored against the data's next "
+                              "tokens (a lower bound on acceptance unless the data is the target's own output)")
+        self.ev = ev = gather(self.root, None, self.config, self.wopts)
+        if ev.target is None and self.states.num_layers is not None:
+            from eagle3conv.spec.targets import TargetProfile
 
-    def confirm(i: int, cand: Candidate, of: int) -> None:
-        nonlocal first_result
+            ev.target = TargetProfile(name=self.states.target or "the captured target",
+                                      hidden_size=self.states.hidden_size, num_hidden_layers=self.states.num_layers,
+                                      vocab_size=self.states.vocab_size or 0)
+        self.n = ev.target.num_hidden_layers if ev.target else self.states.num_layers
+        self.family = ev.target.family if ev.target else None
+        fc = self.tensors.get("fc.weight")
+        self.dc = dc = DrafterConfig.from_config(self.config)
+        self.check = check_only(self.config, ev, fc_in=int(fc.shape[1]) if fc is not None else None,
+                                target_hidden=dc.target_hidden_size, source_format="sglang",
+                                fix_command=f"eagle3conv config {path}", opts=self.wopts)
+        if self.states.hidden_size != dc.target_hidden_size:
+            raise WiringError(f"the states are {self.states.hidden_size} wide but the drafter reads target states "
+                              f"of width {dc.target_hidden_size}: they come from another target")
+        self.search = opts.search
+        self.scores: list[Score] = []
+        self.first_result: float | None = None
+        self.coverage: dict | None = None
+        self.screened = None  # the global screen's ScreenResult, until the verdict is decided
+        self.got_log: dict = {}
+        self.screened_logs: dict = {}  # layers -> the screens' own log score, for wirings they read everywhere
+
+    def choose_wiring(self) -> None:
+        """The wiring scored first: ``--layers``, else what the first ``--engine`` captures from
+        this config, else the config's (its ids as the engines read them, or their default). A
+        config naming no layers turns the global search on; states that do not name their slots
+        are read as this wiring (and turn it off)."""
+        opts, config = self.opts, self.config
+        if opts.layers is None and not names_layers(config) and not self.search:
+            self.search = True
+            self.notes.append("config.json names no aux layers: verify ran the global wiring search by itself "
+                              "(as with --search-wiring)")
+        asked = self.check.report.rows[0] if self.wopts.asked() and self.check.report.rows else None
+        if opts.layers is not None:
+            base = Candidate("given", to_refs(list(opts.layers), "output", self.n),
+                             f"--layers {','.join(map(str, opts.layers))}")
+        elif asked is not None and asked.layers:
+            # --engine E: verify's own score feeds what E captures from this config (E's row, the engine rules)
+            base = Candidate("config", asked.layers,
+                             f"what {asked.release} captures from this config (the first --engine)")
+        else:
+            base = config_candidate(config, self.n, self.family, self.check.report.rows)
+        if len(base.layers) != self.dc.num_aux:
+            raise WiringError(f"the wiring names {len(base.layers)} layers ({describe(base.layers)}) but fc reads "
+                              f"{self.dc.num_aux}")
+        if self.states.layers is None:  # SpecForge records, dumps without a manifest: the slots are unnamed
+            from eagle3conv.states.readers import open_states
+
+            self.states = open_states(self.states_path, layers=base.layers)
+            self.notes.append(f"the states do not say which layers their aux slots are: taken to be "
+                              f"{describe(base.layers)} (the wiring scored); pass --states-layers to name them")
+            if self.search:
+                self.notes.append("--search-wiring needs states that name their layers: only the stored slots "
+                                  "were scored")
+                self.search = False
+        self.base = base
+
+    def prepare_serving(self) -> None:
+        """The target's embedding table (and head, where a release serves it in place of the
+        drafter's), each engine release's forward (:class:`_Serving`), the audit of a stale
+        ``embed_tokens``, and which forward verify's own score uses."""
+        dc, config, tensors, dt = self.dc, self.config, self.tensors, self.dt
+        table = raw_table = None
+        if self.opts.embeddings is not None:
+            raw_table = load_target_embeddings(self.opts.embeddings, dc.vocab_size, dc.hidden_size)
+            table = raw_table.to(dt)
+        elif not self.states.has_embeddings and dc.target_hidden_size == dc.hidden_size:
+            raise UsageError(f"{self.states_path}: these states hold no embedding output, and the drafter embeds "
+                             "with the target's table", hint="pass the target's weights: --embeddings TARGET_DIR")
+        head = None
+        if self.opts.embeddings is not None and config.get("draft_vocab_size") is None and "lm_head.weight" in tensors:
+            # an engine that serves the target's head in place of the drafter's (no draft_vocab_size) is run with it
+            from eagle3conv.spec.engines import serving as engine_serving
+
+            if any(engine_serving(r, config, tensors.keys(), target_head_at_hand=True).target_head
+                   for r in self.wopts.releases()):
+                head = load_target_head(self.opts.embeddings, dc.vocab_size, dc.hidden_size, table=raw_table)
+                head = None if head is None else head.to(dt)
+        own = drafter_uses_own_embedding(dc.hidden_size, dc.target_hidden_size)
+        self.serving = _Serving(config, tensors, self.states, table, self.wopts, head, raw_table=raw_table,
+                                own_only=own)
+        self.table = table
+        if "embed_tokens.weight" in tensors and not own:
+            from eagle3conv.wiring.audit import audit_embedding
+
+            self.check.report.findings += audit_embedding(self.serving.compare(),
+                                                          where=f"{self.path}/config.json")
+        self.main_fw = self.serving.main()
+        ran = self.serving.describe(self.main_fw)
+        if self.wopts.asked():
+            self.notes.append(f"the drafter ran as {self.main_fw.engine} runs it (the first --engine)"
+                              + "".join(f"; {d}" for d in ran))
+        elif ran:
+            self.notes.append(f"the drafter ran as {self.main_fw.engine} runs it (verify's reference forward)"
+                              + "".join(f"; {d}" for d in ran))
+
+    def build(self) -> None:
+        """The drafter as the reference forward runs it; for a search on a CPU with native bf16
+        matmul, a bf16 copy the screen ranks with. The weights are let go where no engine row
+        needs them again."""
+        kw = self.serving.kwargs(self.main_fw)
+        self.drafter, self.target_embeds = build_drafter(self.config, self.tensors, self.dev, self.dt,
+                                                         embeddings=self.table, **kw)
+        self.screener = self.drafter
+        sdt = screen_dtype(self.dev, self.dt)
+        if self.search and sdt is not self.dt:  # the screen only ranks: bf16 where the CPU has it
+            self.screener, _ = build_drafter(self.config, self.tensors, self.dev, sdt, embeddings=self.table, **kw)
+        if not self.serving.needs_tensors(self.check.report.rows, self.main_fw):
+            self.tensors = self.table = None  # no engine runs the drafter otherwise: the weights are not needed again
+            self.serving.release()
+        self.t_built = time.perf_counter()
+
+    def score(self) -> None:
+        """The wirings scored on every position: the chosen one, or with a search the evidence
+        (config, record, engine defaults) and the global screen's survivors."""
+        states, base = self.states, self.base
+        cands = [base]
+        if self.search:
+            self.avail = list(states.layers)
+            truth = self.ev.truth.layers if self.ev.truth else None
+            cands = candidates(base, truth, self.avail, self.n, wide=False, family=self.family)
+            if not cands or cands[0] is not base:
+                states.check_refs(base.layers)  # explains what is missing
+            cands, self.coverage, self.screened = global_search(
+                self.screener, states, cands, self.avail, self.dc.num_aux, self.n, target_embeds=self.target_embeds,
+                labels=self.labels, max_sequences=self.opts.max_sequences, progress=self.progress)
+        else:
+            states.check_refs(base.layers)
+        for i, cand in enumerate(cands):
+            self.confirm(i, cand, len(cands))
+        if self.screened is not None:
+            self.harvest(self.screened)
+
+    def confirm(self, i: int, cand: Candidate, of: int) -> None:
+        """One wiring scored on every position (acceptance per draft step, norms); the first
+        result's time is recorded, and states with nothing to score or not finite refused."""
         cb = None
-        if progress:
+        if self.progress:
             def cb(_stage, done, total):
-                progress(f"{cand.name} ({i + 1}/{of})", done, total)
-        scores.append(evaluate(drafter, states, cand, steps=steps, batch_size=batch_size,
-                               target_embeds=target_embeds, max_sequences=max_sequences, progress=cb,
-                               labels=labels))
-        if first_result is None:
-            first_result = time.perf_counter()
-            if scores[0].tokens == 0:
+                self.progress(f"{cand.name} ({i + 1}/{of})", done, total)
+        o = self.opts
+        self.scores.append(evaluate(self.drafter, self.states, cand, steps=o.steps, batch_size=o.batch_size,
+                                    target_embeds=self.target_embeds, max_sequences=o.max_sequences, progress=cb,
+                                    labels=self.labels))
+        if self.first_result is None:
+            self.first_result = time.perf_counter()
+            if self.scores[0].tokens == 0:
                 raise CheckpointReadError(
-                    f"{states_path}: nothing to score: no position has a reference token inside the loss mask "
-                    f"({states.num_sequences} sequences, {states.num_tokens} real tokens)",
+                    f"{self.states_path}: nothing to score: no position has a reference token inside the loss "
+                    f"mask ({self.states.num_sequences} sequences, {self.states.num_tokens} real tokens)",
                     hint="capture longer sequences or with --generate N (the generated part is scored)")
-        bad = [i for i, nm in enumerate(scores[-1].norms) if nm["median"] is not None
+        bad = [j for j, nm in enumerate(self.scores[-1].norms) if nm["median"] is not None
                and not all(math.isfinite(nm[k]) for k in ("median", "p10", "p90"))]
         if bad:
             raise CheckpointReadError(
-                f"{states_path}: the hidden states of slot {bad[0]} ({cand.layers[bad[0]]}) are not finite "
+                f"{self.states_path}: the hidden states of slot {bad[0]} ({cand.layers[bad[0]]}) are not finite "
                 "(NaN or Inf): the capture went wrong", hint="capture again (a bf16 overflow? try --dtype fp32)")
 
-    for i, cand in enumerate(cands):
-        confirm(i, cand, len(cands))
-    got_log: dict = {}
-    screened_logs: dict = {}  # layers -> the screens' own log score, for wirings they read everywhere
-
-    def harvest(res) -> None:
+    def harvest(self, res) -> None:
+        """Keep a screen's own log score of every wiring it read on every position."""
         for j, ls in enumerate(res.sets):
-            if ls not in screened_logs and (got := res.log_score(j)) is not None:
-                screened_logs[ls] = got
+            if ls not in self.screened_logs and (got := res.log_score(j)) is not None:
+                self.screened_logs[ls] = got
 
-    if screened is not None:
-        harvest(screened)
-
-    def log_score(idx):  # the step-1 log score, only where acceptance leaves a global search tied (kept):
-        # the screen's own where it read the wiring everywhere, else computed the same way (its dtype)
+    def log_score(self, idx):
+        """The step-1 log score of scores ``idx``, only where acceptance leaves a global search
+        tied: the screen's own where it read the wiring everywhere, else computed the same way
+        (in its dtype)."""
         from eagle3conv.verify.logscore import log_scores
 
-        want = [i for i in idx if i not in got_log]
-        for i in [i for i in want if scores[i].candidate.layers in screened_logs]:
-            got_log[i] = screened_logs[scores[i].candidate.layers]
-        want = [i for i in want if i not in got_log]
+        want = [i for i in idx if i not in self.got_log]
+        for i in [i for i in want if self.scores[i].candidate.layers in self.screened_logs]:
+            self.got_log[i] = self.screened_logs[self.scores[i].candidate.layers]
+        want = [i for i in want if i not in self.got_log]
         if want:
-            got_log.update(zip(want, log_scores(screener, states, [scores[i].candidate.layers for i in want],
-                                                steps=1, batch_size=batch_size, target_embeds=target_embeds,
-                                                labels=labels, max_sequences=max_sequences)))
-        return [got_log[i] for i in idx]
+            o = self.opts
+            self.got_log.update(zip(want, log_scores(
+                self.screener, self.states, [self.scores[i].candidate.layers for i in want], steps=1,
+                batch_size=o.batch_size, target_embeds=self.target_embeds, labels=self.labels,
+                max_sequences=o.max_sequences)))
+        return [self.got_log[i] for i in idx]
 
-    if coverage is not None and coverage.get("global") and scores[0].effective_sequences >= MIN_SEARCH_SEQUENCES:
-        coverage["refinement"] = _refine(scores, confirm, screener, states, screened, avail, log_score, harvest,
-                                         target_embeds=target_embeds, labels=labels, max_sequences=max_sequences,
-                                         progress=progress)
-        pending = coverage["refinement"].pop("pending")
-        coverage["unconfirmed_count"] = len(pending)
-        coverage["unconfirmed"] = [describe(x) for x in pending[:LISTED]]
-    screened = None
-    wiring_check = check.to_dict()
-    engine_scores = _score_engines(check.report.rows, scores, drafter, states, steps=steps,
-                                   batch_size=batch_size, target_embeds=target_embeds, max_sequences=max_sequences,
-                                   labels=labels, serving=serving, main_fw=main_fw, device=dev, dtype=dt)
-    serving.release()
-    if serving.embedding_comparison is not None:
-        wiring_check["embedding_comparison"] = serving.embedding_comparison
-    comparisons = []
-    for s in scores:
-        same = training is not None and training.layers == s.candidate.layers
-        comparisons.append(norm_comparison(s, training.norms) if same or (
-            training is not None and len(training.layers or ()) == len(s.candidate.layers)) else None)
-    verdict = decide(scores, comparisons, search, path, ev.target.name if ev.target else None,
-                     coverage=coverage, config_names_layers=layers is not None or names_layers(config),
-                     log_score=log_score, capture=getattr(states, "capture", None))
-    if verdict.log_score is not None:  # the screen's dtype: bf16 on a CPU with native bf16 matmul
-        verdict.log_score["dtype"] = str(screener.dtype).removeprefix("torch.")
-    screener = None
-    t_end = time.perf_counter()
-    result = VerifyResult(
-        checkpoint=root, states=dict(states.summary(), verify_notes=notes), device=dev, dtype=str(dt).removeprefix("torch."),
-        steps=steps, wiring_check=wiring_check, scores=scores, comparisons=comparisons, verdict=verdict,
-        training_norms=None if training is None else training.norms,
-        seconds={"load_drafter": round(t_loaded - t_start, 3), "build": round(t_built - t_loaded, 3),
-                 "first_result": round((first_result or t_end) - t_start, 3), "total": round(t_end - t_start, 3)},
-        min_accept=min_accept, reference=reference, engine_scores=engine_scores)
-    if save:
+    def refine(self) -> None:
+        """A global search on enough sequences: local refinement (:func:`_refine`); what the
+        screen and refinement kept but did not confirm is counted (and listed up to a cap)."""
+        cov = self.coverage
+        if cov is not None and cov.get("global") and self.scores[0].effective_sequences >= MIN_SEARCH_SEQUENCES:
+            cov["refinement"] = _refine(self.scores, self.confirm, self.screener, self.states, self.screened,
+                                        self.avail, self.log_score, self.harvest, target_embeds=self.target_embeds,
+                                        labels=self.labels, max_sequences=self.opts.max_sequences,
+                                        progress=self.progress)
+            pending = cov["refinement"].pop("pending")
+            cov["unconfirmed_count"] = len(pending)
+            cov["unconfirmed"] = [describe(x) for x in pending[:LISTED]]
+        self.screened = None
+
+    def decide(self) -> VerifyResult:
+        """Each engine release scored as it serves this config, the norms against training's,
+        the verdict (:func:`~eagle3conv.verify.search.decide`), and the result."""
+        o, scores, states = self.opts, self.scores, self.states
+        wiring_check = self.check.to_dict()
+        engine_scores = _score_engines(self.check.report.rows, scores, self.drafter, states, steps=o.steps,
+                                       batch_size=o.batch_size, target_embeds=self.target_embeds,
+                                       max_sequences=o.max_sequences, labels=self.labels, serving=self.serving,
+                                       main_fw=self.main_fw, device=self.dev, dtype=self.dt)
+        self.serving.release()
+        if self.serving.embedding_comparison is not None:
+            wiring_check["embedding_comparison"] = self.serving.embedding_comparison
+        training = next((r for r in self.ev.records if r.norms), None)
+        comparisons = []
+        for s in scores:
+            same = training is not None and training.layers == s.candidate.layers
+            comparisons.append(norm_comparison(s, training.norms) if same or (
+                training is not None and len(training.layers or ()) == len(s.candidate.layers)) else None)
+        ev = self.ev
+        verdict = decide(scores, comparisons, self.search, self.path, ev.target.name if ev.target else None,
+                         coverage=self.coverage,
+                         config_names_layers=o.layers is not None or names_layers(self.config),
+                         log_score=self.log_score, capture=getattr(states, "capture", None))
+        if verdict.log_score is not None:  # the screen's dtype: bf16 on a CPU with native bf16 matmul
+            verdict.log_score["dtype"] = str(self.screener.dtype).removeprefix("torch.")
+        self.screener = None
+        t_end = time.perf_counter()
+        return VerifyResult(
+            checkpoint=self.root, states=dict(states.summary(), verify_notes=self.notes), device=self.dev,
+            dtype=str(self.dt).removeprefix("torch."), steps=o.steps, wiring_check=wiring_check, scores=scores,
+            comparisons=comparisons, verdict=verdict, training_norms=None if training is None else training.norms,
+            seconds={"load_drafter": round(self.t_loaded - self.t_start, 3),
+                     "build": round(self.t_built - self.t_loaded, 3),
+                     "first_result": round((self.first_result or t_end) - self.t_start, 3),
+                     "total": round(t_end - self.t_start, 3)},
+            min_accept=o.min_accept, reference=self.reference, engine_scores=engine_scores)
+
+    def save(self, result: VerifyResult) -> None:
+        """The report beside the drafter (under the folder's shared lock, no local paths in it);
+        a read-only or busy folder keeps the results and says why nothing was saved."""
+        if not self.opts.save:
+            return
         from eagle3conv.io.files import folder_lock
 
+        root, path = self.root, self.path
         try:  # no local paths in a pushed report
             with folder_lock(root, exclusive=False, command="verify"):
                 result.saved = result.report().save(root, local_paths=(str(path), str(root), str(root.resolve())))
@@ -299,13 +397,6 @@ def verify(
             result.save_error = f"could not save {root / REPORT_FILE}: {err.strerror or err} (use --no-save)"
         except FolderBusyError as err:
             result.save_error = f"could not save {root / REPORT_FILE}: {err.message}"
-    if not result.passed:
-        raise VerifyFailedError(
-            f"step-1 acceptance {result.main.acceptance[0]:.3f} is below --min-accept {min_accept}",
-            hint=verdict.advice or (f"see the report: {result.saved}" if result.saved else None),
-            details=[f"{s.candidate.name}: {describe(s.candidate.layers)}: accept length {s.accept_length:.3f}"
-                     for s in scores[:5]])
-    return result
 
 
 def _refine(scores: list[Score], confirm, screener, states, screened, avail, log_score, harvest, *,
