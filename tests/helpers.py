@@ -36,3 +36,29 @@ def engine_rows(verify_doc: dict) -> dict[str, dict]:
     w = verify_doc["wiring_check"]
     scores = {s["engine"]: s for s in w.get("engine_scores") or []}
     return {r["engine"]: {**r, **scores.get(r["engine"], {})} for r in w["engines"]}
+
+
+def speculators_draft_model(layer, config: dict, draft_vocab_size: int, **switches):
+    """speculators' ``Eagle3DraftModel`` (the independent forward the drafter is pinned to) around
+    the transformers layer config ``layer``, with the EAGLE-3 switches of ``config``
+    (``switches`` override them: ``norm_before_residual``, ``norm_before_fc``, ``fc_norm``,
+    ``norm_output``), in eval mode; the caller loads the weights."""
+    from speculators.config import SpeculatorsConfig, VerifierConfig
+    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+    from speculators.proposals.greedy import GreedyTokenProposalConfig
+
+    flags = {k: config.get(k, False) for k in ("norm_before_residual", "fc_norm", "norm_output")}
+    flags.update(switches)
+    spec = Eagle3SpeculatorConfig(
+        transformer_layer_config=layer,
+        draft_vocab_size=draft_vocab_size,
+        eagle_aux_hidden_state_layer_ids=config["eagle_config"]["eagle_aux_hidden_state_layer_ids"],
+        speculators_config=SpeculatorsConfig(
+            algorithm="eagle3",
+            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
+            default_proposal_method="greedy",
+            verifier=VerifierConfig(name_or_path=None, architectures=["LlamaForCausalLM"]),
+        ),
+        **flags,
+    )
+    return Eagle3DraftModel(spec).eval()

@@ -564,10 +564,9 @@ def test_mla_shape_check() -> None:
 
 def speculators_model(config: dict[str, Any], sd: dict[str, torch.Tensor]) -> Any:
     """vLLM speculators' Eagle3DraftModel with the same weights (eager attention)."""
-    from speculators.config import SpeculatorsConfig, VerifierConfig
-    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
-    from speculators.proposals.greedy import GreedyTokenProposalConfig
     from transformers import LlamaConfig
+
+    from helpers import speculators_draft_model
 
     rope: dict[str, Any] = {
         "rope_theta": config["rope_theta"],
@@ -586,21 +585,7 @@ def speculators_model(config: dict[str, Any], sd: dict[str, torch.Tensor]) -> An
         **rope,
     )
     layer._attn_implementation = "eager"
-    spec_config = Eagle3SpeculatorConfig(
-        transformer_layer_config=layer,
-        draft_vocab_size=config["draft_vocab_size"],
-        norm_before_residual=config.get("norm_before_residual", False),
-        fc_norm=config.get("fc_norm", False),
-        norm_output=config.get("norm_output", False),
-        eagle_aux_hidden_state_layer_ids=config["eagle_config"]["eagle_aux_hidden_state_layer_ids"],
-        speculators_config=SpeculatorsConfig(
-            algorithm="eagle3",
-            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
-            default_proposal_method="greedy",
-            verifier=VerifierConfig(name_or_path=None, architectures=["LlamaForCausalLM"]),
-        ),
-    )
-    model = Eagle3DraftModel(spec_config).eval()
+    model = speculators_draft_model(layer, config, config["draft_vocab_size"])
     result = model.load_state_dict(
         {k.replace("midlayer.", "layers.0."): v for k, v in sd.items()}, strict=False
     )

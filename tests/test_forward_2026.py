@@ -776,10 +776,9 @@ def test_without_every_switch_at_once() -> None:
 def speculators_model(config: dict[str, Any], sd: dict[str, torch.Tensor]) -> Any:
     """speculators 0.9.0's Eagle3DraftModel with the same weights (eager attention). Its later
     layers are transformers' decoder layers with their own input_layernorm (vLLM's choice)."""
-    from speculators.config import SpeculatorsConfig, VerifierConfig
-    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
-    from speculators.proposals.greedy import GreedyTokenProposalConfig
     from transformers import LlamaConfig, Qwen3Config
+
+    from helpers import speculators_draft_model
 
     qwen3 = any(a in QWEN3 for a in config["architectures"])
     layer = (Qwen3Config if qwen3 else LlamaConfig)(
@@ -788,22 +787,8 @@ def speculators_model(config: dict[str, Any], sd: dict[str, torch.Tensor]) -> An
         rms_norm_eps=config["rms_norm_eps"], max_position_embeddings=2048, rope_theta=config["rope_theta"],
     )
     layer._attn_implementation = "eager"
-    spec = Eagle3SpeculatorConfig(
-        transformer_layer_config=layer,
-        draft_vocab_size=VD,
-        norm_before_residual=False,
-        norm_before_fc=config.get("norm_before_fc", False),
-        fc_norm=config.get("fc_norm", False),
-        norm_output=config.get("norm_output", False),
-        eagle_aux_hidden_state_layer_ids=config["eagle_config"]["eagle_aux_hidden_state_layer_ids"],
-        speculators_config=SpeculatorsConfig(
-            algorithm="eagle3",
-            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
-            default_proposal_method="greedy",
-            verifier=VerifierConfig(name_or_path=None, architectures=["LlamaForCausalLM"]),
-        ),
-    )
-    model = Eagle3DraftModel(spec).eval()
+    model = speculators_draft_model(layer, config, VD, norm_before_residual=False,
+                                    norm_before_fc=config.get("norm_before_fc", False))
     weights = {k.replace("midlayer.", "layers.0."): v for k, v in sd.items()
                if not (k.startswith("layers.") and k.endswith(".hidden_norm.weight"))}  # no such norm there
     result = model.load_state_dict(weights, strict=False)
