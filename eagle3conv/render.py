@@ -357,6 +357,22 @@ def fix_text(d: dict, *, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
+def confidence_set_lines(v: dict) -> list[str]:
+    """The verdict's confidence set for people: the first 12 members, then how many more (the
+    report lists the screen's unconfirmed survivors up to a cap and counts them all)."""
+    members = v.get("confidence_set") or []
+    lines = [f"not excluded at 95% against the best ({v.get('set_statistic')}, paired over sequences):"]
+    for c in members[:12]:
+        lines.append(f"  {c['layers']}" + (f": accept length {c['accept_length_all_starts']:.4f} over every chain "
+                                           "start" if c.get("confirmed") else ": kept by the screen, not confirmed"))
+    total = max(len(members), int((v.get("to_separate") or {}).get("members") or 0))
+    if total > 12:
+        unlisted = total - len(members)
+        lines.append(f"  ... and {total - 12} more" + (f" ({unlisted} of them kept by the screen or refinement, "
+                                                      "counted but not listed)" if unlisted else ""))
+    return lines
+
+
 def verify_text(d: dict) -> str:
     """A verify report (VerifyResult.to_dict()) for people."""
     st = d["states"]
@@ -456,12 +472,7 @@ def verify_text(d: dict) -> str:
                      + (f", {len(ref['not_confirmed'])} kept but not confirmed" if ref.get("not_confirmed") else ""))
     members = v.get("confidence_set") or []
     if len(members) > 1:
-        lines.append(f"not excluded at 95% against the best ({v.get('set_statistic')}, paired over sequences):")
-        for c in members[:12]:
-            lines.append(f"  {c['layers']}" + (f": accept length {c['accept_length_all_starts']:.4f} over every chain "
-                                               "start" if c.get("confirmed") else ": kept by the screen, not confirmed"))
-        if len(members) > 12:
-            lines.append(f"  ... and {len(members) - 12} more")
+        lines += confidence_set_lines(v)
     elif v.get("tied_set"):
         lines.append(f"tied (acceptance cannot separate): {'; '.join(v['tied_set'][:6])}")
     if status in ("named", "stands"):

@@ -199,3 +199,22 @@ def test_verify_package_layers_have_no_circle():
                  if a.name.startswith("eagle3conv.verify.")}
         assert used <= set(order[:i]), f"verify/{name}.py imports {sorted(used - set(order[:i]))}"
         assert not any(isinstance(n, ast.ImportFrom) and n.module == "eagle3conv.verify" for n in ast.walk(tree))
+
+
+def test_confidence_set_text_counts_every_member_not_only_the_listed():
+    """The report lists the screen's unconfirmed survivors up to a cap (LISTED) but counts them all
+    (to_separate.members): the text says how many more there are, and that some are not listed."""
+    from eagle3conv.render import confidence_set_lines
+
+    confirmed = [{"layers": f"outputs of layers 1, {i}, 26", "confirmed": True, "accept_length_all_starts": 1.8}
+                 for i in range(5, 20)]
+    unconfirmed = [{"layers": f"outputs of layers 2, {i}, 25", "confirmed": False} for i in range(3, 23)]
+    v = {"confidence_set": confirmed + unconfirmed, "set_statistic": "acceptance",
+         "to_separate": {"members": 569}}
+    lines = confidence_set_lines(v)
+    assert len(lines) == 1 + 12 + 1
+    assert lines[-1] == "  ... and 557 more (534 of them kept by the screen or refinement, counted but not listed)"
+    assert lines[1].endswith("accept length 1.8000 over every chain start")
+    v["to_separate"] = {"members": 35}  # every member listed: no word of unlisted ones
+    assert confidence_set_lines(v)[-1] == "  ... and 23 more"
+    assert confidence_set_lines({"confidence_set": confirmed[:3]})[-1].startswith("  outputs of layers 1, 7, 26")
