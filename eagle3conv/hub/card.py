@@ -393,7 +393,7 @@ def _launch_section(facts: CardFacts) -> list[str]:
         except Eagle3ConvError:
             capture = None
     from eagle3conv.spec.drafter import flag
-    from eagle3conv.spec.engines import cannot_load
+    from eagle3conv.spec.engines import cannot_load, window_launch_option
 
     vllm = {"method": "eagle3", "model": repo, "num_speculative_tokens": NUM_STEPS}
     if flag(facts.config, "parallel_drafting"):
@@ -403,6 +403,7 @@ def _launch_section(facts: CardFacts) -> list[str]:
     if not facts.target:
         out += ["Replace `TARGET_MODEL` with the target model this drafter was trained for.", ""]
     refused = cannot_load(parse_engine("sglang"), facts.config)
+    window = window_launch_option(parse_engine("sglang"), facts.config)  # the drafter's trained window
     if refused:
         out += [f"SGLang: not served ({'; '.join(refused)}).", ""]
     else:
@@ -410,7 +411,8 @@ def _launch_section(facts: CardFacts) -> list[str]:
             "SGLang:", "", "```bash",
             f"python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 "
             f"--speculative-draft-model-path {repo} --speculative-num-steps {NUM_STEPS} "
-            f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {NUM_STEPS + 1}",
+            f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {NUM_STEPS + 1}"
+            + (f" {window}" if window else ""),
             "```", ""]
     out += [
         "vLLM:", "", "```bash", f"vllm serve {target} --speculative-config '{spec}'", "```", "",
@@ -453,7 +455,14 @@ def _serving_section(c: Mapping) -> list[str]:
     whether it serves it as configured (docs/facts.md §11: later layers' norms, switches a release
     ignores, drafters it cannot load)."""
     from eagle3conv.spec.drafter import DrafterSpec
-    from eagle3conv.spec.engines import cannot_load, default_engines, served_without
+    from eagle3conv.spec.engines import (
+        cannot_load,
+        default_engines,
+        draft_window,
+        served_without,
+        window_launch_option,
+        window_note,
+    )
 
     try:
         spec = DrafterSpec.from_config(c, validate=False)
@@ -468,6 +477,8 @@ def _serving_section(c: Mapping) -> list[str]:
     out = ["", "### Shape and serving", "",
            f"{spec.L} decoder layer{'s' if spec.L != 1 else ''}, {spec.k or 3} aux states into `fc`"
            + (f"; switches: {', '.join(f'`{s}`' for s in switches)}" if switches else "; no EAGLE-3.1 switches")
+           + (f"; a sliding window of {win[0]} tokens on layer{'s' if len(win[1]) > 1 else ''} "
+              f"{', '.join(map(str, win[1]))}" if (win := draft_window(c)) else "")
            + ".", "", "| engine release | serves this drafter |", "|---|---|"]
     for rel in default_engines():
         refused = cannot_load(rel, c)
@@ -475,6 +486,10 @@ def _serving_section(c: Mapping) -> list[str]:
         how = ("cannot load it: " + "; ".join(r.removeprefix(f"{rel} ") for r in refused) if refused else
                "as configured, but without " + ", ".join(f"`{w}`" for w in without) if without else
                "as configured")
+        if not refused and (option := window_launch_option(rel, c)):
+            how += f"; its sliding window only when launched with `{option}`"
+        elif not refused and window_note(rel, c):
+            how += "; without its sliding window"
         out.append(f"| {rel} | {how} |")
     return out
 

@@ -241,6 +241,7 @@ FORWARD_VALUES: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "qk_norm": ("config", "refused"),
         "parallel_drafting": ("config", "refused"),
         "attention_bias": ("config", "ignored"),
+        "sliding_window": ("config", "launch_option", "ignored"),
     }
 )
 """How an engine runs the drafter where engines differ (null in the data: not applicable
@@ -256,8 +257,12 @@ identical to the target's); ``head_without_draft_vocab_size`` "target" or "own";
 ``norm_before_fc`` and the variants ``qk_norm`` (a Qwen3 drafter's per-head q/k norms) and
 ``parallel_drafting`` (P-EAGLE), and ``attention_bias`` (the q/k/v biases): "config" (honoured), "ignored" (the flag and its tensors are
 skipped silently: the drafter is served without them) or "refused" (the release cannot load
-the drafter). ``architectures`` lists the config architecture names the release loads this
-kind of drafter under."""
+the drafter). ``sliding_window``: what the release does with a drafter whose config gives
+layers a sliding window (``layer_types`` "sliding_attention" with ``sliding_window``):
+"config" (applied to those layers), "launch_option" (only from the launch option named in
+``sliding_window_option``, to every layer; the config's is not read) or "ignored".
+``architectures`` lists the config architecture names the release loads this kind of drafter
+under."""
 
 
 @dataclass(frozen=True)
@@ -283,7 +288,9 @@ class Forward:
     architectures: tuple[str, ...] | None = None
     mask_token_fields: tuple[str, ...] | None = None
     """Where a release that drafts in parallel reads the mask token id, in order (None: not read)."""
-    """The architecture names the release registers for this drafter kind; None: not read."""
+    sliding_window: str | None = None
+    sliding_window_option: str | None = None
+    """The launch option that sets the drafter's window where ``sliding_window`` is "launch_option"."""
 
 
 @dataclass(frozen=True)
@@ -495,7 +502,7 @@ def _parse_fc(path: Path, i: int, raw: object) -> FcWidth:
 def _parse_forward(path: Path, i: int, raw: object) -> Forward:
     where = f"forward {i}"
     raw = _keys(path, raw, where, {"releases", "drafters", "why", "source", "architectures", *FORWARD_VALUES},
-                {"mask_token_fields"})
+                {"mask_token_fields", "sliding_window_option"})
     drafters = _strings(path, raw["drafters"], f"{where} 'drafters'", empty=False)
     if not set(drafters) <= set(DRAFTER_KINDS):
         raise _fail(path, f"{where}: drafters must be among {list(DRAFTER_KINDS)}")
@@ -504,6 +511,12 @@ def _parse_forward(path: Path, i: int, raw: object) -> Forward:
             raise _fail(path, f"{where}: '{key}' must be one of {list(allowed)} or null (not read)")
     archs = None if raw["architectures"] is None else _strings(path, raw["architectures"],
                                                                  f"{where} 'architectures'", empty=False)
+    option = raw.get("sliding_window_option")
+    if (raw["sliding_window"] == "launch_option") != (option is not None):
+        raise _fail(path, f"{where}: 'sliding_window_option' names the launch option exactly when 'sliding_window' "
+                          "is \"launch_option\"")
+    if option is not None and (not isinstance(option, str) or not option.startswith("--")):
+        raise _fail(path, f"{where}: 'sliding_window_option' must be a launch option such as \"--name\"")
     return Forward(_range(path, raw, where), drafters, raw["rope_interleave"], raw["norm_before_residual"],
                    raw["embedding"], raw["head_without_draft_vocab_size"],
                    _text(path, raw, "why", where), _text(path, raw, "source", where),
@@ -511,7 +524,8 @@ def _parse_forward(path: Path, i: int, raw: object) -> Forward:
                        "rope_interleave", "norm_before_residual", "embedding", "head_without_draft_vocab_size")},
                    architectures=archs,
                    mask_token_fields=None if raw.get("mask_token_fields") is None else _strings(
-                       path, raw["mask_token_fields"], f"{where} 'mask_token_fields'", empty=False))
+                       path, raw["mask_token_fields"], f"{where} 'mask_token_fields'", empty=False),
+                   sliding_window_option=option)
 
 
 def _parse_rule(path: Path, i: int, raw: object, families: Mapping[str, Family]) -> Rule:

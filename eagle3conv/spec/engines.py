@@ -680,6 +680,56 @@ def _switches_on(cfg: Mapping[str, Any], names: Iterable[str] = ()) -> dict[str,
             "parallel_drafting": spec.parallel_drafting, "layers": spec.L > 1}
 
 
+def draft_window(cfg: Mapping[str, Any] | None) -> tuple[int, tuple[int, ...]] | None:
+    """The sliding window the drafter's config gives its decoder layers, as its trainer and the
+    transformers config class read it: ``(window, the layer indices with it)``, or None.
+    ``layer_types`` "sliding_attention" at a layer's index with a positive ``sliding_window``; a
+    Qwen3 config has one only with ``use_sliding_window`` true (transformers' Qwen3Config drops it
+    otherwise, and speculators trains with that config: docs/facts.md §11)."""
+    cfg = cfg or {}
+    types, win = cfg.get("layer_types"), cfg.get("sliding_window")
+    if cfg.get("model_type") == "qwen3" and cfg.get("use_sliding_window") is not True:
+        win = None
+    if not isinstance(types, list) or not isinstance(win, int) or isinstance(win, bool) or win <= 0:
+        return None
+    layers = tuple(i for i, t in enumerate(types[:_layers(cfg)]) if t == "sliding_attention")
+    return (win, layers) if layers else None
+
+
+def window_launch_option(engine: EngineRelease | str, config: Mapping[str, Any] | None) -> str | None:
+    """The launch option (with its value) ``engine`` needs to serve the drafter with the sliding window
+    its config gives it, where the release reads the window only from a launch option; else None."""
+    rel = as_release(engine)
+    fw = forward_rule(rel, drafter_kind(config or {}))
+    win = draft_window(config)
+    if win is None or fw.sliding_window != "launch_option":
+        return None
+    return f"{fw.sliding_window_option} {win[0]}"
+
+
+def _window_words(win: tuple[int, tuple[int, ...]]) -> str:
+    n, layers = win
+    which = "its layer" if len(layers) == 1 else "its layers"
+    return f"sliding window of {n} tokens on {which} {', '.join(map(str, layers))} (layer_types, sliding_window)"
+
+
+def window_note(engine: EngineRelease | str, config: Mapping[str, Any] | None) -> str | None:
+    """What ``engine`` does otherwise than the config's sliding window says, or None (no window, or
+    the release applies it as written)."""
+    rel = as_release(engine)
+    cfg = config or {}
+    fw = forward_rule(rel, drafter_kind(cfg))
+    win = draft_window(cfg)
+    if win is None or fw.sliding_window in (None, "config"):
+        return None
+    if fw.sliding_window == "ignored":
+        return (f"config.json gives the drafter a {_window_words(win)}, but {rel} ignores it and attends over the "
+                "whole context")
+    every = "" if len(win[1]) == _layers(cfg) else " (the option windows every draft layer)"
+    return (f"config.json gives the drafter a {_window_words(win)}, but {rel} reads the window only from the launch "
+            f"option {fw.sliding_window_option} and attends over the whole context without it{every}")
+
+
 _SWITCH_TEXT = {
     "fc_norm": "fc_norm (EAGLE-3.1 per-slot norms before fc)",
     "norm_output": "norm_output (the post-norm state fed to the next step)",
@@ -730,10 +780,17 @@ def serve_finding(engine: EngineRelease | str, config: Mapping[str, Any] | None,
         return Finding("error" if asked else "warning", CONFIG, CANNOT_SERVE, "; ".join(refused),
                        fix=f"serve it with {', '.join(other)}" if other else None, subject=rel.spec)
     without = served_without(rel, config, tensor_names)
+    parts = []
     if without:
-        return Finding("warning", CONFIG, SERVED_WITHOUT,
-                       f"{rel} ignores {', '.join(_SWITCH_TEXT[w] for w in without)} and serves the drafter without "
-                       "it (verify's row for this release scores what that costs)", subject=rel.spec)
+        parts.append(f"{rel} ignores {', '.join(_SWITCH_TEXT[w] for w in without)} and serves the drafter without "
+                     "it (verify's row for this release scores what that costs)")
+    window = window_note(rel, config)
+    if window:
+        parts.append(window)
+    if parts:
+        option = window_launch_option(rel, config)
+        return Finding("warning", CONFIG, SERVED_WITHOUT, "; ".join(parts),
+                       fix=f"launch {rel.engine} with {option}" if option else None, subject=rel.spec)
     return None
 
 
@@ -856,6 +913,15 @@ def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
     for sw in ("fc_norm", "norm_output", "norm_before_fc", "attention_bias", "qk_norm", "parallel_drafting"):
         if on[sw] and getattr(fw, sw) is None:
             not_read.append(f"whether {who} honours {_SWITCH_TEXT[sw]}")
+    win = draft_window(cfg)
+    if win is not None and fw.sliding_window == "config":
+        missing.append(f"{rel} applies the drafter's {_window_words(win)}; verify attends over the whole context, "
+                       f"the same on sequences of up to {win[0]} tokens")
+    elif win is not None and fw.sliding_window == "launch_option":
+        missing.append(f"{rel} launched with {fw.sliding_window_option} {win[0]} windows every draft layer; verify "
+                       "runs it as launched without (the whole context)")
+    elif win is not None and fw.sliding_window is None:
+        not_read.append(f"whether {who} applies the drafter's sliding window")
     refused = cannot_load(rel, cfg, names)
     mask = _mask_token(fw, cfg) if on["parallel_drafting"] and fw.parallel_drafting == "config" else None
     return Serving(rel, kind, rope, nbr, own, tuple(diffs), tuple(missing), tuple(not_read), fw.why, fw.source,
