@@ -475,8 +475,12 @@ def verify_text(d: dict) -> str:
         lines += confidence_set_lines(v)
     elif v.get("tied_set"):
         lines.append(f"tied (acceptance cannot separate): {'; '.join(v['tied_set'][:6])}")
-    if status in ("named", "stands"):
+    if status == "named" or (status == "stands" and len(members) <= 1):
         lines.append(f"trained on (most likely): {v['best_layers']} — decided by {v['decided_by']}")
+        if v.get("advice"):
+            lines.append(f"fix: {v['advice']}")
+    elif status == "stands":  # in a set of several: not excluded, which is not "most likely"
+        lines.append(f"stands (in the set, not singled out by the data): {v['best_layers']} — {v['decided_by']}")
         if v.get("advice"):
             lines.append(f"fix: {v['advice']}")
     elif status in ("ambiguous", "undecided"):

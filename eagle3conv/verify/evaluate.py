@@ -392,6 +392,28 @@ def paired_bound(lp, lead: int, pos_row: list[int], bound: ScreenBound | None = 
     return D, se, m
 
 
+def _refuse_non_finite(means, wirings: list, states) -> None:
+    """A wiring whose step-1 log score is NaN or infinite would lead every comparison (or none) and
+    switch the screen off: refuse, naming the layer every such wiring reads where there is one."""
+    import torch
+
+    bad = (~torch.isfinite(means)).nonzero().flatten().tolist()
+    if not bad:
+        return
+    from eagle3conv.errors import CheckpointReadError
+
+    where = getattr(states, "path", "the states")
+    common = set(wirings[bad[0]]).intersection(*(set(wirings[j]) for j in bad[1:]))
+    if common and len(bad) < len(wirings):
+        layer = describe(tuple(sorted(common, key=lambda r: r.output_of)))
+        raise CheckpointReadError(f"{where}: the captured {layer} is not finite (NaN or Inf) where the screen read "
+                                  f"it (the {len(bad)} of {len(wirings)} wirings reading it score NaN): the capture "
+                                  "went wrong", hint="capture again (a bf16 overflow? try --dtype fp32)")
+    raise CheckpointReadError(f"{where}: the drafter's step-1 log score is not finite (NaN or Inf) on {len(bad)} of "
+                              f"{len(wirings)} wirings (e.g. {describe(wirings[bad[0]])})",
+                              hint="check the drafter's weights (eagle3conv inspect) and the capture (try --dtype fp32)")
+
+
 def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: bool, labels=None,
            bound: ScreenBound | None = None, keep: tuple[int, ...] = (), chunk_tokens: int | None = None,
            memory_bytes: int | None = None, progress: Progress | None = None) -> tuple[ScreenResult, list[int]]:
@@ -612,6 +634,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         work += len(alive) * (n_pos - (stages[-1]["positions"] if stages else 0))
         # the bound: paired differences against the leader, over blocks of one sequence's positions
         means = lp_store.double().sum(1) / max(1, n_pos)
+        _refuse_non_finite(means, [sets[i] for i in alive], states)
         lead = int(means.argmax())
         D, se, m = paired_bound(lp_store, lead, pos_row, bound)
         q = bound.quantile(len(alive) * len(plan), m)  # Bonferroni: the wirings in this stage x the stages

@@ -151,6 +151,7 @@ MAX_CONFIRM = 24  # screen survivors confirmed on every position at most; the re
 SET_ALPHA = 0.05  # the verdict's set holds the best with 95%: half to acceptance, half to the log score
 LISTED = 50  # unconfirmed survivors named in the report (all are counted)
 UNCONFIRMED_WHY = "the screen kept wirings verify did not confirm"
+CAPPED_WHY = "the screen stopped at its work cap before the data excluded them"
 REFINE_ROUNDS = 4  # local refinement rounds at most (each: the single-slot neighbours of the leaders)
 REFINE_CONFIRM = 16  # wirings local refinement confirms at most, over all its rounds
 REFINE_OPEN = 64  # wirings one round screens again at most (best screen score first)
@@ -635,8 +636,10 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
         by.append("norm-fingerprint")
         if lead not in members:
             lead = max(members, key=lambda i: scores[i].accept_length_all)
-    unconfirmed = list((coverage or {}).get("unconfirmed") or []) if complete else []
-    n_unconfirmed = int((coverage or {}).get("unconfirmed_count", len(unconfirmed))) if complete else 0
+    # the screen's survivors not confirmed stay in the set, global search or not (never dropped unexcluded)
+    unconfirmed = list((coverage or {}).get("unconfirmed") or [])
+    n_unconfirmed = int((coverage or {}).get("unconfirmed_count", len(unconfirmed))) if coverage else 0
+    capped = bool(coverage and coverage.get("screen") and not coverage["screen"].get("complete", True))
     anchors = [i for i in members if scores[i].candidate.name == "training record"] + (
         [0] if 0 in members and config_names_layers else [])
     anchor = next((i for i in anchors if in_line(i) is not False), None)
@@ -697,8 +700,8 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
         else:
             out.to_separate = {"members": size, "factor": None, "sequences_now": main.effective_sequences,
                                "statistic": how,
-                               "why": (UNCONFIRMED_WHY if n_unconfirmed else
-                                       "some wirings in the set show no gap to the best at all")}
+                               "why": (CAPPED_WHY if capped and n_unconfirmed else UNCONFIRMED_WHY if n_unconfirmed
+                                       else "some wirings in the set show no gap to the best at all")}
     if status == "ambiguous":
         what = f"{size} wirings" + (f" ({n_unconfirmed} of them kept by the screen, not confirmed)"
                                     if n_unconfirmed else "")
@@ -706,16 +709,20 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
             more = out.to_separate or {}
             if more.get("factor"):
                 sep = f"about {more['sequences']} sequences like these ({more['sequences_now']} now) would separate them"
+            elif n_unconfirmed and capped:
+                sep = (f"the screen stopped at its work cap with {n_unconfirmed} of them not excluded, after "
+                       f"{coverage.get('screen_positions')} positions: the work, not the data, ran out; a training "
+                       "record would decide")
             elif n_unconfirmed:
-                sep = (f"the screen could not exclude {n_unconfirmed} of them on {more['sequences_now']} sequences: "
-                       "capture more and search again")
+                sep = (f"the screen read all {more['sequences_now']} sequences and could not exclude "
+                       f"{n_unconfirmed} of them: more data may (capture more and search again)")
             else:
                 sep = ("no amount of data like this separates them at the gaps seen (some show none); a training "
                        "record would")
             verb = " leaves" if len(by) == 1 else ", leave"
             listed = _set_words([c["layers"] for c in out.confidence_set], total=size)
             out.decided_by = (f"the data cannot tell which of {what} the drafter was trained on ({how}{verb} "
-                              f"them all within 95% of the best: {listed}); {sep}")
+                              f"them all within 95% of the best: {listed}); {sep}" + _not_global(coverage))
     if status == "named" and not complete:
         status = "ambiguous"
         where = ("only the wirings near the evidence were scored" if coverage is None else
@@ -764,6 +771,18 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
     return out
 
 
+def _not_global(coverage: dict | None) -> str:
+    """The words a set needs when the search did not cover every layer: wirings reading the missing
+    ones were never scored, so the set speaks only for the layers held."""
+    if not coverage or coverage.get("global", True):
+        return ""
+    miss = coverage.get("missing_layers") or []
+    return (f"; and the states lack {len(miss)} of the target's layers ("
+            + ", ".join(map(str, miss[:8])) + (" ..." if len(miss) > 8 else "")
+            + "), so wirings reading them were never scored: capture every layer (eagle3conv capture without "
+            "--layers) and search again")
+
+
 def _capture_advice(v: Verdict, capture: dict | None, target: str | None) -> str:
     """What to do when the set has several members: the set, and what to capture."""
     members = [c["layers"] for c in v.confidence_set]
@@ -775,6 +794,9 @@ def _capture_advice(v: Verdict, capture: dict | None, target: str | None) -> str
     if sep.get("factor"):
         how = (f"capture about {sep['sequences']} sequences like these ({sep['sequences_now']} now) and verify "
                f"again ({cmd}, with that many prompts)")
+    elif sep.get("why") == CAPPED_WHY:
+        how = ("keep the training record (training_metadata.json) beside the drafter: the screen stopped at its "
+               "work cap after its first positions, so more sequences like these would not finish it")
     elif sep.get("why") == UNCONFIRMED_WHY:
         how = (f"capture several times the {sep['sequences_now']} sequences these states hold and verify again "
                f"({cmd}), or keep the training record (training_metadata.json) beside the drafter")
@@ -783,11 +805,11 @@ def _capture_advice(v: Verdict, capture: dict | None, target: str | None) -> str
                f"record (training_metadata.json) beside the drafter, or capture other prompts ({cmd})")
     size = sep.get("members", len(members))
     return (f"the data cannot tell {size} wirings apart ({_set_words(members, total=size)}): no config is written "
-            f"for any one of them; to separate them, {how}")
+            f"for any one of them; to separate them, {how}" + _not_global(v.coverage))
 
 
 __all__ = [
-    "LISTED", "LOG_SCORE_STEP", "MAX_CONFIRM", "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "REFINE_CONFIRM",
+    "CAPPED_WHY", "LISTED", "LOG_SCORE_STEP", "MAX_CONFIRM", "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "REFINE_CONFIRM",
     "REFINE_OPEN", "REFINE_ROUNDS", "SET_ALPHA",
     "SCREEN_BOUND", "STATUSES", "Status", "Verdict", "acceptance_set", "all_wirings", "candidates", "config_candidate",
     "decide", "global_search", "log_score_exclusions", "log_score_leader", "names_layers", "neighbours",
