@@ -100,3 +100,14 @@ def test_a_config_that_stands_in_a_set_of_several_is_not_called_most_likely(tmp_
             assert "trained on (most likely)" not in text
             return
     pytest.fail("no k = 5 case stood in a set of several: pick other seeds")
+
+
+def test_max_sequences_is_named_before_capturing_more(tmp_path):
+    """With --max-sequences reading 10 of 12 sequences, the advice says to read them all first
+    instead of only asking for a larger capture."""
+    folder, path, _, _, _ = make_case(tmp_path, 2)  # a case left with a set of several on 10 sequences
+    v = verify(folder, path, save=False, search=True, steps=1, max_sequences=10).verdict
+    assert v.status == "ambiguous", v.decided_by
+    assert "first verify without --max-sequences (it read 10 of the 12 sequences these states hold)" in v.advice
+    full = verify(folder, path, save=False, search=True, steps=1).verdict
+    assert "--max-sequences" not in (full.advice or "")

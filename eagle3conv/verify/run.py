@@ -367,7 +367,7 @@ class _Verification:
         verdict = decide(scores, comparisons, self.search, self.path, ev.target.name if ev.target else None,
                          coverage=self.coverage,
                          config_names_layers=o.layers is not None or names_layers(self.config),
-                         log_score=self.log_score, capture=getattr(states, "capture", None))
+                         log_score=self.log_score, capture=self._capture_record())
         if verdict.log_score is not None:  # the screen's dtype: bf16 on a CPU with native bf16 matmul
             verdict.log_score["dtype"] = str(self.screener.dtype).removeprefix("torch.")
         self.screener = None
@@ -381,6 +381,15 @@ class _Verification:
                      "first_result": round((self.first_result or t_end) - self.t_start, 3),
                      "total": round(t_end - self.t_start, 3)},
             min_accept=o.min_accept, reference=self.reference, engine_scores=engine_scores)
+
+    def _capture_record(self) -> dict | None:
+        """How the states were captured (for the verdict's advice on what to capture), and whether
+        ``--max-sequences`` left some of them unread."""
+        cap = dict(getattr(self.states, "capture", None) or {})
+        held, limit = self.states.num_sequences, self.opts.max_sequences
+        if limit is not None and limit < held:
+            cap.update(max_sequences=limit, sequences_held=held)
+        return cap or None
 
     def save(self, result: VerifyResult) -> None:
         """The report beside the drafter (under the folder's shared lock, no local paths in it);

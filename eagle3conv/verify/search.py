@@ -803,6 +803,9 @@ def _capture_advice(v: Verdict, capture: dict | None, target: str | None) -> str
     else:
         how = (f"more data like this may not separate them ({sep.get('why', 'no gap seen')}); keep the training "
                f"record (training_metadata.json) beside the drafter, or capture other prompts ({cmd})")
+    if cap.get("max_sequences"):  # the data at hand was not all read
+        how = (f"first verify without --max-sequences (it read {cap['max_sequences']} of the "
+               f"{cap['sequences_held']} sequences these states hold); then, if they still cannot, {how}")
     size = sep.get("members", len(members))
     return (f"the data cannot tell {size} wirings apart ({_set_words(members, total=size)}): no config is written "
             f"for any one of them; to separate them, {how}" + _not_global(v.coverage))
