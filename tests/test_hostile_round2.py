@@ -585,7 +585,17 @@ def test_the_launcher_hands_ctrl_c_over_to_the_console(drafter):
 
     p = subprocess.Popen([sys.executable, str(REPO / "bin" / "eagle3conv"), "verify", str(drafter), "--json",
                           "--device", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.4)  # past start-up: the console imports the CLI and torch now
+    # past start-up, whatever the machine's load: the console is importing torch (its libraries are
+    # mapped); a fixed sleep of 0.4 s signalled Python's own start-up on a loaded machine
+    maps = Path(f"/proc/{p.pid}/maps")
+    deadline = time.monotonic() + 60
+    while p.poll() is None and time.monotonic() < deadline:
+        try:
+            if "libtorch" in maps.read_text():
+                break
+        except OSError:
+            break
+        time.sleep(0.01)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)
     if p.returncode == 0:
