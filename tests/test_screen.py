@@ -114,3 +114,69 @@ def test_state_spans_read_the_same_rows_as_the_mapped_views(planted):
             assert torch.equal(torch.from_numpy(dst), view[1:3])
     finally:
         os.close(fd)
+
+
+def _variant_states(root, drafter, T: int, target_embeds: bool, wiring=(1, 3, 4)):
+    """Drifting layer outputs and reference tokens planted from the drafter's own guesses (the
+    drafter embeds by position from the captured embedding output, or with its own table)."""
+    g = torch.Generator().manual_seed(2)
+    B, S = 4, 40
+    base = torch.randn(B, S, T, generator=g)
+    hidden = {-1: torch.randn(B, S, T, generator=g)}
+    walk = torch.zeros(B, S, T)
+    for o in range(6):
+        walk += torch.randn(B, S, T, generator=g) * (0.3 + 0.2 * o)  # layers of different scales
+        hidden[o] = base + walk
+    input_ids = torch.randint(0, 512, (B, S), generator=g)
+    ids = input_ids
+    if target_embeds:
+        drafter.embed_tokens = hidden[-1].reshape(B * S, T)
+        ids = torch.arange(B * S).view(B, S)
+    with torch.inference_mode():
+        guess = drafter.draft_chain(torch.cat([hidden[o] for o in wiring], -1), ids, 1).target_ids[0]
+    target_next = torch.randint(0, 512, (B, S), generator=g)
+    target_next[:, 1:] = guess[:, :-1]
+    path = root / "states.safetensors"
+    write_states(path, input_ids=input_ids,
+                 attention_mask=torch.ones(B, S, dtype=torch.bool), target_next=target_next,
+                 hidden=hidden, num_layers=6, vocab_size=512, dtype="fp32", target="tiny")
+    return path
+
+
+@pytest.mark.parametrize("variant", ["norm_before_fc", "sglang without fc (k x T == H)"])
+def test_screen_runs_the_step_the_chain_runs(tmp_path, variant):
+    """The screen composes step 1 from per-slot projections; for an EAGLE-3.1 drafter with
+    input_norm over the concatenation (norm_before_fc) and for SGLang's width dispatch (k x T ==
+    hidden_size: no fc) it must still score what the chain scores, wiring by wiring."""
+    if variant == "norm_before_fc":
+        dims, T, without = DIMS, 64, ()
+    else:
+        dims = Dims(hidden=192, target_hidden=64, heads=4, kv_heads=2, head_dim=48, intermediate=128, vocab=512,
+                    draft_vocab=300, aux_ids=(1, 3, 4))
+        T, without = 64, ("fc",)
+    folder = write_example(tmp_path / "drafter", "sglang", dims)
+    config, tensors = load_drafter_weights(folder)
+    if variant == "norm_before_fc":
+        g = torch.Generator().manual_seed(3)
+        tensors["input_norm.weight"] = (1 + 0.4 * torch.randn(3 * T, generator=g)).to(tensors["fc.weight"].dtype)
+        config["norm_before_fc"] = True
+    drafter, target_embeds = build_drafter(config, tensors, "cpu", torch.float32, without=without)
+    assert (drafter.input_norm is not None) == (variant == "norm_before_fc")
+    path = _variant_states(tmp_path, drafter, T, target_embeds)
+    states = open_states(path)
+    refs = sorted(states.layers, key=lambda r: r.output_of)
+    sets = [tuple(c) for c in itertools.combinations(refs, 3)]
+    res, kept = screen(drafter, states, sets, rows=states.num_sequences, target_embeds=target_embeds,
+                       bound=NO_DROP)
+    from eagle3conv.verify.logscore import log_scores
+
+    for i, ls in enumerate(sets):
+        sc = evaluate(drafter, open_states(path), Candidate("w", ls, "test"), steps=1, batch_size=4,
+                      target_embeds=target_embeds)
+        assert res.hits[i] == sc.matched[0], ls
+    for i in (0, 11, 34):
+        ref = log_scores(drafter, open_states(path), [sets[i]], steps=1, batch_size=4,
+                         target_embeds=target_embeds)[0]
+        assert res.log_score(i).logp[0] == pytest.approx(ref.logp[0], rel=1e-4, abs=1e-3)  # rounding only
+    planted_i = sets.index(tuple(LayerRef(o) for o in (1, 3, 4)))
+    assert kept[0] == planted_i

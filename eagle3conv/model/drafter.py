@@ -74,7 +74,7 @@ _MAX_LISTED = 20  # offending keys named in an error message before "... and N m
 #: the norms a later decoder layer may apply to its input: vLLM's and SGLang's (docs/facts.md §11)
 LATER_LAYER_NORMS = ("input_layernorm", "hidden_norm")
 #: the config switches a run may ignore, as an engine release that does not read them
-SKIPPABLE = ("fc_norm", "norm_output", "norm_before_fc", "attention_bias")
+SKIPPABLE = ("fc_norm", "norm_output", "norm_before_fc", "attention_bias", "fc")
 
 
 # --------------------------------------------------------------------------- config
@@ -394,6 +394,8 @@ class Eagle3Drafter:
         unknown = set(without) - set(SKIPPABLE)
         if unknown:
             raise UsageError(f"cannot run without {sorted(unknown)}; only without {SKIPPABLE}")
+        if "fc" in without and c.fc_in_features != c.hidden_size:
+            raise UsageError("only a drafter whose k aux states are hidden_size wide can run without fc")
         #: the switches this run ignores as an engine release does (their tensors are loaded, unused)
         self.without = frozenset(without)
         #: the norm a later decoder layer applies to its input (vLLM: input_layernorm, SGLang: hidden_norm)
@@ -790,7 +792,10 @@ class Eagle3Drafter:
             return out
 
         tokens = shifted(1)
-        state = self._input_state(aux)
+        # step 1 reads the target's aux states: through fc, unless this run is an engine that dispatches
+        # on width and k x T equals H (SGLang: "fc" in without); fc_in == H makes the width ambiguous
+        state = (aux.to(device=self.device, dtype=self.dtype) if "fc" in self.without
+                 else self._project_aux(aux.to(device=self.device, dtype=self.dtype)))
         mask_state = None
         if parallel:
             mask_state = self._project_aux(self.mask_hidden.to(self.dtype)).expand_as(state)

@@ -242,6 +242,7 @@ FORWARD_VALUES: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "parallel_drafting": ("config", "refused"),
         "attention_bias": ("config", "ignored"),
         "sliding_window": ("config", "launch_option", "ignored"),
+        "fc": ("always", "width_differs"),
     }
 )
 """How an engine runs the drafter where engines differ (null in the data: not applicable
@@ -261,6 +262,9 @@ the drafter). ``sliding_window``: what the release does with a drafter whose con
 layers a sliding window (``layer_types`` "sliding_attention" with ``sliding_window``):
 "config" (applied to those layers), "launch_option" (only from the launch option named in
 ``sliding_window_option``, to every layer; the config's is not read) or "ignored".
+``fc``: "always" (the aux states go through ``fc`` at step 1 whatever their width) or
+"width_differs" (``fc`` only when the input is not ``hidden_size`` wide: a drafter whose k aux
+states of ``target_hidden_size`` add up to ``hidden_size`` is served without ``fc``).
 ``architectures`` lists the config architecture names the release loads this kind of drafter
 under."""
 
@@ -291,6 +295,7 @@ class Forward:
     sliding_window: str | None = None
     sliding_window_option: str | None = None
     """The launch option that sets the drafter's window where ``sliding_window`` is "launch_option"."""
+    fc: str | None = None
 
 
 @dataclass(frozen=True)

@@ -677,7 +677,9 @@ def _switches_on(cfg: Mapping[str, Any], names: Iterable[str] = ()) -> dict[str,
     spec = DrafterSpec.from_config(cfg, names, validate=False)
     return {"fc_norm": spec.fc_norm, "norm_output": spec.norm_output, "norm_before_fc": spec.norm_before_fc,
             "attention_bias": spec.attention_bias, "qk_norm": spec.qk_norm,
-            "parallel_drafting": spec.parallel_drafting, "layers": spec.L > 1}
+            "parallel_drafting": spec.parallel_drafting, "layers": spec.L > 1,
+            # k aux states as wide as the drafter: an engine that dispatches on width skips fc
+            "fc": bool(spec.H and spec.T and (spec.k or 3) * spec.T == spec.H)}
 
 
 def draft_window(cfg: Mapping[str, Any] | None) -> tuple[int, tuple[int, ...]] | None:
@@ -737,7 +739,12 @@ _SWITCH_TEXT = {
     "attention_bias": "the q/k/v biases (attention_bias)",
     "qk_norm": "a Qwen3 drafter (per-head q/k norms)",
     "parallel_drafting": "a P-EAGLE drafter (parallel drafting, mask_hidden)",
+    "fc": "fc at step 1 (k x target_hidden_size equals hidden_size, and it applies fc only when the widths differ)",
 }
+
+
+_FC_WORDS = ("the drafter's k aux states add up to its hidden_size (k x target_hidden_size), and {rel} applies fc "
+             "only when its input is not hidden_size wide: it serves the drafter without fc at step 1")
 
 
 def cannot_load(engine: EngineRelease | str, config: Mapping[str, Any] | None,
@@ -781,6 +788,9 @@ def serve_finding(engine: EngineRelease | str, config: Mapping[str, Any] | None,
                        fix=f"serve it with {', '.join(other)}" if other else None, subject=rel.spec)
     without = served_without(rel, config, tensor_names)
     parts = []
+    if "fc" in without:
+        parts.append(_FC_WORDS.format(rel=rel) + " (verify's row for this release scores what that costs)")
+        without = tuple(w for w in without if w != "fc")
     if without:
         parts.append(f"{rel} ignores {', '.join(_SWITCH_TEXT[w] for w in without)} and serves the drafter without "
                      "it (verify's row for this release scores what that costs)")
@@ -802,8 +812,9 @@ def served_without(engine: EngineRelease | str, config: Mapping[str, Any] | None
     cfg = config or {}
     fw = forward_rule(rel, drafter_kind(cfg))
     on = _switches_on(cfg, tensor_names)
-    return tuple(sw for sw in ("fc_norm", "norm_output", "norm_before_fc", "attention_bias")
-                 if on[sw] and getattr(fw, sw) == "ignored")
+    out = tuple(sw for sw in ("fc_norm", "norm_output", "norm_before_fc", "attention_bias")
+                if on[sw] and getattr(fw, sw) == "ignored")
+    return out + (("fc",) if on["fc"] and fw.fc == "width_differs" else ())
 
 
 @dataclass(frozen=True)
@@ -908,11 +919,14 @@ def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
         not_read.append(f"which norm {who} applies to a later decoder layer's input")
     without = served_without(rel, cfg, names)
     for sw in without:
-        diffs.append(f"{_SWITCH_TEXT[sw]} is set in config.json, but {rel} ignores it and serves the drafter "
+        diffs.append(_FC_WORDS.format(rel=rel) if sw == "fc" else
+                     f"{_SWITCH_TEXT[sw]} is set in config.json, but {rel} ignores it and serves the drafter "
                      "without it")
     for sw in ("fc_norm", "norm_output", "norm_before_fc", "attention_bias", "qk_norm", "parallel_drafting"):
         if on[sw] and getattr(fw, sw) is None:
             not_read.append(f"whether {who} honours {_SWITCH_TEXT[sw]}")
+    if on["fc"] and fw.fc is None:
+        not_read.append(f"whether {who} applies fc to aux states as wide as the drafter")
     win = draft_window(cfg)
     if win is not None and fw.sliding_window == "config":
         missing.append(f"{rel} applies the drafter's {_window_words(win)}; verify attends over the whole context, "

@@ -480,6 +480,22 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     wiring_cols = torch.tensor([[col[r] for r in ls] for ls in sets], dtype=torch.long)
     w = drafter.fc_weight
     H = w.shape[0]
+    # step 1's fc is linear per slot; what comes before it, as the drafter runs it:
+    # * SGLang's width dispatch ("fc" in without: k x T == H): no fc, the slots side by side (identity)
+    # * input_norm (norm_before_fc) over the concatenation: its weight per slot goes into the slot's
+    #   projection, and 1/rms of the concatenation -- sqrt(mean over slots of each layer's mean
+    #   square + eps), one scalar per position and wiring -- scales the sum after fc (fc is linear;
+    #   the chain rounds to the drafter's dtype before the weight, the screen after fc)
+    no_fc = "fc" in getattr(drafter, "without", ())
+    if no_fc:
+        w = torch.eye(H, dtype=w.dtype, device=w.device)
+    in_norm = getattr(drafter, "input_norm", None)
+    if in_norm is not None and drafter.fc_norm:
+        from eagle3conv.errors import UsageError
+
+        raise UsageError("the global search cannot screen a drafter with both norm_before_fc and fc_norm (the "
+                         "concatenation's norm then does not factor through fc_norm)",
+                         hint="score the wirings you suspect with --layers")
     if chunk_tokens is None:
         chunk_tokens = 65536 if dev.type == "cuda" else 8192
     if memory_bytes is None:
@@ -556,13 +572,18 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             tp = time.perf_counter()
             sel = torch.tensor(grp, dtype=torch.long)
             proj = torch.empty(k_slots, len(used), g, Sg, H, dtype=dt, device=dev)
+            msq = torch.empty(len(used), g, Sg, dtype=torch.float32, device=dev) if in_norm is not None else None
             lo, hi = grp[0], grp[-1] + 1  # rows are consecutive
             for j in used:
                 hcap = states.aux([refs[j]], slice(lo, hi))[:, :Sg].to(dev).to(dt)
+                if msq is not None:
+                    msq[ucol[j]] = hcap.float().pow(2).mean(-1)
                 for s in range(k_slots):
                     x = hcap
                     if drafter.fc_norm:
                         x = drafter.fc_norm[s] * F.rms_norm(x, (T,), eps=c.rms_norm_eps)
+                    if in_norm is not None:
+                        x = x * in_norm[s * T:(s + 1) * T]
                     torch.matmul(x, w[:, s * T:(s + 1) * T].t(), out=proj[s, ucol[j]])
                 del hcap
             if target_embeds:  # the captured embedding output at (b, t) is embed(x_t): index it by position
@@ -598,7 +619,12 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
                 gg = proj[0, part[:, 0]]
                 for s in range(1, k_slots):
                     gg = gg + proj[s, part[:, s]]
-                if drafter.fc_bias is not None:
+                if msq is not None:  # input_norm's 1/rms of the concatenation, per wiring and position
+                    ms = msq[part[:, 0]]
+                    for s in range(1, k_slots):
+                        ms = ms + msq[part[:, s]]
+                    gg = (gg.float() * torch.rsqrt(ms / k_slots + c.rms_norm_eps)[..., None]).to(dt)
+                if drafter.fc_bias is not None and not no_fc:
                     gg = gg + drafter.fc_bias
                 with torch.inference_mode():
                     if Sq == Sg:
