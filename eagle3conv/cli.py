@@ -271,6 +271,16 @@ def _remember_max_context(ctx: click.Context, param: click.Parameter, value: int
     return value
 
 
+def _later_norm_option(f):
+    """--later-norm, for inspect and fix-keys."""
+    from eagle3conv.spec.drafter import LATER_LAYER_NORMS
+
+    return click.option("--later-norm", type=click.Choice(list(LATER_LAYER_NORMS)),
+                        help="Multi-layer drafters: the norm the later layers were trained with (vLLM reads "
+                             "input_layernorm, SGLang hidden_norm); written under both names. Default: the "
+                             "trainer's, where its format says.")(f)
+
+
 def _wiring_options(f):
     """Options naming the target and what the drafter was trained on (fix-keys, inspect, config)."""
     f = click.option("--max-context", type=int, metavar="TOKENS", expose_value=False, callback=_remember_max_context,
@@ -331,9 +341,7 @@ def main() -> None:
 @click.option("--from", "source_format", metavar="FORMAT", help=FORMAT_HELP)
 @click.option("--config", "config", type=click.Path(exists=True, dir_okay=True), help="Use this config.json (for checkpoints that ship none).")
 @click.option("--keep-embed", is_flag=True, help="Plan as if embed_tokens were kept.")
-@click.option("--later-norm", type=click.Choice(["input_layernorm", "hidden_norm"]),
-              help="Multi-layer drafters: the norm the later layers were trained with (vLLM reads input_layernorm, "
-                   "SGLang hidden_norm); written under both names. Default: the trainer's, where its format says.")
+@_later_norm_option
 @_wiring_options
 def inspect_cmd(checkpoint, source_format, config, keep_embed, later_norm, target, trained_on, captured_at, metadata,
                 sglang_version):
@@ -369,9 +377,7 @@ def inspect_cmd(checkpoint, source_format, config, keep_embed, later_norm, targe
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), help="Cast floating-point weights (default: keep the source dtype).")
 @click.option("--max-shard-size", metavar="SIZE", help="Shard the output, e.g. 5GB (default: shard like the source).")
 @click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
-@click.option("--later-norm", type=click.Choice(["input_layernorm", "hidden_norm"]),
-              help="Multi-layer drafters: the norm the later layers were trained with (vLLM reads input_layernorm, "
-                   "SGLang hidden_norm); written under both names. Default: the trainer's, where its format says.")
+@_later_norm_option
 @_wiring_options
 @click.option("--rewire", is_flag=True,
               help="When the config's aux-layer ids contradict the training record, write the record's layers.")

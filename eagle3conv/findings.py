@@ -106,7 +106,6 @@ AUDIT_CONTEXT_UNKNOWN = "audit-context-unknown"  # no --max-context and the targ
 AUDIT_ENGINE_DEFAULT = "audit-engine-default"  # a field left out that the engines fill in with their own default
 AUDIT_EAGLE_CONFIG_NULL = "audit-eagle-config-null"  # eagle_config: null, which the engines read as absent
 TARGET_HIDDEN = "target-hidden"
-WIRING_WRITTEN = "wiring-written"
 EVIDENCE_NOTE = "evidence-note"
 # smoke: the drafter forward on random inputs
 LOGITS_SHAPE = "logits-shape"

@@ -477,16 +477,12 @@ def verify_text(d: dict) -> str:
         lines.append(f"tied (acceptance cannot separate): {'; '.join(v['tied_set'][:6])}")
     if status == "named" or (status == "stands" and len(members) <= 1):
         lines.append(f"trained on (most likely): {v['best_layers']} — decided by {v['decided_by']}")
-        if v.get("advice"):
-            lines.append(f"fix: {v['advice']}")
     elif status == "stands":  # in a set of several: not excluded, which is not "most likely"
         lines.append(f"stands (in the set, not singled out by the data): {v['best_layers']} — {v['decided_by']}")
-        if v.get("advice"):
-            lines.append(f"fix: {v['advice']}")
     elif status in ("ambiguous", "undecided"):
         lines.append(f"wiring search: {v['decided_by']}")
-        if v.get("advice"):
-            lines.append(f"fix: {v['advice']}")
+    if status in ("named", "stands", "ambiguous", "undecided") and v.get("advice"):
+        lines.append(f"fix: {v['advice']}")
     if d["min_accept"] is not None:
         lines.append(f"threshold: step-1 acceptance >= {d['min_accept']}: {'passed' if d['passed'] else 'FAILED'}")
     s = d["seconds"]

@@ -51,9 +51,6 @@ SPECULATORS_TOP_LEVEL = ("draft_vocab_size", "target_hidden_size", "norm_before_
                          "fc_norm", "norm_output", "mask_token_id", AUX_KEY)
 # the mask-token fields vLLM 0.33.0 reads for parallel drafting, in its order
 # (v1/spec_decode/llm_base_proposer.py:355-385; docs/facts.md §6)
-MASK_TOKEN_FIELDS = ("mask_token_id", "pard_token", "ptd_token_id")
-
-
 def source_drafter_config(fmt, config: dict | None, *, from_override: bool = False,
                           index=None) -> tuple[dict, list[Finding]]:
     """The drafter's own config as the source describes it (before loadability edits), and what
@@ -199,7 +196,9 @@ def _mask_token(config: dict) -> list[Finding]:
     """A P-EAGLE drafter without a mask token id: vLLM refuses to serve it."""
     archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
     parallel = flag(config, "parallel_drafting") or any(a in PEAGLE_ARCHITECTURES for a in archs)
-    if not parallel or any(config.get(f) is not None for f in MASK_TOKEN_FIELDS):
+    from eagle3conv.spec.engines import mask_token
+
+    if not parallel or mask_token("vllm", config) is not None:  # where vLLM reads it (the engine rules)
         return []
     return [Finding(
         "warning", CONFIG, CANNOT_SERVE,

@@ -71,12 +71,7 @@ class CheckpointIndex:
                 t = t.float()
             return t.detach().cpu().numpy().copy()
         np_dtype = dtypes.numpy_dtype(info.dtype)
-        with open(info.file, "rb") as f:
-            f.seek(info.start)
-            data = f.read(info.end - info.start)
-        if len(data) != info.end - info.start:
-            raise CheckpointReadError(f"{info.file}: truncated while reading {name}")
-        return np.frombuffer(data, dtype=np_dtype).reshape(info.shape).copy()
+        return np.frombuffer(self.read_bytes(name), dtype=np_dtype).reshape(info.shape).copy()
 
     def read_bytes(self, name: str) -> bytes:
         """A (small) tensor's raw little-endian bytes, whatever its dtype (norms compared byte for byte)."""

@@ -23,6 +23,7 @@ from eagle3conv.spec.canonical import (
     expected,
     layer_of,
 )
+from eagle3conv.spec.drafter import LATER_LAYER_NORMS as LATER_NORMS
 from eagle3conv.spec.drafter import SWITCH_FIELDS, DrafterSpec
 from eagle3conv.spec.formats import DetectContext, Format, FormatMatch, detect, get_format, load_formats
 from eagle3conv.checkpoint.index import CheckpointIndex
@@ -607,7 +608,7 @@ class _Planner:
             outputs.append(o)
         return outputs
 
-    def _config_edits(self, outputs: list[Output]) -> tuple[list, dict]:
+    def _config_edits(self) -> tuple[list, dict]:
         """Step 9: the config edits that make every engine load the drafter, and the notes on switches."""
         cfg, sym, wanted = self.config, self.sym, self.wanted
         flags = {**DrafterSpec.from_config(cfg, self.mapped, validate=False, architecture=self.arch.key).flags(),
@@ -638,7 +639,7 @@ class _Planner:
 
     def plan(self) -> Plan:
         outputs = self._cast()
-        edits, new_config = self._config_edits(outputs)
+        edits, new_config = self._config_edits()
         return Plan(
             index=self.index,
             format=self.match.format,
@@ -670,7 +671,6 @@ SWITCH_WHY = {
                          "drafting is on",
 }
 
-LATER_NORMS = ("input_layernorm", "hidden_norm")
 
 
 def readers_text(readers: dict[str, list[str]]) -> str:

@@ -44,7 +44,7 @@ from torch import Tensor
 
 from eagle3conv.errors import InvalidCheckpointError, UsageError
 from eagle3conv.spec.canonical import ExpectedTensor, expected
-from eagle3conv.spec.drafter import AUX_KEY, DrafterSpec, flag
+from eagle3conv.spec.drafter import AUX_KEY, LATER_LAYER_NORMS, DrafterSpec, flag
 from eagle3conv.findings import (
     LOGITS_SHAPE,
     NONFINITE_HIDDEN,
@@ -72,7 +72,6 @@ __all__ = [
 _MAX_LISTED = 20  # offending keys named in an error message before "... and N more"
 
 #: the norms a later decoder layer may apply to its input: vLLM's and SGLang's (docs/facts.md §11)
-LATER_LAYER_NORMS = ("input_layernorm", "hidden_norm")
 #: the config switches a run may ignore, as an engine release that does not read them
 SKIPPABLE = ("fc_norm", "norm_output", "norm_before_fc", "attention_bias", "fc")
 
@@ -614,16 +613,13 @@ class Eagle3Drafter:
         gate, up, down = mlp
         return h + F.linear(self._act(F.linear(x, gate)) * F.linear(x, up), down)
 
-    def _later_o_proj(self, layer: Mapping[str, Any]) -> Tensor:
-        return layer["attn"]["o"]
-
     def _layers(self, residual: Tensor, attn: Tensor, position_offset: int, attend) -> Tensor:
         """Layer 0's end, then every later layer; ``attend(i, q, k, v)`` is layer i's attention."""
         h = self._layer_end(residual, attn, self.o_proj, self.post_attention_layernorm,
                             (self.gate_proj, self.up_proj, self.down_proj), self.o_bias)
         for i, layer in enumerate(self.later, 1):
             res, q, k, v = self._later_qkv(h, layer, position_offset)
-            h = self._layer_end(res, attend(i, q, k, v), self._later_o_proj(layer), layer["post_norm"],
+            h = self._layer_end(res, attend(i, q, k, v), layer["attn"]["o"], layer["post_norm"],
                                 (layer["gate"], layer["up"], layer["down"]), layer["attn"].get("o_bias"))
         return h
 

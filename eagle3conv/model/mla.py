@@ -43,7 +43,7 @@ from eagle3conv.model.drafter import (
     expected_shapes,
     require_int,
 )
-from eagle3conv.model.ops import rms_norm
+from eagle3conv.model.ops import rms_norm, rope_params
 
 __all__ = [
     "MLAConfig",
@@ -164,16 +164,6 @@ class MLARope:
     softmax_scale: float
 
 
-def _rope_params(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The RoPE settings (:func:`eagle3conv.spec.drafter.rope_settings`, the one reader)."""
-    from eagle3conv.spec.drafter import rope_settings
-
-    try:
-        return rope_settings(config)
-    except ValueError as e:
-        raise InvalidCheckpointError(f"config.json: {e}") from None
-
-
 def mla_rope(config: Mapping[str, Any], c: MLAConfig) -> MLARope:
     """The rope dims' inverse frequencies, cos/sin factor and softmax scale.
 
@@ -183,7 +173,7 @@ def mla_rope(config: Mapping[str, Any], c: MLAConfig) -> MLARope:
     accepted here. Defaults as SGLang's: beta_fast 32, beta_slow 1, mscale 1,
     mscale_all_dim 0, attn_factor 1, extrapolation_factor 1.
     """
-    params = _rope_params(config)
+    params = rope_params(config)
     dim = c.qk_rope_head_dim
     base = float(params["rope_theta"])
     exponents = torch.arange(0, dim, 2, dtype=torch.float32) / dim

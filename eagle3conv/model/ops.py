@@ -18,9 +18,20 @@ from eagle3conv.errors import InvalidCheckpointError
 if TYPE_CHECKING:
     from eagle3conv.model.drafter import DrafterConfig
 
-__all__ = ["SUPPORTED_ROPE", "apply_rope", "rms_norm", "rope_inv_freq", "rotate_half"]
+__all__ = ["SUPPORTED_ROPE", "apply_rope", "rms_norm", "rope_inv_freq", "rope_params", "rotate_half"]
 
 SUPPORTED_ROPE = ("default", "linear", "llama3", "yarn")
+
+
+def rope_params(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The RoPE settings (:func:`eagle3conv.spec.drafter.rope_settings`, the one reader, one
+    precedence for every path); a malformed one is the checkpoint's error."""
+    from eagle3conv.spec.drafter import rope_settings
+
+    try:
+        return rope_settings(config)
+    except ValueError as e:
+        raise InvalidCheckpointError(f"config.json: {e}") from None
 
 
 def rope_inv_freq(config: Mapping[str, Any], c: DrafterConfig) -> tuple[Tensor, float]:
@@ -30,12 +41,7 @@ def rope_inv_freq(config: Mapping[str, Any], c: DrafterConfig) -> tuple[Tensor, 
     spellings; transformers' LlamaConfig standardizes them. Qwen2.5-VL style
     ``mrope_section`` falls back to default RoPE, as SGLang does.
     """
-    from eagle3conv.spec.drafter import rope_settings
-
-    try:
-        scaling0 = rope_settings(config)  # the one reader, one precedence for every path
-    except ValueError as e:
-        raise InvalidCheckpointError(f"config.json: {e}") from None
+    scaling0 = rope_params(config)
     if "mrope_section" not in scaling0 and scaling0.get("rope_type", scaling0.get("type", "default")) == "default":
         # plain RoPE: no need to import transformers (seconds of start-up)
         theta = float(scaling0["rope_theta"])

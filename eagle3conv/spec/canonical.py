@@ -94,13 +94,6 @@ class Architecture:
                 return t
         return None
 
-    def row_of(self, name: str) -> CanonicalTensor | None:
-        """The row a concrete name belongs to (templates matched with any index), or None."""
-        for t in self.tensors + self.templated:
-            if re.fullmatch(_pattern(t.name), name):
-                return t
-        return None
-
 
 def _pattern(template: str) -> str:
     return re.escape(template).replace(re.escape("{slot}"), "[0-9]+").replace(re.escape("{layer}"), "[1-9][0-9]*")

@@ -16,9 +16,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["AUX_KEY", "NESTED_AUX_FIELD", "AuxIds", "DrafterSpec", "MLA_ARCHITECTURES", "PEAGLE_ARCHITECTURES",
+__all__ = ["AUX_KEY", "LATER_LAYER_NORMS", "NESTED_AUX_FIELD", "AuxIds", "DrafterSpec", "MLA_ARCHITECTURES", "PEAGLE_ARCHITECTURES",
            "QWEN3_ARCHITECTURES", "SWITCH_FIELDS", "architecture_key", "aux_ids", "flag",
            "read_field", "rope_settings", "with_field"]
+
+#: the two norms a decoder layer after the first may normalise its input with: vLLM 0.33.0 reads
+#: ``input_layernorm``, SGLang 0.5.12-0.5.23 ``hidden_norm`` (docs/facts.md §11)
+LATER_LAYER_NORMS = ("input_layernorm", "hidden_norm")
 
 # SGLang registers Eagle3DeepseekV2ForCausalLM (kimi_k25_eagle3.py); V3 is the same class under a later name
 MLA_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")

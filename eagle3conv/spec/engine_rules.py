@@ -329,8 +329,7 @@ class Engine:
     forward: tuple[Forward, ...] = ()
     check_by_default: tuple[str, ...] = ("newest",)
     """The releases a check covers when none is asked for: labels from ``releases``, or
-    ``newest``; why, in ``check_by_default_why``."""
-    check_by_default_why: str = ""
+    ``newest`` (the data file says why)."""
 
     @property
     def oldest(self) -> str | None:
@@ -423,6 +422,12 @@ def load_families_file(path: str | Path) -> Mapping[str, Family]:
 
 
 _DEFAULT_TERM = re.compile(r"^(N//2|N|\d+)([+-]\d+)?$")
+
+
+def is_default_term(term: str) -> bool:
+    """Whether ``term`` is a layer id written in the target's layer count N: INT, N or N//2,
+    optionally +c or -c (what :func:`default_term` reads)."""
+    return bool(_DEFAULT_TERM.match(term))
 
 
 def default_term(term: str, n: int) -> int:
@@ -644,7 +649,6 @@ def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine
         path=path,
         forward=forward,
         check_by_default=checked,
-        check_by_default_why=_text(path, c, "why", "'check_by_default'"),
     )
 
 
@@ -664,8 +668,10 @@ def load_rules_folder(folder: Path) -> tuple[Mapping[str, Family], Mapping[str, 
     return families, MappingProxyType(engines), MappingProxyType(names)
 
 
+@cache
 def rules_data() -> tuple[Mapping[str, Family], Mapping[str, Engine], Mapping[str, str]]:
-    """The shipped rules: families, engines by name, name/alias -> engine name."""
+    """The shipped rules: families, engines by name, name/alias -> engine name (found and loaded
+    once per process; every engine question asks here)."""
     return load_rules_folder(data_path("engines"))
 
 

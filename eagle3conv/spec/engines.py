@@ -39,7 +39,7 @@ from eagle3conv.findings import (
     SERVED_WITHOUT,
     Finding,
 )
-from eagle3conv.spec.drafter import architecture_key, read_field
+from eagle3conv.spec.drafter import LATER_LAYER_NORMS, architecture_key, read_field
 from eagle3conv.spec.engine_rules import (  # noqa: F401 (re-exported: the rules' public types)
     ANY,
     DEFAULT_KINDS,
@@ -72,7 +72,7 @@ from eagle3conv.spec.engine_rules import (  # noqa: F401 (re-exported: the rules
     parse_version,
     shown,
 )
-from eagle3conv.spec.layers import LayerRef, LayerSet, describe, validate_refs
+from eagle3conv.spec.layers import LayerRef, LayerSet, check_num_layers, describe, validate_refs
 
 # --------------------------------------------------------------------------- releases
 
@@ -351,11 +351,6 @@ def _problem(code: str, message: str) -> Finding:
     return Finding("error", AUX_LAYERS, code, message)  # type: ignore[arg-type]
 
 
-def _check_layers(num_layers: int | None) -> None:
-    if num_layers is not None and (isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1):
-        raise UsageError(f"the target's layer count must be a positive integer, got {num_layers!r}")
-
-
 def capture(
     engine: EngineRelease | str,
     config: Mapping[str, Any] | None,
@@ -378,7 +373,7 @@ def capture(
     """
     rel = as_release(engine)
     eng = engines()[rel.engine]
-    _check_layers(num_layers)
+    check_num_layers(num_layers)
     n = num_layers
     run = _runner(eng, runner if runner is not None else rel.runner)
     rule = rule_for(rel, family)
@@ -478,7 +473,7 @@ def ids_for(
     same way more often."""
     rel = as_release(engine)
     eng = engines()[rel.engine]
-    _check_layers(num_layers)
+    check_num_layers(num_layers)
     run = _runner(eng, runner if runner is not None else rel.runner)
     wanted = validate_refs(layers, num_layers)
     rule = rule_for(rel, family)
@@ -659,7 +654,7 @@ def later_norm_readers(drafter: str = "llama") -> dict[str, list[str]]:
     rules: ``{"input_layernorm": ["vllm 0.33.0"], "hidden_norm": ["sglang 0.5.12-0.5.23"]}``."""
     out: dict[str, list[str]] = {}
     for eng in engines().values():
-        for norm in ("input_layernorm", "hidden_norm"):
+        for norm in LATER_LAYER_NORMS:
             spans = _release_spans(eng, lambda r, n=norm: forward_rule(r, drafter).later_layer_norm == n)
             if spans:
                 out.setdefault(norm, []).extend(spans)
@@ -739,7 +734,6 @@ _SWITCH_TEXT = {
     "attention_bias": "the q/k/v biases (attention_bias)",
     "qk_norm": "a Qwen3 drafter (per-head q/k norms)",
     "parallel_drafting": "a P-EAGLE drafter (parallel drafting, mask_hidden)",
-    "fc": "fc at step 1 (k x target_hidden_size equals hidden_size, and it applies fc only when the widths differ)",
 }
 
 

@@ -36,7 +36,8 @@ from typing import Any
 from eagle3conv.io.data import data_path
 from eagle3conv.errors import MappingFileError, UsageError
 from eagle3conv.findings import CODES
-from eagle3conv.spec.drafter import read_field
+from eagle3conv.spec.drafter import LATER_LAYER_NORMS, read_field
+from eagle3conv.spec.engine_rules import is_default_term
 
 SCHEMA = 1
 CONDITIONS = {
@@ -140,7 +141,6 @@ class Format:
     later_layer_norm: str | None = None
     """The norm this trainer applies to a later decoder layer's input (multi-layer drafters):
     ``input_layernorm`` or ``hidden_norm``; None: unknown."""
-    later_layer_norm_why: str | None = None
     config_set: tuple[ConfigSetting, ...] = ()
     findings: tuple[FormatFinding, ...] = ()
     record: RecordSpec | None = None
@@ -257,7 +257,6 @@ def _parse_findings(path: Path, raw) -> tuple[FormatFinding, ...]:
     return tuple(out)
 
 
-_DEFAULT_TERM = re.compile(r"^(N//2|N|\d+)([+-]\d+)?$")  # as spec.engine_rules.default_term reads a term
 
 
 def _parse_record(path: Path, raw) -> RecordSpec | None:
@@ -288,7 +287,7 @@ def _parse_record(path: Path, raw) -> RecordSpec | None:
     if not isinstance(ids, list) or not ids or any(not isinstance(t, str) for t in ids):
         _fail(path, "record.default_ids must be a non-empty list of terms in N (\"1\", \"N//2-1\", \"N-4\")")
     for t in ids:
-        if not _DEFAULT_TERM.match(t):
+        if not is_default_term(t):
             _fail(path, f"record.default_ids: term {t!r} is not INT, N or N//2, optionally +c or -c")
     layers = raw["target_layers"]
     if not isinstance(layers, dict) or "field" not in layers or set(layers) - {"field", "unless"} \
@@ -343,7 +342,7 @@ def load_format_file(path: Path) -> Format:
             _fail(path, "aux_ids must be {\"numbering\": \"output\"|\"input\", \"why\": \"...\"}")
     later = raw.get("later_layer_norm")
     if later is not None and (not isinstance(later, dict) or set(later) != {"norm", "why"}
-                              or later["norm"] not in ("input_layernorm", "hidden_norm")
+                              or later["norm"] not in LATER_LAYER_NORMS
                               or not isinstance(later["why"], str) or not later["why"].strip()):
         _fail(path, "later_layer_norm must be {\"norm\": \"input_layernorm\"|\"hidden_norm\", \"why\": \"...\"}")
     return Format(
@@ -359,7 +358,6 @@ def load_format_file(path: Path) -> Format:
         config_from=raw.get("config_from"),
         config_required=raw.get("config_required"),
         later_layer_norm=later["norm"] if later else None,
-        later_layer_norm_why=later["why"] if later else None,
         config_set=_parse_config_set(path, raw.get("config_set")),
         findings=_parse_findings(path, raw.get("findings")),
         record=_parse_record(path, raw.get("record")),

@@ -198,7 +198,8 @@ def _as_ids(ids: Iterable[int]) -> tuple[int, ...]:
     return out
 
 
-def _check_num_layers(num_layers: int | None) -> None:
+def check_num_layers(num_layers: int | None) -> None:
+    """A target layer count is a positive integer (or None: unknown)."""
     if num_layers is None:
         return
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
@@ -214,7 +215,7 @@ def _check_distinct(items: Sequence[object], what: str) -> None:
 def validate_refs(refs: Iterable[LayerRef], num_layers: int | None = None) -> LayerSet:
     """Return ``refs`` as a LayerSet after checking each exists in an ``num_layers``-layer
     target and none repeats. Raises :class:`WiringError`."""
-    _check_num_layers(num_layers)
+    check_num_layers(num_layers)
     out = tuple(refs)
     for slot, ref in enumerate(out):
         if not isinstance(ref, LayerRef):
@@ -238,7 +239,7 @@ def to_refs(
     :class:`UsageError` for an unknown convention or non-integer ids.
     """
     conv = get_convention(convention)
-    _check_num_layers(num_layers)
+    check_num_layers(num_layers)
     id_tuple = _as_ids(ids)
     _check_distinct([f"id {i}" for i in id_tuple], f"the {conv.name} ids {list(id_tuple)}")
     return validate_refs(conv.decode(id_tuple, num_layers), num_layers)

@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from eagle3conv.io.progress import Progress
-from eagle3conv.verify.stats import bootstrap, replay, t_quantile, wilson
+from eagle3conv.verify.stats import bootstrap, excluded_at, replay, t_quantile, wilson
 from eagle3conv.spec.layers import LayerSet, describe
 
 @dataclass
@@ -344,8 +344,8 @@ class ScreenResult:
         if n < 2:
             return False
         D, se, m = paired_bound(torch.stack([a[:n], b[:n]]), 0, self.pos_row[:n], self.bound)
-        q = self.bound.quantile(self.tests if tests is None else tests, m)
-        return bool(math.isfinite(q) and float(D[1] - q * se[1]) > self.bound.margin)
+        return excluded_at(float(D[1]) - self.bound.margin, float(se[1]), m, self.bound.alpha,
+                           self.tests if tests is None else tests)
 
 
 def paired_bound(lp, lead: int, pos_row: list[int], bound: ScreenBound | None = None):
@@ -550,8 +550,9 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             break
         used = sorted({int(x) for x in wiring_cols[alive].flatten().tolist()})
         ucol = {j: u for u, j in enumerate(used)}
-        alive_cols = torch.tensor([[ucol[int(x)] for x in wiring_cols[i]] for i in alive], dtype=torch.long,
-                                  device=dev)
+        remap = torch.full((len(refs),), -1, dtype=torch.long)  # column of a layer -> its place in `used`
+        remap[torch.tensor(used, dtype=torch.long)] = torch.arange(len(used))
+        alive_cols = remap[wiring_cols[alive]].to(dev)
         new_lp, new_hit = [], []
         # rows in groups of consecutive rows whose projections fit in memory_bytes and whose
         # padding (to the group's longest read) wastes little
@@ -612,6 +613,9 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             qi = qcols.to(dev)
             qmask = torch.arange(Sg, device=dev)[None, :] <= qi[:, None]  # causal, for the columns scored
             per = max(1, chunk_tokens // max(1, g * Sg))
+            # the same for every chunk of wirings: built once per group (the last chunk takes a slice)
+            tokens_rep = tokens.repeat(min(per, len(alive)), 1)
+            ref_d_flat, ref_t_flat = ref_d.flatten()[flat], ref_t.flatten()[flat]
             lp_parts, hit_parts = [], []
             for a in range(0, len(alive), per):
                 part = alive_cols[a:a + per]
@@ -628,19 +632,19 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
                     gg = gg + drafter.fc_bias
                 with torch.inference_mode():
                     if Sq == Sg:
-                        out = drafter.forward(gg.reshape(P * g, Sg, -1), tokens.repeat(P, 1))
+                        out = drafter.forward(gg.reshape(P * g, Sg, -1), tokens_rep[:P * g])
                     else:
                         residual, q, kk, vv = drafter.attention_inputs(gg.reshape(P * g, Sg, -1),
-                                                                       tokens.repeat(P, 1))
+                                                                       tokens_rep[:P * g])
                         attn = F.scaled_dot_product_attention(q[:, :, qi], kk, vv, attn_mask=qmask,
                                                               enable_gqa=drafter.gqa, scale=drafter.attn_scale)
                         out = drafter.finish(residual[:, qi], attn)
                         del residual, q, kk, vv, attn
                 lg = out.logits.view(P, g * Sq, -1).index_select(1, flat).float()
-                lp = lg.gather(-1, ref_d.flatten()[flat].expand(P, -1).unsqueeze(-1)).squeeze(-1)
+                lp = lg.gather(-1, ref_d_flat.expand(P, -1).unsqueeze(-1)).squeeze(-1)
                 lp_parts.append((lp - torch.logsumexp(lg, -1)).cpu())
                 hit_parts.append((out.target_ids.view(P, g * Sq).index_select(1, flat)
-                                  == ref_t.flatten()[flat]).cpu())
+                                  == ref_t_flat).cpu())
                 del out, lg
                 if progress:
                     progress(min(a + P, len(alive)), len(alive))

@@ -513,14 +513,6 @@ def log_score_exclusions(scores: list[Score], tied: list[int], log_score
     return lead, diffs, bounds, excluded, out
 
 
-def log_score_leader(scores: list[Score], tied: list[int], log_score) -> tuple[int | None, dict]:
-    """Among ``tied``, the log-score leader when the log score separates it from every wiring
-    acceptance leaves tied with it (and no wiring's acceptance is clearly above it), else None;
-    and the comparison (:func:`log_score_exclusions`)."""
-    lead, _, _, _, out = log_score_exclusions(scores, tied, log_score)
-    return (lead if out["separated"] else None), out
-
-
 def _separation(members: list[int], lead: int, acc: dict, logs: dict, comparisons: int) -> float | None:
     """How many times the data at hand would separate ``lead`` from every other member at the
     gaps and variance seen: per member, the fewer of what acceptance and the log score need
@@ -671,8 +663,7 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
         if statistic == "acceptance":
             out.decided_by = "acceptance"
         elif statistic == "log-score":
-            others = [r for r in out.log_score["differences"]]
-            nxt = others[0]
+            nxt = out.log_score["differences"][0]
             out.decided_by = (f"log score: acceptance cannot separate {len(tied)} wirings; the log-probability the "
                               f"drafter gives the target's token at draft step {LOG_SCORE_STEP + 1} (a proper "
                               f"scoring rule, on {out.log_score['positions']} positions) separates this one from "
@@ -815,6 +806,6 @@ __all__ = [
     "CAPPED_WHY", "LISTED", "LOG_SCORE_STEP", "MAX_CONFIRM", "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "REFINE_CONFIRM",
     "REFINE_OPEN", "REFINE_ROUNDS", "SET_ALPHA",
     "SCREEN_BOUND", "STATUSES", "Status", "Verdict", "acceptance_set", "all_wirings", "candidates", "config_candidate",
-    "decide", "global_search", "log_score_exclusions", "log_score_leader", "names_layers", "neighbours",
+    "decide", "global_search", "log_score_exclusions", "names_layers", "neighbours",
     "norm_comparison", "norm_mismatch", "refine", "screen_dtype", "screen_record", "set_members",
 ]

@@ -84,13 +84,6 @@ def paired_mean_difference(num_a, den_a, num_b, den_b, rounds: int = 2000,
     return (float(xa.sum() / na.sum() - xb.sum() / nb.sum()), float(lo), float(hi))
 
 
-def normal_quantile(p: float) -> float:
-    """The standard normal quantile (inverse CDF) at ``p``, 0 < p < 1."""
-    from statistics import NormalDist
-
-    return NormalDist().inv_cdf(p)
-
-
 def _betacf(a: float, b: float, x: float) -> float:
     """The continued fraction of the regularized incomplete beta function (modified Lentz)."""
     tiny, eps = 1e-300, 1e-15
@@ -224,6 +217,6 @@ def replay(leading, full) -> tuple[list[int], list[int]]:
 
 
 __all__ = [
-    "bootstrap", "excluded_at", "normal_quantile", "paired_difference", "paired_mean_difference", "paired_ratio_bound",
+    "bootstrap", "excluded_at", "paired_difference", "paired_mean_difference", "paired_ratio_bound",
     "replay", "t_quantile", "t_tail", "wilson",
 ]

@@ -145,10 +145,8 @@ def provenance_record(config: Mapping | None) -> TrainingRecord | None:
         raise WiringError(f"{where} is malformed ({err.message})") from None
     if not refs:
         raise WiringError(f"{where} is empty")
-    src = aux.get("source")
     return make_record(refs, f"config.json {PROVENANCE_KEY}.{PROVENANCE_LAYERS}",
-                       target=aux.get("target") if isinstance(aux.get("target"), str) else None, kind="provenance",
-                       first_from=src if isinstance(src, str) else None)
+                       target=aux.get("target") if isinstance(aux.get("target"), str) else None, kind="provenance")
 
 
 def wiring_edits(
@@ -184,7 +182,8 @@ def wiring_edits(
     new = dict(config)
     for where, ids in plan.fields:
         new = with_field(new, where.name, list(ids))
-    for switch in _switches(served, plan):
+    switches = _switches(served, plan)
+    for switch in switches:
         new = with_field(new, switch, True)
     counts = []
     for rel in served:  # a release that would size fc for another number of aux states is told k
@@ -192,8 +191,7 @@ def wiring_edits(
         if count is not None and count not in counts:
             counts.append(count)
             new = with_field(new, count, len(layers))
-    for key in dict.fromkeys(k.split(".")[0] for k in [w.name for w, _ in plan.fields] + _switches(served, plan)
-                             + counts):
+    for key in dict.fromkeys(k.split(".")[0] for k in [w.name for w, _ in plan.fields] + switches + counts):
         if new.get(key) != config.get(key):
             readers_here = [r for w, rs in readers.items() if w.in_config and w.name.split(".")[0] == key for r in rs]
             ids = next((list(i) for w, i in plan.fields if w.name.split(".")[0] == key), None)

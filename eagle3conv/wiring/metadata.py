@@ -135,9 +135,6 @@ class TrainingRecord:
     (no record: the trainer's default layers, assumed). Branch on this, not on ``source``."""
     config_field: str | None = None
     """``kind == "config"``: the config field the ids were read from."""
-    first_from: str | None = None
-    """``kind == "provenance"``: where the layers were first learned from (the record eagle3conv
-    wrote them from), kept for the ``--verbose`` provenance, never nested into ``source``."""
 
     def describe(self) -> str:
         """Plain words, e.g. ``"outputs of layers 2, 30, 58 (captured-at-input ids
