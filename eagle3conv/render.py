@@ -195,8 +195,12 @@ def config_text(d: dict, *, verbose: bool = False) -> str:
     elif wr and not wr["config_edits"]:
         verdict = f"config: already wired for {wr['described']}; no changes"
     elif wr:
+        # releases that read the same field otherwise (one id list cannot serve both numberings)
+        miss = [r["release"] for r in w.get("engines") or [] if r.get("as_trained") is False]
         verdict = (f"config: {'would write' if d['mode'] == 'dry-run' else 'wrote'} {wr['described']} into "
-                   f"config.json for every engine")
+                   "config.json " + (f"for every engine release checked except {', '.join(miss)} (see "
+                                     f"{'its row' if len(miss) == 1 else 'their rows'})" if miss
+                                     else "for every engine"))
     else:
         verdict = "config: no training record names the layers; nothing to write"
     lines = [verdict, f"checkpoint: {d['checkpoint']}"]

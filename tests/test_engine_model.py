@@ -124,3 +124,20 @@ def test_the_minimax_m3_vl_case_through_the_cli(make_ckpt, tmp_path):
     (row,) = d["engines"]
     assert row["as_trained"] and row["captures"] == "outputs of layers 2, 20, 37" and d["ok"]
     assert not [f for f in d["findings"] if f["level"] == "error"]
+
+
+def test_the_config_verdict_names_a_release_the_written_ids_do_not_serve(make_ckpt, tmp_path):
+    """A DeepSeek-V3-family target whose training record is in input numbering: SGLang 0.5.12 and
+    0.5.23 read the same field with different numberings, so no id list serves both; the verdict
+    line must not say "for every engine" while a row warns."""
+    target = tmp_path / "ds.json"
+    target.write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+                                  "hidden_size": 32, "num_hidden_layers": 61, "vocab_size": 1024,
+                                  "num_attention_heads": 4, "num_key_value_heads": 4}))
+    ck = make_ckpt("sglang")
+    res = run("config", ck, "--target", target, "--trained-on", "3,31,59", "--captured-at", "input")
+    d = json.loads(run("config", ck, "--target", target, "--check", "--json").stdout)["wiring"]
+    missed = [r["release"] for r in d["engines"] if r["as_trained"] is False]
+    first = res.stdout.splitlines()[0]
+    assert missed, d["engines"]  # the older SGLang numbering reads [3, 31, 59] as other layers
+    assert "for every engine release checked except" in first and all(m in first for m in missed), first
