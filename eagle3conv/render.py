@@ -377,6 +377,21 @@ def confidence_set_lines(v: dict) -> list[str]:
     return lines
 
 
+def category_lines(per: dict | None) -> list[str]:
+    """verify's per-category figures (the main wiring), one line per prompt category."""
+    if not per:
+        return []
+    out = ["  per prompt category (accept length, then acceptance per draft position; 95% intervals):"]
+    width = max(len(name) for name in per)
+    for name, c in per.items():
+        lo, hi = c["accept_length_ci95"]
+        acc = ", ".join(f"{a:.3f} [{alo:.3f}, {ahi:.3f}]" for a, (alo, ahi) in zip(c["acceptance_per_position"],
+                                                                                  c["acceptance_ci95"]))
+        out.append(f"    {name:<{width}}  {c['accept_length']:.3f} [{lo:.3f}, {hi:.3f}]  {acc}  "
+                   f"({c['sequences']} sequences, {c['positions_scored']} positions)")
+    return out
+
+
 def verify_text(d: dict) -> str:
     """A verify report (VerifyResult.to_dict()) for people."""
     st = d["states"]
@@ -444,6 +459,7 @@ def verify_text(d: dict) -> str:
                 mark = "  <-- out of line" if c["flagged"] else ""
                 lines.append(f"  slot {c['slot']} vs training: {c['inference_median']:.4g} vs "
                              f"{c['training_median']:.4g} ({c['ratio']}x){mark}")
+            lines += category_lines(d.get("per_category"))
         else:
             alo, ahi = r["accept_length_all_starts_ci95"]
             lines.append(f"  {r['accept_length_all_starts']:.3f} [{alo:.3f}, {ahi:.3f}]  step-1 "
@@ -489,6 +505,8 @@ def verify_text(d: dict) -> str:
         lines.append(f"fix: {v['advice']}")
     if d["min_accept"] is not None:
         lines.append(f"threshold: step-1 acceptance >= {d['min_accept']}: {'passed' if d['passed'] else 'FAILED'}")
+    if d.get("profile"):
+        lines.append(f"acceptance profile: {d['profile']} (speculation_profile.json, schema 1.0)")
     s = d["seconds"]
     lines.append(f"time: first result {s['first_result']:.2f} s, total {s['total']:.2f} s")
     return "\n".join(lines)

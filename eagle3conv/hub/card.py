@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3conv.findings import GATE, GATE_FAILED, GATE_PASSED, Finding
+from eagle3conv.verify.profile import PROFILE_FILE, ProfileView, read_profile
 from eagle3conv.verify.report import REPORT_FILE, VerifyReport, WiringFigures
 from eagle3conv.spec.drafter import architecture_key
 
@@ -130,6 +131,8 @@ class CardFacts:
     checks_run: bool = True
     forced: bool = False
     plot: str | None = None  # the wiring-search figure uploaded next to README.md (its path in the repo)
+    profile: ProfileView | None = None  # speculation_profile.json, when the folder has one that reads
+    profile_problem: str | None = None  # the folder's speculation_profile.json does not read
 
 
 def _target_layers(target: str | None, config: Mapping) -> int | None:
@@ -237,6 +240,11 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
             facts.layers = readings.pop()
             facts.layers_source = "config.json's ids, as every engine release checked reads them"
     facts.verify = verify_for_layers(facts.verify, facts.layers)
+    if (root / PROFILE_FILE).is_file():
+        try:
+            facts.profile = read_profile(root / PROFILE_FILE)
+        except Eagle3ConvError as err:
+            facts.profile_problem = err.message
     return facts
 
 
@@ -360,6 +368,50 @@ def _verify_section(facts: CardFacts) -> list[str]:
                f"(95% interval {lo:.2f} to {hi:.2f}; greedy chain decoding replayed over {f.rounds} rounds).")
     if f is r.main:  # the threshold was checked on the main wiring's step-1 acceptance
         out.append(f"Verify verdict: {'passed' if r.passed else 'FAILED'}.")
+        out += _category_lines(r)
+    return out
+
+
+def _category_lines(r: VerifyReport) -> list[str]:
+    """The main wiring's figures per prompt category, as the report states them."""
+    if not r.per_category:
+        return []
+    out = ["", "Per prompt category (95% intervals):", "",
+           "| category | sequences | positions | accept length | step-1 acceptance |", "|---|---|---|---|---|"]
+    for c in r.per_category:
+        lo, hi = c.accept_length_ci95
+        a_lo, a_hi = c.acceptance_ci95[0] if c.acceptance_ci95 else (0.0, 1.0)
+        step1 = f"{c.acceptance[0]:.1%} ({a_lo:.1%} to {a_hi:.1%})" if c.acceptance else "n/a"
+        name = c.name.replace("|", "\\|")
+        out.append(f"| {name} | {c.sequences} | {c.positions_scored} | {c.accept_length:.2f} ({lo:.2f} to {hi:.2f}) "
+                   f"| {step1} |")
+    return out
+
+
+def _profile_section(facts: CardFacts) -> list[str]:
+    """``speculation_profile.json`` (Model Optimizer's schema 1.0), for the card's own wiring."""
+    if facts.profile is None and facts.profile_problem is None:
+        return []
+    out = ["### Acceptance profile", ""]
+    if facts.profile is None:
+        return out + [f"Not shown: {facts.profile_problem}."]
+    p = facts.profile
+    want = None if facts.layers is None else tuple(r.output_of for r in facts.layers)
+    if want is not None and p.layers != want:
+        return out + [f"Not shown: `{PROFILE_FILE}` was measured on "
+                      + (f"outputs of layers {', '.join(map(str, p.layers))}" if p.layers else "an unnamed wiring")
+                      + ", not the wiring this card states; run verify on this wiring before publishing it."]
+    per_req = ("" if p.mean_accept_length_per_request is None
+               else f"; averaged per request: {p.mean_accept_length_per_request:.3f}")
+    out += [f"`{PROFILE_FILE}` (Model Optimizer's portable acceptance profile, schema 1.0; the wiring it was "
+            f"measured on is under its `x_eagle3conv` key):", "",
+            "| draft position | " + " | ".join(str(i + 1) for i in range(p.steps)) + " |",
+            "|---|" + "---|" * p.steps,
+            "| marginal: drafts 1..k all accepted | " + " | ".join(f"{x:.3f}" for x in p.marginal) + " |",
+            "| conditional: draft k, given 1..k-1 | " + " | ".join(f"{x:.3f}" for x in p.conditional) + " |", "",
+            f"Mean accept length per step: **{p.mean_accept_length:.3f}**{per_req}. "
+            f"Validation (1 + sum of marginals = mean; marginals non-increasing): "
+            f"{'passed' if p.valid else 'FAILED'}."]
     return out
 
 
@@ -538,12 +590,17 @@ def _mla_section(c: Mapping) -> list[str]:
     return out
 
 
+def _profile_lines(facts: CardFacts) -> list[str]:
+    section = _profile_section(facts)
+    return [""] + section if section else []
+
+
 def render_block(facts: CardFacts) -> str:
     """The generated part of the card, markers included."""
     lines = [BEGIN, "<!-- Written by `eagle3conv push`; this block is replaced on every push. "
                     "Text outside it is yours and is kept. -->", ""]
     for section in (_about(facts), _wiring_section(facts) + _plot_lines(facts), _training_section(facts),
-                    _verify_section(facts),
+                    _verify_section(facts) + _profile_lines(facts),
                     _checks_section(facts), _launch_section(facts)):
         lines += section + [""]
     lines.append(END)

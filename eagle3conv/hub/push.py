@@ -85,12 +85,14 @@ DEFAULT_FILES = (
     "README.md",
     "training_metadata.json",
     "eagle3conv-*.json",
+    "speculation_profile.json",  # verify's acceptance profile (eagle3conv.verify.profile.PROFILE_FILE)
 )
 # Never sent, whatever --include says: pickles (they can run code when loaded), trainer state,
 # hidden files (eagle3conv's staging/journal/backup), and the push record itself.
 NEVER_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 # Files push reads besides the ones it sends (repo id, card facts): judged like sent files.
-READ_FILES = ("README.md", "training_metadata.json", "config.json", "eagle3conv-verify.json", PUSH_RECORD)
+READ_FILES = ("README.md", "training_metadata.json", "config.json", "eagle3conv-verify.json",
+              "speculation_profile.json", PUSH_RECORD)
 
 # Every request to the Hub gets this long (seconds) to connect, send, or receive each piece of its
 # answer; steps that change nothing (create with exist_ok, reads) are tried RETRIES more times after

@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from eagle3conv.io.progress import Progress
-from eagle3conv.verify.stats import bootstrap, excluded_at, replay, t_quantile, wilson
+from eagle3conv.verify.stats import bootstrap, excluded_at, replay_histogram, t_quantile, wilson
 from eagle3conv.spec.layers import LayerSet, describe
 
 @dataclass
@@ -38,6 +38,7 @@ class Score:
     norms: list[dict]  # per slot: median, p10, p90, tokens
     replay_accepted: list[int] = field(default_factory=list)  # per sequence: sum over greedy rounds of 1 + A
     replay_rounds: list[int] = field(default_factory=list)  # per sequence: greedy verification rounds
+    replay_hist: list[list[int]] = field(default_factory=list)  # per sequence: rounds by accept length 1..K+1
     seconds: float = 0.0
     ci_method: str = ""
     acceptance: list[float] = field(default_factory=list)
@@ -203,14 +204,16 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
             continue
         q = torch.quantile(v[:16_000_000], torch.tensor([0.1, 0.5, 0.9], dtype=torch.double))
         norms.append({"median": float(q[1]), "p10": float(q[0]), "p90": float(q[2]), "tokens": int(v.numel())})
-    replay_acc, replay_rounds = (replay(torch.cat(starts_a).cpu().numpy(), torch.cat(starts_full).cpu().numpy())
-                                 if starts_a else ([], []))
+    hist = (replay_histogram(torch.cat(starts_a).cpu().numpy(), torch.cat(starts_full).cpu().numpy(), steps)
+            if starts_a else [])  # the greedy replay's rounds by length; its sums are replay()'s
+    replay_acc = [sum((n + 1) * c for n, c in enumerate(h)) for h in hist]
+    replay_rounds = [sum(h) for h in hist]
     score = Score(candidate, steps, matched, counted,
                   got["chain_acc"].tolist() if got["chain_acc"] is not None else [],
                   got["chains"].tolist() if got["chains"] is not None else [],
                   got["cond_m"].tolist() if got["cond_m"] is not None else [0] * steps,
                   got["cond_n"].tolist() if got["cond_n"] is not None else [0] * steps, norms,
-                  replay_acc, replay_rounds)
+                  replay_acc, replay_rounds, hist)
     score.seconds = time.perf_counter() - t0
     return score.finish()
 
