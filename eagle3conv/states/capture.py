@@ -191,7 +191,7 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     return ids
 
 
-def _encode(tokenizer: Any, prompt: Prompt, chat: bool, max_length: int) -> tuple[list[int], int]:
+def encode_prompt(tokenizer: Any, prompt: Prompt, chat: bool, max_length: int) -> tuple[list[int], int]:
     """Token ids and the index where the response starts (len(ids) when none)."""
     def ids_of(text: str, special: bool) -> list[int]:
         return list(tokenizer(text, add_special_tokens=special)["input_ids"])
@@ -320,7 +320,7 @@ def capture_states(
         pad_id = min(eos) if eos else 0
 
     # pass 1: token ids (and the target's own answers)
-    encoded = [_encode(tokenizer, p, chat, max_length) for p in items]
+    encoded = [encode_prompt(tokenizer, p, chat, max_length) for p in items]
     seqs = [ids for ids, _ in encoded]
     starts = [s for _, s in encoded]
     response = [p.has_response and s < len(ids) for p, (ids, s) in zip(items, encoded)]

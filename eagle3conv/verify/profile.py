@@ -1,8 +1,8 @@
 """The acceptance profile (``speculation_profile.json``) and the per-category figures.
 
 ``verify`` writes :data:`PROFILE_FILE` beside ``eagle3conv-verify.json``: Model
-Optimizer's portable acceptance profile, schema "1.0" (docs/facts.md §13 says
-where the schema comes from and what each field means). Its figures are the
+Optimizer's portable acceptance profile, schema "1.0" (docs/acceptance-profile.md
+says where the schema comes from and what each field means). Its figures are the
 main wiring's greedy replay (:func:`eagle3conv.verify.stats.replay_histogram`):
 every round of greedy chain decoding emits ``L`` tokens, ``L`` = 1 .. K+1, and
 
@@ -33,7 +33,7 @@ from eagle3conv.verify.evaluate import Score
 
 PROFILE_FILE = "speculation_profile.json"
 SCHEMA_VERSION = "1.0"
-EXTENSION_KEY = "x_eagle3conv"  # not in the schema: the wiring behind the figures (docs/facts.md §13)
+EXTENSION_KEY = "x_eagle3conv"  # not in the schema: the wiring behind the figures (docs/acceptance-profile.md)
 NO_CATEGORY = "(none)"  # sequences whose prompt named no category, when others did
 CONSISTENCY_TOLERANCE = 0.02  # the schema's own tolerance on |1 + sum(marginal) - mean|
 
