@@ -33,11 +33,12 @@ from click.testing import CliRunner
 from safetensors.torch import save_file
 
 from eagle3conv.cli import main
-from eagle3conv.errors import UsageError, WriteError
+from eagle3conv.errors import CheckpointReadError, UsageError, WriteError
 from eagle3conv.states.vllm_capture import (
     SIDECAR,
     VllmCapturePlan,
     parse_vllm_args,
+    read_capture_record,
     run_vllm_capture,
     vllm_ids_for,
 )
@@ -260,6 +261,34 @@ def test_run_moves_checks_and_records_every_file(target, tmp_path, monkeypatch):
     assert side["sequences"][1]["category"] is None
     assert res.categories == {"(none)": 1, "math": 1}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+    # the record reads back, and says what the files cannot: the target's tokens on the response, the loss mask
+    from safetensors import safe_open
+
+    rec = read_capture_record(out)
+    assert rec.vllm_ids == (0, 2, 15, 27) and rec.output_of == (-1, 1, 14, 26) and rec.categories == ("math", None)
+    seq = rec.sequences[0]
+    with safe_open(str(out / seq.file), framework="pt") as f:
+        ids = f.get_tensor("token_ids").tolist()
+    nxt = seq.target_next(ids)
+    p = seq.prompt_tokens
+    assert nxt[: p - 1] == [-1] * (p - 1) and nxt[p - 1:] == [7, 7, 7, 7]  # 4 greedy tokens: 3 in the file, 1 after
+    assert seq.loss_mask() == [False] * p + [True] * 3
+
+
+def test_the_record_refuses_what_it_cannot_read(target, tmp_path, monkeypatch):
+    _fake_vllm(monkeypatch)
+    out = tmp_path / "states"
+    run_vllm_capture(_plan(target, out, generate=2), ["the cat"])
+    good = json.loads((out / SIDECAR).read_text())
+    for change, message in (({"format": "x"}, "'format' must be"), ({"version": 2}, "version 2"),
+                            ({"vllm_layer_ids": [2, 0]}, "'vllm_layer_ids' must be"),
+                            ({"layers": [{"output_of": 0}]}, "'layers' must be"),
+                            ({"sequences": [dict(good["sequences"][0], prompt_tokens=999)]}, "is more than"),
+                            ({"sequences": [dict(good["sequences"][0], file="hs_7.safetensors")]}, "must be 'hs_0")):
+        (out / SIDECAR).write_text(json.dumps(dict(good, **change)))
+        with pytest.raises(CheckpointReadError, match=message):
+            read_capture_record(out)
+    assert read_capture_record(tmp_path) is None
 
 
 def test_a_bad_file_leaves_nothing_at_out(target, tmp_path, monkeypatch):

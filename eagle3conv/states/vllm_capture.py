@@ -328,8 +328,124 @@ def _sidecar(plan: VllmCapturePlan, sequences: list[dict], chat: bool, vllm_vers
     }
 
 
+# --------------------------------------------------------------------------- reading the record
+
+
+@dataclass(frozen=True)
+class CapturedSequence:
+    """One sequence of :data:`SIDECAR`: its file, lengths, the token after its last position, category."""
+
+    file: str
+    tokens: int
+    prompt_tokens: int
+    generated: int  # tokens vLLM decoded (0: the response, if any, came from the prompts file)
+    next_token: int | None
+    category: str | None
+
+    def loss_mask(self) -> list[bool]:
+        """Per position: scored (the target's response), or every position without a response."""
+        if self.prompt_tokens >= self.tokens:
+            return [True] * self.tokens
+        return [t >= self.prompt_tokens for t in range(self.tokens)]
+
+    def target_next(self, token_ids: Sequence[int]) -> list[int]:
+        """The target's greedy next token per position where the capture knows it, -1 where it does
+        not: in a response vLLM generated, the file's next token; after the last position,
+        ``next_token``; at prompt positions (and in a response the prompts file gave) nothing."""
+        if len(token_ids) != self.tokens:
+            raise CheckpointReadError(f"{self.file}: {len(token_ids)} token ids, the record says {self.tokens}")
+        out = [-1] * self.tokens
+        if self.generated:
+            for t in range(max(self.prompt_tokens - 1, 0), self.tokens - 1):
+                out[t] = int(token_ids[t + 1])
+        if self.next_token is not None:
+            out[-1] = int(self.next_token)
+        return out
+
+
+@dataclass(frozen=True)
+class CaptureRecord:
+    """:data:`SIDECAR`, validated: what a reader of the ``hs_{i}`` files needs and they do not hold."""
+
+    path: Path
+    target: str
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    vllm_ids: tuple[int, ...]
+    sequences: tuple[CapturedSequence, ...]
+
+    @property
+    def output_of(self) -> tuple[int, ...]:
+        return tuple(i - 1 for i in self.vllm_ids)
+
+    @property
+    def categories(self) -> tuple[str | None, ...] | None:
+        cats = tuple(s.category for s in self.sequences)
+        return None if all(c is None for c in cats) else cats
+
+
+def read_capture_record(folder: str | os.PathLike) -> CaptureRecord | None:
+    """The folder's :data:`SIDECAR`, or None when it has none; :class:`CheckpointReadError` naming
+    the field when it is not one this eagle3conv reads."""
+    from eagle3conv.io.jsonfile import read_json_file
+
+    path = Path(folder) / SIDECAR
+    if not path.is_file():
+        return None
+    doc = read_json_file(path, SIDECAR)
+
+    def bad(key: str, want: str) -> CheckpointReadError:
+        return CheckpointReadError(f"{path}: '{key}' must be {want}, it is {doc.get(key) if isinstance(doc, dict) else doc!r}"[:300])
+
+    def integer(obj: dict, key: str, low: int = 0, where: str = "") -> int:
+        v = obj.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise CheckpointReadError(f"{path}: '{where}{key}' must be an integer >= {low}, it is {v!r}")
+        return v
+
+    if not isinstance(doc, dict) or doc.get("format") != SIDECAR_FORMAT:
+        raise bad("format", repr(SIDECAR_FORMAT))
+    if doc.get("version") != SIDECAR_VERSION:
+        raise CheckpointReadError(f"{path}: version {doc.get('version')!r}; this eagle3conv reads version "
+                                  f"{SIDECAR_VERSION}", hint="upgrade eagle3conv")
+    n = integer(doc, "num_layers", 1)
+    ids = doc.get("vllm_layer_ids")
+    if (not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+            or ids != sorted(set(ids)) or ids[0] < 0 or ids[-1] > n):
+        raise bad("vllm_layer_ids", f"ascending distinct ids in 0..{n} (vLLM's numbering)")
+    layers = doc.get("layers")
+    if layers != [{"output_of": i - 1} for i in ids]:
+        raise bad("layers", "the vllm_layer_ids in eagle3conv's numbering (each id minus 1)")
+    seqs = doc.get("sequences")
+    if not isinstance(seqs, list) or not seqs:
+        raise bad("sequences", "a non-empty list")
+    out = []
+    for i, s in enumerate(seqs):
+        where = f"sequences[{i}]."
+        if not isinstance(s, dict) or s.get("file") != FILE_PATTERN.format(i):
+            raise CheckpointReadError(f"{path}: '{where}file' must be {FILE_PATTERN.format(i)!r}")
+        tokens = integer(s, "tokens", 1, where)
+        prompt = integer(s, "prompt_tokens", 0, where)
+        if prompt > tokens:
+            raise CheckpointReadError(f"{path}: '{where}prompt_tokens' {prompt} is more than its {tokens} tokens")
+        nxt = s.get("next_token")
+        if nxt is not None:
+            nxt = integer(s, "next_token", 0, where)
+        cat = s.get("category")
+        if cat is not None and (not isinstance(cat, str) or not cat.strip()):
+            raise CheckpointReadError(f"{path}: '{where}category' must be a non-empty string or null")
+        out.append(CapturedSequence(file=s["file"], tokens=tokens, prompt_tokens=prompt,
+                                    generated=integer(s, "generated", 0, where), next_token=nxt, category=cat))
+    target = doc.get("target")
+    if not isinstance(target, str):
+        raise bad("target", "the target's name")
+    return CaptureRecord(path=path, target=target, num_layers=n, hidden_size=integer(doc, "hidden_size", 1),
+                         vocab_size=integer(doc, "vocab_size", 1), vllm_ids=tuple(ids), sequences=tuple(out))
+
+
 __all__ = [
-    "CONNECTOR", "FILE_PATTERN", "METHOD", "NUMBERING", "SIDECAR", "SIDECAR_FORMAT", "SIDECAR_VERSION",
+    "CONNECTOR", "FILE_PATTERN", "METHOD", "CaptureRecord", "CapturedSequence", "read_capture_record", "NUMBERING", "SIDECAR", "SIDECAR_FORMAT", "SIDECAR_VERSION",
     "VLLM_RELEASE", "VLLM_REQUIREMENT", "VllmCapturePlan", "VllmCaptureResult", "check_out_folder",
     "parse_vllm_args", "run_vllm_capture", "target_dims", "vllm_ids_for",
 ]
