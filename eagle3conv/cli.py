@@ -858,7 +858,8 @@ def _vllm_plan_text(d: dict) -> str:
         "vllm.SamplingParams(**" + json.dumps(d["sampling_params"]) + ")  # one per prompt",
         f"prompts: {d['prompts']}",
         "",
-        "the same engine as a server (for speculators generate-offline-data --endpoint ...):",
+        "the same engine as a server (speculators generate-offline-data --endpoint ... --output DIR moves "
+        "its files to DIR/hs_{i}; it writes no eagle3conv-capture.json: give verify --states-layers):",
         "  " + d["serve"],
         "",
         f"writes: {d['out']}/{d['files'][0]} per prompt and {d['out']}/{d['files'][1]}",

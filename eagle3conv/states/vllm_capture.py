@@ -131,7 +131,7 @@ class VllmCapturePlan:
             dict(self.sampling_kwargs(0), max_tokens=f"min({self.generate}, {self.max_length} - prompt tokens)"),
             "prompts": "TokensPrompt(prompt_token_ids=...) per prompt, tokenized here"
                        + (" through the chat template" if self.chat_template else " as plain text"),
-            "serve": " ".join(shlex.quote(a) for a in self.serve_argv(storage)),
+            "serve": " ".join(shlex.quote(a) for a in self.serve_argv(self.out.parent / f"{self.out.name}-connector")),
             "vllm_layer_ids": list(self.vllm_ids),
             "layers": {"numbering": "eagle3conv: output of layer i; -1 the embedding output",
                        "output_of": list(self.output_of)},
