@@ -210,7 +210,7 @@ class Wiring:
 
     def to_dict(self, drafter: str | None = None) -> dict:
         d = self.report.to_dict()
-        d["written"] = None if self.edits is None else self.edits.to_dict(drafter)
+        d["written"] = None if self.edits is None else self.edits.to_dict(drafter, self.config)
         d["refused"] = self.refused
         return d
 
