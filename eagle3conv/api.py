@@ -391,3 +391,90 @@ def target_summary(profile, *, detail: bool = False) -> dict:
     if detail:
         d["sources"] = dict(p.sources)
     return d
+
+
+# --------------------------------------------------------------------------- launch lines
+
+
+@dataclass
+class LaunchResult:
+    """``eagle3conv launch``: one launch line per engine release (or why it cannot serve the drafter),
+    and, with ``check``, the user's own line judged (:class:`eagle3conv.spec.launch_check.LaunchCheck`)."""
+
+    checkpoint: Path
+    target: str | None
+    rows: list  # spec.launch.LaunchLine, one per release asked (default: each engine's default releases)
+    check: object | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.check is None or self.check.ok
+
+    def to_dict(self) -> dict:
+        return {"checkpoint": str(self.checkpoint), "target": self.target, "ok": self.ok,
+                "rows": [r.to_dict() for r in self.rows],
+                "check": None if self.check is None else self.check.to_dict(), "notes": self.notes}
+
+
+def _launch_inputs(path: str | Path, opts: WiringOptions):
+    """The drafter's config, tensor names, evidence (target, trained layers) for its launch lines."""
+    index = open_checkpoint(Path(path))
+    if index.config is None:
+        raise UsageError(f"{index.root}: no config.json", hint=f"eagle3conv fix-keys {path} writes a loadable one")
+    try:
+        ev = wiring.gather(index.root, index.extras, index.config, opts)
+    except Eagle3ConvError:
+        ev = wiring.Evidence([], None, wiring.resolve_target(opts.target))  # the lines need no record
+    return index, ev
+
+
+def launch(path: str | Path, *, options: WiringOptions | None = None, tp: int | None = None,
+           check: str | None = None, drafter: str | None = None) -> LaunchResult:
+    """The launch line of each engine release for the drafter at ``path`` (``options.target``, ``--engine``;
+    ``drafter``: the path or repo the line names, default ``path``), from the one builder
+    (:func:`eagle3conv.spec.launch.build_line`); with ``check``, the user's own launch line (an SGLang or
+    ``vllm serve`` command, or vLLM's ``--speculative-config`` JSON) judged for its release."""
+    from eagle3conv.spec.engines import ids_for, parse_engine
+    from eagle3conv.spec.launch import build_line
+
+    opts = options or WiringOptions()
+    if tp is not None and tp < 1:
+        raise UsageError(f"--tp {tp}: give a positive number of GPUs")
+    index, ev = _launch_inputs(path, opts)
+    target = ev.target.hf_repo or ev.target.name if ev.target else opts.target
+    trained = ev.truth.layers if ev.truth is not None else None
+    trt = None
+    if trained and ev.target is not None:
+        try:
+            trt = ids_for(parse_engine("tensorrt-llm"), ev.target.family, ev.target.num_hidden_layers, trained)
+        except Eagle3ConvError:
+            trt = None
+    name = drafter or str(path)
+    names = set(index.tensors)
+    checked = None if check is None else check_launch_line(check, index.config, names, opts, ev.target,
+                                                            drafter=name)
+    releases = opts.releases() if checked is None else (checked.release,)  # with --check: the line it should be
+    rows = [build_line(rel, index.config, drafter=name, target=target, tp=tp, tensor_names=names,
+                       capture_ids=trt if rel.engine == "tensorrt-llm" else None) for rel in releases]
+    return LaunchResult(index.root, target, rows, checked, notes=list(ev.notes))
+
+
+def check_launch_line(text: str, config: dict, tensor_names, opts: WiringOptions, target=None, *,
+                      drafter: str | None = None):
+    """The user's launch line ``text`` judged for the release ``--engine`` names for its engine (default: the
+    newest release read), against the drafter's ``config`` and tensors and the ``target`` profile's context."""
+    from eagle3conv.spec.engines import edge_release
+    from eagle3conv.spec.launch import parse_line
+    from eagle3conv.spec.launch_check import check_line
+
+    parsed = parse_line(text)
+    asked = [r for r in opts.releases() if r.engine == parsed.engine] if opts.asked() else []
+    if opts.asked() and not asked:
+        raise UsageError(f"the launch line is a {parsed.engine} line, and --engine asks only for "
+                         f"{', '.join(opts.asked())}", hint=f"add --engine {parsed.engine}==RELEASE, or drop --engine")
+    release = asked[0] if asked else edge_release(parsed.engine, "newest")
+    mpe = getattr(target, "max_position_embeddings", None) if target is not None else None
+    context = (opts.max_context, "--max-context") if opts.max_context else (
+        (mpe, f"{target.name}'s max_position_embeddings") if mpe else None)
+    return check_line(parsed, release, config, tensor_names=tensor_names, drafter=drafter, target_context=context)

@@ -505,6 +505,51 @@ def config_cmd(checkpoint, target, trained_on, captured_at, metadata, sglang_ver
         click.get_current_context().exit(EXIT_INVALID)
 
 
+@main.command("launch")
+@click.argument("checkpoint", type=click.Path(path_type=str))
+@click.option("--target", metavar="TARGET",
+              help="The target model: a built-in profile (see `eagle3conv targets`), a Hub repo, or a path to its "
+                   "config.json or model folder (default: the one a training record names).")
+@click.option("--engine", "engines", multiple=True, metavar="ENGINE[==RELEASE]", expose_value=False,
+              callback=_remember_engines, help="The engine releases to print lines for (and, with --check, the "
+                                               "release the line is checked for); as for config.")
+@click.option("--tp", type=int, metavar="N", help="Tensor parallelism the lines pass (default: none, the engine's 1).")
+@click.option("--drafter", metavar="PATH_OR_REPO",
+              help="The drafter path or Hub repo the lines name (default: CHECKPOINT as given).")
+@click.option("--check", "check", metavar="LINE",
+              help="Check your own launch line instead: an SGLang command, a `vllm serve` command, or vLLM's "
+                   "--speculative-config JSON. Exit 3 when it has an error; the corrected command is printed.")
+@click.option("--max-context", type=int, metavar="TOKENS", expose_value=False, callback=_remember_max_context,
+              help="The context served, for --check when the line sets none (default: the target's).")
+def launch_cmd(checkpoint, target, tp, drafter, check):
+    """Print the launch line of each engine release for a drafter, or --check your own.
+
+    The lines come from the engine data (mappings/engines/launch.json): no line
+    for a release that cannot load the drafter, and every switch the drafter
+    needs on that release in it. --check reads your line and reports option
+    names the release lacks (with the nearest spelling) and the launch traps
+    (EAGLE instead of EAGLE3, vLLM's method taken from the path, the draft
+    inheriting --quantization, FP8 KV without scales, fp16 serving, config
+    overrides, the served context, a missing window or parallel-drafting switch),
+    each with its fix, then the corrected command.
+
+    \b
+    Example:
+      eagle3conv launch ./drafter --target llama-3.1-8b --tp 2
+      eagle3conv launch ./drafter --check "python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --speculative-draft-model-path ./drafter"
+    """
+    json_ = _flag("json")
+    from eagle3conv.api import launch
+    from eagle3conv.render import launch_text
+
+    opts = _wiring_opts(target, None, None, None, "auto")
+    res = launch(checkpoint, options=opts, tp=tp, check=check, drafter=drafter)
+    d = res.to_dict()
+    _emit(json_, d, launch_text(d))
+    if not res.ok:
+        click.get_current_context().exit(EXIT_INVALID)
+
+
 @main.command("targets")
 @click.argument("name", required=False)
 def targets_cmd(name):

@@ -224,6 +224,8 @@ def config_text(d: dict, *, verbose: bool = False) -> str:
             for name, key in (("SGLang", "sglang"), ("vLLM", "vllm"), ("TensorRT-LLM", "tensorrt_llm")):
                 if key in launch:
                     lines.append(f"  {name + ':':<14} {launch[key]}")
+                elif f"{key}_refused" in launch:
+                    lines.append(f"  {name + ':':<14} no line: {launch[key + '_refused']}")
     if d["mode"] == "dry-run":
         lines.append("dry run: nothing written")
     else:
@@ -491,4 +493,53 @@ def verify_text(d: dict) -> str:
         lines.append(f"threshold: step-1 acceptance >= {d['min_accept']}: {'passed' if d['passed'] else 'FAILED'}")
     s = d["seconds"]
     lines.append(f"time: first result {s['first_result']:.2f} s, total {s['total']:.2f} s")
+    return "\n".join(lines)
+
+
+def launch_check_lines(c: dict) -> list[str]:
+    """A checked launch line (LaunchCheck.to_dict()): its verdict, each finding with its fix, the corrected line."""
+    levels = [f["level"] for f in c["findings"]]
+    verdict = (f"launch check for {c['label']}: {'passed' if c['ok'] else 'FAILED'} ({_count(c['findings'])})")
+    lines = [verdict]
+    if c.get("option_names_note"):
+        lines.append(f"note: {c['option_names_note']}")
+    for f in c["findings"]:
+        tag = {"error": "ERROR", "warning": "warning", "notice": "note", "ok": "ok"}[f["level"]]
+        lines.append(f"{tag}: {f['message'].removeprefix(c['label'] + ': ')}")
+        if f.get("fix"):
+            lines.append(f"  fix: {f['fix']}")
+    if not levels:
+        lines.append("no problem found")
+    lines.append("checked: " + "; ".join(c["checked"]))
+    if c.get("corrected"):
+        lines.append(f"corrected: {c['corrected']}")
+    return lines
+
+
+def launch_text(d: dict) -> str:
+    """``eagle3conv launch`` (LaunchResult.to_dict()): the check's verdict first (with --check), then one
+    row per engine release (its line, or why it cannot serve the drafter), then the check's findings."""
+    rows = d["rows"]
+    served = [r for r in rows if r["line"]]
+    check = d.get("check")
+    head = (launch_check_lines(check)[0] if check else
+            f"launch: {len(served)} of {len(rows)} engine releases serve this drafter")
+    lines = [head, f"checkpoint: {d['checkpoint']}",
+             f"target:     {d['target'] or 'not given (--target): TARGET in the lines'}"]
+    for n in d.get("notes") or []:
+        lines.append(f"note:       {n}")
+    lines.append("per engine release:")
+    for r in rows:
+        if r["line"] is None:
+            lines.append(f"  BAD  {r['label']}: cannot serve it: "
+                         + "; ".join(x.removeprefix(r["label"] + " ") for x in r["refused"]))
+            continue
+        lines.append(f"  ok   {r['label']}: {r['line']}")
+        for need in r["needs"]:
+            lines.append(f"       needs {need}")
+        if r.get("extra_text"):
+            lines.append(f"       {r['extra_file']}:")
+            lines += [f"         {x}" for x in r["extra_text"].splitlines()]
+    if check:
+        lines += launch_check_lines(check)[1:]
     return "\n".join(lines)

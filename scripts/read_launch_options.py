@@ -3,6 +3,7 @@
 The wheel is read, never imported (its dependencies need not be installed): the argument
 definitions are parsed with ``ast``.
 
+* SGLang 0.5.12: every ``add_argument("--name", ...)`` of ``srt/server_args.py``.
 * SGLang 0.5.23: the fields of the ``arg_groups/fields/*.py`` namespace classes (``A[T, "help"]`` or
   ``A[T, Arg(...)]``; ``Arg(no_cli=True)`` has no option; the name is ``Arg.cli_name`` or
   ``--`` + the field name with ``-`` for ``_``, plus ``Arg.aliases``), as
@@ -48,6 +49,10 @@ def sglang_options(wheel: zipfile.ZipFile) -> dict[str, str]:
     """option name -> where it is defined (file:line inside the wheel)."""
     out: dict[str, str] = {}
     base = "sglang/srt/arg_groups/fields/"
+    if not any(n.startswith(base) for n in wheel.namelist()):  # before the namespaces (0.5.12): add_argument calls
+        name = "sglang/srt/server_args.py"
+        _add_argument_names(ast.parse(wheel.read(name)), name, out)
+        return out
     for name in sorted(n for n in wheel.namelist() if n.startswith(base) and n.endswith(".py")):
         tree = ast.parse(wheel.read(name))
         for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):

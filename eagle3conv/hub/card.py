@@ -129,7 +129,6 @@ class CardFacts:
     checks_run: bool = True
     forced: bool = False
     plot: str | None = None  # the wiring-search figure uploaded next to README.md (its path in the repo)
-    launch_check: Any = None  # the user's own launch line, checked (spec.launch_check.LaunchCheck), when given
 
 
 def _target_layers(target: str | None, config: Mapping) -> int | None:
@@ -414,23 +413,23 @@ def _launch_section(facts: CardFacts) -> list[str]:
                     "```yaml", f"# {line.extra_name}", text, "```", ""]
         else:
             out += [f"{title}:", "", "```bash", line.text, "```", ""]
-    out += _launch_checked(facts.launch_check)
+    out += _launch_checked(facts.checks)
     while out and out[-1] == "":
         out.pop()
     return out
 
 
-def _launch_checked(check: Any) -> list[str]:
-    """What ``push --launch`` found in the user's own launch line (spec/launch_check.py)."""
-    if check is None:
+LAUNCH_CHECK = "launch-line"  # the gate check of the user's own launch line (push --launch)
+
+
+def _launch_checked(checks: Sequence[Check]) -> list[str]:
+    """What ``push --launch`` found in the user's own launch line (its gate check, spec/launch_check.py)."""
+    found = [c for c in checks if c.name == LAUNCH_CHECK]
+    if not found:
         return []
-    out = [f"Checked launch line ({check.release}): " + ("no errors" if check.ok else "**errors found**")
-           + f"; looked at {', '.join(check.checked)}.", ""]
-    for f in check.findings:
-        out.append(f"- {f.level}: {f.message}" + (f" (fix: {f.fix})" if f.fix else ""))
-    if check.corrected:
-        out += ["", "Corrected:", "", "```bash", check.corrected, "```"]
-    return out + [""]
+    c = found[-1]
+    return [f"The launch line given to `eagle3conv push --launch` was checked: "
+            f"{'no errors' if c.ok else '**errors found**'} ({c.detail}).", ""]
 
 
 def _about(facts: CardFacts) -> list[str]:

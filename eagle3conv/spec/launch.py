@@ -262,7 +262,7 @@ def _sglang(rel, rule, cfg, *, drafter, target, tp, steps, quantization, draft_q
         argv += [o("tp"), str(tp)]
     if quantization:
         argv += [o("quantization"), quantization]
-    dq = _opt(rule, "draft_quantization")
+    dq = _opt(rule, "draft_quantization")  # both SGLang releases read have it (options/sglang-*.json)
     if draft_quantization or (quantization and dq.inherits == "quantization"):
         value = draft_quantization or dq.opt_out
         argv += [dq.option, value]

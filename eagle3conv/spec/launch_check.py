@@ -126,6 +126,16 @@ class _Line:
         names = self.spellings(o.option) if o.option else set()
         return any(normal(self.p.engine, x.name) in names for x in self.p.options)
 
+    def available(self, role: str) -> bool:
+        """Whether the release has the role's option (or key); True when its names were not read."""
+        o = self.rule.role(role)
+        if o is None:
+            return False
+        if self.names.read_from is None:
+            return True
+        return (o.option in self.names.options) if o.option else (not o.key or not self.names.keys
+                                                                  or o.key in self.names.keys)
+
     def fix(self, role: str, value: Any) -> str:
         o = self.rule.role(role)
         self.edits.append(Edit(o.key or o.option, value, key=bool(o.key)))
@@ -265,7 +275,7 @@ def _quantization(line: _Line, cfg: Mapping, tensor_names: set[str]) -> list[str
     rule, out = line.rule, []
     q, dq = rule.role("quantization"), rule.role("draft_quantization")
     if q is not None and dq is not None:
-        out.append(f"{dq.name} (default: {dq.default})")
+        out.append(f"{dq.name} (unset: " + (f"takes {q.name}" if dq.inherits else "the drafter's own config") + ")")
         target_q, draft_q = line.value("quantization"), line.value("draft_quantization")
         if dq.inherits == "quantization" and target_q not in (None, dq.opt_out) and draft_q is None \
                 and not cfg.get("quantization_config"):
@@ -277,16 +287,18 @@ def _quantization(line: _Line, cfg: Mapping, tensor_names: set[str]) -> list[str
                      line.fix("draft_quantization", dq.opt_out))
     kv, dkv = rule.role("kv_cache_dtype"), rule.role("draft_kv_cache_dtype")
     if kv is not None and dkv is not None:
-        out.append(f"{dkv.name} (default: {kv.name})")
+        out.append(f"{dkv.name} (unset: follows {kv.name})")
         effective = line.value("draft_kv_cache_dtype") or (line.value("kv_cache_dtype")
                                                           if dkv.inherits == "kv_cache_dtype" else None)
         if effective not in UNQUANTIZED_KV and not _has_scales(tensor_names):
             how = (f"{kv.name} {effective}, which the draft's KV cache follows" if not line.given("draft_kv_cache_dtype")
                    else f"{dkv.name} {effective}")
+            fix = (line.fix("draft_kv_cache_dtype", dkv.fix_value) if line.available("draft_kv_cache_dtype") else
+                   f"{line.fix('kv_cache_dtype', dkv.fix_value)} (this release has no {dkv.name}: the draft's KV "
+                   f"cache follows {kv.name})")
             line.add("warning", LAUNCH_KV_SCALES,
                      f"{how}, and the drafter ships no k_scale/v_scale: its KV cache runs {effective} at scale 1.0 "
-                     "(a public measurement: accept length 2.6-2.8 -> 1.79)",
-                     line.fix("draft_kv_cache_dtype", dkv.fix_value))
+                     "(a public measurement: accept length 2.6-2.8 -> 1.79)", fix)
     return out
 
 
