@@ -235,3 +235,23 @@ def test_the_launch_command_checks_a_line_and_exits_3_on_an_error(tmp_path):
     assert run("launch", ck, "--check", good, "--max-context", "2048").stdout.startswith("launch check for sglang 0.5.23: passed")
     res = run("launch", ck, "--check", "docker run foo", ok=2)
     assert "not a launch command" in res.stderr
+
+
+def test_verify_and_push_check_the_launch_line_and_the_card_says_so(tmp_path):
+    ck = tmp_path / "d"
+    run("example", ck, "--format", "sglang")
+    bad = (f"python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE "
+           f"--speculative-draft-model-path {ck} --context-length 2048")
+    res = run("verify", ck, "--launch", bad, "--json", ok=3)  # the smoke test passes; the line does not
+    d = json.loads(res.stdout)
+    assert d["ok"] is True and d["launch_check"]["ok"] is False
+    assert d["launch_check"]["findings"][0]["code"] == "launch-algorithm"
+    res = run("push", ck, "--repo-id", "me/d", "--dry-run", "--launch", bad, ok=3)
+    assert "launch-line" in res.stderr and "EAGLE3" in res.stderr
+    card = run("push", ck, "--repo-id", "me/d", "--dry-run", "--force", "--launch", bad).stdout
+    section = card[card.index("### Launch"):]
+    assert "`eagle3conv push --launch` was checked: **errors found**" in section
+    assert "checked for sglang 0.5.23" in section and "--speculative-algorithm (must be EAGLE3)" in section
+    good = bad.replace("EAGLE ", "EAGLE3 ")
+    card = run("push", ck, "--repo-id", "me/d", "--dry-run", "--launch", good).stdout
+    assert "`eagle3conv push --launch` was checked: no errors" in card
