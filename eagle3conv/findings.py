@@ -107,6 +107,8 @@ AUDIT_CONTEXT_UNKNOWN = "audit-context-unknown"  # no --max-context and the targ
 AUDIT_ENGINE_DEFAULT = "audit-engine-default"  # a field left out that the engines fill in with their own default
 AUDIT_EAGLE_CONFIG_NULL = "audit-eagle-config-null"  # eagle_config: null, which the engines read as absent
 TARGET_HIDDEN = "target-hidden"
+TARGET_VOCAB = "target-vocab"  # the drafter's vocab_size is not the target's
+TARGET_LAYERS = "target-layers"  # the drafter's config records another target layer count
 EVIDENCE_NOTE = "evidence-note"
 # launch: a user's own launch line against the release's launch data (eagle3conv.spec.launch_check)
 LAUNCH_UNKNOWN_OPTION = "launch-unknown-option"  # an option name (or --speculative-config key) the release lacks
