@@ -318,6 +318,8 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
     canonical = in_canonical_names(index.config, index.tensors)
     if canonical and not plan.ok:
         plan.raise_for_errors()  # shapes or vocab maps disagree with the config: exit 3, named
+    if not canonical and check:
+        return _check_unconverted(path, root, plan, opts, recovered)
     if not canonical:
         raise UsageError(
             f"{root}: not yet in SGLang's layout ({plan.format.name} format); "
@@ -364,6 +366,29 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
             write_metadata_file(root, rec)
             written.append(METADATA_FILE)
     return ConfigResult(root, "dry-run" if dry_run else "write", w, ev, written, index.config, recovered)
+
+
+def _check_unconverted(path, root: Path, plan: Plan, opts: WiringOptions, recovered: str | None) -> ConfigResult:
+    """``config --check`` on a checkpoint not yet in SGLang's names: the check runs on what ``fix-keys`` would
+    write (the plan's config and tensor names, the trainer's numbering of its ids); nothing is written."""
+    index = plan.index
+    outputs = {o.name: o for o in plan.outputs}
+    fc = outputs.get("fc.weight")
+    fc_in = int(fc.shape[1]) if fc is not None and len(fc.shape) == 2 else None
+    t = plan.symbols.get("T") or plan.symbols.get("H")
+    ev = wiring.gather(root, index.extras, plan.config, opts, plan.format)
+    flags = opts.flags()
+    fix = f"eagle3conv fix-keys {path}{' ' + flags if flags else ''}"
+    read_d2t = (lambda: outputs["d2t"].data if outputs["d2t"].data is not None else index.read_array(
+        outputs["d2t"].source)) if "d2t" in outputs else None
+    w = wiring.check_only(plan.config, ev, opts=opts, tensor_names=set(outputs), read_d2t=read_d2t, fc_in=fc_in,
+                          target_hidden=t, source_format=plan.format.name, fix_command=fix)
+    w.report.findings += [f for f in plan.findings if f.level == "error"]  # what fix-keys would refuse
+    w.report.findings.insert(0, Finding(
+        "notice", AUX_LAYERS, EVIDENCE_NOTE,
+        f"{root} is not yet in SGLang's names ({plan.format.name} format): checked as fix-keys would write it "
+        "(its config and tensor names); nothing was written", fix))
+    return ConfigResult(root, "check", w, ev, [], index.config, recovered)
 
 
 def target_summary(profile, *, detail: bool = False) -> dict:

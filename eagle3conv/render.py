@@ -390,7 +390,8 @@ def verify_text(d: dict) -> str:
              + ("" if d["wiring_check"].get("ok", True) else "; the wiring check FAILED (below)"),
              f"checkpoint: {d['checkpoint']}",
              f"states:     {st.get('path')} ({st.get('source')}; {st.get('sequences')} sequences, "
-             f"{st.get('tokens')} tokens; target {st.get('target')})",
+             f"{st.get('tokens')} tokens; " + (f"target {st['target']})" if st.get("target") else
+                                               "the states name no target)"),
              f"ran on:     {d['device']}, {d['dtype']}, {d['steps']} draft steps; {d['statistic']}"]
     for n in st.get("verify_notes") or []:
         lines.append(f"note:       {n}")
@@ -407,7 +408,8 @@ def verify_text(d: dict) -> str:
         if "accept_length" in r:
             lines.append(f"  {mark} {r['release']}: {row.get('captures')}: accept length {r['accept_length']:.3f}, "
                          f"step-1 acceptance {r['acceptance'][0]:.3f}")
-        else:
+        else:  # not scored: its config row may be fine, but these states say nothing of how it serves
+            mark = mark if mark != "ok  " else "?   "
             lines.append(f"  {mark} {r['release']}: not scored: {r['not_scored']}")
         for e in r.get("emulated") or []:
             lines.append(f"    runs differently: {e}")

@@ -18,6 +18,7 @@ from eagle3conv.spec.engines import parse_engine
 from eagle3conv.spec.launch import build_line, launch_rules, option_names, parse_line, rule_for
 from eagle3conv.spec.launch_check import check_line
 from helpers import run
+from test_verify import world  # noqa: F401 (the module-scoped tiny target and its captured states)
 
 REPO = Path(__file__).resolve().parents[1]
 SGLANG, VLLM = parse_engine("sglang==0.5.23"), parse_engine("vllm==0.33.0")
@@ -255,3 +256,19 @@ def test_verify_and_push_check_the_launch_line_and_the_card_says_so(tmp_path):
     good = bad.replace("EAGLE ", "EAGLE3 ")
     card = run("push", ck, "--repo-id", "me/d", "--dry-run", "--launch", good).stdout
     assert "`eagle3conv push --launch` was checked: no errors" in card
+
+
+def test_verify_rows_not_scored_do_not_read_ok_and_the_states_line_names_no_none(world, tmp_path):  # noqa: F811
+    """Issue 28: a row verify could not score read 'ok ... not scored: ...', and states naming no target
+    printed 'target None'."""
+    from test_verify_2026 import extend, labelled
+
+    _, captured, drafter = world
+    q3 = extend(drafter, tmp_path / "q3", architectures=["Eagle3Qwen3ForCausalLM"])
+    states = labelled(q3, captured, tmp_path / "q3.safetensors", later_layer_norm="input_layernorm")
+    text = run("verify", q3, "--states", states, "--no-save", ok=None).stdout
+    not_scored = [line for line in text.splitlines() if ": not scored: " in line]
+    assert not_scored and all(not line.lstrip().startswith("ok") for line in not_scored), not_scored
+    assert "target None" not in text
+    states_line = next(line for line in text.splitlines() if line.startswith("states:"))
+    assert "target " in states_line or "the states name no target" in states_line

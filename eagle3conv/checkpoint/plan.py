@@ -8,6 +8,7 @@ bytes except the small vocab maps (`d2t`, `t2d`). ``inspect`` and
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -52,6 +53,7 @@ from eagle3conv.findings import (
     SHAPES,
     SPLIT_SHAPE,
     UNMAPPED_KEY,
+    MOE_DRAFTER,
     VOCAB,
     VOCAB_MAP_DTYPE,
     WEIGHT_DTYPE,
@@ -60,6 +62,9 @@ from eagle3conv.findings import (
 from eagle3conv.checkpoint import config as cfgmod
 
 EMBED = "embed_tokens.weight"
+# a mixture-of-experts MLP's tensors: a router (mlp.gate / mlp.router) and experts, one by one or stacked
+_MOE_KEY = re.compile(r"\.(mlp|block_sparse_moe)\.(experts\.|shared_experts?\.|gate\.|router\.|"
+                      r"(gate|up|down|gate_up)_(weight|proj)s?$|w[123]$)")
 
 
 @dataclass(frozen=True)
@@ -298,6 +303,7 @@ def build_plan(
     p.embedding()
     p.shapes()
     p.vocab_maps()
+    p.moe()
     return p.plan()
 
 
@@ -409,6 +415,21 @@ class _Planner:
                                        f"{target}: {len(sources)} source keys map to it: {', '.join(sources)}",
                                        subject=target))
         self.decisions = out
+
+    def moe(self) -> None:
+        """Last step: a drafter with a mixture-of-experts MLP (router and expert weights among its unmapped
+        keys, e.g. SpecForge's Qwen3MoEForCausalLMEagle3) is one error, not one per expert key plus the
+        dense MLP it lacks: no engine serves an MoE EAGLE-3 drafter (docs/facts.md §12)."""
+        unmapped = {d.source for d in self.decisions if d.action == "unmapped"}
+        moe = sorted(n for n in unmapped if _MOE_KEY.search(n))
+        if len(moe) < 2:  # a router and its experts: one stray name is just unmapped
+            return
+        self.errors = [Finding(  # the other problems of a drafter no engine serves are moot
+            "error", KEYS, MOE_DRAFTER,
+            f"the drafter has a mixture-of-experts MLP ({len(moe)} router/expert tensors, e.g. {moe[0]}): MoE "
+            "drafters are not supported -- SGLang's and vLLM's EAGLE-3 drafter classes build a dense SwiGLU MLP "
+            "(gate_proj, up_proj, down_proj) and would skip these weights or refuse them",
+            "serve it with the trainer's own engine plugin, or train a dense-MLP drafter", subject="mlp")]
 
     def outputs(self) -> None:
         """Step 4: the output tensors, fused ones split into their rows."""

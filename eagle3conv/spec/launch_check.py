@@ -474,4 +474,43 @@ def _apply(parsed: ParsedLine, edits: list[Edit]) -> str:
     return shlex.join(argv)
 
 
-__all__ = ["LaunchCheck", "Edit", "check_line", "rope_types"]
+def _releases_words(engine: str) -> str:
+    """``SGLang 0.5.12-0.5.23``: an engine and the span of its releases read."""
+    from eagle3conv.spec.engine_rules import engines
+
+    eng = engines()[engine]
+    span = eng.oldest if eng.oldest == eng.newest else f"{eng.oldest}-{eng.newest}"
+    return f"{eng.title} {span}" if span else eng.title
+
+
+def context_outcomes(cfg: Mapping, served: int) -> list[str]:
+    """What each engine's releases do when ``served`` tokens exceed the drafter's context, in words
+    (launch.json ``context_below``): SGLang refuses to start, vLLM raises the drafter's positions for a
+    cache-only RoPE and otherwise lowers the server's max_model_len. Empty when none is affected."""
+    from eagle3conv.spec.launch import launch_rules
+
+    out = []
+    mpe = cfg.get("max_position_embeddings")
+    for engine, rules in launch_rules().items():
+        for rule in rules:
+            below = rule.context_below
+            if below is None:
+                continue
+            who = _releases_words(engine)
+            if below["behaviour"] == "refuses":
+                derived = _sglang_context(cfg)
+                if derived is not None and served > derived:
+                    out.append(f"{who} refuses to start (the drafter's derived context {derived} is below it) unless "
+                               f"{below.get('override_env')}=1")
+            elif isinstance(mpe, int) and mpe < served:
+                types = rope_types(cfg)
+                if all(t in below["cache_only_rope_types"] for t in types):
+                    out.append(f"{who} raises the drafter's max_position_embeddings to {served} (its RoPE, "
+                               f"{', '.join(types)}, only sizes a cache)")
+                else:
+                    out.append(f"{who} lowers the server's max_model_len to the drafter's {mpe} (its RoPE, "
+                               f"{', '.join(types)}, is not cache-only), with a warning only")
+    return out
+
+
+__all__ = ["LaunchCheck", "Edit", "check_line", "context_outcomes", "rope_types"]

@@ -112,11 +112,16 @@ def audit_config(
     out += _rope_fields(cfg, where)
     mpe = cfg.get("max_position_embeddings")
     if _is_int(mpe) and _is_int(max_context) and mpe < max_context:
+        from eagle3conv.spec.launch_check import context_outcomes
+
+        what = context_outcomes(cfg, max_context)
         out.append(_w(AUDIT_MAX_POSITIONS,
                       f"max_position_embeddings is {mpe}, below the {max_context}-token context served "
-                      f"({max_context_from or '--max-context'}): positions beyond it are out of the drafter's "
-                      "range and acceptance collapses there",
-                      f"set max_position_embeddings in {where} to at least {max_context}"))
+                      f"({max_context_from or '--max-context'})"
+                      + (": " + "; ".join(what) if what else "")
+                      + "; where it serves longer, positions beyond it are out of the drafter's trained range",
+                      f"set max_position_embeddings in {where} to at least {max_context} if the drafter was trained "
+                      "for that range, or serve a shorter context (--context-length / --max-model-len)"))
     elif not _is_int(max_context) and context_unknown:
         out.append(Finding("notice", CONFIG, AUDIT_CONTEXT_UNKNOWN,
                            f"max_position_embeddings was not checked against the served context: {context_unknown}",
