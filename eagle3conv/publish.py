@@ -57,7 +57,7 @@ def default_gate(path: Path, engines: tuple[str, ...] = (), launch: str | None =
       random inputs at step 1 and step 2 with finite outputs of the right widths (MLA
       drafters run their own forward, ``eagle3conv.model.mla``);
     - ``launch-line`` (with ``launch``): the user's launch line has no error for its release
-      (:mod:`eagle3conv.spec.launch_check`; the card's launch section says what was checked).
+      (:mod:`eagle3conv.spec.launch_check`, docs/facts.md §13; the card's launch section says what was checked).
     """
     from eagle3conv.api import inspect
     from eagle3conv.wiring.apply import WiringOptions

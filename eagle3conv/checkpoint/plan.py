@@ -419,7 +419,7 @@ class _Planner:
     def moe(self) -> None:
         """Last step: a drafter with a mixture-of-experts MLP (router and expert weights among its unmapped
         keys, e.g. SpecForge's Qwen3MoEForCausalLMEagle3) is one error, not one per expert key plus the
-        dense MLP it lacks: no engine serves an MoE EAGLE-3 drafter (docs/facts.md §12)."""
+        dense MLP it lacks: no engine serves an MoE EAGLE-3 drafter (docs/facts.md §13)."""
         unmapped = {d.source for d in self.decisions if d.action == "unmapped"}
         moe = sorted(n for n in unmapped if _MOE_KEY.search(n))
         if len(moe) < 2:  # a router and its experts: one stray name is just unmapped

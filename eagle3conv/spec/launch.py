@@ -1,4 +1,4 @@
-"""Launch lines as engine data: ``mappings/engines/launch.json`` read, the one builder, the parser.
+"""Launch lines as engine data (docs/facts.md §13): ``mappings/engines/launch.json`` read, the one builder, the parser.
 
 ``launch.json`` says, per engine and release range, the command, the option (or
 ``--speculative-config`` key) for each role a drafter's launch needs -- the target, the drafter,

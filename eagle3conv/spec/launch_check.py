@@ -1,4 +1,4 @@
-"""A user's own launch line, judged against the release's launch data (docs/facts.md §12).
+"""A user's own launch line, judged against the release's launch data (docs/facts.md §13).
 
 :func:`check_line` takes a :class:`~eagle3conv.spec.launch.ParsedLine` (an SGLang command, a
 ``vllm serve`` command, or vLLM's ``--speculative-config`` JSON alone), the drafter's config and

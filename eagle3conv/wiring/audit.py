@@ -152,7 +152,7 @@ def _rope_fields(cfg: Mapping[str, Any], where: str) -> list[Finding]:
     """Only ``rope_parameters`` written (no ``rope_scaling`` object): readers before transformers 5 read
     ``rope_scaling`` and fall back to plain RoPE. The other way round needs nothing: transformers 5.24
     turns a ``rope_scaling`` object into ``rope_parameters`` itself and reads ``rope_scaling`` back from
-    it, and ``"rope_scaling": null`` is no RoPE scaling at all (docs/facts.md §12)."""
+    it, and ``"rope_scaling": null`` is no RoPE scaling at all (docs/facts.md §13)."""
     scaling, params = cfg.get("rope_scaling"), cfg.get("rope_parameters")
     if not isinstance(params, Mapping) or isinstance(scaling, Mapping):
         return []
