@@ -482,7 +482,11 @@ def launch(path: str | Path, *, options: WiringOptions | None = None, tp: int | 
     releases = opts.releases() if checked is None else (checked.release,)  # with --check: the line it should be
     rows = [build_line(rel, index.config, drafter=name, target=target, tp=tp, tensor_names=names,
                        capture_ids=trt if rel.engine == "tensorrt-llm" else None) for rel in releases]
-    return LaunchResult(index.root, target, rows, checked, notes=list(ev.notes))
+    notes = list(ev.notes)
+    if not in_canonical_names(index.config, index.tensors):
+        notes.append(f"{index.root} is not yet in SGLang's names: the engines load it only after "
+                     f"`eagle3conv fix-keys {path} --out DIR`; launch DIR")
+    return LaunchResult(index.root, target, rows, checked, notes=notes)
 
 
 def check_launch_line(text: str, config: dict, tensor_names, opts: WiringOptions, target=None, *,
@@ -490,10 +494,15 @@ def check_launch_line(text: str, config: dict, tensor_names, opts: WiringOptions
     """The user's launch line ``text`` judged for the release ``--engine`` names for its engine (default: the
     newest release read), against the drafter's ``config`` and tensors and the ``target`` profile's context."""
     from eagle3conv.spec.engines import edge_release
-    from eagle3conv.spec.launch import parse_line
+    from eagle3conv.spec.launch import parse_line, rule_for
     from eagle3conv.spec.launch_check import check_line
 
     parsed = parse_line(text)
+    if not rule_for(parsed.engine).option_names:
+        raise UsageError(f"checking a {parsed.engine} launch line is not supported: no release of it was read (its "
+                         "speculative settings live in the file --extra_llm_api_options names)",
+                         hint="check an SGLang or vLLM line; `eagle3conv launch CKPT` prints the TensorRT-LLM line "
+                              "and its YAML")
     asked = [r for r in opts.releases() if r.engine == parsed.engine] if opts.asked() else []
     if opts.asked() and not asked:
         raise UsageError(f"the launch line is a {parsed.engine} line, and --engine asks only for "

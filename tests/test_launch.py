@@ -236,6 +236,8 @@ def test_the_launch_command_checks_a_line_and_exits_3_on_an_error(tmp_path):
     assert run("launch", ck, "--check", good, "--max-context", "2048").stdout.startswith("launch check for sglang 0.5.23: passed")
     res = run("launch", ck, "--check", "docker run foo", ok=2)
     assert "not a launch command" in res.stderr
+    res = run("launch", ck, "--check", "trtllm-serve M --extra_llm_api_options x.yaml", ok=2)
+    assert "not supported" in res.stderr
 
 
 def test_verify_and_push_check_the_launch_line_and_the_card_says_so(tmp_path):
