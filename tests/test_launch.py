@@ -143,6 +143,11 @@ def test_unknown_option_names_get_the_nearest_spelling_and_are_corrected():
     c = judged(json.dumps(spec))
     assert codes(c)["launch-unknown-option"] == "error"
     assert json.loads(c.corrected) == BASE_VLLM
+    # vLLM's shortcut options are read into the speculative settings (and said once when corrected)
+    c = judged("vllm serve M --spec-model ./my-drafter --spec-tokens 3")
+    assert codes(c) == {"launch-method-from-path": "error"} and "--spec-model" not in c.corrected
+    assert json.loads(shlex.split(c.corrected)[-1]) == {"model": "./my-drafter", "num_speculative_tokens": 3,
+                                                        "method": "eagle3"}
     # vLLM reads underscores as dashes: not an unknown name
     assert judged(f"vllm serve M --max_model_len 4096 --speculative-config '{json.dumps(BASE_VLLM)}'").ok
 

@@ -35,6 +35,8 @@ from eagle3conv.spec.engines import EngineRelease, as_release, cannot_load, wind
 
 LAUNCH_FILE = "launch.json"
 NUM_STEPS = 3  # the speculative steps every line eagle3conv prints uses (a chain: top-k 1)
+SHORTCUTS = {"--spec-method": "method", "--spec-model": "model", "--spec-tokens": "num_speculative_tokens"}
+"""vLLM 0.33.0's shortcut options, merged into the speculative settings (engine/arg_utils.py:1869-1873, 2108-2121)."""
 OPTION_FIELDS = {"option", "key", "positional", "value", "default", "why", "source", "wrong", "opt_out",
                  "fix_value", "reaches_drafter", "case"}
 
@@ -460,6 +462,8 @@ def _spec_settings(engine: str, options: Sequence[ParsedOption]) -> dict | None:
             if not isinstance(value, dict):
                 raise UsageError(f"{o.name} must be a JSON object")
             spec = {**(spec or {}), **value}
+        elif name in SHORTCUTS and o.value is not None:  # --spec-method / --spec-model / --spec-tokens
+            spec = {**(spec or {}), SHORTCUTS[name]: int(o.value) if o.value.isdigit() else o.value}
         elif name.startswith("--speculative-config.") and o.value is not None:
             key = name.split(".", 1)[1]
             try:
@@ -473,4 +477,4 @@ def _spec_settings(engine: str, options: Sequence[ParsedOption]) -> dict | None:
 
 
 __all__ = ["LaunchOption", "LaunchRule", "LaunchLine", "OptionNames", "ParsedLine", "ParsedOption", "NUM_STEPS",
-           "build_line", "launch_lines", "launch_rules", "option_names", "parse_line", "rule_for", "normal"]
+           "SHORTCUTS", "build_line", "launch_lines", "launch_rules", "option_names", "parse_line", "rule_for", "normal"]

@@ -49,7 +49,7 @@ from eagle3conv.findings import (
 )
 from eagle3conv.spec.drafter import flag
 from eagle3conv.spec.engines import EngineRelease, cannot_load, drafter_kind, forward_rule, window_launch_option
-from eagle3conv.spec.launch import LaunchRule, ParsedLine, normal, option_names, rule_for
+from eagle3conv.spec.launch import SHORTCUTS, LaunchRule, ParsedLine, normal, option_names, rule_for
 
 UNQUANTIZED_KV = (None, "auto", "bf16", "bfloat16", "fp16", "float16", "half", "float32", "fp32")
 FAILS_TO_START = ("awq", "gptq")  # SGLang looks for the drafter's own awq/gptq config and fails without one
@@ -454,8 +454,9 @@ def _apply(parsed: ParsedLine, edits: list[Edit]) -> str:
     pairs: list[list[Any]] = []
     for o in parsed.options:
         n = normal(parsed.engine, o.name)
-        if parsed.engine == "vllm" and (n in ("--speculative-config", "-sc") or n.startswith("--speculative-config.")):
-            continue
+        if parsed.engine == "vllm" and (n in ("--speculative-config", "-sc", *SHORTCUTS)
+                                        or n.startswith("--speculative-config.")):
+            continue  # said once, in the --speculative-config written below
         pairs.append([o.name, o.value])
     for e in edits:
         if e.key:
