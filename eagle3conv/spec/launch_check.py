@@ -366,9 +366,12 @@ def _sglang_context(cfg: Mapping) -> int | None:
     mpe = cfg.get("max_position_embeddings")
     if not isinstance(mpe, int) or isinstance(mpe, bool):
         return None
-    rs = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), Mapping) else None
+    # under transformers 5 config.rope_scaling is rope_parameters, standardised: llama3, yarn and longrope
+    # get original_max_position_embeddings (modeling_rope_utils.py standardize_rope_params)
+    rs = next((v for v in (cfg.get("rope_scaling"), cfg.get("rope_parameters")) if isinstance(v, Mapping)), None)
+    kind = (rs or {}).get("rope_type") or (rs or {}).get("type")
     factor = 1
-    if rs and "original_max_position_embeddings" not in rs and rs.get("rope_type") != "llama3":
+    if rs and "original_max_position_embeddings" not in rs and kind not in ("llama3", "yarn", "longrope"):
         factor = rs.get("factor", 1) if isinstance(rs.get("factor", 1), (int, float)) else 1
     return int(factor * mpe)
 
