@@ -29,7 +29,6 @@ rewritten.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -399,9 +398,10 @@ def _launch_section(facts: CardFacts) -> list[str]:
         out += ["Replace `TARGET_MODEL` with the target model this drafter was trained for.", ""]
     lines = launch_lines(served_releases(()), facts.config, drafter=repo, target=facts.target or "TARGET_MODEL",
                          capture_ids=capture)
-    titles = {"sglang": "SGLang", "vllm": "vLLM", "tensorrt-llm": "TensorRT-LLM"}
+    from eagle3conv.spec.engine_rules import engines
+
     for engine, line in lines.items():
-        title = titles.get(engine, engine)
+        title = engines()[engine].title
         if line.text is None:
             out += [f"{title}: not served ({'; '.join(line.refused)}).", ""]
             continue
