@@ -117,9 +117,10 @@ def _in_hf_cache(root: Path) -> bool:
     return root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--")
 
 
-def _wired(plan: Plan, opts: WiringOptions, ckpt: str) -> Plan:
+def _wired(plan: Plan, opts: WiringOptions, ckpt: str, served: str | None = None) -> Plan:
     """The plan with the trained aux layers written into its config (for every engine release) and
-    the wiring check's errors, warnings and notices (:meth:`Plan.with_wiring`)."""
+    the wiring check's errors, warnings and notices (:meth:`Plan.with_wiring`); ``served``: the folder
+    the launch lines name (fix-keys' output; default the checkpoint's)."""
     fc = next((o for o in plan.outputs if o.name == "fc.weight"), None)
     fc_in = int(fc.shape[1]) if fc is not None and len(fc.shape) == 2 else None
     t = plan.symbols.get("T") or plan.symbols.get("H")
@@ -144,7 +145,7 @@ def _wired(plan: Plan, opts: WiringOptions, ckpt: str) -> Plan:
         found = list(w.report.errors)
         hint = next((f.fix for f in found if f.fix), None)
     found += w.report.warnings + [Finding("notice", AUX_LAYERS, EVIDENCE_NOTE, n) for n in ev.notes]
-    return plan.with_wiring(WiringOutcome(config, edits, tuple(found), hint, w.to_dict(str(plan.index.root)),
+    return plan.with_wiring(WiringOutcome(config, edits, tuple(found), hint, w.to_dict(served or str(plan.index.root)),
                                           record_known=w.report.layers is not None))
 
 
@@ -224,7 +225,7 @@ def _fix_keys(path, recovered: str | None, *, out, source_format, config, keep_e
     index = open_checkpoint(p)
     plan = _wired(_plan(index, source_format=source_format, config=config, keep_embed=keep_embed, dtype=dtype,
                         later_norm=later_norm),
-                  wiring_options or WiringOptions(), str(path))
+                  wiring_options or WiringOptions(), str(path), str(out) if out else None)
     errs = [f for f in plan.findings if f.level == "error"]
     if errs and all(f.area == AUX_LAYERS for f in errs):
         first, *rest = (f.message for f in errs)

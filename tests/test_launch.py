@@ -102,7 +102,8 @@ def test_a_peagle_qwen3_drafter_gets_no_sglang_line_and_vllm_drafts_in_parallel(
     src = tmp_path / "pe"
     run("example", src, "--format", "speculators-peagle")
     out = tmp_path / "pe-out"
-    run("fix-keys", src, "--out", out)
+    fixed = json.loads(run("fix-keys", src, "--out", out, "--json").stdout)["plan"]["wiring"]["written"]["launch"]
+    assert "sglang" not in fixed and f'"model": "{out}"' in fixed["vllm"]  # fix-keys' lines name its output
     res = run("config", out, "--trained-on", "1,14,26", "--captured-at", "output", "--dry-run", "--json")
     launch = json.loads(res.stdout)["wiring"]["written"]["launch"]
     assert "sglang" not in launch and "cannot serve" in launch["sglang_refused"]
