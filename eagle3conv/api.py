@@ -481,6 +481,7 @@ def launch(path: str | Path, *, options: WiringOptions | None = None, tp: int | 
     checked = None if check is None else check_launch_line(check, index.config, names, opts, ev.target,
                                                             drafter=name)
     releases = opts.releases() if checked is None else (checked.release,)  # with --check: the line it should be
+    target = target or (checked.target if checked is not None else None)
     rows = [build_line(rel, index.config, drafter=name, target=target, tp=tp, tensor_names=names,
                        capture_ids=trt if rel.engine == "tensorrt-llm" else None) for rel in releases]
     notes = list(ev.notes)

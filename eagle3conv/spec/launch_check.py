@@ -72,6 +72,7 @@ class LaunchCheck:
     names_from: str | None  # the release whose option names were checked
     names_note: str | None
     checked: tuple[str, ...]  # what was looked at, in words (the card's launch section says it)
+    target: str | None = None  # the target the line names
 
     @property
     def ok(self) -> bool:
@@ -171,7 +172,8 @@ def check_line(parsed: ParsedLine, release: EngineRelease, config: Mapping[str, 
     checked += _switches(line, cfg)
     renamed = parsed != original
     corrected = _apply(parsed, line.edits) if line.edits or renamed else None
-    return LaunchCheck(release, tuple(line.findings), corrected, names.read_from, names.note, tuple(checked))
+    return LaunchCheck(release, tuple(line.findings), corrected, names.read_from, names.note, tuple(checked),
+                       line.value("target"))
 
 
 def _nearest(name: str, names: Iterable[str]) -> str | None:
@@ -211,7 +213,7 @@ def _unknown(line: _Line) -> dict:
         if near:
             renames[o.index] = near
         line.add("error", LAUNCH_UNKNOWN_OPTION,
-                 f"has no option {o.name}" + (f" (did you mean {near}?)" if near else "")
+                 f"{o.name} is not an option of this release" + (f" (did you mean {near}?)" if near else "")
                  + ": the server refuses to start", f"write {near}" if near else f"drop {o.name}")
     if engine == "vllm" and names.keys:
         for key in line.spec:
