@@ -159,15 +159,15 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
         for s in range(k_slots):  # fp32 accumulation, no upcast copy of the states
             norm_vals[s].append(torch.linalg.vector_norm(aux[..., s * T:(s + 1) * T], dim=-1,
                                                          dtype=torch.float32))
-        if check_finite:  # every value read, on the device, no sync
-            finite[:k_slots] &= _finite_at(aux.reshape(B, S, k_slots, T), mask)
+        if check_finite:  # every value read: a NaN or Inf makes its token's norm one; on the device, no sync
+            finite[:k_slots] &= _finite_at(torch.stack([v[-1] for v in norm_vals], -1)[..., None], mask)
         if target_embeds:
             # The captured embedding output at position p *is* embed(x_p). Index it by position:
             # the drafter's id at (b, t) is b*S + t, so the ids it reads k steps ahead (the same row
             # shifted) land on embed(x_{t+k}). No vocabulary table, no unique(), no device sync.
             emb = emb_b[:take].to(dev, non_blocking=True).to(dt)
-            if check_finite:
-                finite[k_slots:] &= _finite_at(emb.reshape(B, S, 1, T), mask)
+            if check_finite:  # a token's sum is NaN or Inf when one of its values is: one reduction
+                finite[k_slots:] &= _finite_at(emb.sum(-1, dtype=torch.float32)[..., None, None], mask)
             drafter.embed_tokens = emb.reshape(B * S, T)
             run_ids = torch.arange(B * S, device=dev).view(B, S)
         else:
@@ -402,7 +402,10 @@ def paired_bound(lp, lead: int, pos_row: list[int], bound: ScreenBound | None = 
 
 def _finite_at(x, mask):
     """Per slot of ``x`` ``[B, S, k, T]``: every value finite at the real tokens (``mask``), on the
-    device (one elementwise pass and a reduction; nothing read back)."""
+    device (one elementwise pass and a reduction; nothing read back). For the aux slots ``x`` is
+    each token's L2 norm (``T`` = 1), which evaluate computes anyway, for the embedding outputs each
+    token's sum: either is NaN or Inf whenever a value of the token is (and when finite values
+    overflow fp32, past ~1e19 for the norm, ~1e34 for the sum: states as unusable)."""
     import torch
 
     return (torch.isfinite(x).all(-1) | ~mask[..., None]).all(0).all(0)
