@@ -63,8 +63,8 @@ class InspectResult:
             d["plan"]["shards"] = [
                 {"file": f, "tensors": [o.name for o in outs]} for f, outs in plan_shards(self.plan)
             ]
-        if self.plan_error is not None:
-            d["plan_error"] = getattr(self.plan_error, "to_dict", lambda: {"message": str(self.plan_error)})()
+        if self.plan_error is not None:  # the error leads the document, as it leads the text
+            d = {"plan_error": getattr(self.plan_error, "to_dict", lambda: {"message": str(self.plan_error)})(), **d}
         return d
 
 
@@ -173,8 +173,8 @@ def _inspect(path, recovered: str | None, *, source_format, config, keep_embed, 
         plan = _plan(index, source_format=source_format, config=config, keep_embed=keep_embed, dtype=dtype,
                      later_norm=later_norm)
         plan = _wired(plan, wiring_options or WiringOptions(), str(path))
-    except Eagle3ConvError as e:  # inspect shows why planning failed
-        err = e
+    except Eagle3ConvError as e:  # inspect shows why planning failed, and no plan half-made (unwired)
+        plan, err = None, e
     return InspectResult(index, plan, err, recovered)
 
 

@@ -284,10 +284,10 @@ def _plan_verdict(plan: dict) -> str:
 
 def inspect_text(d: dict, *, verbose: bool = False) -> str:
     plan = d.get("plan")
-    if plan is not None:
-        verdict = f"inspect: a {plan['format']} checkpoint ({plan['format_title']}); {_plan_verdict(plan)}"
-    elif "plan_error" in d:
+    if "plan_error" in d:  # the error leads the report, whatever else was read
         verdict = f"inspect: fix-keys cannot plan: {d['plan_error'].get('message')}"
+    elif plan is not None:
+        verdict = f"inspect: a {plan['format']} checkpoint ({plan['format_title']}); {_plan_verdict(plan)}"
     else:
         verdict = "inspect: read"
     lines = [verdict, f"checkpoint: {d['checkpoint']}",

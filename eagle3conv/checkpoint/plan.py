@@ -381,6 +381,7 @@ class _Planner:
         self.missing_layers: list[int] = []
         if not found:
             return spec.L
+        self._bound_layers(found[-1])
         missing = self.missing_layers = sorted(set(range(found[-1] + 1)) - set(found))
         if missing:
             shown = ", ".join(f"layers.{i}" if i else "layer 0 (midlayer.* / layers.0.*)" for i in missing)
@@ -389,6 +390,21 @@ class _Planner:
                 f"decoder layers {', '.join(str(i) for i in found)} are present but {shown} is missing (all of its "
                 "tensors): the engines run the layers in order and would serve the gap uninitialised", subject=shown))
         return found[-1] + 1
+
+    def _bound_layers(self, deepest: int) -> None:
+        """A layer index past the tensor count cannot be a complete drafter's (layers 0..i each hold a
+        tensor): refused at once, exit 3, before any range is built from it."""
+        count = len(self.index.tensors)
+        if deepest < count:
+            return
+        source = next(self.mapped[n] for n in sorted(self.mapped) if layer_of(n) == deepest)
+        m = re.search(r"layers\.([0-9]+)\.", source)
+        shown = source if len(source) <= 80 else f"{source[:40]}…{source[-30:]} ({len(source)} characters)"
+        index = m.group(1) if m and len(m.group(1)) <= 20 else f"of {len(m.group(1))} digits" if m else str(deepest)
+        raise InvalidCheckpointError(
+            f"{shown}: layer index {index}, but the checkpoint holds {count} tensors: a drafter's decoder "
+            "layers are numbered 0, 1, 2, ... with tensors in each, so this layer cannot be one of them",
+            hint="rename the tensor to its layer's index (or remove it); eagle3conv inspect lists every tensor")
 
     def classify(self) -> None:
         """Step 3: each mapped name is canonical, a fused tensor to split, or unmapped (an error)."""

@@ -73,11 +73,13 @@ def read_verify_report(folder: str | Path) -> VerifySummary | None:
     its main figures."""
     from eagle3conv.errors import Eagle3ConvError
 
+    from eagle3conv.checkpoint.links import safe_member
+
     p = Path(folder) / REPORT_FILE
     if not p.is_file():
         return None
     try:
-        report = VerifyReport.load(p)
+        report = VerifyReport.load(safe_member(Path(folder), p))  # a link leaving the folder is not read
     except Eagle3ConvError as err:
         return VerifySummary(problem=err.message)
     return VerifySummary(report=report, figures=report.main)
@@ -196,8 +198,10 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
         from eagle3conv.errors import CheckpointReadError
         from eagle3conv.io.jsonfile import read_json_file
 
-        try:
-            config = read_json_file(cfg_path, "config.json")
+        from eagle3conv.checkpoint.links import safe_member
+
+        try:  # a link leaving the folder is not read (checkpoint/links.py)
+            config = read_json_file(safe_member(root, cfg_path), "config.json")
         except CheckpointReadError:
             config = {}
     from eagle3conv.wiring.config_ids import provenance_record
