@@ -505,6 +505,51 @@ def config_cmd(checkpoint, target, trained_on, captured_at, metadata, sglang_ver
         click.get_current_context().exit(EXIT_INVALID)
 
 
+@main.command("launch")
+@click.argument("checkpoint", type=click.Path(path_type=str))
+@click.option("--target", metavar="TARGET",
+              help="The target model: a built-in profile (see `eagle3conv targets`), a Hub repo, or a path to its "
+                   "config.json or model folder (default: the one a training record names).")
+@click.option("--engine", "engines", multiple=True, metavar="ENGINE[==RELEASE]", expose_value=False,
+              callback=_remember_engines, help="The engine releases to print lines for (and, with --check, the "
+                                               "release the line is checked for); as for config.")
+@click.option("--tp", type=int, metavar="N", help="Tensor parallelism the lines pass (default: none, the engine's 1).")
+@click.option("--drafter", metavar="PATH_OR_REPO",
+              help="The drafter path or Hub repo the lines name (default: CHECKPOINT as given).")
+@click.option("--check", "check", metavar="LINE",
+              help="Check your own launch line instead: an SGLang command, a `vllm serve` command, or vLLM's "
+                   "--speculative-config JSON. Exit 3 when it has an error; the corrected command is printed.")
+@click.option("--max-context", type=int, metavar="TOKENS", expose_value=False, callback=_remember_max_context,
+              help="The context served, for --check when the line sets none (default: the target's).")
+def launch_cmd(checkpoint, target, tp, drafter, check):
+    """Print the launch line of each engine release for a drafter, or --check your own.
+
+    The lines come from the engine data (mappings/engines/launch.json): no line
+    for a release that cannot load the drafter, and every switch the drafter
+    needs on that release in it. --check reads your line and reports option
+    names the release lacks (with the nearest spelling) and the launch traps
+    (EAGLE instead of EAGLE3, vLLM's method taken from the path, the draft
+    inheriting --quantization, FP8 KV without scales, fp16 serving, config
+    overrides, the served context, a missing window or parallel-drafting switch),
+    each with its fix, then the corrected command.
+
+    \b
+    Example:
+      eagle3conv launch ./drafter --target llama-3.1-8b --tp 2
+      eagle3conv launch ./drafter --check "python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --speculative-draft-model-path ./drafter"
+    """
+    json_ = _flag("json")
+    from eagle3conv.api import launch
+    from eagle3conv.render import launch_text
+
+    opts = _wiring_opts(target, None, None, None, "auto")
+    res = launch(checkpoint, options=opts, tp=tp, check=check, drafter=drafter)
+    d = res.to_dict()
+    _emit(json_, d, launch_text(d))
+    if not res.ok:
+        click.get_current_context().exit(EXIT_INVALID)
+
+
 @main.command("targets")
 @click.argument("name", required=False)
 def targets_cmd(name):
@@ -555,11 +600,14 @@ def targets_cmd(name):
                    "tried 3 times); nothing is committed then and pushing again is safe.")
 @click.option("--engine", "engines", multiple=True, metavar="ENGINE[==RELEASE]", expose_value=False,
               callback=_remember_engines, help="The engine releases the wiring check covers (as for config).")
+@click.option("--launch", "launch", metavar="LINE",
+              help="Check your launch line too (as `eagle3conv launch --check`): an error refuses the push unless "
+                   "--force; the card's launch section says what was checked.")
 @click.option("--plot", "plot", type=click.Path(path_type=str), metavar="FILE",
               help="Also send the wiring-search figure FILE (from verify --plot, .svg or .png; under its file "
                    "name, or its path inside the folder) and show it in the card's wiring section.")
 def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, include, exclude, base_model, force,
-             dry_run, follow_symlinks, timeout, plot):
+             dry_run, follow_symlinks, timeout, launch, plot):
     """Publish a checked drafter to the Hugging Face Hub, with a model card that records its wiring.
 
     Before anything is sent, the fix-keys check, the aux-layer wiring check and
@@ -580,7 +628,7 @@ def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, 
     engines = click.get_current_context().meta.get("eagle3conv.engines", ())
     with _ProgressBars() as progress:
         res = push(Path(checkpoint), repo_id, private=private, revision=revision, create_pr=create_pr,
-                   gate=gate_for(engines),
+                   gate=gate_for(engines, launch),
                    commit_message=commit_message, include=include, exclude=exclude, dry_run=dry_run, force=force,
                    base_model=base_model, progress=progress, follow_symlinks=follow_symlinks, timeout=timeout,
                    plot=plot)
@@ -646,8 +694,11 @@ def _push_text(d: dict) -> str:
               help="Draw the wiring search per aux slot (and the slots' norms vs training) to FILE: .svg "
                    "(no dependency) or .png (pip install 'eagle3conv[plot]').")
 @click.option("--no-save", is_flag=True, help="Do not write eagle3conv-verify.json into the checkpoint folder.")
+@click.option("--launch", "launch", metavar="LINE",
+              help="Also check your launch line (as `eagle3conv launch --check`); exit 3 when it has an error.")
 def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sglang_version, layers, states_layers,
-               embeddings, search_wiring, steps, min_accept, device, dtype, batch_size, max_sequences, plot, no_save):
+               embeddings, search_wiring, steps, min_accept, device, dtype, batch_size, max_sequences, plot, no_save,
+               launch):
     """Run the drafter on captured target states: acceptance per draft position, accept length, and the wiring.
 
     Teacher-forced top-1 acceptance of each draft against the target's own greedy
@@ -676,13 +727,18 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
             raise UsageError("--plot draws the wiring search, and --search-wiring was not given",
                              hint="add --search-wiring (it screens every wiring of the captured layers)")
         check_plot_path(plot)
+    if launch is not None:
+        from eagle3conv.spec.launch import parse_line
+
+        parse_line(launch)  # a line that is no launch line is a usage error before any work
     if states is None:
         from eagle3conv.render import smoke_text
 
-        d = smoke(checkpoint, device=device, dtype=dtype,
-                  wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version))
-        _emit(json_, d, smoke_text(d))
-        if not d["ok"]:
+        opts = _wiring_opts(target, trained_on, captured_at, metadata, sglang_version)
+        d = smoke(checkpoint, device=device, dtype=dtype, wiring_options=opts)
+        launch_ok = _verify_launch(d, checkpoint, opts, launch)
+        _emit(json_, d, smoke_text(d) + _launch_tail(d))
+        if not d["ok"] or not launch_ok:
             click.get_current_context().exit(EXIT_INVALID)
         return
 
@@ -694,6 +750,8 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
                      max_sequences=max_sequences, save=not no_save, progress=progress,
                      states_layers=parse_ids(states_layers) if states_layers else None, embeddings=embeddings)
     d = res.to_dict()
+    launch_ok = _verify_launch(d, checkpoint, _wiring_opts(target, trained_on, captured_at, metadata, sglang_version),
+                               launch)
     plot_error = None
     if plot:  # the results are printed whatever happens to the figure
         from eagle3conv.verify.plot import write_plot
@@ -704,7 +762,7 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
             plot_error = e if isinstance(e, Eagle3ConvError) else Eagle3ConvError(
                 f"--plot {plot}: cannot write the figure: {e.strerror or e}")
             d["plot_error"] = plot_error.message
-    _emit(json_, d, "" if json_ else verify_text(d))
+    _emit(json_, d, "" if json_ else verify_text(d) + _launch_tail(d))
     if res.save_error:
         click.echo(f"warning: {res.save_error}", err=True)
     if plot_error is not None:
@@ -712,8 +770,27 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
         if plot_error.hint:
             click.echo(f"hint: {plot_error.hint}", err=True)
         click.get_current_context().exit(plot_error.exit_code)
-    if not res.wiring_check_ok:
+    if not res.wiring_check_ok or not launch_ok:
         click.get_current_context().exit(EXIT_INVALID)
+
+
+def _verify_launch(d: dict, checkpoint: str, opts, launch: str | None) -> bool:
+    """verify --launch: the user's launch line judged, put in ``d["launch_check"]``; False on an error."""
+    if launch is None:
+        return True
+    from eagle3conv.api import launch as launch_for
+
+    check = launch_for(checkpoint, options=opts, check=launch).check
+    d["launch_check"] = check.to_dict()
+    return check.ok
+
+
+def _launch_tail(d: dict) -> str:
+    if not d.get("launch_check"):
+        return ""
+    from eagle3conv.render import launch_check_lines
+
+    return "\n" + "\n".join(launch_check_lines(d["launch_check"]))
 
 
 @main.command("capture")

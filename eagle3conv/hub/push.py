@@ -305,8 +305,8 @@ def read_record(root: Path) -> dict | None:
     p = root / PUSH_RECORD
     if not p.exists():
         return None
-    try:  # a regular file, bounded, strict: a FIFO in its place never hangs push
-        obj = read_json_file(p, "push record")
+    try:  # a regular file inside the folder, bounded, strict: a FIFO in its place never hangs push
+        obj = read_json_file(safe_member(root, p), "push record")
     except CheckpointReadError:
         return None
     if not isinstance(obj, dict) or obj.get("format") != PUSH_RECORD_FORMAT:
@@ -338,7 +338,8 @@ def resolve_repo_id(root: Path, repo_id: str | None) -> tuple[str, str]:
 
             meta = root / "training_metadata.json"
             try:
-                value = read_json_file(meta, "training metadata").get("hub_repo_id") if meta.exists() else None
+                value = (read_json_file(safe_member(root, meta), "training metadata").get("hub_repo_id")
+                         if meta.exists() else None)  # a link leaving the folder is not read
             except CheckpointReadError:
                 value = None
             if isinstance(value, str) and value:

@@ -93,7 +93,7 @@ from eagle3conv.io import dtypes
 from eagle3conv.io.devices import FLOAT_CHOICES, resolve_dtype
 from eagle3conv.io.files import remove_stale_temps, umask
 from eagle3conv.io.safetensors import header_layout, pwrite_all
-from eagle3conv.spec.layers import EMBEDDING, LayerRef, LayerSet, describe
+from eagle3conv.spec.layers import EMBEDDING, MAX_LAYERS, LayerRef, LayerSet, describe
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -442,14 +442,17 @@ class StatesFile(CapturedStates):
     def _err(self, field: str, why: str) -> CheckpointReadError:
         return CheckpointReadError(f"{self.path}: field '{field}' {why}")
 
-    def _meta_int(self, meta: dict, key: str) -> int:
+    def _meta_int(self, meta: dict, key: str, most: int | None = None) -> int:
         raw = meta[key]
+        shown = repr(raw) if len(raw) <= 24 else f"a string of {len(raw)} characters"
         try:
-            v = int(raw)
+            v = int(raw) if len(raw) <= 24 else -1  # no count has 24 digits; longer is never parsed
         except ValueError:
-            raise self._err(key, f"must be a positive integer, got {raw!r}") from None
+            raise self._err(key, f"must be a positive integer, got {shown}") from None
         if v < 1:
-            raise self._err(key, f"must be a positive integer, got {raw!r}")
+            raise self._err(key, f"must be a positive integer, got {shown}")
+        if most is not None and v > most:
+            raise self._err(key, f"is {v}; eagle3conv takes at most {most}")
         return v
 
     def _meta_json(self, meta: dict, key: str) -> Any:
@@ -483,7 +486,7 @@ class StatesFile(CapturedStates):
             raise self._err("version", f"must be >= 1, got {version}")
         self.version = version
         self.target = meta["target"] or None
-        self.num_layers = self._meta_int(meta, "num_layers")
+        self.num_layers = self._meta_int(meta, "num_layers", MAX_LAYERS)
         self.hidden_size = self._meta_int(meta, "hidden_size")
         self.vocab_size = self._meta_int(meta, "vocab_size")
         layers = self._meta_json(meta, "layers")

@@ -189,12 +189,14 @@ class VerifyReport:
         p = Path(path)
         if p.is_dir():
             p = p / REPORT_FILE
-        try:
-            text = p.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise CheckpointReadError(f"{p}: no verify report there", hint=_RERUN) from None
-        except (OSError, UnicodeDecodeError) as err:
-            raise CheckpointReadError(f"{p}: cannot read: {getattr(err, 'strerror', None) or err}") from None
+        from eagle3conv.io.jsonfile import MAX_JSON_BYTES, read_small_file
+
+        if not os.path.lexists(p):
+            raise CheckpointReadError(f"{p}: no verify report there", hint=_RERUN)
+        try:  # a regular file, bounded, read once
+            text = read_small_file(p, "verify report", MAX_JSON_BYTES).decode("utf-8")
+        except UnicodeDecodeError:
+            raise CheckpointReadError(f"{p}: cannot read: not UTF-8 text") from None
         return cls.from_json(text, p.name)
 
     def save(self, folder: str | os.PathLike, *, local_paths: Sequence[str] = ()) -> Path:
