@@ -128,6 +128,24 @@ def test_refusals_before_any_work(target, tmp_path):
         "enforce_eager": True, "max_num_seqs": 8, "x": "abc"}
 
 
+def test_serve_line_uses_only_vllm_0_33_options(target, tmp_path):
+    """Every option of the serve line, and every --speculative-config key, is one vLLM 0.33.0 defines
+    (mappings/engines/options/vllm-0.33.0.json: read from the wheel's argument definitions), and the
+    project's own launch-line parser reads back the same settings."""
+    from eagle3conv.spec.launch import option_names, parse_line
+
+    plan = _plan(target, tmp_path / "o", tensor_parallel_size=8, trust_remote_code=True,
+                 extra={"gpu_memory_utilization": 0.85})
+    line = " ".join(__import__("shlex").quote(a) for a in plan.serve_argv(tmp_path / "c"))
+    parsed = parse_line(line)
+    known = option_names("vllm==0.33.0")
+    assert known.read_from == "0.33.0"
+    assert parsed.engine == "vllm" and parsed.positional[-1:] == (str(target),)
+    assert {o.name for o in parsed.options} <= known.options, {o.name for o in parsed.options} - known.options
+    assert set(parsed.spec) <= known.keys and dict(parsed.spec) == plan.speculative_config()
+    assert parsed.value("--tensor-parallel-size") == "8"
+
+
 # --------------------------------------------------------------------------- against vLLM's own classes
 
 
