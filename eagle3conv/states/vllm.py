@@ -212,6 +212,9 @@ class VllmStates(CapturedStates):
             self.layers_from = USER_STATED + ", in vLLM's numbering (id i = output of layer i-1)"
         elif layers is not None:
             refs = tuple(sorted(as_layer_refs(layers)))
+            last = None if self.num_layers is None else LayerRef(self.num_layers - 1)
+            if len(refs) == self._n - 1 and last is not None and all(r < last for r in refs):
+                refs += (last,)  # speculators' layout: the aux slots, then the last layer (train/data.py:323-333)
         if refs is not None and len(refs) != self._n:
             raise WiringError(f"{self.path}: the files hold {self._n} states per token, but {len(refs)} layers were "
                               f"named ({describe(refs)})")

@@ -191,6 +191,26 @@ def load_target_norm(path: str | os.PathLike, hidden: int):
     return None
 
 
+def target_num_layers(path: str | os.PathLike) -> int | None:
+    """N, the target's decoder layer count, from the config.json beside its weights (or its GGUF)."""
+    if _is_gguf(path):
+        cfg = _gguf_target(path).config
+        cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        return getattr(cfg, "num_hidden_layers", None)
+    from eagle3conv.io.jsonfile import read_json_file
+
+    p = Path(path)
+    cfg_file = (p if p.is_dir() else p.parent) / "config.json"
+    try:
+        cfg = read_json_file(cfg_file, "config.json", want_object=False) if cfg_file.is_file() else {}
+    except CheckpointReadError:
+        return None
+    cfg = cfg if isinstance(cfg, dict) else {}
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    n = text.get("num_hidden_layers")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
 def target_next_from_head(states, head, norm=None, *, device="cpu", rows: int = 4, chunk: int = 1024):
     """The target's own greedy next token at every position, ``[B, S]`` int64 (0 at padding):
     ``argmax(lm_head(h))`` over its last hidden state ``h``, after its final RMSNorm when
@@ -360,4 +380,4 @@ def data_labels(input_ids, attention_mask):
 
 __all__ = ["EMBED_NAMES", "HEAD_NAMES", "NORM_NAMES", "build_drafter", "compare_embeddings", "data_labels",
            "load_drafter_weights", "load_target_embeddings", "load_target_head", "load_target_norm",
-           "target_next_from_head"]
+           "target_next_from_head", "target_num_layers"]

@@ -28,6 +28,7 @@ from eagle3conv.verify.inputs import (
     load_target_head,
     load_target_norm,
     target_next_from_head,
+    target_num_layers,
 )
 from eagle3conv.verify.report import REPORT_FILE, EngineScore, VerifyResult
 from eagle3conv.verify.search import (
@@ -157,6 +158,8 @@ class _Verification:
                                       hidden_size=self.states.hidden_size, num_hidden_layers=self.states.num_layers,
                                       vocab_size=self.states.vocab_size or 0)
         self.n = ev.target.num_hidden_layers if ev.target else self.states.num_layers
+        if self.n is None and opts.embeddings is not None:  # the target's own config.json beside its weights
+            self.n = target_num_layers(opts.embeddings)
         _check_layers_exist(self.states, self.n, states_path)
         self.wiring_checked = self.states.layers is not None
         self.family = ev.target.family if ev.target else None
