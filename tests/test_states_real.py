@@ -109,15 +109,21 @@ def test_vllm_files_score_like_the_states_file(world, tmp_path):  # noqa: F811
     ref = verify(drafter, captured, embeddings=root / "target", save=False)
     res = verify(drafter, folder, embeddings=root / "target", states_layers=list(VLLM_IDS), save=False)
     _same_figures(res.main, ref.main)
+    from eagle3conv.states.vllm import VllmStates
+
+    vs = VllmStates(folder, vllm_ids=VLLM_IDS)
+    with StatesFile(captured) as st:
+        assert torch.equal(vs.aux(outputs(4, 1), slice(2, 9)), st.aux(outputs(4, 1), slice(2, 9)))
+        assert torch.equal(vs.input_ids, st.input_ids) and torch.equal(vs.loss_mask, st.loss_mask)
     assert res.reference == "target" and res.states["source"] == "vllm"
     assert any("final norm and lm_head" in n for n in res.states["verify_notes"])
     assert "vLLM's numbering" in res.states["layers_from"] and res.states["wiring_checked"] is True
     assert res.states["has_loss_mask"] is True  # from speculators' dataset beside the files
     # the target's own next tokens, from its final norm and lm_head over the last slot
-    from eagle3conv.states.vllm import VllmStates
     from eagle3conv.verify.inputs import load_target_head, load_target_norm, target_next_from_head
 
     vs = VllmStates(folder, vllm_ids=VLLM_IDS, num_layers=N_LAYERS)
+    assert vs.final_state == ("pre-norm", outputs(N_LAYERS - 1)[0])
     vs.final_state = ("pre-norm", outputs(N_LAYERS - 1)[0])
     got = target_next_from_head(vs, load_target_head(root / "target", 512, 64), load_target_norm(root / "target", 64))
     assert torch.equal(got[real], want_next[real])
@@ -135,3 +141,134 @@ def test_vllm_text_report_and_unstated_layers(world, tmp_path):  # noqa: F811
     out = run("verify", drafter, "--states", folder, "--embeddings", root / "target", "--no-save").stdout
     assert "cannot check the wiring" in out.splitlines()[0]
     assert "  ok  " not in out
+
+
+# --- NeMo Automodel 0.7.0's EAGLE-3 cache -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def nemo_cache_module():
+    """NeMo Automodel's own cache writer: components/datasets/llm/eagle3_cache.py (and offline_cache.py)
+    from the installed nemo_automodel 0.7.0 wheel (scripts/test.sh installs it --no-deps), imported
+    alone: the package __init__s pull its training stack, so they are stood in for by empty packages."""
+    import importlib
+    import importlib.util
+    import sys
+    import types
+
+    spec = importlib.util.find_spec("nemo_automodel")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("nemo_automodel 0.7.0 is not installed (scripts/test.sh installs it --no-deps)")
+    base = Path(spec.submodule_search_locations[0])
+    pkgs = {"nemo_automodel": base, "nemo_automodel.shared": base / "shared",
+            "nemo_automodel.components": base / "components",
+            "nemo_automodel.components.datasets": base / "components" / "datasets",
+            "nemo_automodel.components.datasets.llm": base / "components" / "datasets" / "llm"}
+    saved = {k: v for k, v in sys.modules.items() if k.startswith("nemo_automodel")}
+    for name, folder in pkgs.items():
+        mod = types.ModuleType(name)
+        mod.__path__ = [str(folder)]
+        sys.modules[name] = mod
+    try:
+        yield importlib.import_module("nemo_automodel.components.datasets.llm.eagle3_cache")
+    finally:
+        for k in [k for k in sys.modules if k.startswith("nemo_automodel")]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+
+def _target_distribution(target_logits, selected_token_ids, selected_token_mask, loss_mask):
+    """NeMo's _compute_target_distribution (components/speculative/eagle/core.py:153-164), as written there."""
+    target_top_ids = target_logits.argmax(dim=-1)
+    position_mask = (selected_token_mask[target_top_ids] & loss_mask.bool()).unsqueeze(-1)
+    draft_target_logits = target_logits.index_select(dim=-1, index=selected_token_ids.to(target_logits.device))
+    return torch.softmax(draft_target_logits.float(), dim=-1).detach(), position_mask
+
+
+def _shift_left(t):
+    """NeMo's _shift_left_with_zero (components/speculative/eagle/target.py:30-39)."""
+    return torch.cat((t[:, 1:], torch.zeros_like(t[:, :1])), dim=1)
+
+
+def nemo_cache(mod, st: StatesFile, target_dir: Path, out: Path, *, shard_size: int = 5, draft_vocab=None,
+               topk: int = 0, layers=(1, 3, 4)) -> Path:
+    """What precompute_eagle3._run writes (precompute_eagle3.py:205-302): the target's embeddings, the
+    manifest, then shards of _compute_batch_cache's fields, through NeMo's own writers. The target is
+    run by transformers, as HFEagle3TargetModel.generate_batch does (hooks = outputs of layers[i])."""
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(str(target_dir)).eval()
+    mask = st.attention_mask.long()
+    with torch.no_grad():
+        logits = model(input_ids=st.input_ids, attention_mask=mask).logits
+    vocab = int(model.config.vocab_size)
+    sel = torch.arange(vocab) if draft_vocab is None else torch.tensor(sorted(draft_vocab))
+    sel_mask = torch.zeros(vocab, dtype=torch.bool)
+    sel_mask[sel] = True
+    loss = st.loss_mask.long()
+    probs, pmask = _target_distribution(_shift_left(logits), sel, sel_mask, _shift_left(loss))
+    aux = st.aux(outputs(*layers)).float()
+    out.mkdir(parents=True)
+    mod.write_target_embeddings(str(out), model.get_input_embeddings().weight)
+    mod.write_manifest(str(out), {"target_model": str(target_dir), "target_vocab_size": vocab,
+                                  "draft_vocab_size": int(sel.numel()), "seq_length": st.seq_len, "dtype": "fp32",
+                                  "num_samples": st.num_sequences, "shard_size": shard_size,
+                                  "target_probs_topk": topk, "aux_hidden_dim": 64 * len(layers),
+                                  "aux_layer_ids": list(layers), "selected_token_ids": sel.tolist(),
+                                  "input_data": "test", "split": None, "shuffle_seed": 42,
+                                  "mask_reasoning_content": False, "mask_generation_prompt": False})
+    for i, a in enumerate(range(0, st.num_sequences, shard_size)):
+        r = slice(a, a + shard_size)
+        sample = {"input_ids": _shift_left(st.input_ids[r]), "attention_mask": mask[r],
+                  "loss_mask": _shift_left(loss[r]), "aux_hidden_states": aux[r], "position_mask": pmask[r]}
+        if mod.is_compressed(topk, int(sel.numel())):
+            v, ix = mod.compress_target_probs(probs[r], topk)
+            sample.update(target_probs_values=v, target_probs_indices=ix)
+        else:
+            sample["target_probs"] = probs[r]
+        mod.write_shard(str(out), i, sample)
+    return out
+
+
+def test_nemo_cache_scores_like_the_states_file(world, tmp_path, nemo_cache_module):  # noqa: F811
+    root, captured, drafter = world
+    with StatesFile(captured) as st:
+        cache = nemo_cache(nemo_cache_module, st, root / "target", tmp_path / "cache")
+    ref = verify(drafter, captured, embeddings=root / "target", save=False)
+    res = verify(drafter, cache, save=False)  # its own target_embeddings.safetensors: no --embeddings
+    _same_figures(res.main, ref.main)
+    assert res.reference == "target" and res.states["source"] == "nemo" and res.states["wiring_checked"]
+    assert "aux_layer_ids" in res.states["layers_from"]
+    # what the reader gives, tensor by tensor, in verify's layout (x_0 is not in the cache)
+    from eagle3conv.states.nemo import NemoStates
+
+    ns = NemoStates(cache)
+    with StatesFile(captured) as st:
+        real = st.attention_mask.bool()
+        assert torch.equal(ns.attention_mask, real) and torch.equal(ns.loss_mask[:, 1:], st.loss_mask[:, 1:])
+        assert torch.equal(ns.input_ids[:, 1:][real[:, 1:]], st.input_ids[:, 1:][real[:, 1:]])
+        assert torch.equal(ns.target_next[:, 1:][real[:, 1:]], st.target_next[:, 1:][real[:, 1:]])
+        assert torch.equal(ns.aux(outputs(3, 1), slice(3, 11)), st.aux(outputs(3, 1), slice(3, 11)).float())
+    # top-k compressed distributions: the same argmax
+    with StatesFile(captured) as st:
+        topk = nemo_cache(nemo_cache_module, st, root / "target", tmp_path / "topk", topk=4)
+    _same_figures(verify(drafter, topk, save=False).main, ref.main)
+
+
+def test_nemo_cache_with_a_small_draft_vocab_counts_outside_tokens_as_misses(world, tmp_path,  # noqa: F811
+                                                                           nemo_cache_module):
+    from eagle3conv.states.nemo import NemoStates
+
+    root, captured, drafter = world
+    with StatesFile(captured) as st:
+        real = st.loss_mask.bool() & st.attention_mask.bool()
+        keep = set(st.target_next[real][::2].tolist())
+        cache = nemo_cache(nemo_cache_module, st, root / "target", tmp_path / "small", draft_vocab=keep)
+        want = st.target_next.clone()
+    ns = NemoStates(cache)
+    inside = torch.tensor([int(t) in keep for t in want.flatten()]).view_as(want)
+    scored = ns.loss_mask & ns.attention_mask
+    assert torch.equal(ns.target_next[scored & inside], want[scored & inside])
+    outside = scored & ~inside
+    assert outside.any() and not any(int(t) in keep for t in ns.target_next[outside])
+    assert any("outside the cache's draft vocabulary" in n for n in ns.notes)
