@@ -190,14 +190,15 @@ def _shift_left(t):
     return torch.cat((t[:, 1:], torch.zeros_like(t[:, :1])), dim=1)
 
 
-def nemo_cache(mod, st: StatesFile, target_dir: Path, out: Path, *, shard_size: int = 5, draft_vocab=None,
+def nemo_cache(mod, st: StatesFile, target, out: Path, *, shard_size: int = 5, draft_vocab=None,
                topk: int = 0, layers=(1, 3, 4)) -> Path:
     """What precompute_eagle3._run writes (precompute_eagle3.py:205-302): the target's embeddings, the
     manifest, then shards of _compute_batch_cache's fields, through NeMo's own writers. The target is
-    run by transformers, as HFEagle3TargetModel.generate_batch does (hooks = outputs of layers[i])."""
+    run by transformers, as HFEagle3TargetModel.generate_batch does (hooks = outputs of layers[i]);
+    ``target``: its model folder, or the loaded model."""
     from transformers import LlamaForCausalLM
 
-    model = LlamaForCausalLM.from_pretrained(str(target_dir)).eval()
+    model = LlamaForCausalLM.from_pretrained(str(target)).eval() if isinstance(target, Path) else target
     mask = st.attention_mask.long()
     with torch.no_grad():
         logits = model(input_ids=st.input_ids, attention_mask=mask).logits
@@ -210,10 +211,10 @@ def nemo_cache(mod, st: StatesFile, target_dir: Path, out: Path, *, shard_size: 
     aux = st.aux(outputs(*layers)).float()
     out.mkdir(parents=True)
     mod.write_target_embeddings(str(out), model.get_input_embeddings().weight)
-    mod.write_manifest(str(out), {"target_model": str(target_dir), "target_vocab_size": vocab,
+    mod.write_manifest(str(out), {"target_model": "the target", "target_vocab_size": vocab,
                                   "draft_vocab_size": int(sel.numel()), "seq_length": st.seq_len, "dtype": "fp32",
                                   "num_samples": st.num_sequences, "shard_size": shard_size,
-                                  "target_probs_topk": topk, "aux_hidden_dim": 64 * len(layers),
+                                  "target_probs_topk": topk, "aux_hidden_dim": st.hidden_size * len(layers),
                                   "aux_layer_ids": list(layers), "selected_token_ids": sel.tolist(),
                                   "input_data": "test", "split": None, "shuffle_seed": 42,
                                   "mask_reasoning_content": False, "mask_generation_prompt": False})
@@ -272,3 +273,158 @@ def test_nemo_cache_with_a_small_draft_vocab_counts_outside_tokens_as_misses(wor
     outside = scored & ~inside
     assert outside.any() and not any(int(t) in keep for t in ns.target_next[outside])
     assert any("outside the cache's draft vocabulary" in n for n in ns.notes)
+
+
+# --- bad input: a clear error naming the file, nothing written, no traceback ------------------------
+
+
+def _refused(drafter: Path, *args, code: int) -> str:
+    before = sorted(p.name for p in drafter.iterdir())
+    res = run("verify", drafter, *args, ok=code)
+    assert "Traceback" not in res.stderr and res.exception is None or isinstance(res.exception, SystemExit)
+    assert sorted(p.name for p in drafter.iterdir()) == before  # no eagle3conv-verify.json, nothing else
+    return res.stderr
+
+
+def test_a_folder_mixing_formats(world, tmp_path):  # noqa: F811
+    root, captured, drafter = world
+    with StatesFile(captured) as st:
+        folder = vllm_folder(st, tmp_path, with_dataset=False)
+        _specforge_folder(st, folder, (1, 3, 4))
+    err = _refused(drafter, "--states", folder, "--embeddings", root / "target", code=1)
+    assert "mixes formats" in err and "hs_0.safetensors" in err and "data_0.ckpt" in err
+
+
+def test_a_nemo_shard_missing(world, tmp_path, nemo_cache_module):  # noqa: F811
+    root, captured, drafter = world
+    with StatesFile(captured) as st:
+        cache = nemo_cache(nemo_cache_module, st, root / "target", tmp_path / "cache")
+    (cache / "shard-000001.safetensors").unlink()
+    err = _refused(drafter, "--states", cache, code=1)
+    assert "shard-000001.safetensors: missing" in err and "12 samples in 3 shards" in err
+
+
+def test_mismatched_sequence_counts_between_files(world, tmp_path, nemo_cache_module):  # noqa: F811
+    from safetensors.torch import load_file, save_file
+
+    root, captured, drafter = world
+    with StatesFile(captured) as st:
+        folder = vllm_folder(st, tmp_path / "a")
+        cache = nemo_cache(nemo_cache_module, st, root / "target", tmp_path / "cache")
+    # a vLLM file whose hidden_states and token_ids disagree
+    bad = folder / "hs_3.safetensors"
+    t = load_file(str(bad))
+    write_vllm_file(bad, t["hidden_states"][:-1].contiguous(), t["token_ids"])
+    err = _refused(drafter, "--states", folder, "--states-layers", "2,4,5,6", "--embeddings", root / "target", code=1)
+    assert "hs_3.safetensors" in err and "positions but token_ids" in err
+    # a file for a row the dataset does not have
+    write_vllm_file(bad, t["hidden_states"], t["token_ids"])
+    (folder / "hs_3.safetensors").rename(folder / "hs_40.safetensors")
+    err = _refused(drafter, "--states", folder, "--states-layers", "2,4,5,6", "--embeddings", root / "target", code=1)
+    assert "hs_40.safetensors names row 40" in err and "12 rows" in err
+    # a NeMo shard holding fewer samples than the manifest puts in it
+    shard = cache / "shard-000000.safetensors"
+    t = load_file(str(shard))
+    save_file({k: v[:4].contiguous() for k, v in t.items()}, str(shard))
+    err = _refused(drafter, "--states", cache, code=1)
+    assert "shard-000000.safetensors" in err and "puts 5 samples" in err
+
+
+def test_layer_ids_out_of_range_for_the_target(world, tmp_path):  # noqa: F811
+    root, captured, drafter = world
+    with StatesFile(captured) as st:
+        folder = vllm_folder(st, tmp_path)
+    err = _refused(drafter, "--states", folder, "--states-layers", "2,4,5,9", "--embeddings", root / "target", code=3)
+    assert str(folder) in err and "output of layer 8" in err and "6 layers" in err and "vLLM" in err
+
+
+def test_a_nan_in_one_file(world, tmp_path):  # noqa: F811
+    from safetensors.torch import load_file
+
+    root, captured, drafter = world
+    with StatesFile(captured) as st:
+        folder = vllm_folder(st, tmp_path)
+        sf = _specforge_folder(st, tmp_path / "sf", (1, 3, 4))
+    bad = folder / "hs_5.safetensors"
+    t = load_file(str(bad))
+    t["hidden_states"][3, 1, 7] = float("nan")
+    write_vllm_file(bad, t["hidden_states"], t["token_ids"])
+    err = _refused(drafter, "--states", folder, "--states-layers", "2,4,5,6", "--embeddings", root / "target", code=1)
+    assert "hs_5.safetensors: the hidden states of slot 1" in err and "not finite" in err
+    rec = torch.load(sf / "data_7.ckpt")
+    rec["aux_hidden_state"][0, 2, 70] = float("inf")
+    torch.save(rec, sf / "data_7.ckpt")
+    err = _refused(drafter, "--states", sf, "--states-layers", "1,3,4", "--embeddings", root / "target", code=1)
+    assert "data_7.ckpt" in err and "not finite" in err
+
+
+def test_embeddings_that_are_not_weights_are_a_clear_error(world, tmp_path):  # noqa: F811
+    root, captured, drafter = world
+    with StatesFile(captured) as st:
+        sf = _specforge_folder(st, tmp_path / "sf", (1, 3, 4))
+    junk = tmp_path / "model.bin"
+    junk.write_bytes(b"\x00" * 4096)
+    err = _refused(drafter, "--states", sf, "--embeddings", junk, code=1)
+    assert "model.bin" in err and "not a readable safetensors file" in err
+
+
+# --- a real target and a trained drafter: SmolLM2-135M and tests/data/smollm2-drafter ----------------
+
+SMOL_DRAFTER = Path(__file__).parent / "data" / "smollm2-drafter"  # trained on outputs of layers 1, 14, 26
+SMOL_PROMPTS = ["Explain volcanoes to a curious teenager.", "Write a short paragraph about DNA.",
+                "Give me three interesting things about tea.", "Why do smartphones matter? Answer in one paragraph."]
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory):
+    """SmolLM2's states captured by eagle3conv (fp32, the target's greedy responses), its GGUF (the
+    --embeddings every format is scored with: its table, final norm and lm_head, de-quantized), and the
+    trained drafter copied out of the repository."""
+    import shutil
+
+    from eagle3conv.errors import Eagle3ConvError
+    from eagle3conv.states.capture import capture_states
+    from eagle3conv.states.target_model import load_target_model, smollm2_gguf_path
+
+    try:
+        target = load_target_model("smollm2-135m")
+    except Eagle3ConvError as e:  # scripts/setup.sh installs it
+        pytest.skip(f"SmolLM2 not installed: {e.message}")
+    root = tmp_path_factory.mktemp("smol")
+    out = root / "states.safetensors"
+    capture_states(target.model, target.tokenizer, SMOL_PROMPTS, out, layers=[1, 14, 26, 29], generate_tokens=40,
+                   batch_size=4, dtype="fp32", target=target.name)
+    drafter = root / "drafter"
+    shutil.copytree(SMOL_DRAFTER, drafter)
+    return out, smollm2_gguf_path(), drafter, target.model
+
+
+def test_every_format_scores_the_trained_drafter_like_the_states_file(smollm2, tmp_path, nemo_cache_module):
+    """The trained drafter's acceptance (well above 0) on SmolLM2's own tokens, read from vLLM's files,
+    NeMo's cache and SpecForge's records of the same states: the same figures, exactly."""
+    states, gguf, drafter, model = smollm2
+    ref = verify(drafter, states, embeddings=gguf, save=False)
+    assert ref.main.acceptance[0] > 0.2 and ref.reference == "target"
+    with StatesFile(states) as st:
+        folder = vllm_folder(st, tmp_path / "vllm", ids=(2, 15, 27, 30))  # outputs 1, 14, 26 and the last (29)
+        cache = nemo_cache(nemo_cache_module, st, model, tmp_path / "nemo", shard_size=3, topk=4,
+                           layers=(1, 14, 26))
+        sf = tmp_path / "sf"
+        sf.mkdir()
+        mask = st.attention_mask.bool()
+        aux = st.aux(outputs(1, 14, 26))
+        with torch.no_grad():
+            post = model.model.norm(st.hidden(29))  # SGLang's last_hidden_states: after the final norm
+        for b in range(st.num_sequences):
+            n = int(mask[b].sum())
+            buf = io.BytesIO()
+            torch.save({"input_ids": st.input_ids[b, :n].clone(), "loss_mask": st.loss_mask[b, :n].long(),
+                        "hidden_state": post[b:b + 1, :n].clone(), "aux_hidden_state": aux[b:b + 1, :n].clone()},
+                       buf)
+            (sf / f"data_{b}.ckpt").write_bytes(buf.getvalue())
+    got = {"vllm": verify(drafter, folder, embeddings=gguf, states_layers=[2, 15, 27, 30], save=False),
+           "nemo": verify(drafter, cache, embeddings=gguf, save=False),
+           "specforge": verify(drafter, sf, embeddings=gguf, states_layers=[1, 14, 26], save=False)}
+    for name, res in got.items():
+        assert res.reference == "target", name
+        _same_figures(res.main, ref.main)

@@ -96,6 +96,7 @@ if TYPE_CHECKING:
 STATES_FORMAT = "eagle3conv-states"
 STATES_VERSION = 1
 STATES_FILE = "states.safetensors"
+NO_NEXT_TOKENS = "hold no next-token ids"  # the words of a reader's note that verify drops once it computed them
 USER_STATED = "--states-layers (the user's statement: the files do not record their layers)"
 
 EMBEDDING_KEY = "hidden.embedding"

@@ -139,6 +139,7 @@ class DumpStates(CapturedStates):
         if (root / MANIFEST_FILE).is_file():
             manifest = read_json_file(root / MANIFEST_FILE, "dump manifest")
         self._aux = [self._tensor(p, 2, "aux") for _, p in slots]
+        self._aux_paths = [p for _, p in slots]
         tokens, width = self._aux[0].shape
         for (slot, p), t in zip(slots, self._aux):
             if tuple(t.shape) != (tokens, width):
@@ -272,6 +273,11 @@ class DumpStates(CapturedStates):
         import torch
 
         return torch.cat([self._gather(a, start, stop) for a in self._aux], dim=-1)
+
+    def find_non_finite(self, refs) -> Path | None:
+        import torch
+
+        return next((p for p, a in zip(self._aux_paths, self._aux) if not bool(torch.isfinite(a).all())), None)
 
     def _embed_rows(self, start: int, stop: int) -> Tensor:
         return self._gather(self._emb, start, stop)
@@ -438,6 +444,15 @@ class SpecForgeStates(CapturedStates):
         t = self.hidden_size
         parts = [stored[..., self.layers.index(r) * t: (self.layers.index(r) + 1) * t] for r in refs]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+    def find_non_finite(self, refs) -> Path | None:
+        import torch
+
+        for p in self._files:
+            rec = self._load(p)
+            if not (bool(torch.isfinite(rec["aux_hidden_state"]).all()) and bool(torch.isfinite(rec["hidden_state"]).all())):
+                return p
+        return None
 
     def final_hidden(self, rows: slice | None = None) -> Tensor:
         """``hidden_state`` ``[b, S, T]``: the target's final (post-norm) hidden state."""

@@ -202,7 +202,8 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
             norms.append({"median": None, "p10": None, "p90": None, "tokens": 0})
             continue
         q = torch.quantile(v[:16_000_000], torch.tensor([0.1, 0.5, 0.9], dtype=torch.double))
-        norms.append({"median": float(q[1]), "p10": float(q[0]), "p90": float(q[2]), "tokens": int(v.numel())})
+        norms.append({"median": float(q[1]), "p10": float(q[0]), "p90": float(q[2]), "tokens": int(v.numel()),
+                      "finite": bool(torch.isfinite(v).all())})  # one NaN/Inf token leaves the quantiles finite
     replay_acc, replay_rounds = (replay(torch.cat(starts_a).cpu().numpy(), torch.cat(starts_full).cpu().numpy())
                                  if starts_a else ([], []))
     score = Score(candidate, steps, matched, counted,

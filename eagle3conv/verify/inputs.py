@@ -229,6 +229,10 @@ def target_next_from_head(states, head, norm=None, *, device="cpu", rows: int = 
         sl = slice(start, min(start + rows, states.num_sequences))
         h = states.final_hidden(sl) if kind == "post-norm" else states.aux([ref], sl)
         h = h.to(device=device, dtype=torch.float32)
+        if not bool(torch.isfinite(h).all()):
+            where = states.find_non_finite(None) or states.path
+            raise CheckpointReadError(f"{where}: the target's last hidden state is not finite (NaN or Inf): the "
+                                      "capture went wrong", hint="capture again (a bf16 overflow?)")
         if nw is not None:
             h = rms_norm(h, nw, norm[1])
         flat = h.reshape(-1, h.shape[-1])

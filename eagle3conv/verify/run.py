@@ -48,6 +48,7 @@ from eagle3conv.verify.search import (
 )
 from eagle3conv.spec.canonical import drafter_uses_own_embedding
 from eagle3conv.spec.layers import LayerRef, LayerSet, describe, to_refs
+from eagle3conv.states.format import NO_NEXT_TOKENS
 
 
 @dataclass(frozen=True)
@@ -284,6 +285,7 @@ class _Verification:
         self.labels = target_next_from_head(st, head, norm, device=self.dev)
         self.reference = "target"
         self.notes[:] = [n for n in self.notes if "hold no target next tokens" not in n]
+        st.notes = tuple(n for n in st.notes if NO_NEXT_TOKENS not in n)  # the reader's "cannot" no longer holds
         self.notes.append("scored against the target's own next tokens, computed from "
                           + ("its lm_head over the stored post-norm last hidden state" if fs[0] == "post-norm" else
                              f"its final norm and lm_head over the stored {fs[1]} (before the norm)")
@@ -345,10 +347,11 @@ class _Verification:
                     f"mask ({self.states.num_sequences} sequences, {self.states.num_tokens} real tokens)",
                     hint="capture longer sequences or with --generate N (the generated part is scored)")
         bad = [j for j, nm in enumerate(self.scores[-1].norms) if nm["median"] is not None
-               and not all(math.isfinite(nm[k]) for k in ("median", "p10", "p90"))]
+               and (nm.get("finite") is False or not all(math.isfinite(nm[k]) for k in ("median", "p10", "p90")))]
         if bad:
+            where = self.states.find_non_finite(cand.layers) or self.states_path
             raise CheckpointReadError(
-                f"{self.states_path}: the hidden states of slot {bad[0]} ({cand.layers[bad[0]]}) are not finite "
+                f"{where}: the hidden states of slot {bad[0]} ({cand.layers[bad[0]]}) are not finite "
                 "(NaN or Inf): the capture went wrong", hint="capture again (a bf16 overflow? try --dtype fp32)")
 
     def harvest(self, res) -> None:
