@@ -390,9 +390,12 @@ def smollm2(tmp_path_factory):
         target = load_target_model("smollm2-135m")
     except Eagle3ConvError as e:  # scripts/setup.sh installs it
         pytest.skip(f"SmolLM2 not installed: {e.message}")
+    from eagle3conv.verify import inputs
+
+    inputs._GGUF_LOADED[str(smollm2_gguf_path().resolve())] = target.model  # verify's --embeddings: loaded once
     root = tmp_path_factory.mktemp("smol")
     out = root / "states.safetensors"
-    capture_states(target.model, target.tokenizer, SMOL_PROMPTS, out, layers=[1, 14, 26, 29], generate_tokens=40,
+    capture_states(target.model, target.tokenizer, SMOL_PROMPTS, out, layers=[1, 14, 26, 29], generate_tokens=32,
                    batch_size=4, dtype="fp32", target=target.name)
     drafter = root / "drafter"
     shutil.copytree(SMOL_DRAFTER, drafter)
@@ -428,3 +431,28 @@ def test_every_format_scores_the_trained_drafter_like_the_states_file(smollm2, t
     for name, res in got.items():
         assert res.reference == "target", name
         _same_figures(res.main, ref.main)
+
+
+# --- the trainer's own data as the norm record ------------------------------------------------------
+
+
+def test_training_states_give_the_norms_slot_by_slot(world, tmp_path):  # noqa: F811
+    """--training-states: the per-slot norms of the data the drafter was trained on (here SpecForge
+    records of outputs 1, 3, 4, which record no layers, and vLLM files with the last layer after them)
+    next to the inference states', slot by slot; no metadata file written first."""
+    root, captured, drafter = world
+    with StatesFile(captured) as st:
+        sf = _specforge_folder(st, tmp_path / "sf", (1, 3, 4))
+        hs = vllm_folder(st, tmp_path / "v", with_dataset=False)
+    res = verify(drafter, captured, training_states=sf, save=False)
+    cmp = res.comparisons[0]
+    assert [c["ratio"] for c in cmp] == [1.0, 1.0, 1.0]  # the same data: the same medians
+    assert [c["training_median"] for c in cmp] == [n["median"] for n in res.main.norms]
+    assert "--training-states" in res.training_norms["source"]
+    # the incident's wiring at inference (the embedding output in slot 0) against the trained data
+    wrong = verify(drafter, captured, training_states=hs, layers=[-1, 1, 3], save=False)
+    got = wrong.comparisons[0]
+    assert [c["training_median"] for c in got] == [c["training_median"] for c in cmp]  # vLLM: the first 3 slots
+    assert all(c["ratio"] != 1.0 for c in got)
+    out = run("verify", drafter, "--states", captured, "--training-states", sf, "--no-save").stdout
+    assert "slot 0 vs training" in out
