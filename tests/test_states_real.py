@@ -390,9 +390,9 @@ def smollm2(tmp_path_factory):
         target = load_target_model("smollm2-135m")
     except Eagle3ConvError as e:  # scripts/setup.sh installs it
         pytest.skip(f"SmolLM2 not installed: {e.message}")
-    from eagle3conv.verify import inputs
+    from eagle3conv.verify.inputs import use_loaded_target
 
-    inputs._GGUF_LOADED[str(smollm2_gguf_path().resolve())] = target.model  # verify's --embeddings: loaded once
+    use_loaded_target(smollm2_gguf_path(), target.model)  # verify's --embeddings GGUF: loaded once
     root = tmp_path_factory.mktemp("smol")
     out = root / "states.safetensors"
     capture_states(target.model, target.tokenizer, SMOL_PROMPTS, out, layers=[1, 14, 26, 29], generate_tokens=32,

@@ -98,8 +98,12 @@ class NemoStates(CapturedStates):
                                                             and i >= 0 for i in ids):
             raise CheckpointReadError(f"{mpath}: field 'aux_layer_ids' must be a list of layer indices, got {ids!r}")
         sel = m["selected_token_ids"]
-        if (not isinstance(sel, list) or len(sel) != m["draft_vocab_size"]
-                or not all(isinstance(i, int) and 0 <= i < self.vocab_size for i in sel)):
+        try:
+            sel_t = torch.tensor(sel, dtype=torch.long) if isinstance(sel, list) and sel else None
+        except (TypeError, ValueError, RuntimeError, OverflowError):
+            sel_t = None
+        if (sel_t is None or sel_t.ndim != 1 or len(sel) != m["draft_vocab_size"] or int(sel_t.min()) < 0
+                or int(sel_t.max()) >= self.vocab_size or any(isinstance(i, bool) for i in sel[:1])):
             raise CheckpointReadError(f"{mpath}: field 'selected_token_ids' must list draft_vocab_size target ids")
         self.layers: LayerSet = tuple(LayerRef(i) for i in ids)
         self.layers_from = f"{MANIFEST} aux_layer_ids (NeMo's record: the output of layers[i])"
@@ -110,7 +114,7 @@ class NemoStates(CapturedStates):
         self._shards = self._shard_files(root)
         emb = root / EMBEDDINGS_FILE
         self.embedding_table_path = emb if emb.is_file() else None
-        self._read_small(seq, torch.tensor(sel, dtype=torch.long))
+        self._read_small(seq, sel_t)
         self.final_state = None
 
     def _shard_files(self, root: Path) -> list[Path]:
@@ -151,7 +155,7 @@ class NemoStates(CapturedStates):
 
         ids, att, loss, nxt = [], [], [], []
         outside = 0
-        miss_id = next((i for i in range(self.vocab_size + 1) if i not in set(sel.tolist())), 0)
+        miss_id = None  # a target id no draft of this vocabulary makes (found when first needed)
         t = None
         for i, p in enumerate(self._shards):
             header, n = self._check_shard(i, p, seq)
@@ -180,7 +184,12 @@ class NemoStates(CapturedStates):
             o_ids[:, 1:], o_loss[:, 1:] = x[:, :-1], lm[:, :-1]
             tok = sel[top]
             unknown = o_loss[:, 1:].bool() & ~pm[:, :-1]
-            tok[:, :-1][unknown] = miss_id
+            if miss_id is None and bool(unknown.any()):
+                in_vocab = torch.zeros(self.vocab_size + 1, dtype=torch.bool)
+                in_vocab[sel] = True
+                miss_id = int(torch.nonzero(~in_vocab)[0])
+            if miss_id is not None:
+                tok[:, :-1][unknown] = miss_id
             outside += int((unknown & real[:, 1:]).sum())
             o_next[:, 1:] = tok[:, :-1]
             o_loss &= real.long()
@@ -218,14 +227,18 @@ class NemoStates(CapturedStates):
         t, k = self.hidden_size, len(idx)
         out = None
         contiguous = idx == list(range(idx[0], idx[0] + k))
-        for p, a, b, o in self._rows_of(start, stop):
+        every = contiguous and k == len(self.layers)
+        spans = self._rows_of(start, stop)
+        for p, a, b, o in spans:
             try:
                 with safe_open(str(p), framework="pt") as f:
                     sl = f.get_slice("aux_hidden_states")
-                    part = (sl[a:b, :, idx[0] * t:(idx[0] + k) * t] if contiguous else
+                    part = (sl[a:b] if every else sl[a:b, :, idx[0] * t:(idx[0] + k) * t] if contiguous else
                             torch.cat([sl[a:b, :, j * t:(j + 1) * t] for j in idx], dim=-1))
             except Exception as e:  # safetensors' own error types
                 raise CheckpointReadError(f"{p}: cannot read aux_hidden_states ({type(e).__name__}: {e})") from None
+            if len(spans) == 1:
+                return part  # one shard holds the rows: no second copy
             if out is None:
                 out = torch.empty(stop - start, self.seq_len, k * t, dtype=part.dtype)
             out[o:o + (b - a)] = part

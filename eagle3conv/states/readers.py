@@ -98,7 +98,7 @@ _AUX_FILE = re.compile(r"^aux_(\d+)\.pt$")
 _CKPT_SUFFIXES = (".ckpt", ".ckpt.gz")
 
 
-def _pad_rows(pieces: list[Tensor], seq_len: int, fill: Any = 0) -> Tensor:
+def pad_rows(pieces: list[Tensor], seq_len: int, fill: Any = 0) -> Tensor:
     """Right-pad 1-D or 2-D per-sequence pieces into ``[b, seq_len, ...]``."""
     import torch
 
@@ -109,7 +109,7 @@ def _pad_rows(pieces: list[Tensor], seq_len: int, fill: Any = 0) -> Tensor:
     return out
 
 
-def _lengths_mask(lengths: Sequence[int]) -> Tensor:
+def lengths_mask(lengths: Sequence[int]) -> Tensor:
     import torch
 
     n = torch.tensor(list(lengths))
@@ -207,7 +207,7 @@ class DumpStates(CapturedStates):
         self._offsets = [0]
         for n in lengths:
             self._offsets.append(self._offsets[-1] + n)
-        self.attention_mask = _lengths_mask(lengths)
+        self.attention_mask = lengths_mask(lengths)
         self.input_ids = None if ids is None else self._gather(ids.long(), 0, len(lengths))
         self.target_next = None if nxt is None else self._gather(nxt.long(), 0, len(lengths))
         self._loss_mask = None if lm is None else self._gather(lm.bool(), 0, len(lengths))
@@ -251,7 +251,7 @@ class DumpStates(CapturedStates):
 
     def _gather(self, flat: Tensor, start: int, stop: int, fill: Any = 0) -> Tensor:
         pieces = [flat[self._offsets[i]: self._offsets[i + 1]] for i in range(start, stop)]
-        return _pad_rows(pieces, self.seq_len, fill)
+        return pad_rows(pieces, self.seq_len, fill)
 
     def _no_layers_hint(self) -> str:
         return (f"add {MANIFEST_FILE} with {{\"captured_at_input_of\": [...]}} to the dump folder, "
@@ -358,9 +358,9 @@ class SpecForgeStates(CapturedStates):
                     f"{self.hidden_size}) but {len(declared)} layers were given ({describe(declared)})")
         self.layers = declared
         self.final_state = ("post-norm", None)  # hidden_state: SGLang's last hidden state, after the final norm
-        self.attention_mask = _lengths_mask(lengths)
-        self.input_ids = _pad_rows(ids, self.seq_len)
-        self._loss_mask = _pad_rows(masks, self.seq_len, False)
+        self.attention_mask = lengths_mask(lengths)
+        self.input_ids = pad_rows(ids, self.seq_len)
+        self._loss_mask = pad_rows(masks, self.seq_len, False)
         self.target_next = None
         self.notes = (
             "SpecForge records hold no next-token ids: SpecForge trains on the data tokens "
@@ -435,12 +435,14 @@ class SpecForgeStates(CapturedStates):
         return [self._load(p) for p in self._files[start:stop]]
 
     def _stored_aux_rows(self, start: int, stop: int) -> Tensor:
-        return _pad_rows([r["aux_hidden_state"] for r in self._records(start, stop)], self.seq_len)
+        return pad_rows([r["aux_hidden_state"] for r in self._records(start, stop)], self.seq_len)
 
     def _aux_rows(self, refs: LayerSet, start: int, stop: int) -> Tensor:
         import torch
 
         stored = self._stored_aux_rows(start, stop)
+        if tuple(refs) == tuple(self.layers):
+            return stored  # the slots as stored: no second copy
         t = self.hidden_size
         parts = [stored[..., self.layers.index(r) * t: (self.layers.index(r) + 1) * t] for r in refs]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
@@ -457,7 +459,7 @@ class SpecForgeStates(CapturedStates):
     def final_hidden(self, rows: slice | None = None) -> Tensor:
         """``hidden_state`` ``[b, S, T]``: the target's final (post-norm) hidden state."""
         start, stop = self._rows(rows)
-        return _pad_rows([r["hidden_state"] for r in self._records(start, stop)], self.seq_len)
+        return pad_rows([r["hidden_state"] for r in self._records(start, stop)], self.seq_len)
 
 
 # --------------------------------------------------------------------------- detection
@@ -504,8 +506,12 @@ def detect_states(path: str | os.PathLike) -> str:
     p = Path(path)
     if p.is_file():
         if p.name.endswith(".safetensors"):
+            from eagle3conv.states.nemo import SHARD_FILE
             from eagle3conv.states.vllm import is_vllm_file
 
+            if SHARD_FILE.match(p.name) and (p.parent / MANIFEST_FILE).is_file():
+                raise CheckpointReadError(f"{p}: one shard of a NeMo Automodel cache",
+                                          hint=f"pass the cache folder: --states {p.parent}")
             return "vllm" if is_vllm_file(p) else "eagle3conv"
         if _is_ckpt(p):
             return "specforge"

@@ -17,8 +17,7 @@ dataset row's ``loss_mask`` and refuses a file whose ``token_ids`` differ from t
 ``input_ids``. This reader does the same: the folder's parent is read as that dataset when it is
 one (pyarrow, which ``datasets`` depends on), else every token is scored and the report says so.
 
-The files record **no layer ids**. The ids are vLLM's (``eagle_aux_hidden_state_layer_ids``
-given to vLLM): id ``i`` is the output of decoder layer ``i-1`` (0 the embedding output, N the
+The files record **no layer ids**. The ids are vLLM's (the aux layer ids vLLM was launched with): id ``i`` is the output of decoder layer ``i-1`` (0 the embedding output, N the
 last layer's output before the final norm), so ``vllm_ids`` are read in that numbering, sorted
 (vLLM stacks in layer order). Without them the slots are unnamed (``layers`` None). When the
 last id is N, the last slot is the target's final hidden state before its norm:
@@ -162,11 +161,11 @@ class VllmStates(CapturedStates):
                 if len(lm) != len(want) or any(v not in (0, 1) for v in lm):
                     raise CheckpointReadError(f"{ds}: row {i}'s loss_mask must be 0/1, one per input id")
                 masks.append(torch.tensor(lm, dtype=torch.bool))
-        from eagle3conv.states.readers import _lengths_mask, _pad_rows
+        from eagle3conv.states.readers import lengths_mask, pad_rows
 
-        self.attention_mask = _lengths_mask(lengths)
-        self.input_ids = _pad_rows(ids, self.seq_len)
-        self._loss_mask = None if masks is None else _pad_rows(masks, self.seq_len, False)
+        self.attention_mask = lengths_mask(lengths)
+        self.input_ids = pad_rows(ids, self.seq_len)
+        self._loss_mask = None if masks is None else pad_rows(masks, self.seq_len, False)
         self.target_next = None
         self._label(vllm_ids, layers)
         notes = ["vLLM's hidden-states files hold no next-token ids: the target's own next tokens need its "
@@ -227,8 +226,8 @@ class VllmStates(CapturedStates):
         return self._vllm_ids
 
     def _no_layers_hint(self) -> str:
-        return ("pass the ids vLLM was given (eagle_aux_hidden_state_layer_ids, in vLLM's numbering) with "
-                "--states-layers")
+        return ("pass the aux layer ids vLLM was launched with (its speculative config's, in vLLM's numbering) "
+                "with --states-layers")
 
     @staticmethod
     def _read(p: Path, name: str) -> Tensor:

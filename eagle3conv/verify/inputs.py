@@ -86,6 +86,13 @@ def _gguf_target(path: str | os.PathLike):
 _GGUF_LOADED: dict = {}
 
 
+def use_loaded_target(path: str | os.PathLike, model) -> None:
+    """Read the GGUF at ``path`` from ``model``, already loaded from it (by
+    :func:`eagle3conv.states.target_model.load_target_model`), instead of loading it again."""
+    _GGUF_LOADED.clear()
+    _GGUF_LOADED[str(Path(path).resolve())] = model
+
+
 def _is_gguf(path: str | os.PathLike) -> bool:
     return Path(path).is_file() and Path(path).suffix == ".gguf"
 
@@ -384,4 +391,4 @@ def data_labels(input_ids, attention_mask):
 
 __all__ = ["EMBED_NAMES", "HEAD_NAMES", "NORM_NAMES", "build_drafter", "compare_embeddings", "data_labels",
            "load_drafter_weights", "load_target_embeddings", "load_target_head", "load_target_norm",
-           "target_next_from_head", "target_num_layers"]
+           "target_next_from_head", "target_num_layers", "use_loaded_target"]
