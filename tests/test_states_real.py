@@ -456,3 +456,21 @@ def test_training_states_give_the_norms_slot_by_slot(world, tmp_path):  # noqa: 
     assert all(c["ratio"] != 1.0 for c in got)
     out = run("verify", drafter, "--states", captured, "--training-states", sf, "--no-save").stdout
     assert "slot 0 vs training" in out
+
+
+def test_the_card_says_unnamed_states_do_not_check_the_wiring(world, tmp_path):  # noqa: F811
+    import shutil
+
+    from eagle3conv.hub.card import gather_facts, render_block
+
+    root, captured, drafter = world
+    mine = tmp_path / "drafter"
+    shutil.copytree(drafter, mine)
+    with StatesFile(captured) as st:
+        sf = _specforge_folder(st, tmp_path / "sf", (0, 2, 5))
+    run("verify", mine, "--states", sf, "--embeddings", root / "target")
+    card = render_block(gather_facts(mine, "me/drafter"))
+    assert "do not check the wiring" in card
+    run("verify", mine, "--states", sf, "--embeddings", root / "target", "--states-layers", "0,2,5",
+        "--layers", "0,2,5")  # named: checked, and the card does not say otherwise
+    assert "do not check the wiring" not in render_block(gather_facts(mine, "me/drafter"))

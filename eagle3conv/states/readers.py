@@ -481,7 +481,9 @@ def _folder_kinds(p: Path) -> dict[str, list[str]]:
     mark("aux-dump", [n for n in names if _AUX_FILE.match(n)][:2])
     mark("specforge", [n for n in names if n.endswith(_CKPT_SUFFIXES)][:2])
     mark("eagle3conv", [n for n in names if n == STATES_FILE])
-    if MANIFEST_FILE in names:
+    if MANIFEST_FILE in names and any(SHARD_FILE.match(n) for n in names):
+        mark("nemo", [MANIFEST_FILE] + [n for n in names if SHARD_FILE.match(n)][:1])  # the reader checks the rest
+    elif MANIFEST_FILE in names:
         try:
             manifest = read_json_file(p / MANIFEST_FILE, "manifest.json")
         except CheckpointReadError:
