@@ -14,7 +14,8 @@ Each round reads every format once, in a rotated order: open it and stream the a
 sequence through ``eagle3conv.verify.feed.batches`` exactly as verify does (on CUDA the states file goes
 through verify's GpuFeeder, the other formats through their readers in the prefetch thread; on CUDA each
 batch is waited for). The figure is the median over rounds of each format's seconds divided by the
-states file's in the same round. Run:
+states file's in the same round. On CPU every page of each batch is touched (a reader may return a
+lazy view of a memory-mapped file); on CUDA the upload reads it. Run:
 
     python bench/bench_states_formats.py --out bench/results/states_formats_cpu.json          # CPU, small
     python bench/bench_states_formats.py --device cuda --hidden 7168 --slots 4 --sequences 8 \\
@@ -113,6 +114,11 @@ def read_once(kind: str, path: Path, layers, a, device) -> float:
     for _, _, aux, _ in batches(st, refs, total=st.num_sequences, batch_size=a.batch_size, with_embeddings=False,
                                 device=device, dtype=torch.bfloat16):
         got += aux.shape[0]
+        if aux.device != device:  # the readers' batches arrive pinned on the host: evaluate uploads them
+            aux = aux.to(device, non_blocking=True)
+        if device.type != "cuda":  # touch every page: a reader may hand out a lazy view of its file's map
+            flat = aux.reshape(-1)
+            float(flat[::4096 // flat.element_size()].sum())
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     assert got == a.sequences

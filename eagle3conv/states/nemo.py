@@ -182,18 +182,18 @@ class NemoStates(CapturedStates):
             real = a.bool()
             o_ids, o_loss, o_next = (torch.zeros(n, seq, dtype=torch.long) for _ in range(3))
             o_ids[:, 1:], o_loss[:, 1:] = x[:, :-1], lm[:, :-1]
-            tok = sel[top]
+            tok = sel.index_select(0, top.reshape(-1)).view_as(top)  # (plain sel[top] is ~1000x slower on CPU)
             unknown = o_loss[:, 1:].bool() & ~pm[:, :-1]
             if miss_id is None and bool(unknown.any()):
                 in_vocab = torch.zeros(self.vocab_size + 1, dtype=torch.bool)
                 in_vocab[sel] = True
                 miss_id = int(torch.nonzero(~in_vocab)[0])
             if miss_id is not None:
-                tok[:, :-1][unknown] = miss_id
+                tok[:, :-1].masked_fill_(unknown, miss_id)
             outside += int((unknown & real[:, 1:]).sum())
             o_next[:, 1:] = tok[:, :-1]
             o_loss &= real.long()
-            if bool(((o_ids < 0) | (o_ids >= self.vocab_size))[real].any()):
+            if bool((((o_ids < 0) | (o_ids >= self.vocab_size)) & real).any()):
                 raise CheckpointReadError(f"{p}: input_ids outside 0..{self.vocab_size - 1} (target_vocab_size)")
             ids.append(o_ids.masked_fill(~real, 0))
             att.append(real)
