@@ -747,8 +747,9 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
 
     Writes eagle3conv's states file (atomically): token ids, masks, the target's
     greedy next tokens and the hidden states of every (or each chosen) layer,
-    each named explicitly. For targets too large for transformers, dump states
-    from an SGLang server instead (README: Captured states).
+    each named explicitly. For targets too large for transformers, verify reads
+    what vLLM (through speculators), NeMo Automodel or SpecForge write instead
+    (docs/states-formats.md).
 
     \b
     Example:
