@@ -667,17 +667,26 @@ def _push_text(d: dict) -> str:
 @main.command("verify")
 @click.argument("checkpoint", type=click.Path(path_type=str))
 @click.option("--states", "states", type=click.Path(exists=True, path_type=str),
-              help="Captured target states: an eagle3conv states.safetensors, a folder of SGLang aux dumps "
-                   "(aux_0.pt, ... + manifest.json), or SpecForge .ckpt records. Without it: the structural "
-                   "smoke test only (random inputs at step 1 and step 2).")
+              help="Captured target states: an eagle3conv states.safetensors; vLLM hidden-states files "
+                   "(hs_<i>.safetensors, as speculators' generate-offline-data keeps them); a NeMo Automodel "
+                   "EAGLE-3 cache (manifest.json + shard-*.safetensors); SpecForge .ckpt records; or per-slot "
+                   "aux dumps (aux_0.pt, ... + manifest.json: the layout of patched-server dump pipelines, not "
+                   "an SGLang release's). Without it: the structural smoke test only.")
 @_wiring_options
 @click.option("--layers", "layers", metavar="IDS",
               help="Score this wiring (output-of-layer ids, -1 = embedding output) instead of the config's.")
 @click.option("--states-layers", metavar="IDS",
-              help="Output-of-layer ids of the stored aux slots, for states that do not name them (SpecForge "
-                   "records, dumps without manifest.json).")
+              help="The layers of the stored slots, for states that do not record them, in the numbering of "
+                   "the run that wrote them: vLLM files take the ids vLLM was given (id i = output of layer "
+                   "i-1, N = the last layer's); SpecForge records and dumps without manifest.json take "
+                   "output-of-layer ids. Without it these states cannot check the wiring (the report says so).")
 @click.option("--embeddings", type=click.Path(exists=True, path_type=str),
-              help="The target's safetensors (file or model folder), for states without the embedding output.")
+              help="The target's weights (a model folder, a .safetensors file or a .gguf): its embedding table "
+                   "for states without the embedding output, and its final norm and lm_head for its own next "
+                   "tokens where the states hold its last hidden state.")
+@click.option("--training-states", type=click.Path(exists=True, path_type=str), metavar="PATH",
+              help="The trainer's own data (any format --states reads): its per-slot norms are compared with "
+                   "the inference states', slot by slot.")
 @click.option("--search-wiring", is_flag=True,
               help="Search every wiring of the layers the states hold (screened on step-1 acceptance, the "
                    "best confirmed with the config's, the record's and engine defaults) and name the one the "
@@ -697,8 +706,8 @@ def _push_text(d: dict) -> str:
 @click.option("--launch", "launch", metavar="LINE",
               help="Also check your launch line (as `eagle3conv launch --check`); exit 3 when it has an error.")
 def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sglang_version, layers, states_layers,
-               embeddings, search_wiring, steps, min_accept, device, dtype, batch_size, max_sequences, plot, no_save,
-               launch):
+               embeddings, training_states, search_wiring, steps, min_accept, device, dtype, batch_size,
+               max_sequences, plot, no_save, launch):
     """Run the drafter on captured target states: acceptance per draft position, accept length, and the wiring.
 
     Teacher-forced top-1 acceptance of each draft against the target's own greedy
@@ -748,7 +757,8 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
                      steps=steps, device=device, dtype=dtype, search=search_wiring,
                      layers=parse_ids(layers) if layers else None, min_accept=min_accept, batch_size=batch_size,
                      max_sequences=max_sequences, save=not no_save, progress=progress,
-                     states_layers=parse_ids(states_layers) if states_layers else None, embeddings=embeddings)
+                     states_layers=parse_ids(states_layers) if states_layers else None, embeddings=embeddings,
+                     training_states=training_states)
     d = res.to_dict()
     launch_ok = _verify_launch(d, checkpoint, _wiring_opts(target, trained_on, captured_at, metadata, sglang_version),
                                launch)
@@ -833,7 +843,8 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
     each named explicitly. For targets too large for transformers, --engine vllm
     runs vLLM's extract_hidden_states (tensor-parallel) and writes the files
     speculators' data generation keeps, with eagle3conv-capture.json naming the
-    layers (docs/capture-at-scale.md).
+    layers (docs/capture-at-scale.md); verify also reads what NeMo Automodel or
+    SpecForge write (docs/states-formats.md).
 
     \b
     Example:

@@ -399,7 +399,10 @@ def verify_text(d: dict) -> str:
     st = d["states"]
     m = d["results"][0]
     lo_, hi_ = m["accept_length_ci95"]
-    lines = [f"verify: accept length {m['accept_length']:.3f} [{lo_:.3f}, {hi_:.3f}], step-1 acceptance "
+    unchecked = st.get("wiring_checked") is False
+    lines = [("verify: these states cannot check the wiring (they do not record their slots' layers: pass "
+              "--states-layers); " if unchecked else "verify: ")
+             + f"accept length {m['accept_length']:.3f} [{lo_:.3f}, {hi_:.3f}], step-1 acceptance "
              f"{m['acceptance_per_position'][0]:.3f}, on {m['described']}"
              + ("" if d.get("passed", True) else f" -- below --min-accept {d['min_accept']}")
              + ("" if d["wiring_check"].get("ok", True) else "; the wiring check FAILED (below)"),
@@ -408,6 +411,9 @@ def verify_text(d: dict) -> str:
              f"{st.get('tokens')} tokens; " + (f"target {st['target']})" if st.get("target") else
                                                "the states name no target)"),
              f"ran on:     {d['device']}, {d['dtype']}, {d['steps']} draft steps; {d['statistic']}"]
+    if st.get("layers_from"):
+        lines.append(f"layers:     from {st['layers_from']}"
+                     + ("; the wiring check rests on that statement" if "--states-layers" in st["layers_from"] else ""))
     for n in st.get("verify_notes") or []:
         lines.append(f"note:       {n}")
     for n in st.get("notes") or []:
@@ -420,6 +426,8 @@ def verify_text(d: dict) -> str:
     for r in scored:
         row = rows.get(r["engine"]) or {}
         mark = _MARK.get((row.get("finding") or {}).get("level"), "ok  ")
+        if unchecked and mark == "ok  ":
+            mark = "n/a "  # the slots were labelled with the config's own ids: nothing here checks them
         if "accept_length" in r:
             lines.append(f"  {mark} {r['release']}: {row.get('captures')}: accept length {r['accept_length']:.3f}, "
                          f"step-1 acceptance {r['acceptance'][0]:.3f}")

@@ -313,7 +313,7 @@ def make_dump(folder, *, manifest=True, lengths=(5, 3), ids=True, nxt=True, emb=
 def test_dump_reader(tmp_path):
     aux = make_dump(tmp_path / "d", emb=True)
     st = open_states(tmp_path / "d")
-    assert isinstance(st, DumpStates) and st.source == "sglang-dump"
+    assert isinstance(st, DumpStates) and st.source == "aux-dump"
     assert st.layers == (*outputs(2, 30, 58), EMBEDDING)
     assert st.num_layers == 61 and st.hidden_size == T and st.target == "kimi-k2.5"
     assert st.shape == (2, 5) and st.lengths == [5, 3]

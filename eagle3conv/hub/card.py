@@ -361,6 +361,10 @@ def _verify_section(facts: CardFacts) -> list[str]:
     out += [f"From `{REPORT_FILE}` ({', '.join(about)}):", "",
             f"Statistic: {r.statistic}. Acceptance at draft position k is per position "
             "(not conditional on the earlier drafts).", ""]
+    states = r.document.get("states") if isinstance(r.document.get("states"), dict) else {}
+    if states.get("wiring_checked") is False:  # the slots were labelled with the config's own ids
+        out += ["> These states did not record which layers they hold: the figures below do not check "
+                "the wiring (a wrong config would score the same).", ""]
     if f.acceptance:
         out += ["| draft position | " + " | ".join(str(i + 1) for i in range(len(f.acceptance))) + " |",
                 "|---|" + "---|" * len(f.acceptance),

@@ -169,7 +169,7 @@ CONVENTIONS: Mapping[str, Convention] = _registry(
     Convention(
         "captured-at-input",
         "dumps named 'captured at the input of layer L': L = output of layer L-1",
-        ("SGLang-style aux dumps",),
+        ("patched-server aux dumps",),
         _captured_decode,
         _captured_encode,
     ),

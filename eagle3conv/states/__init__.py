@@ -1,5 +1,6 @@
 """Captured target states: eagle3conv's ``states.safetensors`` (format), readers for
-SGLang-style dumps and SpecForge features (readers), capturing from a transformers
+vLLM hidden-states files (vllm), NeMo Automodel caches (nemo), SpecForge features and
+patched-server aux dumps (readers), capturing from a transformers
 target (capture, target_model). See each module's docstring for the layouts.
 
 Imports here are lazy so that ``import eagle3conv.states`` stays cheap.
@@ -10,7 +11,7 @@ _EXPORTS = {
     "CapturedStates": "format", "StatesBatch": "format", "STATES_FORMAT": "format",
     "STATES_VERSION": "format", "STATES_FILE": "format",
     "open_states": "readers", "detect_states": "readers", "DumpStates": "readers",
-    "SpecForgeStates": "readers",
+    "SpecForgeStates": "readers", "VllmStates": "vllm", "NemoStates": "nemo",
     "capture_states": "capture", "read_prompts": "capture", "Prompt": "capture",
     "CaptureResult": "capture",
     "load_target_model": "target_model", "LoadedTarget": "target_model",

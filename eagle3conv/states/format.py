@@ -69,7 +69,8 @@ The common view
 
 :class:`CapturedStates` is what ``verify`` reads, whatever the source:
 :class:`StatesFile` (this format), and, in :mod:`eagle3conv.states.readers`,
-SGLang-style aux dumps and SpecForge offline features. Each has
+vLLM hidden-states files, NeMo Automodel caches, SpecForge offline features and
+per-slot aux dumps (patched-server pipelines). Each has
 ``layers`` (the :class:`~eagle3conv.spec.layers.LayerRef` s it can give, or
 None when the source does not record them), ``aux(refs)``, ``embeddings()``,
 ``input_ids``, ``attention_mask``, ``target_next`` (None when the source has
@@ -101,6 +102,8 @@ if TYPE_CHECKING:
 STATES_FORMAT = "eagle3conv-states"
 STATES_VERSION = 1
 STATES_FILE = "states.safetensors"
+NO_NEXT_TOKENS = "hold no next-token ids"  # the words of a reader's note that verify drops once it computed them
+USER_STATED = "--states-layers (the user's statement: the files do not record their layers)"
 
 EMBEDDING_KEY = "hidden.embedding"
 _HIDDEN_PREFIX = "hidden.output_of."
@@ -154,7 +157,7 @@ class CapturedStates:
     """Captured target states, however they were stored. Subclasses set the
     attributes below and implement :meth:`_aux_rows` / :meth:`_embed_rows`.
 
-    * ``source``: ``"eagle3conv"``, ``"sglang-dump"`` or ``"specforge"``;
+    * ``source``: ``"eagle3conv"``, ``"vllm"``, ``"nemo"``, ``"specforge"`` or ``"aux-dump"``;
       ``path``: where it was read from.
     * ``layers``: the states it holds, as LayerRefs in the order stored, or None
       when the source does not record which layers it holds (then only
@@ -183,6 +186,14 @@ class CapturedStates:
     categories: tuple[str | None, ...] | None = None
     notes: tuple[str, ...] = ()
     _loss_mask: Tensor | None = None
+    # where ``layers`` comes from: the source's own record (words naming it), ``USER_STATED`` (the
+    # user's --states-layers), or None when nothing names them (then verify labels the slots with the
+    # wiring it scores, and says these states cannot check the wiring)
+    layers_from: str | None = None
+    # the target's last hidden state, when the source holds it: ``("pre-norm", ref)`` (a stored layer
+    # output, before the final norm) or ``("post-norm", None)`` (the lm_head input, read by
+    # ``final_hidden(rows)``); None when it holds neither
+    final_state: tuple[str, Any] | None = None
 
     # -- shape
     @property
@@ -310,6 +321,7 @@ class CapturedStates:
             "has_target_next": self.target_next is not None,
             "has_loss_mask": self.has_loss_mask,
             "categories": category_counts(self.categories),
+            "layers_from": self.layers_from,
             "notes": list(self.notes),
         }
 
@@ -323,8 +335,14 @@ class CapturedStates:
         return start, max(start, stop)
 
     def _source_words(self) -> str:
-        return {"eagle3conv": "states file", "sglang-dump": "aux dump",
-                "specforge": "SpecForge feature set"}.get(self.source, "states source")
+        return {"eagle3conv": "states file", "aux-dump": "aux dump",
+                "specforge": "SpecForge feature set", "vllm": "vLLM hidden-states folder",
+                "nemo": "NeMo Automodel EAGLE-3 cache"}.get(self.source, "states source")
+
+    def find_non_finite(self, refs: Sequence[LayerRef | int] | None) -> Path | None:
+        """The first file holding a NaN or Inf among ``refs`` (None: the stored slots), or None.
+        Readers of one file per sequence override it; the default names :attr:`path`."""
+        return self.path
 
     def _no_layers_hint(self) -> str | None:
         return None
@@ -580,6 +598,9 @@ class StatesFile(CapturedStates):
                 raise self._err("categories", problem)
             self.categories = tuple(cats)
         self.notes = ()
+        self.layers_from = "the states file's own 'layers' field"
+        last = LayerRef(self.num_layers - 1)
+        self.final_state = ("pre-norm", last) if last in self.layers else None
 
     # -- reads
     def _live(self):

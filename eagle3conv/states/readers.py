@@ -1,13 +1,23 @@
 """Captured target states from other tools, as the same :class:`CapturedStates` view.
 
-:func:`open_states` takes any of three inputs and tells them apart:
+:func:`open_states` takes any of these inputs and tells them apart by their own marks
+(:func:`detect_states`; docs/states-formats.md describes each with its upstream source):
 
 eagle3conv ``states.safetensors``
     :class:`~eagle3conv.states.format.StatesFile` (a file, or a folder holding
     ``states.safetensors``). Everything ``verify`` needs, every layer named.
 
-SGLang-style aux dumps (a folder), :class:`DumpStates`
-    What a patched SGLang server writes, one tensor file per aux slot, plus
+vLLM hidden-states files (``hs_{i}.safetensors``), :class:`~eagle3conv.states.vllm.VllmStates`
+    What vLLM's ``extract_hidden_states`` writes and speculators' ``generate-offline-data`` keeps.
+
+NeMo Automodel's EAGLE-3 cache (``manifest.json`` + ``shard-*.safetensors``), :class:`~eagle3conv.states.nemo.NemoStates`
+    What ``precompute_eagle3`` writes.
+
+Per-slot aux dumps (a folder), :class:`DumpStates`
+    The layout of patched-server dump pipelines (like the one that found the seed
+    incident): no SGLang release writes hidden-state files (0.5.23's
+    ``return_hidden_states`` returns JSON), so a pipeline that dumps ``aux_<slot>.pt``
+    writes this layout itself, manifest included. One tensor file per aux slot, plus
     the files that give ``verify`` tokens to score. All positions of all
     requests are concatenated along the token axis::
 
@@ -88,7 +98,7 @@ _AUX_FILE = re.compile(r"^aux_(\d+)\.pt$")
 _CKPT_SUFFIXES = (".ckpt", ".ckpt.gz")
 
 
-def _pad_rows(pieces: list[Tensor], seq_len: int, fill: Any = 0) -> Tensor:
+def pad_rows(pieces: list[Tensor], seq_len: int, fill: Any = 0) -> Tensor:
     """Right-pad 1-D or 2-D per-sequence pieces into ``[b, seq_len, ...]``."""
     import torch
 
@@ -99,20 +109,20 @@ def _pad_rows(pieces: list[Tensor], seq_len: int, fill: Any = 0) -> Tensor:
     return out
 
 
-def _lengths_mask(lengths: Sequence[int]) -> Tensor:
+def lengths_mask(lengths: Sequence[int]) -> Tensor:
     import torch
 
     n = torch.tensor(list(lengths))
     return torch.arange(int(n.max())).unsqueeze(0) < n.unsqueeze(1)
 
 
-# --------------------------------------------------------------------------- SGLang-style dumps
+# --------------------------------------------------------------------------- per-slot aux dumps (patched servers)
 
 
 class DumpStates(CapturedStates):
-    """SGLang-style per-slot aux dumps (see the module docstring for the files)."""
+    """Per-slot aux dumps, the layout of patched-server dump pipelines (see the module docstring)."""
 
-    source = "sglang-dump"
+    source = "aux-dump"
 
     def __init__(self, folder: str | os.PathLike, *, layers: Sequence[LayerRef | int] | None = None):
         import torch
@@ -129,6 +139,7 @@ class DumpStates(CapturedStates):
         if (root / MANIFEST_FILE).is_file():
             manifest = read_json_file(root / MANIFEST_FILE, "dump manifest")
         self._aux = [self._tensor(p, 2, "aux") for _, p in slots]
+        self._aux_paths = [p for _, p in slots]
         tokens, width = self._aux[0].shape
         for (slot, p), t in zip(slots, self._aux):
             if tuple(t.shape) != (tokens, width):
@@ -196,10 +207,12 @@ class DumpStates(CapturedStates):
         self._offsets = [0]
         for n in lengths:
             self._offsets.append(self._offsets[-1] + n)
-        self.attention_mask = _lengths_mask(lengths)
+        self.attention_mask = lengths_mask(lengths)
         self.input_ids = None if ids is None else self._gather(ids.long(), 0, len(lengths))
         self.target_next = None if nxt is None else self._gather(nxt.long(), 0, len(lengths))
         self._loss_mask = None if lm is None else self._gather(lm.bool(), 0, len(lengths))
+        if record.layers is not None:
+            self.layers_from = f"{MANIFEST_FILE} captured_at_input_of (the dump pipeline's own record)"
         if aux_layers is None:
             self.layers = None
         else:
@@ -238,7 +251,7 @@ class DumpStates(CapturedStates):
 
     def _gather(self, flat: Tensor, start: int, stop: int, fill: Any = 0) -> Tensor:
         pieces = [flat[self._offsets[i]: self._offsets[i + 1]] for i in range(start, stop)]
-        return _pad_rows(pieces, self.seq_len, fill)
+        return pad_rows(pieces, self.seq_len, fill)
 
     def _no_layers_hint(self) -> str:
         return (f"add {MANIFEST_FILE} with {{\"captured_at_input_of\": [...]}} to the dump folder, "
@@ -260,6 +273,11 @@ class DumpStates(CapturedStates):
         import torch
 
         return torch.cat([self._gather(a, start, stop) for a in self._aux], dim=-1)
+
+    def find_non_finite(self, refs) -> Path | None:
+        import torch
+
+        return next((p for p, a in zip(self._aux_paths, self._aux) if not bool(torch.isfinite(a).all())), None)
 
     def _embed_rows(self, start: int, stop: int) -> Tensor:
         return self._gather(self._emb, start, stop)
@@ -339,9 +357,10 @@ class SpecForgeStates(CapturedStates):
                     f"{root}: the records hold {self._k} aux slots ({self._aux_width} = {self._k} x "
                     f"{self.hidden_size}) but {len(declared)} layers were given ({describe(declared)})")
         self.layers = declared
-        self.attention_mask = _lengths_mask(lengths)
-        self.input_ids = _pad_rows(ids, self.seq_len)
-        self._loss_mask = _pad_rows(masks, self.seq_len, False)
+        self.final_state = ("post-norm", None)  # hidden_state: SGLang's last hidden state, after the final norm
+        self.attention_mask = lengths_mask(lengths)
+        self.input_ids = pad_rows(ids, self.seq_len)
+        self._loss_mask = pad_rows(masks, self.seq_len, False)
         self.target_next = None
         self.notes = (
             "SpecForge records hold no next-token ids: SpecForge trains on the data tokens "
@@ -416,67 +435,142 @@ class SpecForgeStates(CapturedStates):
         return [self._load(p) for p in self._files[start:stop]]
 
     def _stored_aux_rows(self, start: int, stop: int) -> Tensor:
-        return _pad_rows([r["aux_hidden_state"] for r in self._records(start, stop)], self.seq_len)
+        return pad_rows([r["aux_hidden_state"] for r in self._records(start, stop)], self.seq_len)
 
     def _aux_rows(self, refs: LayerSet, start: int, stop: int) -> Tensor:
         import torch
 
         stored = self._stored_aux_rows(start, stop)
+        if tuple(refs) == tuple(self.layers):
+            return stored  # the slots as stored: no second copy
         t = self.hidden_size
         parts = [stored[..., self.layers.index(r) * t: (self.layers.index(r) + 1) * t] for r in refs]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
+    def find_non_finite(self, refs) -> Path | None:
+        import torch
+
+        for p in self._files:
+            rec = self._load(p)
+            if not (bool(torch.isfinite(rec["aux_hidden_state"]).all()) and bool(torch.isfinite(rec["hidden_state"]).all())):
+                return p
+        return None
+
     def final_hidden(self, rows: slice | None = None) -> Tensor:
         """``hidden_state`` ``[b, S, T]``: the target's final (post-norm) hidden state."""
         start, stop = self._rows(rows)
-        return _pad_rows([r["hidden_state"] for r in self._records(start, stop)], self.seq_len)
+        return pad_rows([r["hidden_state"] for r in self._records(start, stop)], self.seq_len)
 
 
 # --------------------------------------------------------------------------- detection
 
 
+def _folder_kinds(p: Path) -> dict[str, list[str]]:
+    """The formats whose own marks a folder's top level carries, each with the files that mark it."""
+    from eagle3conv.states.nemo import SHARD_FILE, is_nemo_manifest
+    from eagle3conv.states.vllm import HS_FILE
+
+    names = sorted(q.name for q in p.iterdir())
+    kinds: dict[str, list[str]] = {}
+
+    def mark(kind: str, found: list[str]) -> None:
+        if found:
+            kinds.setdefault(kind, []).extend(found)
+
+    mark("vllm", [n for n in names if HS_FILE.match(n)][:2])
+    mark("aux-dump", [n for n in names if _AUX_FILE.match(n)][:2])
+    mark("specforge", [n for n in names if n.endswith(_CKPT_SUFFIXES)][:2])
+    mark("eagle3conv", [n for n in names if n == STATES_FILE])
+    if MANIFEST_FILE in names and any(SHARD_FILE.match(n) for n in names):
+        mark("nemo", [MANIFEST_FILE] + [n for n in names if SHARD_FILE.match(n)][:1])  # the reader checks the rest
+    elif MANIFEST_FILE in names:
+        try:
+            manifest = read_json_file(p / MANIFEST_FILE, "manifest.json")
+        except CheckpointReadError:
+            manifest = None
+        if is_nemo_manifest(manifest):
+            mark("nemo", [MANIFEST_FILE] + [n for n in names if SHARD_FILE.match(n)][:1])
+        else:
+            mark("aux-dump", [MANIFEST_FILE])
+    elif any(SHARD_FILE.match(n) for n in names):
+        mark("nemo", [n for n in names if SHARD_FILE.match(n)][:1])
+    return kinds
+
+
+_KIND_WORDS = {"vllm": "vLLM hidden-states files", "nemo": "a NeMo Automodel EAGLE-3 cache",
+               "aux-dump": "per-slot aux dumps", "specforge": "SpecForge records", "eagle3conv": "an eagle3conv states file"}
+
+
 def detect_states(path: str | os.PathLike) -> str:
-    """Which kind of captured states ``path`` is: ``"eagle3conv"``, ``"sglang-dump"``
-    or ``"specforge"``. Raises :class:`CheckpointReadError` when it is none of them."""
+    """Which kind of captured states ``path`` is: ``"eagle3conv"``, ``"vllm"``, ``"nemo"``,
+    ``"specforge"`` or ``"aux-dump"``, by each format's own marks. Raises
+    :class:`CheckpointReadError` when it is none of them, or a folder mixes several."""
     p = Path(path)
     if p.is_file():
         if p.name.endswith(".safetensors"):
-            return "eagle3conv"
+            from eagle3conv.states.nemo import SHARD_FILE
+            from eagle3conv.states.vllm import is_vllm_file
+
+            if SHARD_FILE.match(p.name) and (p.parent / MANIFEST_FILE).is_file():
+                raise CheckpointReadError(f"{p}: one shard of a NeMo Automodel cache",
+                                          hint=f"pass the cache folder: --states {p.parent}")
+            return "vllm" if is_vllm_file(p) else "eagle3conv"
         if _is_ckpt(p):
             return "specforge"
         raise CheckpointReadError(
-            f"{p}: not captured states: expected a states .safetensors file, a SpecForge "
-            ".ckpt/.ckpt.gz record, or a folder of aux_<slot>.pt dumps")
+            f"{p}: not captured states: expected a states .safetensors file, a vLLM hs_<i>.safetensors file, "
+            "a SpecForge .ckpt/.ckpt.gz record, or a folder of them")
     if p.is_dir():
-        names = {q.name for q in p.iterdir()}
-        if any(_AUX_FILE.match(n) for n in names) or MANIFEST_FILE in names:
-            return "sglang-dump"
-        if STATES_FILE in names:
-            return "eagle3conv"
+        kinds = _folder_kinds(p)
+        if len(kinds) > 1:
+            raise CheckpointReadError(
+                f"{p}: this folder mixes formats: " + "; ".join(f"{_KIND_WORDS[k]} ({', '.join(v)})"
+                                                              for k, v in kinds.items()),
+                hint="put each tool's files in a folder of their own and pass that one")
+        if kinds:
+            return next(iter(kinds))
         if any(q.is_file() and _is_ckpt(q) for q in p.rglob("*")):
-            return "specforge"
+            return "specforge"  # SpecForge's rows_*/data_*.ckpt sub-folders
         raise CheckpointReadError(
-            f"{p}: a folder with none of {STATES_FILE}, aux_0.pt (SGLang-style dumps) or "
-            ".ckpt/.ckpt.gz files (SpecForge offline features)",
+            f"{p}: a folder with none of {STATES_FILE}, hs_<i>.safetensors (vLLM), manifest.json + "
+            "shard-*.safetensors (NeMo Automodel), .ckpt/.ckpt.gz (SpecForge) or aux_0.pt (aux dumps)",
             hint="make a states file with: eagle3conv capture --target MODEL --prompts FILE --out states.safetensors")
     raise CheckpointReadError(f"{p}: no such file or folder")
 
 
 def open_states(path: str | os.PathLike, *, layers: Sequence[LayerRef | int] | None = None,
+                stated: Sequence[int] | None = None, num_layers: int | None = None,
                 **specforge: Any) -> CapturedStates:
     """Open captured states of any supported kind (see the module docstring).
 
-    ``layers`` names the aux slots, in order, of sources that do not record them
-    (SpecForge records; dumps without a manifest). A states file records its
-    own layers, so giving ``layers`` for one is a usage error. ``specforge``
-    passes ``num_layers``/``vocab_size``/``target`` to :class:`SpecForgeStates`.
+    ``layers`` (LayerRefs, slot order) names the aux slots of sources that do not record them;
+    ``stated`` is the user's ``--states-layers``, in the numbering of the run that wrote the
+    states (vLLM's ids for vLLM files, output-of-layer ids otherwise). A source that records its
+    own layers (a states file, a NeMo cache) refuses either. ``num_layers`` (the target's N)
+    checks stated ids. ``specforge`` passes ``vocab_size``/``target`` to :class:`SpecForgeStates`.
     """
+    from eagle3conv.states.format import USER_STATED
+
     kind = detect_states(path)
     p = Path(path)
-    if kind == "eagle3conv":
-        if layers is not None:
-            raise UsageError(f"{p}: a states file records its own layers; do not pass layers")
+    if kind in ("eagle3conv", "nemo"):
+        if layers is not None or stated is not None:
+            raise UsageError(f"{p}: {'a states file' if kind == 'eagle3conv' else 'a NeMo cache'} records its own "
+                             "layers; do not pass --states-layers")
+        if kind == "nemo":
+            from eagle3conv.states.nemo import NemoStates
+
+            return NemoStates(p)
         return StatesFile(p / STATES_FILE if p.is_dir() else p)
-    if kind == "sglang-dump":
-        return DumpStates(p, layers=layers)
-    return SpecForgeStates(p, layers=layers, **specforge)
+    if kind == "vllm":
+        from eagle3conv.states.vllm import VllmStates
+
+        return VllmStates(p, vllm_ids=stated, layers=layers, num_layers=num_layers)
+    user = stated is not None
+    if user:
+        layers = validate_refs(as_layer_refs(stated), num_layers)
+    st = DumpStates(p, layers=layers) if kind == "aux-dump" else SpecForgeStates(p, layers=layers,
+                                                                                 num_layers=num_layers, **specforge)
+    if user and st.layers_from is None:
+        st.layers_from = USER_STATED
+    return st

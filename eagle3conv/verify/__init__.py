@@ -2,8 +2,8 @@
 
 Data flow::
 
-    drafter folder ──load──▶ Eagle3Drafter (strict)          states (eagle3conv file, SGLang dumps,
-    config + records ──gather/check──▶ the config's wiring    SpecForge records) ──batches──▶
+    drafter folder ──load──▶ Eagle3Drafter (strict)          states (eagle3conv file, vLLM, NeMo,   
+    config + records ──gather/check──▶ the config's wiring    SpecForge, aux dumps) ──batches──▶
     candidates (config, ±1, with embedding, defaults, …) ──evaluate each──▶ Score ──▶ report
 
 What is measured, for a wiring (the aux layers fed to ``fc``, in slot order):

@@ -211,7 +211,8 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
             norms.append({"median": None, "p10": None, "p90": None, "tokens": 0})
             continue
         q = torch.quantile(v[:16_000_000], torch.tensor([0.1, 0.5, 0.9], dtype=torch.double))
-        norms.append({"median": float(q[1]), "p10": float(q[0]), "p90": float(q[2]), "tokens": int(v.numel())})
+        norms.append({"median": float(q[1]), "p10": float(q[0]), "p90": float(q[2]), "tokens": int(v.numel()),
+                      "finite": bool(torch.isfinite(v).all())})  # one NaN/Inf token leaves the quantiles finite
     hist = (replay_histogram(torch.cat(starts_a).cpu().numpy(), torch.cat(starts_full).cpu().numpy(), steps)
             if starts_a else [])  # the greedy replay's rounds by length; its sums are replay()'s
     replay_acc = [sum((n + 1) * c for n, c in enumerate(h)) for h in hist]
@@ -424,7 +425,10 @@ def _refuse_non_finite_states(finite: list[bool], candidate: Candidate, states) 
     bad = finite.index(False)
     what = (f"the hidden states of slot {bad} ({candidate.layers[bad]})" if bad < len(candidate.layers)
             else "the embedding outputs (the target's embeddings)")
-    raise CheckpointReadError(f"{getattr(states, 'path', 'the states')}: {what} are not finite (NaN or Inf) at a "
+    find = getattr(states, "find_non_finite", None)  # the one file of a folder format that holds it
+    where = (find(list(candidate.layers)) if find and bad < len(candidate.layers) else None) \
+        or getattr(states, "path", "the states")
+    raise CheckpointReadError(f"{where}: {what} are not finite (NaN or Inf) at a "
                               "real token: the capture went wrong",
                               hint="capture again (a bf16 overflow? try --dtype fp32)")
 

@@ -63,22 +63,65 @@ def _target_tensor(files: list[Path], names: tuple[str, ...], vocab: int, hidden
                     raise WiringError(f"--embeddings {f}: {name} is {list(shape)}, the drafter needs "
                                       f"[{vocab}, {hidden}] (vocab_size, hidden_size): another target?")
                 return st.get_tensor(name)
-        except (OSError, ValueError) as err:  # safetensors raises these for unreadable files
-            raise CheckpointReadError(f"--embeddings {f}: cannot read: {err}") from None
+        except (WiringError, CheckpointReadError):
+            raise
+        except Exception as err:  # noqa: BLE001 - safetensors raises its own error types for files it cannot read
+            raise CheckpointReadError(f"--embeddings {f}: not a readable safetensors file ({type(err).__name__}: "
+                                      f"{err})", hint="give the target's model folder, a .safetensors file or "
+                                                      "a .gguf") from None
     return None
 
 
-def load_target_embeddings(path: str | os.PathLike, vocab: int, hidden: int):
+def _gguf_target(path: str | os.PathLike):
+    """The target a ``.gguf`` file holds, de-quantized to fp32 by transformers (loaded once per path)."""
+    key = str(Path(path).resolve())
+    if key not in _GGUF_LOADED:
+        from eagle3conv.states.target_model import load_target_model
+
+        _GGUF_LOADED.clear()  # one target at a time: a Kimi-size model is not kept twice
+        _GGUF_LOADED[key] = load_target_model(path).model
+    return _GGUF_LOADED[key]
+
+
+_GGUF_LOADED: dict = {}
+
+
+def use_loaded_target(path: str | os.PathLike, model) -> None:
+    """Read the GGUF at ``path`` from ``model``, already loaded from it (by
+    :func:`eagle3conv.states.target_model.load_target_model`), instead of loading it again."""
+    _GGUF_LOADED.clear()
+    _GGUF_LOADED[str(Path(path).resolve())] = model
+
+
+def _is_gguf(path: str | os.PathLike) -> bool:
+    return Path(path).is_file() and Path(path).suffix == ".gguf"
+
+
+def _gguf_tensor(path, which: str, vocab: int, hidden: int):
+    model = _gguf_target(path)
+    mod = model.get_input_embeddings() if which == "embed" else model.get_output_embeddings()
+    w = None if mod is None else mod.weight.detach()
+    if w is not None and tuple(w.shape) != (vocab, hidden):
+        raise WiringError(f"--embeddings {path}: its {which} table is {list(w.shape)}, the drafter needs "
+                          f"[{vocab}, {hidden}] (vocab_size, hidden_size): another target?")
+    return w
+
+
+def load_target_embeddings(path: str | os.PathLike, vocab: int, hidden: int, *, names: tuple[str, ...] = EMBED_NAMES):
     """The target's token embedding ``[V, H]`` from its safetensors (a file, or a model
-    folder, sharded or not), reading only that tensor."""
+    folder, sharded or not), reading only that tensor; from a ``.gguf`` file, de-quantized.
+    ``names``: the tensor names to look for (NeMo's target_embeddings.safetensors says ``weight``)."""
+    if _is_gguf(path):
+        return _gguf_tensor(path, "embed", vocab, hidden)
     files = _target_files(path)
     if not files:
         raise UsageError(f"--embeddings {path}: no safetensors file there",
-                         hint="give the target model's folder or the .safetensors file holding its embed_tokens")
-    table = _target_tensor(files, EMBED_NAMES, vocab, hidden)
+                         hint="give the target model's folder, its .safetensors file holding embed_tokens, or its "
+                              ".gguf")
+    table = _target_tensor(files, names, vocab, hidden)
     if table is None:
         raise UsageError(f"--embeddings {path}: no token embedding among its tensors (looked for "
-                         f"{', '.join(EMBED_NAMES)})")
+                         f"{', '.join(names)})")
     return table
 
 
@@ -90,6 +133,8 @@ def load_target_head(path: str | os.PathLike, vocab: int, hidden: int, *, table=
     or its token embedding when the folder's config.json ties the two
     (``tie_word_embeddings``; ``table``: that embedding, already read); None when neither
     can be told from what is there."""
+    if _is_gguf(path):
+        return _gguf_tensor(path, "head", vocab, hidden)
     head = _target_tensor(_target_files(path), HEAD_NAMES, vocab, hidden)
     if head is not None:
         return head
@@ -109,6 +154,99 @@ def load_target_head(path: str | os.PathLike, vocab: int, hidden: int, *, table=
     if tied is not True:
         return None
     return table if table is not None else load_target_embeddings(path, vocab, hidden)
+
+
+NORM_NAMES = ("model.norm.weight", "model.language_model.norm.weight", "language_model.model.norm.weight",
+              "norm.weight")
+
+
+def load_target_norm(path: str | os.PathLike, hidden: int):
+    """The target's final RMSNorm ``(weight [H], eps)`` from its weights (a model folder with
+    config.json, a safetensors file beside one, or a ``.gguf``); None when it is not there."""
+    if _is_gguf(path):
+        model = _gguf_target(path)
+        inner = getattr(model, "model", None)
+        norm = getattr(inner, "norm", None)
+        eps = getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", None)
+        if norm is None or eps is None or tuple(norm.weight.shape) != (hidden,):
+            return None
+        return norm.weight.detach(), float(eps)
+    from safetensors import safe_open
+
+    from eagle3conv.io.jsonfile import read_json_file
+
+    p = Path(path)
+    cfg_file = (p if p.is_dir() else p.parent) / "config.json"
+    try:
+        cfg = read_json_file(cfg_file, "config.json", want_object=False) if cfg_file.is_file() else {}
+    except CheckpointReadError:
+        cfg = {}
+    cfg = cfg if isinstance(cfg, dict) else {}
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    eps = text.get("rms_norm_eps")
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool):
+        return None
+    for f in _target_files(path):
+        try:
+            with safe_open(str(f), framework="pt") as st:
+                name = next((n for n in NORM_NAMES if n in st.keys()), None)
+                if name is not None and tuple(st.get_slice(name).get_shape()) == (hidden,):
+                    return st.get_tensor(name), float(eps)
+        except Exception as err:  # noqa: BLE001 - safetensors' own error types
+            raise CheckpointReadError(f"--embeddings {f}: not a readable safetensors file ({type(err).__name__}: "
+                                      f"{err})") from None
+    return None
+
+
+def target_num_layers(path: str | os.PathLike) -> int | None:
+    """N, the target's decoder layer count, from the config.json beside its weights (or its GGUF)."""
+    if _is_gguf(path):
+        cfg = _gguf_target(path).config
+        cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        return getattr(cfg, "num_hidden_layers", None)
+    from eagle3conv.io.jsonfile import read_json_file
+
+    p = Path(path)
+    cfg_file = (p if p.is_dir() else p.parent) / "config.json"
+    try:
+        cfg = read_json_file(cfg_file, "config.json", want_object=False) if cfg_file.is_file() else {}
+    except CheckpointReadError:
+        return None
+    cfg = cfg if isinstance(cfg, dict) else {}
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    n = text.get("num_hidden_layers")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+def target_next_from_head(states, head, norm=None, *, device="cpu", rows: int = 4, chunk: int = 1024):
+    """The target's own greedy next token at every position, ``[B, S]`` int64 (0 at padding):
+    ``argmax(lm_head(h))`` over its last hidden state ``h``, after its final RMSNorm when
+    ``norm`` (``(weight, eps)``) is given (a layer output before the norm), as given otherwise
+    (already post-norm). Read ``rows`` sequences at a time, ``chunk`` positions per matmul, in
+    fp32 (the target's logits are argmax'd exactly as transformers' forward computes them)."""
+    import torch
+
+    from eagle3conv.model.ops import rms_norm
+
+    kind, ref = states.final_state
+    w = head.to(device=device, dtype=torch.float32)
+    nw = None if norm is None else norm[0].to(device=device, dtype=torch.float32)
+    out = torch.zeros(states.num_sequences, states.seq_len, dtype=torch.long)
+    for start in range(0, states.num_sequences, rows):
+        sl = slice(start, min(start + rows, states.num_sequences))
+        h = states.final_hidden(sl) if kind == "post-norm" else states.aux([ref], sl)
+        h = h.to(device=device, dtype=torch.float32)
+        if not bool(torch.isfinite(h).all()):
+            where = states.find_non_finite(None) or states.path
+            raise CheckpointReadError(f"{where}: the target's last hidden state is not finite (NaN or Inf): the "
+                                      "capture went wrong", hint="capture again (a bf16 overflow?)")
+        if nw is not None:
+            h = rms_norm(h, nw, norm[1])
+        flat = h.reshape(-1, h.shape[-1])
+        got = torch.cat([(flat[i:i + chunk] @ w.T).argmax(-1) for i in range(0, flat.shape[0], chunk)])
+        out[sl] = got.view(h.shape[0], h.shape[1]).cpu()
+    out[~states.attention_mask.bool()] = 0
+    return out
 
 
 def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings=None,
@@ -251,5 +389,6 @@ def data_labels(input_ids, attention_mask):
     return labels
 
 
-__all__ = ["EMBED_NAMES", "HEAD_NAMES", "build_drafter", "compare_embeddings", "data_labels", "load_drafter_weights",
-           "load_target_embeddings", "load_target_head"]
+__all__ = ["EMBED_NAMES", "HEAD_NAMES", "NORM_NAMES", "build_drafter", "compare_embeddings", "data_labels",
+           "load_drafter_weights", "load_target_embeddings", "load_target_head", "load_target_norm",
+           "target_next_from_head", "target_num_layers", "use_loaded_target"]

@@ -26,6 +26,9 @@ from eagle3conv.verify.inputs import (
     load_drafter_weights,
     load_target_embeddings,
     load_target_head,
+    load_target_norm,
+    target_next_from_head,
+    target_num_layers,
 )
 from eagle3conv.verify.report import REPORT_FILE, EngineScore, VerifyResult
 from eagle3conv.verify.search import (
@@ -45,10 +48,7 @@ from eagle3conv.verify.search import (
 )
 from eagle3conv.spec.canonical import drafter_uses_own_embedding
 from eagle3conv.spec.layers import LayerRef, LayerSet, describe, to_refs
-
-
-def _out_refs(ids: Sequence[int] | None) -> LayerSet | None:
-    return None if ids is None else tuple(LayerRef(int(i)) for i in ids)
+from eagle3conv.states.format import NO_NEXT_TOKENS
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,14 @@ class VerifyOptions:
     """What :func:`verify` is asked to do (the ``verify`` command's options).
 
     ``layers`` (output-of-layer ids) overrides the config's wiring. ``states_layers``
-    names the aux slots of sources that do not record them (SpecForge records, dumps
-    without a manifest); without it they are taken to be the config's wiring, and the
-    report says so. ``embeddings``: the target's safetensors, for states without the
-    embedding output. ``min_accept``: the step-1 acceptance below which verify fails
+    names the stored slots of sources that do not record them, in the numbering of the run
+    that wrote them (vLLM's ids for vLLM files; output-of-layer ids for SpecForge records and
+    dumps without a manifest); without it they are taken to be the config's wiring, and the
+    report says these states cannot check the wiring. ``embeddings``: the target's weights (a
+    model folder, a safetensors file or a GGUF), for states without the embedding output and
+    for the target's own next tokens where the states hold its last hidden state.
+    ``training_states``: the trainer's own data, whose per-slot norms are compared with the
+    inference states'. ``min_accept``: the step-1 acceptance below which verify fails
     (exit 4, after saving the report)."""
 
     wiring_options: object = None
@@ -74,6 +78,7 @@ class VerifyOptions:
     save: bool = True
     states_layers: Sequence[int] | None = None
     embeddings: str | os.PathLike | None = None
+    training_states: str | os.PathLike | None = None
 
     def check(self) -> None:
         """Refuse values no run can use, before anything is read."""
@@ -135,7 +140,7 @@ class _Verification:
         self.config, self.tensors = load_drafter_weights(self.root)
         self.t_loaded = time.perf_counter()
         self.notes: list[str] = []
-        self.states = open_states(states_path, layers=_out_refs(opts.states_layers))
+        self.states = open_states(states_path, stated=opts.states_layers)
         if self.states.input_ids is None:
             raise CheckpointReadError(
                 f"{states_path}: these states hold no token ids; verify compares drafts with the target's tokens",
@@ -154,6 +159,10 @@ class _Verification:
                                       hidden_size=self.states.hidden_size, num_hidden_layers=self.states.num_layers,
                                       vocab_size=self.states.vocab_size or 0)
         self.n = ev.target.num_hidden_layers if ev.target else self.states.num_layers
+        if self.n is None and opts.embeddings is not None:  # the target's own config.json beside its weights
+            self.n = target_num_layers(opts.embeddings)
+        _check_layers_exist(self.states, self.n, states_path)
+        self.wiring_checked = self.states.layers is not None
         self.family = ev.target.family if ev.target else None
         fc = self.tensors.get("fc.weight")
         self.dc = dc = DrafterConfig.from_config(self.config)
@@ -197,7 +206,8 @@ class _Verification:
         if self.states.layers is None:  # SpecForge records, dumps without a manifest: the slots are unnamed
             from eagle3conv.states.readers import open_states
 
-            self.states = open_states(self.states_path, layers=base.layers)
+            self.states = open_states(self.states_path, layers=base.layers, num_layers=self.n)
+            self.wiring_checked = False
             self.notes.append(f"the states do not say which layers their aux slots are: taken to be "
                               f"{describe(base.layers)} (the wiring scored); pass --states-layers to name them")
             if self.search:
@@ -214,6 +224,10 @@ class _Verification:
         table = raw_table = None
         if self.opts.embeddings is not None:
             raw_table = load_target_embeddings(self.opts.embeddings, dc.vocab_size, dc.hidden_size)
+            table = raw_table.to(dt)
+        elif getattr(self.states, "embedding_table_path", None) is not None:  # NeMo's cache keeps the table
+            raw_table = load_target_embeddings(self.states.embedding_table_path, dc.vocab_size, dc.hidden_size,
+                                               names=("weight",))
             table = raw_table.to(dt)
         elif not self.states.has_embeddings and dc.target_hidden_size == dc.hidden_size:
             raise UsageError(f"{self.states_path}: these states hold no embedding output, and the drafter embeds "
@@ -236,6 +250,7 @@ class _Verification:
 
             self.check.report.findings += audit_embedding(self.serving.compare(),
                                                           where=f"{self.path}/config.json")
+        self.own_tokens()
         self.main_fw = self.serving.main()
         ran = self.serving.describe(self.main_fw)
         if self.wopts.asked():
@@ -244,6 +259,37 @@ class _Verification:
         elif ran:
             self.notes.append(f"the drafter ran as {self.main_fw.engine} runs it (verify's reference forward)"
                               + "".join(f"; {d}" for d in ran))
+
+    def own_tokens(self) -> None:
+        """States without the target's next tokens that hold its last hidden state (SpecForge's
+        post-norm ``hidden_state``; a stored output of the last layer, pre-norm): given the
+        target's weights, its own greedy next tokens from its final norm and lm_head replace the
+        data's as the reference."""
+        st, where = self.states, self.opts.embeddings
+        if st.target_next is not None or where is None:
+            return
+        fs = st.final_state
+        last = LayerRef(self.n - 1) if self.n else None
+        if fs is None and st.layers is not None and last in st.layers:
+            fs = ("pre-norm", last)
+        if fs is None:
+            return
+        dc = self.dc
+        head = load_target_head(where, dc.vocab_size, dc.target_hidden_size)
+        norm = load_target_norm(where, dc.target_hidden_size) if fs[0] == "pre-norm" else None
+        if head is None or (fs[0] == "pre-norm" and norm is None):
+            self.notes.append(f"--embeddings {where}: no lm_head{'' if head is None else ' or final norm'} found: "
+                              "the target's own next tokens could not be computed; scored against the data's")
+            return
+        st.final_state = fs
+        self.labels = target_next_from_head(st, head, norm, device=self.dev)
+        self.reference = "target"
+        self.notes[:] = [n for n in self.notes if "hold no target next tokens" not in n]
+        st.notes = tuple(n for n in st.notes if NO_NEXT_TOKENS not in n)  # the reader's "cannot" no longer holds
+        self.notes.append("scored against the target's own next tokens, computed from "
+                          + ("its lm_head over the stored post-norm last hidden state" if fs[0] == "post-norm" else
+                             f"its final norm and lm_head over the stored {fs[1]} (before the norm)")
+                          + f" with the weights in --embeddings {where}")
 
     def build(self) -> None:
         """The drafter as the reference forward runs it; for a search on a CPU with native bf16
@@ -301,10 +347,11 @@ class _Verification:
                     f"mask ({self.states.num_sequences} sequences, {self.states.num_tokens} real tokens)",
                     hint="capture longer sequences or with --generate N (the generated part is scored)")
         bad = [j for j, nm in enumerate(self.scores[-1].norms) if nm["median"] is not None
-               and not all(math.isfinite(nm[k]) for k in ("median", "p10", "p90"))]
+               and (nm.get("finite") is False or not all(math.isfinite(nm[k]) for k in ("median", "p10", "p90")))]
         if bad:
+            where = self.states.find_non_finite(cand.layers) or self.states_path
             raise CheckpointReadError(
-                f"{self.states_path}: the hidden states of slot {bad[0]} ({cand.layers[bad[0]]}) are not finite "
+                f"{where}: the hidden states of slot {bad[0]} ({cand.layers[bad[0]]}) are not finite "
                 "(NaN or Inf): the capture went wrong", hint="capture again (a bf16 overflow? try --dtype fp32)")
 
     def harvest(self, res) -> None:
@@ -358,11 +405,15 @@ class _Verification:
         if self.serving.embedding_comparison is not None:
             wiring_check["embedding_comparison"] = self.serving.embedding_comparison
         training = next((r for r in self.ev.records if r.norms), None)
+        t_norms, t_layers = (training.norms, training.layers) if training is not None else (None, None)
+        if o.training_states is not None:  # the trainer's own data: its norms, slot by slot
+            t_norms, t_layers = training_norms(o.training_states, self.dc.num_aux, self.n,
+                                               scored=scores[0].candidate.layers), None
         comparisons = []
         for s in scores:
-            same = training is not None and training.layers == s.candidate.layers
-            comparisons.append(norm_comparison(s, training.norms) if same or (
-                training is not None and len(training.layers or ()) == len(s.candidate.layers)) else None)
+            same = t_norms is not None and (t_layers == s.candidate.layers or t_layers is None
+                                            or len(t_layers) == len(s.candidate.layers))
+            comparisons.append(norm_comparison(s, t_norms) if same else None)
         ev = self.ev
         verdict = decide(scores, comparisons, self.search, self.path, ev.target.name if ev.target else None,
                          coverage=self.coverage,
@@ -373,15 +424,26 @@ class _Verification:
         self.screener = None
         t_end = time.perf_counter()
         return VerifyResult(
-            checkpoint=self.root, states=dict(states.summary(), verify_notes=self.notes), device=self.dev,
+            checkpoint=self.root, states=dict(states.summary(), verify_notes=self.notes, **self._wiring_basis()),
+            device=self.dev,
             dtype=str(self.dt).removeprefix("torch."), steps=o.steps, wiring_check=wiring_check, scores=scores,
-            comparisons=comparisons, verdict=verdict, training_norms=None if training is None else training.norms,
+            comparisons=comparisons, verdict=verdict, training_norms=t_norms,
             seconds={"load_drafter": round(self.t_loaded - self.t_start, 3),
                      "build": round(self.t_built - self.t_loaded, 3),
                      "first_result": round((self.first_result or t_end) - self.t_start, 3),
                      "total": round(t_end - self.t_start, 3)},
             min_accept=o.min_accept, reference=self.reference, engine_scores=engine_scores,
             categories=states.categories)
+
+    def _wiring_basis(self) -> dict:
+        """Whether these states can check the wiring, and what the slots' layers rest on."""
+        if self.wiring_checked:
+            return {"wiring_checked": True, "layers_from": self.states.layers_from}
+        return {"wiring_checked": False, "layers_from": None,
+                "wiring_unchecked_why": "the states do not record which layers their slots hold, so they were "
+                                        "labelled with the wiring scored (the config's own ids): a wrong config "
+                                        "scores exactly like the right one; name the slots with --states-layers "
+                                        "(in the numbering of the run that wrote them)"}
 
     def _capture_record(self) -> dict | None:
         """How the states were captured (for the verdict's advice on what to capture), and whether
@@ -410,6 +472,57 @@ class _Verification:
             result.save_error = f"could not save {root / REPORT_FILE}: {err.strerror or err} (use --no-save)"
         except FolderBusyError as err:
             result.save_error = f"could not save {root / REPORT_FILE}: {err.message}"
+
+
+def _check_layers_exist(states, n: int | None, where) -> None:
+    """Layers the states name must exist in the target (its N from --target, the record or the states)."""
+    if n is None or states.layers is None:
+        return
+    bad = [r for r in states.layers if r.output_of >= n]
+    if bad:
+        raise WiringError(f"{where}: the states' slots name {describe(bad)}, but the target has {n} layers "
+                          f"(outputs 0..{n - 1}); the layers come from {states.layers_from or 'the states'}",
+                          hint="check --states-layers (vLLM files: vLLM's ids, 1..N) or --target")
+
+
+def training_norms(path, k: int, n: int | None, *, scored: LayerSet, batch_size: int = 8) -> dict:
+    """Per-slot L2-norm statistics (median, p10, p90 over real tokens, position 0 left out, as
+    verify's own) of the trainer's own data at ``path``: its k aux slots (the stored ones; of
+    k+1 stored, the first k, as speculators trains: the last is the verifier's final state), or
+    the scored wiring's layers where the data names every layer (a states file)."""
+    import torch
+
+    from eagle3conv.states.readers import open_states
+
+    st = open_states(path, num_layers=n)
+    t = st.hidden_size
+    stored = len(st.layers) if st.layers is not None else st.aux(None, slice(0, 1)).shape[-1] // t
+    if stored in (k, k + 1):
+        refs = None
+    elif st.layers is not None and all(r in st.layers for r in scored):
+        refs = scored
+    else:
+        raise WiringError(f"--training-states {path}: holds {stored} slots"
+                          + (f" ({describe(st.layers)})" if st.layers is not None else "")
+                          + f", neither the drafter's {k} nor a set holding the scored wiring ({describe(scored)})")
+    vals: list[list] = [[] for _ in range(k)]
+    for b in st.batches(refs, batch_size=batch_size):
+        keep = b.attention_mask.bool().clone()
+        keep[:, 0] = False
+        if b.aux.shape[-1] < k * t:
+            raise WiringError(f"--training-states {path}: {b.aux.shape[-1] // t} slots, the drafter reads {k}")
+        for s in range(k):
+            vals[s].append(torch.linalg.vector_norm(b.aux[..., s * t:(s + 1) * t], dim=-1, dtype=torch.float32)[keep])
+    slots = []
+    for v in vals:
+        x = torch.cat(v).double() if v else torch.zeros(0)
+        if not x.numel():
+            raise CheckpointReadError(f"--training-states {path}: no token past position 0 to take norms of")
+        if not bool(torch.isfinite(x).all()):
+            raise CheckpointReadError(f"--training-states {path}: hidden states are not finite (NaN or Inf)")
+        q = torch.quantile(x[:16_000_000], torch.tensor([0.1, 0.5, 0.9], dtype=torch.double))
+        slots.append({"median": float(q[1]), "p10": float(q[0]), "p90": float(q[2]), "tokens": int(x.numel())})
+    return {"slots": slots, "source": f"--training-states ({st.source}, {st.num_sequences} sequences)"}
 
 
 def _refine(scores: list[Score], confirm, screener, states, screened, avail, log_score, harvest, *,

@@ -16,7 +16,7 @@ reader                              where                                       
 :func:`from_config`                 Model Optimizer nested ``eagle_config``            ``output``
                                     speculators top-level ids                          ``input``
                                     any other nested ``eagle_config`` ids              unknown
-:func:`from_dump_manifest`          SGLang-style ``aux_<slot>.pt`` dumps with          ``captured-at-input``
+:func:`from_dump_manifest`          patched-server ``aux_<slot>.pt`` dumps with        ``captured-at-input``
                                     ``manifest.json``
 :func:`from_user`                   ``--trained-on 3,31,59 --captured-at input``       ``input``/``output``
 ==================================  =================================================  ============
@@ -530,7 +530,7 @@ def norm_stats(states: Any, *, skip_first: int = 1) -> dict:
 
 
 def from_dump_manifest(folder: str | os.PathLike, *, with_norms: bool = False) -> TrainingRecord | None:
-    """SGLang-style dumps: ``aux_0.pt``, ``aux_1.pt``, ... (one ``[tokens, T]`` tensor per
+    """Patched-server aux dumps: ``aux_0.pt``, ``aux_1.pt``, ... (one ``[tokens, T]`` tensor per
     slot) and an optional ``manifest.json``::
 
         {"captured_at_input_of": [3, 31, 59], "target": "kimi-k2.5"}

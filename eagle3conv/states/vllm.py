@@ -1,0 +1,276 @@
+"""vLLM's hidden-states files, as speculators' data generation keeps them: :class:`VllmStates`.
+
+What vLLM 0.33.0 writes (its ``extract_hidden_states`` speculative method with
+``ExampleHiddenStatesConnector``; docs/states-formats.md has the sources, file:line): one
+safetensors file per request, no metadata, two tensors::
+
+    hidden_states  [S, n, T]  float  the n hidden states vLLM was asked for, stacked in
+                                     layer order (whatever order the ids were given in)
+    token_ids      [S]        int64  the request's tokens (the prompt; with
+                                     include_output_tokens, prompt + output minus the last)
+
+speculators 0.9.0's ``generate-offline-data`` moves each to ``hs_{i}.safetensors``, ``i`` the row
+of its preprocessed dataset, by default into ``{preprocessed_data}/hidden_states``. That dataset
+(``datasets``' ``save_to_disk`` folder: ``*.arrow``, ``dataset_info.json``, ``state.json``) holds
+``input_ids`` and ``loss_mask`` per row; speculators trains on the file's states with the
+dataset row's ``loss_mask`` and refuses a file whose ``token_ids`` differ from the row's
+``input_ids``. This reader does the same: the folder's parent is read as that dataset when it is
+one (pyarrow, which ``datasets`` depends on), else every token is scored and the report says so.
+
+The files record **no layer ids**. The ids are vLLM's (the aux layer ids vLLM was launched with): id ``i`` is the output of decoder layer ``i-1`` (0 the embedding output, N the
+last layer's output before the final norm), so ``vllm_ids`` are read in that numbering, sorted
+(vLLM stacks in layer order). Without them the slots are unnamed (``layers`` None). When the
+last id is N, the last slot is the target's final hidden state before its norm:
+``final_state`` says so, and verify computes the target's own next tokens from it given the
+target's final norm and lm_head.
+
+Opening reads every file's header and its ``token_ids`` (small); states are read only for the
+sequences asked for, one file at a time (memory constant in the number of files).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from eagle3conv.errors import CheckpointReadError, WiringError
+from eagle3conv.io.safetensors import read_safetensors_header
+from eagle3conv.spec.layers import LayerRef, LayerSet, describe
+from eagle3conv.states.format import USER_STATED, CapturedStates, as_layer_refs
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+HS_FILE = re.compile(r"^hs_(\d+)\.safetensors$")
+VLLM_KEYS = frozenset({"hidden_states", "token_ids"})
+_FLOATS = ("BF16", "F16", "F32")
+_INTS = ("I64", "I32")
+
+
+def is_vllm_file(path: Path) -> bool:
+    """A safetensors file holding exactly vLLM's two tensors (its header only is read)."""
+    try:
+        header, _ = read_safetensors_header(path)
+    except CheckpointReadError:
+        return False
+    return set(header) == VLLM_KEYS
+
+
+def hs_files(folder: Path) -> list[tuple[int, Path]]:
+    """``(i, path)`` of every ``hs_{i}.safetensors`` in ``folder``, by ``i``."""
+    return sorted((int(m.group(1)), p) for p in folder.iterdir() if (m := HS_FILE.match(p.name)) and p.is_file())
+
+
+def _dataset_folder(folder: Path) -> Path | None:
+    """speculators' preprocessed dataset beside the hidden states: the parent of a folder named
+    ``hidden_states`` (generate-offline-data's default output) when it is a saved dataset."""
+    parent = folder.parent
+    if folder.name == "hidden_states" and (parent / "state.json").is_file() and any(parent.glob("*.arrow")):
+        return parent
+    return None
+
+
+def read_dataset_columns(folder: Path, rows: Sequence[int]) -> dict[int, tuple[list, list]]:
+    """``input_ids`` and ``loss_mask`` of ``rows`` of a ``datasets`` save_to_disk folder (its
+    ``state.json`` lists the Arrow stream files in order)."""
+    from eagle3conv.io.jsonfile import read_json_file
+
+    try:
+        import pyarrow as pa
+    except ImportError:
+        raise CheckpointReadError(
+            f"{folder}: speculators' preprocessed dataset is beside the hidden states, but pyarrow is not "
+            "installed to read its loss_mask", hint="pip install pyarrow (datasets installs it)") from None
+    state = read_json_file(folder / "state.json", "dataset state.json")
+    files = [folder / f["filename"] for f in state.get("_data_files") or [] if isinstance(f, dict)
+             and isinstance(f.get("filename"), str)]
+    if not files:
+        raise CheckpointReadError(f"{folder / 'state.json'}: lists no data files ('_data_files')")
+    want = set(rows)
+    out: dict[int, tuple[list, list]] = {}
+    base = 0
+    for f in files:
+        try:
+            with pa.memory_map(str(f)) as src:
+                table = pa.ipc.open_stream(src).read_all()
+        except (OSError, pa.ArrowInvalid) as e:
+            raise CheckpointReadError(f"{f}: not a readable Arrow file of the dataset ({e})") from None
+        missing = [c for c in ("input_ids", "loss_mask") if c not in table.column_names]
+        if missing:
+            raise CheckpointReadError(f"{f}: the dataset has no column {', '.join(missing)}")
+        n = table.num_rows
+        local = sorted(i - base for i in want if base <= i < base + n)
+        if local:
+            ids, lm = table.column("input_ids"), table.column("loss_mask")
+            for i in local:
+                out[base + i] = (ids[i].as_py(), lm[i].as_py())
+        base += n
+    absent = sorted(want - set(out))
+    if absent:
+        raise CheckpointReadError(
+            f"{folder}: the dataset has {base} rows, but hs_{absent[0]}.safetensors names row {absent[0]}: "
+            "these hidden states were generated from another dataset")
+    return out
+
+
+class VllmStates(CapturedStates):
+    """A folder of vLLM hidden-states files (``hs_{i}.safetensors``, see the module docstring)."""
+
+    source = "vllm"
+
+    def __init__(self, path: str | os.PathLike, *, vllm_ids: Sequence[int] | None = None,
+                 layers: Sequence[LayerRef | int] | None = None, num_layers: int | None = None,
+                 dataset: str | os.PathLike | None = None):
+        import torch
+
+        self.path = root = Path(path)
+        if root.is_file():
+            files = [(0, root)]
+        else:
+            files = hs_files(root)
+            if not files:
+                raise CheckpointReadError(f"{root}: no hs_<i>.safetensors files (vLLM hidden states) in this folder")
+        self._files = [p for _, p in files]
+        self.num_layers, self.vocab_size, self.target = num_layers, None, None
+        lengths, ids, shape = [], [], None
+        for _, p in files:
+            s, n, t = self._check_header(p, shape)
+            shape = shape or (n, t)
+            lengths.append(s)
+        self._n, self.hidden_size = shape
+        self.dtype = None
+        for p, s in zip(self._files, lengths):
+            tok = self._read(p, "token_ids")
+            if tok.numel() and int(tok.min()) < 0:
+                raise CheckpointReadError(f"{p}: token_ids holds negative ids")
+            ids.append(tok.long())
+        ds = Path(dataset) if dataset is not None else (None if root.is_file() else _dataset_folder(root))
+        masks = None
+        if ds is not None:
+            cols = read_dataset_columns(ds, [i for i, _ in files])
+            masks = []
+            for (i, p), tok in zip(files, ids):
+                want, lm = cols[i]
+                if tok.tolist() != list(want):
+                    raise CheckpointReadError(
+                        f"{p}: token_ids differ from row {i}'s input_ids in the dataset {ds} "
+                        "(speculators would skip this sample): the files and the dataset do not belong together")
+                if len(lm) != len(want) or any(v not in (0, 1) for v in lm):
+                    raise CheckpointReadError(f"{ds}: row {i}'s loss_mask must be 0/1, one per input id")
+                masks.append(torch.tensor(lm, dtype=torch.bool))
+        from eagle3conv.states.readers import lengths_mask, pad_rows
+
+        self.attention_mask = lengths_mask(lengths)
+        self.input_ids = pad_rows(ids, self.seq_len)
+        self._loss_mask = None if masks is None else pad_rows(masks, self.seq_len, False)
+        self.target_next = None
+        self._label(vllm_ids, layers)
+        notes = ["vLLM's hidden-states files hold no next-token ids: the target's own next tokens need its "
+                 "final norm and lm_head over the last slot (verify computes them given the target's weights)"]
+        if masks is None:
+            notes.append("no speculators dataset beside the files (its loss_mask): every token is scored")
+        self.notes = tuple(notes)
+
+    def _check_header(self, p: Path, shape: tuple[int, int] | None) -> tuple[int, int, int]:
+        header, _ = read_safetensors_header(p)
+        if set(header) != VLLM_KEYS:
+            raise CheckpointReadError(
+                f"{p}: not a vLLM hidden-states file: tensors {sorted(header)}, expected hidden_states and token_ids")
+        hs, tok = header["hidden_states"], header["token_ids"]
+        if hs.dtype not in _FLOATS or len(hs.shape) != 3:
+            raise CheckpointReadError(f"{p}: hidden_states must be float [S, n, T], got {hs.dtype} {list(hs.shape)}")
+        if tok.dtype not in _INTS or len(tok.shape) != 1:
+            raise CheckpointReadError(f"{p}: token_ids must be int64 [S], got {tok.dtype} {list(tok.shape)}")
+        s, n, t = hs.shape
+        if tok.shape[0] != s:
+            raise CheckpointReadError(f"{p}: hidden_states holds {s} positions but token_ids {tok.shape[0]}")
+        if s < 1:
+            raise CheckpointReadError(f"{p}: holds no tokens")
+        if shape is not None and (n, t) != shape:
+            raise CheckpointReadError(
+                f"{p}: {n} states of width {t}, but {self._files[0].name} holds {shape[0]} of width {shape[1]}: "
+                "the files come from different runs")
+        return s, n, t
+
+    def _label(self, vllm_ids: Sequence[int] | None, layers: Sequence[LayerRef | int] | None) -> None:
+        """The slots' layers, from vLLM ids (sorted: vLLM stacks in layer order) or LayerRefs."""
+        self._vllm_ids = None
+        refs: LayerSet | None = None
+        if vllm_ids is not None:
+            ids = sorted(int(i) for i in vllm_ids)
+            if len(set(ids)) != len(ids) or ids[0] < 0:
+                raise WiringError(f"{self.path}: --states-layers {list(vllm_ids)}: vLLM ids are distinct and >= 0")
+            if self.num_layers is not None and ids[-1] > self.num_layers:
+                raise WiringError(f"{self.path}: --states-layers names vLLM id {ids[-1]}, but the target has "
+                                  f"{self.num_layers} layers (vLLM ids 0..{self.num_layers})")
+            self._vllm_ids = ids
+            refs = tuple(LayerRef(i - 1) for i in ids)
+            self.layers_from = USER_STATED + ", in vLLM's numbering (id i = output of layer i-1)"
+        elif layers is not None:
+            refs = tuple(sorted(as_layer_refs(layers)))
+            last = None if self.num_layers is None else LayerRef(self.num_layers - 1)
+            if len(refs) == self._n - 1 and last is not None and all(r < last for r in refs):
+                refs += (last,)  # speculators' layout: the aux slots, then the last layer (train/data.py:323-333)
+        if refs is not None and len(refs) != self._n:
+            raise WiringError(f"{self.path}: the files hold {self._n} states per token, but {len(refs)} layers were "
+                              f"named ({describe(refs)})")
+        self.layers = refs
+        last = LayerRef(self.num_layers - 1) if self.num_layers is not None else None
+        self.final_state = ("pre-norm", last) if refs is not None and last in refs else None
+
+    @property
+    def vllm_ids(self) -> list[int] | None:
+        return self._vllm_ids
+
+    def _no_layers_hint(self) -> str:
+        return ("pass the aux layer ids vLLM was launched with (its speculative config's, in vLLM's numbering) "
+                "with --states-layers")
+
+    @staticmethod
+    def _read(p: Path, name: str) -> Tensor:
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(p), framework="pt") as f:
+                return f.get_tensor(name)
+        except Exception as e:  # safetensors raises its own error types for damaged files
+            raise CheckpointReadError(f"{p}: cannot read {name} ({type(e).__name__}: {e})") from None
+
+    def _slots(self, idx: list[int], start: int, stop: int) -> Tensor:
+        """Stored slots ``idx`` of sequences start:stop, ``[b, S, len(idx)*T]``, zero past each end."""
+        import torch
+
+        t, k = self.hidden_size, len(idx)
+        out = None
+        contiguous = idx == list(range(idx[0], idx[0] + k))
+        for row, p in enumerate(self._files[start:stop]):
+            hs = self._read(p, "hidden_states")
+            if out is None:
+                out = torch.zeros(stop - start, self.seq_len, k * t, dtype=hs.dtype)
+            s = hs.shape[0]
+            part = hs[:, idx[0]:idx[0] + k] if contiguous else hs[:, idx]
+            out[row, :s] = part.reshape(s, k * t)
+        return out
+
+    def _aux_rows(self, refs: LayerSet, start: int, stop: int) -> Tensor:
+        return self._slots([self.layers.index(r) for r in refs], start, stop)
+
+    def _stored_aux_rows(self, start: int, stop: int) -> Tensor:
+        return self._slots(list(range(self._n)), start, stop)
+
+    def _embed_rows(self, start: int, stop: int) -> Tensor:
+        return self._aux_rows((LayerRef(-1),), start, stop)
+
+    def find_non_finite(self, refs) -> Path | None:
+        import torch
+
+        for p in self._files:
+            if not bool(torch.isfinite(self._read(p, "hidden_states")).all()):
+                return p
+        return None
+
+
+__all__ = ["HS_FILE", "VllmStates", "hs_files", "is_vllm_file", "read_dataset_columns"]
