@@ -123,6 +123,9 @@ def _state(tmp: Path, kind: str) -> tuple[dict, Path]:
     if kind == "a file":
         d.write_text("not a folder")
         return without_state(EAGLE3CONV_STATE_DIR=d), d
+    if kind == "under a file":
+        d.write_text("not a folder")
+        return without_state(EAGLE3CONV_STATE_DIR=d / "eagle3conv"), d / "eagle3conv"
     if kind == "relative":
         return without_state(EAGLE3CONV_STATE_DIR="relative/state"), None
     private_dir(d)
@@ -170,6 +173,7 @@ CASES = {
     "state folder another user's": ("state", "another user's folder", "belongs to another user"),
     "state folder a link to a 0777 folder": ("state", "symlink-to-0777", "can be written by other users"),
     "state folder a file": ("state", "a file", "is not a folder"),
+    "state folder under a file": ("state", "under a file", "cannot be used (Not a directory)"),
     "state folder relative": ("state", "relative", "is not an absolute path"),
     "state folder read-only, no key": ("state", "read-only, no key", "cannot be created"),
     "key a symlink": ("state", "key: symlink", "is a symbolic link"),
@@ -189,7 +193,7 @@ NEEDS_ROOT = {"HOME another user's", "state folder another user's", "key another
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_in_place_fix_keys_refuses_before_writing_when_it_cannot_sign(converted, tmp_path, case):
-    """Issue 25 #1: 17 ways to have no usable journal key; each is refused before anything is
+    """Issue 25 #1: 18 ways to have no usable journal key; each is refused before anything is
     written, naming what is wrong and EAGLE3CONV_STATE_DIR, and the hint, followed, converts the
     folder. The usable ones (a link to a private folder, a read-only folder holding a key, none yet)
     sign the journal with the key in that folder."""

@@ -715,7 +715,7 @@ def _journal_key(root: Path) -> bytes:
         raise JournalKeyError(
             f"{root}: in-place fix-keys signs its crash journal with your journal key, and there is none to be "
             f"had: {e.where} {e.why}; nothing was written",
-            hint=f"{e.fix} (EAGLE3CONV_STATE_DIR, else $XDG_STATE_HOME/eagle3conv, else "
+            hint=f"{e.fix} (the key is kept in $EAGLE3CONV_STATE_DIR, else $XDG_STATE_HOME/eagle3conv, else "
                  f"~/.local/state/eagle3conv); or write the fixed checkpoint elsewhere, which needs no "
                  f"journal: eagle3conv fix-keys {root} --out DIR") from None
 

@@ -89,6 +89,8 @@ def _make_dir(d: Path) -> None:
         return
     except FileNotFoundError:
         pass
+    except OSError:
+        return  # a file where a folder should be, a folder we may not enter: _check_dir says which
     try:
         d.parent.mkdir(parents=True, exist_ok=True)
         os.mkdir(d, 0o700)
