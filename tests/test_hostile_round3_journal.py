@@ -287,6 +287,7 @@ def _run_hint(hint: str, start: str, env: dict):
     return cli(argv[1:], env=env, plain_user=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lost", ["key changed", "older unsigned journal"])
 def test_after_a_kill_past_the_commit_the_refusal_hint_leads_to_the_new_checkpoint(converted, killed, tmp_path,
                                                                                    lost):
@@ -317,6 +318,7 @@ def test_after_a_kill_past_the_commit_the_refusal_hint_leads_to_the_new_checkpoi
         assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.slow
 def test_a_journal_removed_by_hand_after_a_kill_has_a_hint_that_leads_to_a_working_folder(converted, killed,
                                                                                            tmp_path):
     """Round three's trap: killed during the roll-forward, the journal removed by hand (what the old

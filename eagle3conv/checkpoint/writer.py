@@ -26,9 +26,10 @@ commit), readers shared. Recovery runs only under the exclusive lock, so it neve
 removes what a live writer owns; a command that cannot get the lock within
 ``EAGLE3CONV_LOCK_WAIT`` seconds refuses, naming the other process.
 
-The journal is checked before recovery acts on it (:func:`read_journal`): only
-plain names of the kinds fix-keys writes, each new file present with the size and
-digest recorded. A journal that fails a check is refused and nothing is touched.
+The journal is signed, and checked before recovery acts on it (:func:`read_journal`):
+only plain names of the kinds fix-keys writes, each new file present with the size and
+digest recorded, each replaced one as recorded. A journal that fails a check is refused
+and nothing is touched. An in-place write that cannot sign refuses before it writes.
 """
 
 from __future__ import annotations
@@ -442,7 +443,7 @@ def write_out(plan: Plan, out: Path, **kw) -> WriteResult:
 # and only on steps it can check against what that writer stages:
 #
 # * the journal is signed (HMAC-SHA256, io/journalkey.py) with a key only this user's eagle3conv
-#   holds, over its content, which names every file it replaces with its size and digest: the
+#   holds, over its content, which names every file it replaces (size, mtime, first MiB's digest): the
 #   folder's identity is the files the journal replaces, wherever they are (in the folder or moved to
 #   the backup), not a device or inode number, so it survives a remount, a re-plugged disk or a
 #   move. A journal that came with a download, was signed with another key, or was written for
