@@ -529,7 +529,7 @@ SIGNED_FIELDS = ("version", "writer", "install", "replace", "old")  # the signat
 
 def signed_part(data: dict) -> dict:
     """What a journal's signature covers: its content, which names every replaced file with its
-    size and digest (the folder's identity; see above)."""
+    size, modification time and first MiB's digest (the folder's identity; see above)."""
     return {k: data.get(k) for k in SIGNED_FIELDS}
 
 
@@ -605,13 +605,13 @@ def _parse_journal(journal: Path) -> dict:
 
 
 def _check_signature(journal: Path, data: dict) -> None:
-    """Before anything on disk is looked at: nothing there is worth checking for a journal this
+    """Before the folder's files are looked at: nothing there is worth checking for a journal this
     writer did not sign."""
     from eagle3conv.io import journalkey
 
     if data.get("version") != JOURNAL_VERSION:
         raise _journal_unverified(journal, f"version {str(data.get('version'))[:20]!r}, expected "
-                                           f"{JOURNAL_VERSION}: an older eagle3conv wrote it")
+                                           f"{JOURNAL_VERSION}: another version of eagle3conv wrote it")
     mac = data.get("signature")
     if not isinstance(mac, str) or data.get("old") is None:
         raise _journal_unverified(journal, "it carries no signature")
