@@ -10,15 +10,24 @@ were taken: bench/README.md, "Ctrl-C at start-up".
 
     python bench/ctrl_c_start.py [--runs 20] [--max-ms 40] [--step 2] [--script .venv/bin/eagle3conv]
                                  [--with-pip-launcher] [--out results.json]
+    python bench/ctrl_c_start.py --first-statement 200 [--out results.json]
 
 ``--with-pip-launcher`` also times, run for run alternately, the launcher pip generates for a
 ``[project.scripts]`` entry point (what eagle3conv shipped before its own ``bin/eagle3conv``).
+
+``--first-statement N`` measures the window itself: N spawns of a script whose first statement
+(the one where the launcher takes Ctrl-C) prints the monotonic clock, against the clock read just
+before the spawn; as the launcher runs (Python with ``site``), and for comparison with ``-S`` (no
+``site``) and ``-I`` (isolated: no user site, no environment), the three alternating run for run.
+Installers rewrite the launcher's ``#!python`` line to their interpreter and drop any flags on it
+(pip's ``fix_script``), so ``-S``/``-I`` are what the window would be if they could be kept.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -46,6 +55,30 @@ def classify(rc: int, out: str, err: str) -> str:
     return f"other(rc={rc})"
 
 
+PROBE = "import time, sys\nsys.stdout.write(repr(time.monotonic()))\n"  # both built in: nothing imported first
+
+
+def first_statement(n: int) -> dict:
+    """Milliseconds from the spawn to a script's first statement, per interpreter variant."""
+    work = Path(tempfile.mkdtemp())
+    probe = work / "probe.py"
+    probe.write_text(PROBE)
+    variants = {"python (as the launcher runs)": [], "python -S": ["-S"], "python -I": ["-I"]}
+    got: dict = {name: [] for name in variants}
+    for _ in range(n):
+        for name, flags in variants.items():  # alternately, so each meets the same machine state
+            t0 = time.monotonic()
+            out = subprocess.run([sys.executable, *flags, str(probe)], capture_output=True, check=True).stdout
+            got[name].append((float(out) - t0) * 1000)
+    table = {}
+    for name, ms in got.items():
+        ms.sort()
+        pick = {f"p{q}": round(ms[min(len(ms) - 1, int(len(ms) * q / 100))], 1) for q in (50, 90, 99)}
+        table[name] = dict(pick, max=round(ms[-1], 1), runs=len(ms))
+        print(f"{name:>30}  " + "  ".join(f"{k} {v}" for k, v in table[name].items()), flush=True)
+    return table
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=20)
@@ -54,7 +87,18 @@ def main() -> None:
     ap.add_argument("--script", default=str(Path(sys.executable).parent / "eagle3conv"))
     ap.add_argument("--with-pip-launcher", action="store_true")
     ap.add_argument("--out", help="write the table as JSON here")
+    ap.add_argument("--first-statement", type=int, metavar="N",
+                    help="measure the spawn-to-first-statement window over N spawns per variant instead")
     a = ap.parse_args()
+    # started in the background of a non-interactive shell, SIGINT is ignored, and every launcher
+    # started from here would inherit that and never see the Ctrl-C: give them a terminal's default
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if a.first_statement:
+        table = first_statement(a.first_statement)
+        if a.out:
+            Path(a.out).write_text(json.dumps({"python": sys.executable, "first_statement_ms": table,
+                                               "load_average": list(os.getloadavg())}, indent=2) + "\n")
+        return
     work = Path(tempfile.mkdtemp())
     subprocess.run([a.script, "example", str(work / "ex")], check=True, capture_output=True)
     scripts = {"eagle3conv launcher": a.script}

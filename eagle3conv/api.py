@@ -205,15 +205,18 @@ def _fix_keys_locked(
     progress: Progress | None = None,
     wiring_options: WiringOptions | None = None,
     later_norm: str | None = None,
+    accept_journal: bool = False,
 ) -> FixResult:
     """Rename a drafter checkpoint to the names SGLang loads, strictly, and prove the result.
 
     In place unless ``out`` is given. Raises :class:`InvalidCheckpointError`
     (exit 3) listing every unmapped, missing or colliding key; nothing is written then.
+    ``accept_journal``: finish an interrupted in-place write from a journal whose signature
+    cannot be checked (the user's own, after its key changed), after every other check.
     """
     in_place = out is None and not dry_run
     command = "fix-keys" + (" --dry-run" if dry_run else " --out" if out is not None else "")
-    with prepared(path, command, write=in_place) as recovered:
+    with prepared(path, command, write=in_place, accept_journal=accept_journal) as recovered:
         return _fix_keys(path, recovered, out=out, source_format=source_format, config=config,
                          keep_embed=keep_embed, dtype=dtype, max_shard_size=max_shard_size, dry_run=dry_run,
                          progress=progress, wiring_options=wiring_options, later_norm=later_norm)

@@ -31,6 +31,11 @@ def _out(text: str) -> None:
 
     if not _stdout["ok"]:
         return
+    if sys.stdout is None:  # started with stdout closed (`>&-`): Python then has no sys.stdout at all
+        _stdout["ok"] = False
+        raise StdoutError("cannot write the output to stdout: stdout is closed",
+                          hint="run the command with stdout open (> FILE, or > /dev/null to discard it); the "
+                               "command itself had finished: a rerun of fix-keys or config finds its work done")
     try:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
@@ -384,8 +389,11 @@ def inspect_cmd(checkpoint, source_format, config, keep_embed, later_norm, targe
 @click.option("--follow-symlinks", is_flag=True,
               help="Read files that are symlinks leaving the folder through their link (refused by default); "
                    "each one followed is named in the output.")
+@click.option("--accept-journal", is_flag=True,
+              help="Finish your own interrupted in-place fix-keys from a journal eagle3conv cannot check (unsigned, "
+                   "older, or signed with a key you no longer have); every new file is still checked against it.")
 def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_shard_size, dry_run, later_norm,
-                 target, trained_on, captured_at, metadata, sglang_version, rewire, follow_symlinks):
+                 target, trained_on, captured_at, metadata, sglang_version, rewire, follow_symlinks, accept_journal):
     """Rename a drafter's weights to exactly what SGLang loads, strictly, and prove the result.
 
     Every source key is renamed, kept, split or dropped by a named rule; any
@@ -411,7 +419,7 @@ def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_
                        dtype=dtype, max_shard_size=max_shard_size, dry_run=dry_run, progress=progress,
                        later_norm=later_norm,
                        wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version, rewire),
-                       follow_symlinks=follow_symlinks)
+                       follow_symlinks=follow_symlinks, accept_journal=accept_journal)
     for link, target_path in res.followed_symlinks:
         click.echo(f"followed symlink {link} -> {target_path} (--follow-symlinks)", err=True)
     d = res.to_dict()

@@ -27,10 +27,13 @@ _MESSAGE = b"interrupted; your files are as they were (an in-place write finishe
 
 
 def _early_sigint(signum, frame):  # pragma: no cover - timing dependent
-    if "--json" in sys.argv[1:]:
-        os.write(1, b'{"error": "Interrupted", "message": "interrupted", "hint": null, "details": [], '
-                    b'"exit_code": 130}\n')
-    os.write(2, _MESSAGE)
+    try:
+        if "--json" in sys.argv[1:]:
+            os.write(1, b'{"error": "Interrupted", "message": "interrupted", "hint": null, "details": [], '
+                        b'"exit_code": 130}\n')
+        os.write(2, _MESSAGE)
+    except OSError:
+        pass
     os._exit(130)
 
 
@@ -286,8 +289,26 @@ def start_read_ahead(argv: list[str], info: dict) -> bool:
     return True
 
 
+def hold_closed_std_fds() -> None:
+    """A standard stream the command was started without (``>&-``) gets /dev/null under its number,
+    so that no file the command opens later takes that number, and no write meant for stdout (the
+    early Ctrl-C handler's) lands in it. ``sys.stdout`` stays None: the CLI then names the closed stdout."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                got = os.open(os.devnull, os.O_RDWR)
+            except OSError:
+                return
+            if got != fd:
+                os.dup2(got, fd)
+                os.close(got)
+
+
 def run() -> None:
     phases: dict = {}
+    hold_closed_std_fds()
     previous = signal.getsignal(signal.SIGINT)
     # Python's default handler, or the launcher's own early one (eagle3conv/_launch.py)
     early = previous is signal.default_int_handler or getattr(previous, "eagle3conv_early", False)
@@ -327,7 +348,7 @@ def _finish(phases: dict, code) -> None:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
-            except (OSError, ValueError):
+            except (OSError, ValueError, AttributeError):  # AttributeError: started with it closed (None)
                 pass
         os._exit(code or 0)
 

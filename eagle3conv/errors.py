@@ -97,6 +97,11 @@ class JournalError(InvalidCheckpointError):
     """An interrupted-write journal eagle3conv cannot trust or act on; nothing was touched."""
 
 
+class JournalKeyError(Eagle3ConvError):
+    """An in-place write found no usable journal key to sign its crash journal with; nothing was
+    written (an unsigned journal could never be finished after a crash)."""
+
+
 class FileSystemError(Eagle3ConvError):
     """The file system refused a read or a write (no space, read-only, permissions, a file where a folder
     was expected); the message names the path and the reason."""

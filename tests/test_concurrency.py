@@ -150,7 +150,7 @@ def test_crafted_journal_touches_nothing_and_says_so(work, tmp_path, kind):
         d = one_json(r.stdout)
         assert d["error"] == "JournalError", d
         assert JOURNAL in d["message"] and "nothing was touched" in d["message"], d
-        assert f"rm {work / JOURNAL}" in d["hint"], d  # says how to get unstuck
+        assert f"rm -r {work / JOURNAL}" in d["hint"], d  # says how to get unstuck
         assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
         assert snapshot(tmp_path) == before, args
     assert victim.read_text() == "precious"

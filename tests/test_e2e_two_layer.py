@@ -188,6 +188,7 @@ def test_fixture_is_saved_as_a_multi_layer_trainer_saves_it(two_layer):
     assert (two_layer / "model.safetensors").stat().st_size < 12_000_000  # the tests/data budget
 
 
+@pytest.mark.slow
 def test_vllm_serves_the_trained_norm_and_sglang_an_untrained_one(heldout_states, two_layer):  # noqa: F811
     """Only layers.1.input_layernorm in the file: vLLM's row runs the trained norm, SGLang's rows run
     hidden_norm, absent, as ones, and say it is missing and served untrained; every row captures the
@@ -221,6 +222,7 @@ def test_vllm_serves_the_trained_norm_and_sglang_an_untrained_one(heldout_states
     print("\n2-layer drafter, accept length per engine row: " + "; ".join(lines))
 
 
+@pytest.mark.slow
 def test_after_fix_keys_every_release_serves_the_trained_norm(heldout_states, two_layer, tmp_path):  # noqa: F811
     """fix-keys writes the trained input_layernorm under both names; then every release's row scores
     exactly what vLLM's row scored on the source (SGLang's rows recover the accept length the untrained

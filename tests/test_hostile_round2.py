@@ -185,9 +185,7 @@ def _sign(root: Path, journal: dict, key: bytes | None = None) -> dict:
     from eagle3conv.io import journalkey
 
     key = key if key is not None else journalkey.load_key(create=True)
-    part = {k: journal[k] for k in ("version", "writer", "install", "replace")}
-    part["folder"] = [os.stat(root).st_dev, os.stat(root).st_ino]
-    return dict(journal, signature=journalkey.signature(key, part))
+    return dict(journal, signature=journalkey.signature(key, writer.signed_part(journal)))
 
 
 @pytest.fixture
@@ -204,12 +202,26 @@ def victims(tmp_path):
     return ck
 
 
-def _crafted(root: Path, *, version=3, signed=False, key=None, replace=None, **extra) -> dict:
+def _old(root: Path, names: list[str]) -> list[dict]:
+    """How the writer identifies the files it replaces (size, mtime, first MiB)."""
+    out = []
+    for n in names:
+        if not os.path.isfile(root / n):
+            out.append({"name": n, "size": -1, "mtime_ns": -1, "sha256": "not a regular file"})
+            continue
+        st, head = (root / n).stat(), (root / n).read_bytes()[: 1 << 20]
+        out.append({"name": n, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                    "sha256": hashlib.sha256(head).hexdigest()})
+    return out
+
+
+def _crafted(root: Path, *, version=writer.JOURNAL_VERSION, signed=False, key=None, replace=None, **extra) -> dict:
     """The reported attack: every file already 'moved in' with digests computed from the folder's own
     files, and the victims listed as replaced."""
     install = [_entry(root / "model.safetensors"), _entry(root / "config.json")]
-    j = {"version": version, "writer": writer.WRITER_ID, "install": install,
-         "replace": replace or ["training_state.pt", "pytorch_model.bin", "extra.safetensors"], **extra}
+    replace = replace or ["training_state.pt", "pytorch_model.bin", "extra.safetensors"]
+    j = {"version": version, "writer": writer.WRITER_ID, "install": install, "replace": replace,
+         "old": _old(root, replace), **extra}
     return _sign(root, j, key) if signed else j
 
 
@@ -227,7 +239,7 @@ def _refused_everywhere(root: Path, tmp_path: Path, *, why: str) -> None:
         d = one_doc(r)
         assert d["error"] == "JournalError" and "nothing was touched" in d["message"], d
         assert why in d["message"], d["message"]
-        assert f"rm {root / JOURNAL}" in d["hint"], d
+        assert str(root / JOURNAL) in d["hint"], d
         assert snapshot(root) == before, args
         assert not (tmp_path / f"out{i}").exists()
 
@@ -249,11 +261,14 @@ def test_a_journal_this_writer_did_not_write_deletes_nothing(victims, tmp_path, 
 
 
 def test_a_signed_journal_for_another_folder_is_refused(victims, tmp_path):
+    """The journal's folder identity is the files it replaces (issue 25): a journal carried into a
+    folder of the same names whose file differs (another checkpoint, another epoch) is refused."""
     j = _crafted(victims, signed=True)
     copy = tmp_path / "copy"
     shutil.copytree(victims, copy)  # a journal copied (or downloaded) along with a folder
+    torch.save({"w": torch.ones(2)}, copy / "pytorch_model.bin")  # ... that holds another file of that name
     (copy / JOURNAL).write_text(json.dumps(j))
-    _refused_everywhere(copy, tmp_path, why="signature does not match")
+    _refused_everywhere(copy, tmp_path, why="written for other files")
 
 
 def test_a_signed_journal_whose_steps_the_writer_never_takes_is_refused(victims, tmp_path):
@@ -290,7 +305,8 @@ def test_a_recovery_the_file_system_stops_half_way_puts_everything_back(victims,
     shutil.copy(victims / "config.json", staging / "config.json")
     j = _sign(victims, {"version": writer.JOURNAL_VERSION, "writer": writer.WRITER_ID,
                         "install": [_entry(staging / "model.safetensors"), _entry(staging / "config.json")],
-                        "replace": ["config.json", "model.safetensors", "pytorch_model.bin"]})
+                        "replace": ["config.json", "model.safetensors", "pytorch_model.bin"],
+                        "old": _old(victims, ["config.json", "model.safetensors", "pytorch_model.bin"])})
     (victims / JOURNAL).write_text(json.dumps(j))
     before = snapshot(victims)
     real = os.replace
@@ -306,7 +322,7 @@ def test_a_recovery_the_file_system_stops_half_way_puts_everything_back(victims,
     with pytest.raises(JournalError) as e:
         writer.recover(victims)
     monkeypatch.undo()
-    assert "the moves made were undone" in e.value.message and f"rm {victims / JOURNAL}" in e.value.hint
+    assert "the moves made were undone" in e.value.message and f"eagle3conv fix-keys {victims}" in e.value.hint
     after = snapshot(victims)
     assert {k: v for k, v in after.items() if not k.startswith(BACKUP)} == before
     # and the next command finishes it

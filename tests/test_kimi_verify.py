@@ -121,6 +121,7 @@ def _rows(doc: dict) -> dict:
     return engine_rows(doc)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["mla", "llama"])
 def test_kimi_drafter_verified_engine_by_engine(kimi, tmp_path, kind):
     folder, states = kimi[kind]

@@ -150,6 +150,7 @@ def outcomes(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_the_planted_wiring_is_in_the_set(outcomes):
     missed = [o for o in outcomes if o["planted"] not in o["members"]]
     assert len(outcomes) == CASES and len(missed) <= CASES // 100, missed  # >= 99%
@@ -161,6 +162,7 @@ def test_the_planted_wiring_is_in_the_set(outcomes):
     assert all(o["coverage"]["global"] and o["coverage"]["screen"]["complete"] for o in outcomes)
 
 
+@pytest.mark.slow
 def test_named_whenever_the_data_separates_it(outcomes):
     wrong = [o for o in outcomes if o["status"] == "named" and o["best"] != o["planted"]]
     assert not wrong, wrong  # one wiring singled out: always the planted one

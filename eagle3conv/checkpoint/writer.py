@@ -26,9 +26,10 @@ commit), readers shared. Recovery runs only under the exclusive lock, so it neve
 removes what a live writer owns; a command that cannot get the lock within
 ``EAGLE3CONV_LOCK_WAIT`` seconds refuses, naming the other process.
 
-The journal is checked before recovery acts on it (:func:`read_journal`): only
-plain names of the kinds fix-keys writes, each new file present with the size and
-digest recorded. A journal that fails a check is refused and nothing is touched.
+The journal is signed, and checked before recovery acts on it (:func:`read_journal`):
+only plain names of the kinds fix-keys writes, each new file present with the size and
+digest recorded, each replaced one as recorded. A journal that fails a check is refused
+and nothing is touched. An in-place write that cannot sign refuses before it writes.
 """
 
 from __future__ import annotations
@@ -442,8 +443,13 @@ def write_out(plan: Plan, out: Path, **kw) -> WriteResult:
 # and only on steps it can check against what that writer stages:
 #
 # * the journal is signed (HMAC-SHA256, io/journalkey.py) with a key only this user's eagle3conv
-#   holds, over its content and the folder's identity (device, inode): a journal that came with a
-#   download, was written by another user or machine, or for another folder is refused;
+#   holds, over its content, which names every file it replaces (size, mtime, first MiB's digest): the
+#   folder's identity is the files the journal replaces, wherever they are (in the folder or moved to
+#   the backup), not a device or inode number, so it survives a remount, a re-plugged disk or a
+#   move. A journal that came with a download, was signed with another key, or was written for
+#   other files is refused; an in-place write that cannot sign refuses before it writes anything;
+# * a journal that cannot be checked (unsigned, an older version, another key) is finished only
+#   when the user asks (`fix-keys --accept-journal`), after every check below;
 # * every name is a plain file name of the kinds fix-keys writes (install) or replaces (replace),
 #   short enough for the file system with the staging and backup folders' names in front;
 # * every new file is in the staging folder or already moved in, with the size and digest recorded;
@@ -455,7 +461,7 @@ def write_out(plan: Plan, out: Path, **kw) -> WriteResult:
 # Anything else is refused before a single file is touched, naming the journal. A recovery that
 # fails half-way (the file system said no) moves back what it moved and says so.
 
-JOURNAL_VERSION = 3
+JOURNAL_VERSION = 4  # 3 signed the folder's device and inode, which a remount changes
 WRITER_ID = "eagle3conv fix-keys"
 MAX_JOURNAL_BYTES = 1 << 20
 _INSTALL_RE = re.compile(r"(model\.safetensors|model-\d{5}-of-\d{5}\.safetensors|model\.safetensors\.index\.json|config\.json)")
@@ -484,6 +490,25 @@ def _entry(path: Path) -> dict:
     return {"name": path.name, "size": path.stat().st_size, "sha256": _digest(path)}
 
 
+_OLD_KEYS = {"name", "size", "mtime_ns", "sha256"}
+
+
+def _old_entry(path: Path) -> dict:
+    """A replaced file as the journal identifies it: size, modification time (kept by a rename, a
+    remount, a copy-up) and the digest of its first MiB. A link is recorded by name only (recovery
+    refuses a link in any case)."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return {"name": path.name, "size": -1, "mtime_ns": -1, "sha256": "not a regular file"}
+    with os.fdopen(fd, "rb") as f:
+        head = f.read(1 << 20)
+    return {"name": path.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": hashlib.sha256(head).hexdigest()}
+
+
 def _is_regular(path: Path) -> bool:
     try:
         return stat.S_ISREG(os.lstat(path).st_mode)
@@ -499,23 +524,40 @@ def _matches(path: Path, entry: dict) -> bool:
         return False
 
 
-def _folder_id(root: Path) -> list[int]:
-    st = os.stat(root)
-    return [st.st_dev, st.st_ino]
+SIGNED_FIELDS = ("version", "writer", "install", "replace", "old")  # the signature covers exactly these
 
 
-def _signed_part(root: Path, data: dict) -> dict:
-    return {"version": data["version"], "writer": data["writer"], "install": data["install"],
-            "replace": data["replace"], "folder": _folder_id(root)}
+def signed_part(data: dict) -> dict:
+    """What a journal's signature covers: its content, which names every replaced file with its
+    size, modification time and first MiB's digest (the folder's identity; see above)."""
+    return {k: data.get(k) for k in SIGNED_FIELDS}
+
+
+def _leftovers(root: Path) -> str:
+    return " ".join(str(root / n) for n in (JOURNAL, STAGING, BACKUP) if os.path.lexists(root / n)) or str(root / JOURNAL)
 
 
 def _journal_refused(journal: Path, why: str) -> JournalError:
+    """A journal whose steps do not match the folder: nothing here can say which files are whose."""
     root = journal.parent
     return JournalError(
         f"{journal}: not a journal eagle3conv can finish here ({why}); nothing was touched",
-        hint=f"if no eagle3conv command is running on {root}, look at the journal and remove it "
-             f"(rm {journal}); an interrupted fix-keys keeps its new files in {root / STAGING} and the "
-             f"old ones it moved in {root / BACKUP}")
+        hint=f"if no eagle3conv command is running on {root}: an interrupted fix-keys keeps its new files in "
+             f"{root / STAGING} and the old ones it moved in {root / BACKUP}; move out of them what you want to "
+             f"keep, then remove eagle3conv's leftovers (rm -r {_leftovers(root)}) and every command works "
+             "on the folder again")
+
+
+def _journal_unverified(journal: Path, why: str) -> JournalError:
+    """A journal whose signature cannot be checked: the user's own interrupted run (its key changed or
+    could not be read since) or one that came with the folder. Only the user can tell which."""
+    root = journal.parent
+    return JournalError(
+        f"{journal}: eagle3conv cannot check this journal ({why}); nothing was touched",
+        hint=f"if your own in-place fix-keys on {root} was interrupted, finish it: eagle3conv fix-keys {root} "
+             "--accept-journal (every new file is still checked against the journal before anything moves); "
+             f"if you never ran fix-keys on this folder, remove eagle3conv's leftovers that came with it: "
+             f"rm -r {_leftovers(root)}")
 
 
 def _name_limits(root: Path) -> tuple[int, int]:
@@ -532,13 +574,18 @@ def _listing(d: Path) -> list[str] | None:
     return sorted(os.listdir(d))
 
 
-def read_journal(root: Path) -> dict:
-    """The journal of ``root``, checked against the folder (see above); raises :class:`JournalError`."""
+def _entries_ok(entries, keys=frozenset({"name", "size", "sha256"})) -> bool:
+    return isinstance(entries, list) and all(
+        isinstance(e, dict) and set(e) == keys and isinstance(e["name"], str) and isinstance(e["sha256"], str)
+        and all(isinstance(e[k], int) and not isinstance(e[k], bool) for k in keys - {"name", "sha256"})
+        for e in entries)
+
+
+def _parse_journal(journal: Path) -> dict:
+    """The journal's JSON, checked for shape (:class:`JournalError` otherwise)."""
     from eagle3conv.errors import CheckpointReadError
-    from eagle3conv.io import journalkey
     from eagle3conv.io.jsonfile import read_json_file
 
-    journal = root / JOURNAL
     if not _is_regular(journal):
         raise _journal_refused(journal, "not a regular file")
     try:
@@ -547,28 +594,44 @@ def read_journal(root: Path) -> dict:
         raise _journal_refused(journal, f"unreadable: {e.message}") from None
     if not isinstance(data, dict):
         raise _journal_refused(journal, "not a JSON object")
-    if data.get("writer") != WRITER_ID or data.get("version") != JOURNAL_VERSION:
-        raise _journal_refused(journal, f"version {str(data.get('version'))[:20]!r}, writer "
-                                        f"{str(data.get('writer'))[:40]!r}; expected version {JOURNAL_VERSION} "
-                                        f"by {WRITER_ID!r} (an older eagle3conv's journal carries no signature)")
-    install, replace, mac = data.get("install"), data.get("replace"), data.get("signature")
-    if not (isinstance(install, list) and isinstance(replace, list)
-            and all(isinstance(e, dict) and set(e) == {"name", "size", "sha256"} and isinstance(e["name"], str)
-                    and isinstance(e["size"], int) and not isinstance(e["size"], bool)
-                    and isinstance(e["sha256"], str) for e in install)
-            and all(isinstance(n, str) for n in replace)):
-        raise _journal_refused(journal, "'install' must list {name, size, sha256} objects and 'replace' names")
-    # the signature first: nothing below is worth checking in a journal this writer did not write
-    if not isinstance(mac, str):
-        raise _journal_refused(journal, "it carries no signature: it was not written by an eagle3conv that "
-                                        "could sign it (see docs/architecture.md, crash safety)")
-    key = journalkey.load_key(create=False)
-    if key is None:
-        raise _journal_refused(journal, f"this user has no journal key ({journalkey.key_path()}) to check its "
-                                        "signature with: it was written by another user or on another machine")
-    if not journalkey.same_signature(mac, journalkey.signature(key, _signed_part(root, data))):
-        raise _journal_refused(journal, "its signature does not match: it was written by another user, on "
-                                        "another machine or for another folder, or not by eagle3conv")
+    if data.get("writer") != WRITER_ID:
+        raise _journal_refused(journal, f"writer {str(data.get('writer'))[:40]!r}, not {WRITER_ID!r}")
+    install, replace, old = data.get("install"), data.get("replace"), data.get("old")
+    if not (_entries_ok(install) and isinstance(replace, list) and all(isinstance(n, str) for n in replace)
+            and (old is None or (_entries_ok(old, _OLD_KEYS) and [e["name"] for e in old] == replace))):
+        raise _journal_refused(journal, "'install' must list {name, size, sha256} objects, 'replace' names and "
+                                        "'old' the identity of each file 'replace' names")
+    return data
+
+
+def _check_signature(journal: Path, data: dict) -> None:
+    """Before the folder's files are looked at: nothing there is worth checking for a journal this
+    writer did not sign."""
+    from eagle3conv.io import journalkey
+
+    if data.get("version") != JOURNAL_VERSION:
+        raise _journal_unverified(journal, f"version {str(data.get('version'))[:20]!r}, expected "
+                                           f"{JOURNAL_VERSION}: another version of eagle3conv wrote it")
+    mac = data.get("signature")
+    if not isinstance(mac, str) or data.get("old") is None:
+        raise _journal_unverified(journal, "it carries no signature")
+    try:
+        key = journalkey.obtain(create=False)
+    except journalkey.NoKey as e:
+        raise _journal_unverified(journal, f"the journal key to check it with, {e.where}, {e.why}") from None
+    if not journalkey.same_signature(mac, journalkey.signature(key, signed_part(data))):
+        raise _journal_unverified(journal, f"its signature does not match the journal key in "
+                                           f"{journalkey.state_dir()}: it was signed with another key, or "
+                                           "changed since")
+
+
+def read_journal(root: Path, *, accept_unverified: bool = False) -> dict:
+    """The journal of ``root``, checked against the folder (see above); raises :class:`JournalError`.
+    ``accept_unverified``: the user asked to finish a journal whose signature cannot be checked
+    (``fix-keys --accept-journal``); every other check still holds."""
+    journal = root / JOURNAL
+    data = _parse_journal(journal)
+    install, replace = data["install"], data["replace"]
     names = [e["name"] for e in install]
     bad = [n for n in names if not _INSTALL_RE.fullmatch(n)] + \
           [n for n in replace if not _REPLACE_RE.fullmatch(n) or n.startswith(".")]
@@ -585,6 +648,18 @@ def read_journal(root: Path) -> dict:
         raise _journal_refused(journal, "a name is listed twice")
     if "config.json" not in names or not any(n.endswith(".safetensors") for n in names):
         raise _journal_refused(journal, "it installs no weights and config")
+    if not accept_unverified:
+        _check_signature(journal, data)
+    _check_state(root, journal, data)
+    return {"install": names, "replace": replace, "entries": install}
+
+
+def _check_state(root: Path, journal: Path, data: dict) -> None:
+    """The folder is in a state the writer's order of steps leaves, with the very files the journal
+    names: each new file staged or moved in as recorded, each replaced one (still in the folder or
+    moved to the backup) as recorded when the journal was written."""
+    install, replace = data["install"], data["replace"]
+    names = [e["name"] for e in install]
     for d in (STAGING, BACKUP):
         if os.path.lexists(root / d) and not (stat.S_ISDIR(os.lstat(root / d).st_mode)):
             raise _journal_refused(journal, f"{d} is not a folder")
@@ -605,6 +680,13 @@ def read_journal(root: Path) -> dict:
             moved_in.add(e["name"])
         else:
             raise _journal_refused(journal, f"{e['name']} is in neither {STAGING} nor the folder as recorded")
+    old = {e["name"]: e for e in data.get("old") or []}
+    for n in replace:  # the folder's identity: the very files the journal replaces, wherever they are now
+        here = os.path.lexists(root / n)
+        where = root / BACKUP / n if n in backed_up else root / n if here and n not in moved_in else None
+        if n in old and where is not None and _old_entry(where) != old[n]:
+            raise _journal_refused(journal, f"{where.relative_to(root)} is not the file the journal replaces (its "
+                                            "size, time or first bytes differ): it was written for other files")
     for n in replace:
         here = os.path.lexists(root / n)
         if here and not _is_regular(root / n):
@@ -614,18 +696,29 @@ def read_journal(root: Path) -> dict:
         if moved_in and here and n not in moved_in:
             # the writer moves every replaced file to the backup before it moves any new one in
             raise _journal_refused(journal, f"{n} is still in the folder although new files were moved in")
-    return {"install": names, "replace": replace, "entries": install}
 
 
-def _sign(root: Path, journal: dict) -> dict:
-    """The journal with its signature (none when this user has no key to be had: recovery then
-    refuses it, and says how to finish by hand)."""
+def _sign(journal: dict, key: bytes) -> dict:
     from eagle3conv.io import journalkey
 
-    key = journalkey.load_key(create=True)
-    if key is None:
-        return journal
-    return dict(journal, signature=journalkey.signature(key, _signed_part(root, journal)))
+    return dict(journal, signature=journalkey.signature(key, signed_part(journal)))
+
+
+def _journal_key(root: Path) -> bytes:
+    """The key the journal is signed with; :class:`JournalKeyError` before anything is written when
+    there is none to be had (an unsigned journal could never be finished after a crash)."""
+    from eagle3conv.errors import JournalKeyError
+    from eagle3conv.io import journalkey
+
+    try:
+        return journalkey.obtain(create=True)
+    except journalkey.NoKey as e:
+        raise JournalKeyError(
+            f"{root}: in-place fix-keys signs its crash journal with your journal key, and there is none to be "
+            f"had: {e.where} {e.why}; nothing was written",
+            hint=f"{e.fix} (the key is kept in $EAGLE3CONV_STATE_DIR, else $XDG_STATE_HOME/eagle3conv, else "
+                 f"~/.local/state/eagle3conv); or write the fixed checkpoint elsewhere, which needs no "
+                 f"journal: eagle3conv fix-keys {root} --out DIR") from None
 
 
 def pending(root: Path) -> bool:
@@ -642,11 +735,12 @@ def _remove_own_file(path: Path, journal: Path) -> None:
     path.unlink()
 
 
-def recover(root: Path) -> str | None:
+def recover(root: Path, *, accept_journal: bool = False) -> str | None:
     """Finish or roll back an interrupted in-place write. Returns what it did, if anything.
 
     The caller holds the folder's lock exclusively (see :func:`prepared`). A journal is
-    checked against the folder before anything is touched (:func:`read_journal`)."""
+    checked against the folder before anything is touched (:func:`read_journal`; with
+    ``accept_journal``, one whose signature cannot be checked too)."""
     root = Path(root)
     journal = root / JOURNAL
     staging = root / STAGING
@@ -660,7 +754,7 @@ def recover(root: Path) -> str | None:
                      "conversion")
         return None  # an unfinished staging folder only: the old checkpoint is intact; nothing to do read-only
     if os.path.lexists(journal):
-        data = read_journal(root)
+        data = read_journal(root, accept_unverified=accept_journal)
         _remove_own_file(root / (JOURNAL + ".tmp"), journal)
         _roll_forward(root, data)
         return "completed an interrupted fix-keys (the new checkpoint is in place)"
@@ -683,9 +777,10 @@ def recover(root: Path) -> str | None:
 
 
 @contextmanager
-def prepared(path: str | os.PathLike, command: str, *, write: bool):
+def prepared(path: str | os.PathLike, command: str, *, write: bool, accept_journal: bool = False):
     """Lock a checkpoint folder for ``command`` (exclusively if ``write``, else shared) and
-    finish or roll back an interrupted in-place write first. Yields what recovery did.
+    finish or roll back an interrupted in-place write first (``accept_journal``: from a journal
+    whose signature cannot be checked too, see :func:`read_journal`). Yields what recovery did.
 
     Readers wait (briefly) for a live writer and never remove what it owns: recovery
     runs only under the exclusive lock, that is when no other eagle3conv holds the folder."""
@@ -698,7 +793,7 @@ def prepared(path: str | os.PathLike, command: str, *, write: bool):
         recovered = None
         if pending(root) and (write or os.access(root, os.W_OK) or os.path.lexists(root / JOURNAL)):
             lock.upgrade()
-            recovered = recover(root)
+            recovered = recover(root, accept_journal=accept_journal)
             if not write:
                 lock.downgrade()
         yield recovered
@@ -739,9 +834,8 @@ def _roll_forward(root: Path, data: dict) -> None:
         raise JournalError(
             f"{root}: could not finish the interrupted fix-keys ({e.strerror or e}: {e.filename}); the moves "
             "made were undone",
-            hint=f"fix the cause and run `eagle3conv fix-keys {root}` again; or, if no eagle3conv command is "
-                 f"running, remove the journal (rm {journal}): the new files stay in {staging}, the old ones "
-                 f"moved so far in {backup}") from None
+            hint=f"fix the cause and run `eagle3conv fix-keys {root}` again (the journal {journal} says what is "
+                 f"left to do: the new files are in {staging}, the old ones moved so far in {backup})") from None
     shutil.rmtree(backup)
     _step()
     shutil.rmtree(staging, ignore_errors=True)
@@ -777,6 +871,7 @@ def write_in_place(plan: Plan, **kw) -> WriteResult:
     if not os.access(root, os.W_OK):
         raise WriteError(f"{root}: the folder is read-only; nothing was written",
                          hint=f"write the fixed checkpoint elsewhere: eagle3conv fix-keys {root} --out DIR")
+    key = _journal_key(root)  # before anything is written: a journal that cannot be signed is never written
     recover(root)
     staging.mkdir()
     try:
@@ -788,12 +883,14 @@ def write_in_place(plan: Plan, **kw) -> WriteResult:
             {p.name for p in plan.index.weight_files if p.name != "training_state.pt"}
             | {n for n in (SAFETENSORS_INDEX, BIN_INDEX, "config.json") if (root / n).exists()}
         )
+        old = [_old_entry(root / n) for n in replace]  # the folder's identity (see "the journal" above)
         stall("before-journal")
     except BaseException:  # before the commit point: the old checkpoint stands, the staging goes
         shutil.rmtree(staging, ignore_errors=True)
         raise
     tmp = root / (JOURNAL + ".tmp")
-    journal = _sign(root, {"version": JOURNAL_VERSION, "writer": WRITER_ID, "install": entries, "replace": replace})
+    journal = _sign({"version": JOURNAL_VERSION, "writer": WRITER_ID, "install": entries, "replace": replace,
+                     "old": old}, key)
     held: list[int] = []
     previous = None
     if threading.current_thread() is threading.main_thread():
