@@ -12,7 +12,7 @@ stored layers: the aux slots plus the last layer) is written as:
 
 Each round reads every format once, in a rotated order: open it and stream the aux slots of every
 sequence through ``eagle3conv.verify.feed.batches`` exactly as verify does (on CUDA the states file goes
-through verify's GpuFeeder, the other formats through their readers in the prefetch thread; on CUDA each
+through verify's GpuFeeder, vLLM and SpecForge through it by their row readers, NeMo in the prefetch thread; on CUDA each
 batch is waited for). The figure is the median over rounds of each format's seconds divided by the
 states file's in the same round. On CPU every page of each batch is touched (a reader may return a
 lazy view of a memory-mapped file); on CUDA the upload reads it. Run:

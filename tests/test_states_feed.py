@@ -65,6 +65,10 @@ def test_specforge_rows_through_the_feeder_are_the_states_file_rows(world, tmp_p
     with StatesFile(captured) as st:
         folder = _specforge_folder(st, tmp_path / "sf", (1, 3, 4))
         sf = SpecForgeStates(folder, layers=outputs(1, 3, 4))
+        # the slots as stored are read with preadv from the storage's byte range in the zip: here it is found
+        from eagle3conv.states.readers import file_offset_of
+        rec = torch.load(sf.path / "data_3.ckpt", mmap=True, weights_only=True)
+        assert file_offset_of(sf.path / "data_3.ckpt", list(rec.values()), rec["aux_hidden_state"]) is not None
         for refs in (outputs(1, 3, 4), outputs(4, 1), outputs(3)):
             _same_as_states_file(_fed(sf, refs), st, refs)
         assert feeder_for(sf, outputs(1), total=12, batch_size=4, with_embeddings=True, device=CPU,

@@ -405,6 +405,7 @@ class SpecForgeStates(CapturedStates):
         if not bool(((lm == 0) | (lm == 1)).all()):
             raise CheckpointReadError(f"{p}: field 'loss_mask' must hold only 0 and 1")
         out["loss_mask"] = lm.bool()
+        out["saved"] = [v for v in obj.values() if isinstance(v, torch.Tensor)]  # as loaded: the file's storages
         h, a = out["hidden_state"], out["aux_hidden_state"]
         for key, t in (("hidden_state", h), ("aux_hidden_state", a)):
             if t.shape[0] != s:
@@ -472,6 +473,41 @@ class SpecForgeStates(CapturedStates):
         return pad_rows([r["hidden_state"] for r in self._records(start, stop)], self.seq_len)
 
 
+def file_offset_of(path: Path, tensors: list, t: Tensor) -> int | None:
+    """Where the bytes of ``t`` (a tensor of a record torch.load memory-mapped) lie in ``path``, or
+    None when that cannot be proven. torch maps the whole file and slices each storage out of it at
+    its zip member's data offset, so the storages' addresses differ exactly as the members' offsets
+    do: when the record's distinct storages match the zip's ``data/N`` members one to one (sizes, and
+    every difference of address equal to the difference of offset), the map's base is known."""
+    import struct
+    import zipfile
+
+    if not t.is_contiguous() or t.device.type != "cpu":
+        return None
+    storages = sorted({(x.untyped_storage().data_ptr(), x.untyped_storage().nbytes()) for x in tensors})
+    try:
+        with zipfile.ZipFile(path) as z, open(path, "rb") as f:
+            members = []
+            for info in z.infolist():
+                if re.search(r"(^|/)data/\d+$", info.filename):
+                    f.seek(info.header_offset)
+                    head = f.read(30)
+                    if len(head) < 30 or head[:4] != b"PK\x03\x04":
+                        return None
+                    name_len, extra_len = struct.unpack("<HH", head[26:30])
+                    members.append((info.header_offset + 30 + name_len + extra_len, info.file_size))
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return None
+    members.sort()
+    if not storages or len(storages) != len(members) or any(p == 0 for p, _ in storages):
+        return None
+    base = storages[0][0] - members[0][0]
+    if any(p - base != off or n != size for (p, n), (off, size) in zip(storages, members)):
+        return None
+    start = t.data_ptr() - base
+    return start if members[0][0] <= start and start + t.numel() * t.element_size() <= members[-1][0] + members[-1][1] else None
+
+
 class SpecForgeRows:
     """Copies one record's aux slots into the consumer's ``[S, k*T]`` buffer: the record is loaded
     as verify always loads it (weights-only, memory-mapped, checked), and its ``aux_hidden_state``
@@ -485,9 +521,22 @@ class SpecForgeRows:
 
     def fill(self, i: int, aux: Tensor, emb: Tensor | None = None) -> None:
         """Record ``i``'s slots into ``aux`` ``[S', width]``, zero past its end (``emb`` is unused)."""
-        a = self.states._load(self.states._files[i])["aux_hidden_state"]
+        import torch
+
+        from eagle3conv.io.pread import pread_into
+
+        path = self.states._files[i]
+        rec = self.states._load(path)
+        a = rec["aux_hidden_state"]
         s, t = a.shape[0], self.hidden
-        if self.cols is None:
+        off = file_offset_of(path, rec["saved"], a) if self.cols is None and a.dtype == aux.dtype else None
+        if off is not None:  # the slots as stored, one contiguous range of the file: read, not faulted in
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                pread_into(fd, aux[:s].view(-1).view(torch.uint8).numpy(), off, path)
+            finally:
+                os.close(fd)
+        elif self.cols is None:
             aux[:s] = a
         else:
             for j, c in enumerate(self.cols):
