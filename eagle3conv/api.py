@@ -149,9 +149,11 @@ def _wired(plan: Plan, opts: WiringOptions, ckpt: str) -> Plan:
 
 
 def _plan(index: CheckpointIndex, *, source_format: str | None, config: str | Path | None, keep_embed: bool,
-          dtype: str | None, later_norm: str | None = None) -> Plan:
+          dtype: str | None, later_norm: str | None = None, wiring_options: WiringOptions | None = None,
+          dequantize: tuple[str, ...] = ()) -> Plan:
     return build_plan(index, source_format=source_format, config_override=load_config_file(config) if config else None,
-                      keep_embed=keep_embed, dtype=dtype, later_norm=later_norm)
+                      keep_embed=keep_embed, dtype=dtype, later_norm=later_norm,
+                      releases=(wiring_options or WiringOptions()).releases(), dequantize=dequantize)
 
 
 def inspect(path: str | Path, *, source_format: str | None = None, config: str | Path | None = None,
@@ -170,7 +172,7 @@ def _inspect(path, recovered: str | None, *, source_format, config, keep_embed, 
     plan, err = None, None
     try:
         plan = _plan(index, source_format=source_format, config=config, keep_embed=keep_embed, dtype=dtype,
-                     later_norm=later_norm)
+                     later_norm=later_norm, wiring_options=wiring_options)
         plan = _wired(plan, wiring_options or WiringOptions(), str(path))
     except Eagle3ConvError as e:  # inspect shows why planning failed
         err = e
@@ -204,6 +206,7 @@ def _fix_keys_locked(
     progress: Progress | None = None,
     wiring_options: WiringOptions | None = None,
     later_norm: str | None = None,
+    dequantize: tuple[str, ...] = (),
 ) -> FixResult:
     """Rename a drafter checkpoint to the names SGLang loads, strictly, and prove the result.
 
@@ -215,15 +218,16 @@ def _fix_keys_locked(
     with prepared(path, command, write=in_place) as recovered:
         return _fix_keys(path, recovered, out=out, source_format=source_format, config=config,
                          keep_embed=keep_embed, dtype=dtype, max_shard_size=max_shard_size, dry_run=dry_run,
-                         progress=progress, wiring_options=wiring_options, later_norm=later_norm)
+                         progress=progress, wiring_options=wiring_options, later_norm=later_norm,
+                         dequantize=tuple(dequantize))
 
 
 def _fix_keys(path, recovered: str | None, *, out, source_format, config, keep_embed, dtype, max_shard_size,
-              dry_run, progress, wiring_options, later_norm=None) -> FixResult:
+              dry_run, progress, wiring_options, later_norm=None, dequantize=()) -> FixResult:
     p = Path(path)
     index = open_checkpoint(p)
     plan = _wired(_plan(index, source_format=source_format, config=config, keep_embed=keep_embed, dtype=dtype,
-                        later_norm=later_norm),
+                        later_norm=later_norm, wiring_options=wiring_options, dequantize=dequantize),
                   wiring_options or WiringOptions(), str(path))
     errs = [f for f in plan.findings if f.level == "error"]
     if errs and all(f.area == AUX_LAYERS for f in errs):

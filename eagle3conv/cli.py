@@ -377,6 +377,9 @@ def inspect_cmd(checkpoint, source_format, config, keep_embed, later_norm, targe
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), help="Cast floating-point weights (default: keep the source dtype).")
 @click.option("--max-shard-size", metavar="SIZE", help="Shard the output, e.g. 5GB (default: shard like the source).")
 @click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@click.option("--dequantize", metavar="MODULES",
+              help="Write these quantized modules (comma-separated, e.g. fc) in bf16, dequantized exactly as their "
+                   "scheme defines: for a release that cannot quantize them (SGLang 0.5.23's fc).")
 @_later_norm_option
 @_wiring_options
 @click.option("--rewire", is_flag=True,
@@ -384,8 +387,8 @@ def inspect_cmd(checkpoint, source_format, config, keep_embed, later_norm, targe
 @click.option("--follow-symlinks", is_flag=True,
               help="Read files that are symlinks leaving the folder through their link (refused by default); "
                    "each one followed is named in the output.")
-def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_shard_size, dry_run, later_norm,
-                 target, trained_on, captured_at, metadata, sglang_version, rewire, follow_symlinks):
+def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_shard_size, dry_run, dequantize,
+                 later_norm, target, trained_on, captured_at, metadata, sglang_version, rewire, follow_symlinks):
     """Rename a drafter's weights to exactly what SGLang loads, strictly, and prove the result.
 
     Every source key is renamed, kept, split or dropped by a named rule; any
@@ -410,6 +413,7 @@ def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_
         res = fix_keys(checkpoint, out=out, source_format=source_format, config=config, keep_embed=keep_embed,
                        dtype=dtype, max_shard_size=max_shard_size, dry_run=dry_run, progress=progress,
                        later_norm=later_norm,
+                       dequantize=tuple(m.strip() for m in (dequantize or "").split(",") if m.strip()),
                        wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version, rewire),
                        follow_symlinks=follow_symlinks)
     for link, target_path in res.followed_symlinks:

@@ -226,7 +226,10 @@ class _Mover:
 
 
 def _expected_chunks(index: CheckpointIndex, o: Output):
-    """The bytes a rewritten, cast or pickled output must hold, in bounded chunks."""
+    """The bytes a rewritten, cast, dequantized or pickled output must hold, in bounded chunks."""
+    if o.dequant is not None:
+        yield from _dequantized_chunks(index, o)
+        return
     if o.data is not None:
         if dtypes.DTYPES[o.dtype][1] is None:  # bf16, fp8: the data is the tensor's raw bytes (uint8)
             arr = np.ascontiguousarray(o.data, dtype=np.uint8)
@@ -259,6 +262,27 @@ def _expected_chunks(index: CheckpointIndex, o: Output):
             yield memoryview(t.view(torch.uint8).numpy())
         else:
             yield memoryview(raw)
+
+
+def _dequantized_chunks(index: CheckpointIndex, o: Output):
+    """fix-keys --dequantize: one module's stored tensors read (this tensor only), dequantized as its
+    scheme defines (model/quant.py), written as bf16 rows in bounded chunks."""
+    import torch
+
+    from eagle3conv.model.quant import dequantize
+
+    d = o.dequant
+    parts = {}
+    for leaf, src in d.parts:
+        info = index.tensors[src]
+        raw = bytearray(index.read_bytes(src))
+        t = torch.frombuffer(raw, dtype=dtypes.torch_dtype(info.dtype)) if raw else torch.empty(0)
+        parts[leaf] = t.reshape(info.shape)
+    w = dequantize(d.scheme, parts, d.shape, dict(d.symbols)).to(torch.bfloat16).contiguous()
+    del parts
+    flat = w.view(torch.uint8).reshape(-1).numpy()
+    for s in range(0, len(flat), CHUNK):
+        yield memoryview(flat[s:s + CHUNK])
 
 
 # --- writing one folder --------------------------------------------------------------------------
@@ -313,7 +337,8 @@ def write_checkpoint(plan: Plan, folder: Path, *, max_shard_size: int | None = N
                 base = len(header)
                 for o, off in placed:
                     src = index.tensors.get(o.source) if o.source else None
-                    if o.data is None and src is not None and src.start is not None and o.dtype == src.dtype:
+                    if o.data is None and o.dequant is None and src is not None and src.start is not None \
+                            and o.dtype == src.dtype:
                         if src.file not in src_fds:
                             src_fds[src.file] = os.open(src.file, os.O_RDONLY)
                         rows = src.shape[0] if src.shape else 1
