@@ -650,8 +650,13 @@ def _push_text(d: dict) -> str:
               help="Draw the wiring search per aux slot (and the slots' norms vs training) to FILE: .svg "
                    "(no dependency) or .png (pip install 'eagle3conv[plot]').")
 @click.option("--no-save", is_flag=True, help="Do not write eagle3conv-verify.json into the checkpoint folder.")
+@click.option("--reference", "reference", type=click.Path(exists=True, file_okay=False, path_type=str),
+              metavar="BF16_DRAFTER",
+              help="A quantized drafter's bf16 original: scored on the same states and wiring; the report gives the "
+                   "accept-length cost of quantization with its paired 95% interval.")
 def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sglang_version, layers, states_layers,
-               embeddings, search_wiring, steps, min_accept, device, dtype, batch_size, max_sequences, plot, no_save):
+               embeddings, search_wiring, steps, min_accept, device, dtype, batch_size, max_sequences, plot, no_save,
+               reference):
     """Run the drafter on captured target states: acceptance per draft position, accept length, and the wiring.
 
     Teacher-forced top-1 acceptance of each draft against the target's own greedy
@@ -696,7 +701,8 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
                      steps=steps, device=device, dtype=dtype, search=search_wiring,
                      layers=parse_ids(layers) if layers else None, min_accept=min_accept, batch_size=batch_size,
                      max_sequences=max_sequences, save=not no_save, progress=progress,
-                     states_layers=parse_ids(states_layers) if states_layers else None, embeddings=embeddings)
+                     states_layers=parse_ids(states_layers) if states_layers else None, embeddings=embeddings,
+                     reference_drafter=reference)
     d = res.to_dict()
     plot_error = None
     if plot:  # the results are printed whatever happens to the figure

@@ -390,6 +390,12 @@ def verify_text(d: dict) -> str:
              f"states:     {st.get('path')} ({st.get('source')}; {st.get('sequences')} sequences, "
              f"{st.get('tokens')} tokens; target {st.get('target')})",
              f"ran on:     {d['device']}, {d['dtype']}, {d['steps']} draft steps; {d['statistic']}"]
+    qz = d.get("quantization")
+    if qz:
+        ci = qz.get("ci95")
+        lines.append(f"quantized:  accept length {qz['accept_length']:.3f} vs {qz['reference_accept_length']:.3f} for "
+                     f"the bf16 reference {qz['reference']}: {qz['difference']:+.4f}"
+                     + (f" [{ci[0]:+.4f}, {ci[1]:+.4f}] (paired 95%)" if ci else ""))
     for n in st.get("verify_notes") or []:
         lines.append(f"note:       {n}")
     for n in st.get("notes") or []:

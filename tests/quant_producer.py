@@ -70,7 +70,7 @@ def quantize_drafter(src: Path, out: Path, preset: str, *, input_amax: dict[str,
 
     tensors = load_file(str(src / "model.safetensors"))
     model = _tree(tensors)
-    scheme = preset_name_to_scheme(preset, ["Linear"])
+    scheme = preset_name_to_scheme(preset, ["Linear"]) if isinstance(preset, str) else preset
     config = QuantizationConfig(config_groups={"group_0": scheme}, ignore=list(ignore),
                                 quantization_status=QuantizationStatus.FROZEN)
     apply_quantization_config(model, config)

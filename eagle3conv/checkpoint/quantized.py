@@ -173,6 +173,7 @@ class QuantStep:
                 self.carried[name] = Output(name, info.dtype, tuple(info.shape), src, info.dtype)
             p.quantized_weights.add(module + ".weight")
         # a weight stored in the scheme's dtype with no companion at all: its scale is missing
+        self.scaleless = set()
         for name, o in p.wanted.items():
             module = name.removesuffix(".weight")
             if name.endswith(".weight") and module not in modules and o.dtype in qc.scheme.weight_dtypes \
@@ -181,6 +182,8 @@ class QuantStep:
                                         f"{module}.weight: stored as {o.dtype} ({qc.scheme.title}) but "
                                         f"{module}.weight_scale is missing: the weight cannot be dequantized",
                                         subject=module))
+                self.scaleless.add(module)
+                p.quantized_weights.add(name)
         return quantized
 
     def _embedding(self, quantized: list[str]) -> None:
@@ -229,8 +232,8 @@ class QuantStep:
                 p.errors.append(Finding("error", CONFIG, QUANT_EXCLUSION,
                                         f"{m}: stored quantized but {qc.where} {qc.exclude_field} excludes it: the "
                                         "engines would build it in bf16 and load its codes unscaled", subject=m))
-        self.bf16 = sorted(linear - set(quantized))
-        if qc.method == "compressed-tensors" or qc.exclude or qc.form != "quark":
+        self.bf16 = sorted(linear - set(quantized) - self.scaleless)
+        if True:
             for m in self.bf16:
                 if m not in self.excluded:
                     p.errors.append(Finding(
@@ -321,7 +324,7 @@ class QuantStep:
             return ()
         if old is None:  # read from hf_quant_config.json: written into config.json, which vLLM reads
             old = {"quant_method": "modelopt_fp4" if "FP4" in self.qc.algo else "modelopt",
-                   "quant_algo": self.qc.algo, "producer": {"name": "modelopt"}}
+                   "quant_algo": self.qc.algo, "producer": {"name": "modelopt"}, "ignore": []}
         bf16 = sorted(set(self.bf16) | set(self.dequantize))
         names: list[str] = []
         for m in bf16:
@@ -333,7 +336,7 @@ class QuantStep:
                     names.append(rn)
         names = list(dict.fromkeys(names))
         new = dict(old)
-        if self.qc.form == "nested":
+        if self.qc.form == "nested" and "quantization" in old:
             new["quantization"] = {**old["quantization"], "exclude_modules": names}
         elif self.qc.form == "quark":
             new["exclude"] = names

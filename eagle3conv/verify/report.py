@@ -325,6 +325,7 @@ class VerifyResult:
     save_error: str | None = None
     reference: Reference = "target"  # what drafts were compared with: the target's or the data's next tokens
     engine_scores: list[EngineScore] = field(default_factory=list)  # per engine release of the wiring check
+    quantization: dict | None = None  # a quantized drafter against --reference: the accept-length cost
 
     @property
     def main(self) -> Score:
@@ -366,6 +367,7 @@ class VerifyResult:
             "seconds": self.seconds,
             "saved": None if self.saved is None else str(self.saved),
             "save_error": self.save_error,
+            **({"quantization": self.quantization} if self.quantization is not None else {}),
         }
 
     def report(self) -> VerifyReport:

@@ -74,6 +74,10 @@ class VerifyOptions:
     save: bool = True
     states_layers: Sequence[int] | None = None
     embeddings: str | os.PathLike | None = None
+    reference_drafter: str | os.PathLike | None = None
+    """A bf16 drafter to score on the same states and wiring: the report's quantization cost."""
+    raw_modules: Sequence[str] = ()
+    """Quantized modules run as a release that builds them unquantized loads them (SGLang's fc)."""
 
     def check(self) -> None:
         """Refuse values no run can use, before anything is read."""
@@ -107,6 +111,8 @@ def verify(path: str | os.PathLike, states_path: str | os.PathLike, options: Ver
     run.score()             # the wiring, or the global search's survivors, on every position
     run.refine()            # a global search: the single-slot neighbours of the set, until nothing new
     result = run.decide()   # every engine release scored, the verdict, the report
+    if opts.reference_drafter is not None:
+        result.quantization = _quantization_cost(result, run, opts, progress)
     run.save(result)
     if not result.passed:
         raise VerifyFailedError(
@@ -115,6 +121,24 @@ def verify(path: str | os.PathLike, states_path: str | os.PathLike, options: Ver
             details=[f"{s.candidate.name}: {describe(s.candidate.layers)}: accept length {s.accept_length:.3f}"
                      for s in result.scores[:5]])
     return result
+
+
+def _quantization_cost(result: VerifyResult, run, opts: VerifyOptions, progress) -> dict:
+    """The reference (bf16) drafter scored on the same states and wiring, and the accept-length
+    difference with its paired 95% interval (sequences resampled jointly)."""
+    from eagle3conv.verify.stats import paired_difference
+
+    ref = verify(opts.reference_drafter, run.states_path,
+                 replace(opts, reference_drafter=None, raw_modules=(), search=False, save=False, min_accept=None,
+                         layers=[r.output_of for r in result.main.candidate.layers]), progress=progress)
+    d, lo, hi = paired_difference(result.main, ref.main)
+    return {"quantization_config": run.quantization, "reference": Path(str(opts.reference_drafter)).name,
+            "raw_modules": list(opts.raw_modules),
+            "accept_length": round(result.main.accept_length_all, 4), "reference_accept_length":
+            round(ref.main.accept_length_all, 4), "difference": round(d, 4),
+            "ci95": [round(lo, 4), round(hi, 4)] if math.isfinite(lo + hi) else None,
+            "definition": "accept length over every chain start, this drafter minus the reference drafter, "
+                          "same states and wiring, resampling sequences jointly"}
 
 
 class _Verification:
@@ -135,6 +159,12 @@ class _Verification:
         self.config, self.tensors = load_drafter_weights(self.root)
         self.t_loaded = time.perf_counter()
         self.notes: list[str] = []
+        from eagle3conv.verify.inputs import dequantize_drafter
+
+        self.quantization = (self.config or {}).get("quantization_config")
+        self.config, self.tensors, qnotes = dequantize_drafter(self.config, self.tensors,
+                                                               raw_modules=tuple(opts.raw_modules))
+        self.notes += qnotes
         self.states = open_states(states_path, layers=_out_refs(opts.states_layers))
         if self.states.input_ids is None:
             raise CheckpointReadError(

@@ -1,0 +1,185 @@
+"""Quantized drafters made by compressed-tensors' own code (tests/quant_producer.py) from the trained
+SmolLM2 drafter: fix-keys carries them byte for byte, refuses what a release cannot serve (SGLang
+0.5.23's fc), --dequantize writes fc exactly as compressed-tensors' own decompressor computes it, bad
+input is refused with nothing written, and verify measures the cost of quantization on real captured
+SmolLM2 states against the bf16 original (docs/facts.md §13)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from eagle3conv.api import fix_keys
+from eagle3conv.errors import InvalidCheckpointError
+from eagle3conv.wiring.apply import WiringOptions
+
+ct = pytest.importorskip("compressed_tensors")
+from quant_producer import quantize_drafter  # noqa: E402
+
+FIXTURE = Path(__file__).parent / "data" / "smollm2-drafter"
+VLLM = WiringOptions(engines=("vllm==0.33.0",))
+
+
+def _int4_group64():
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+
+    return QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(num_bits=4, type="int", strategy="group",
+                                                                           group_size=64, symmetric=True))
+
+
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory):
+    root = tmp_path_factory.mktemp("quantized")
+    return {name: quantize_drafter(FIXTURE, root / name, preset)
+            for name, preset in (("fp8", "FP8_DYNAMIC"), ("nvfp4", "NVFP4"), ("int4", _int4_group64()))}
+
+
+def _tree_of(folder: Path) -> dict:
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
+def _listing(folder: Path) -> dict:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+@pytest.mark.parametrize("name", ["fp8", "nvfp4", "int4"])
+def test_carried_byte_for_byte_for_vllm(quantized, tmp_path, name):
+    out = tmp_path / "out"
+    res = fix_keys(quantized[name], out=out, wiring_options=VLLM)
+    src, got = _tree_of(quantized[name]), _tree_of(out)
+    assert set(got) == set(src)
+    for k in src:
+        assert src[k].dtype == got[k].dtype and torch.equal(src[k].view(torch.uint8), got[k].view(torch.uint8)), k
+    q = res.plan.quantization
+    assert q is not None and "fc" in q.quantized and "lm_head" not in q.quantized
+    rel = {r.release: r for r in q.releases}["vllm==0.33.0"]
+    assert rel.serves_as_defined and rel.option == "speculative_config.quantization"
+    assert rel.value == "compressed-tensors"
+    assert "lm_head" in json.loads((out / "config.json").read_text())["quantization_config"]["ignore"]
+
+
+@pytest.mark.parametrize("name", ["fp8", "nvfp4", "int4"])
+def test_sglang_fc_is_an_error_with_both_fixes(quantized, tmp_path, name):
+    out = tmp_path / "out"
+    with pytest.raises(InvalidCheckpointError) as e:
+        fix_keys(quantized[name], out=out, wiring_options=WiringOptions(engines=("sglang==0.5.23",)))
+    assert any(d.startswith("fc: sglang 0.5.23 builds it as a plain bf16 Linear") for d in e.value.details)
+    assert "--dequantize fc" in e.value.hint and "vllm" in e.value.hint
+    assert not out.exists()
+
+
+def _ct_decompressed(folder: Path, module: str) -> torch.Tensor:
+    """compressed-tensors' own decompressor on one module's stored tensors."""
+    from compressed_tensors.compressors.base import BaseCompressor
+    from compressed_tensors.config import CompressionFormat
+    from compressed_tensors.quantization import QuantizationScheme
+
+    cfg = json.loads((folder / "config.json").read_text())["quantization_config"]
+    group = cfg["config_groups"]["group_0"]
+    scheme = QuantizationScheme(targets=group["targets"], weights=group["weights"],
+                                input_activations=group.get("input_activations"))
+    comp = BaseCompressor.get_value_from_registry(CompressionFormat(group["format"]).value)
+    sd = {k.rsplit(".", 1)[1]: v for k, v in _tree_of(folder).items() if k.rsplit(".", 1)[0] == module}
+    return comp.decompress(sd, scheme)["weight"]
+
+
+@pytest.mark.parametrize("name", ["fp8", "nvfp4", "int4"])
+def test_dequantize_fc_matches_compressed_tensors(quantized, tmp_path, name):
+    out = tmp_path / "out"
+    fix_keys(quantized[name], out=out, dequantize=("fc",))
+    got = _tree_of(out)
+    assert got["fc.weight"].dtype == torch.bfloat16
+    assert not [k for k in got if k.startswith("fc.") and k != "fc.weight"]
+    want = _ct_decompressed(quantized[name], "fc").float()
+    assert torch.equal(got["fc.weight"], want.to(torch.bfloat16))
+    cfg = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert "fc" in cfg["ignore"] and "model.fc" in cfg["ignore"]
+
+
+def _bad(tmp_path, quantized, name, edit) -> Path:
+    src = tmp_path / "bad"
+    shutil.copytree(quantized[name], src)
+    tensors = load_file(str(src / "model.safetensors"))
+    config = json.loads((src / "config.json").read_text())
+    edit(tensors, config)
+    save_file(tensors, str(src / "model.safetensors"))
+    (src / "config.json").write_text(json.dumps(config))
+    return src
+
+
+@pytest.mark.parametrize("name,edit,needle", [
+    ("fp8", lambda t, c: t.pop("midlayer.mlp.up_proj.weight_scale"), "midlayer.mlp.up_proj.weight_scale is missing"),
+    ("fp8", lambda t, c: t.__setitem__("fc.weight_scale", torch.ones(3, 1)), "fc.weight_scale: shape [3, 1]"),
+    ("int4", lambda t, c: t.__setitem__("fc.weight_shape", torch.tensor([576, 1664])),
+     "fc.weight_shape holds [576, 1664] but the config implies [O=576, I=1728]"),
+    ("nvfp4", lambda t, c: t.__setitem__("midlayer.self_attn.o_proj.weight_packed",
+                                         t["midlayer.self_attn.o_proj.weight_packed"][:, :100].contiguous()),
+     "midlayer.self_attn.o_proj.weight_packed: shape [576, 100]"),
+])
+def test_bad_quantized_tensors_are_refused(quantized, tmp_path, name, edit, needle):
+    src = _bad(tmp_path, quantized, name, edit)
+    before = _listing(src)
+    with pytest.raises(InvalidCheckpointError) as e:
+        fix_keys(src, out=tmp_path / "out", wiring_options=VLLM)
+    assert any(needle in d for d in e.value.details), e.value.details
+    assert not (tmp_path / "out").exists() and _listing(src) == before
+
+
+def test_unknown_quant_method_is_refused(quantized, tmp_path):
+    src = _bad(tmp_path, quantized, "fp8",
+               lambda t, c: c["quantization_config"].__setitem__("quant_method", "bitsandbytes"))
+    with pytest.raises(InvalidCheckpointError) as e:
+        fix_keys(src, out=tmp_path / "out", wiring_options=VLLM)
+    assert "quant_method 'bitsandbytes'" in e.value.message and not (tmp_path / "out").exists()
+
+
+def test_quantized_embedding_is_refused(quantized, tmp_path):
+    def edit(t, c):
+        t["embed_tokens.weight"] = torch.zeros(49152, 576, dtype=torch.float8_e4m3fn)
+        t["embed_tokens.weight_scale"] = torch.ones(49152, 1)
+
+    src = _bad(tmp_path, quantized, "fp8", edit)
+    with pytest.raises(InvalidCheckpointError) as e:
+        fix_keys(src, out=tmp_path / "out", wiring_options=VLLM, keep_embed=True)
+    assert any(d.startswith("embed_tokens is quantized") for d in e.value.details)
+
+
+def test_method_less_hf_quant_config_is_flagged(tmp_path):
+    src = tmp_path / "bf16"
+    shutil.copytree(FIXTURE, src)
+    (src / "hf_quant_config.json").write_text(json.dumps({"producer": {"name": "modelopt"},
+                                                          "quantization": {"quant_algo": None}}))
+    res = fix_keys(src, dry_run=True)
+    found = [f for f in res.plan.findings if f.code == "quant-config"]
+    assert found and found[0].level == "warning" and "unquant" in found[0].fix
+
+
+def test_modelopt_nested_exclusions_are_normalised(quantized, tmp_path):
+    """hf_spec_export's nested form in hf_quant_config.json only; exclude_modules names the whole model."""
+    def edit(t, c):
+        c.pop("quantization_config")
+
+    src = _bad(tmp_path, quantized, "fp8", edit)
+    tensors = load_file(str(src / "model.safetensors"))
+    fp8 = {k: v for k, v in tensors.items()}
+    for k in [k for k in fp8 if k.endswith("weight_scale")]:
+        fp8[k] = fp8[k].reshape(-1).amax().reshape(()) * 0 + 1.0  # per-tensor scales (Model Optimizer FP8)
+    fp8 = {k: v for k, v in fp8.items()}
+    save_file(fp8, str(src / "model.safetensors"))
+    (src / "hf_quant_config.json").write_text(json.dumps({
+        "producer": {"name": "modelopt", "version": "0.47.0"},
+        "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": None,
+                         "exclude_modules": ["lm_head", "eagle_module.lm_head", "model.layers.0.mlp.*"]}}))
+    res = fix_keys(src, dry_run=True, wiring_options=VLLM)
+    codes = [(f.level, f.code, f.subject) for f in res.plan.findings]
+    assert ("warning", "quant-exclusion", "quantization_config") in codes  # model.layers.0.mlp.* names nothing
+    q = res.plan.quantization
+    assert q.method == "modelopt" and q.scheme == "fp8-tensor"
+    assert "lm_head" in q.exclude_written and "model.fc" not in q.exclude_written
