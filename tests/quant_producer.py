@@ -48,6 +48,12 @@ def _observe(module, args) -> None:
         lo, hi = w.min().reshape(1), w.max().reshape(1)
     elif strategy == "channel":
         lo, hi = w.min(dim=1, keepdim=True).values, w.max(dim=1, keepdim=True).values
+    elif strategy == "block":
+        bo, bi = wa.block_structure
+        o, i = w.shape
+        pad = torch.nn.functional.pad(w, (0, -i % bi, 0, -o % bo))
+        b = pad.reshape(pad.shape[0] // bo, bo, pad.shape[1] // bi, bi)
+        lo, hi = b.amin(dim=(1, 3)), b.amax(dim=(1, 3))
     else:  # group / tensor_group
         g = w.reshape(w.shape[0], -1, wa.group_size)
         lo, hi = g.min(dim=-1).values, g.max(dim=-1).values

@@ -463,6 +463,13 @@ class _Planner:
         packed = {n.rsplit(".", 1)[0] + ".weight" for n in self.quant.carried if n.endswith(".weight_packed")}
         self.quantized_weights |= packed
 
+    def rename_module(self, module: str) -> str:
+        """A module name as the format's rules rename its ``.weight`` (exclusion lists are spelled in the
+        trainer's names)."""
+        _, common = load_formats()
+        action, new, _ = _map_key(module + ".weight", self.fmt.rules + common.rules, common.rules)
+        return new.removesuffix(".weight") if new and action in ("kept", "renamed") else module
+
     def _want(self, o: Output) -> None:
         if o.name in self.wanted:
             self.errors.append(Finding("error", KEYS, FUSED_AND_UNFUSED,

@@ -199,12 +199,7 @@ class QuantStep:
         return {n.removesuffix(".weight") for n in self.p.canon if n.endswith(".weight")}
 
     def _rename(self, name: str) -> str:
-        from eagle3conv.checkpoint.plan import _map_key
-        from eagle3conv.spec.formats import load_formats
-
-        _, common = load_formats()
-        action, new, _ = _map_key(name + ".weight", self.p.fmt.rules + common.rules, common.rules)
-        return new.removesuffix(".weight") if new else name
+        return self.p.rename_module(name)
 
     def _exclusions(self, quantized: list[str]) -> None:
         """The exclusion list in the drafter's module names: a pattern naming nothing the drafter has is

@@ -266,7 +266,8 @@ def dequantize_drafter(config: dict, tensors: dict, *, raw_modules: tuple[str, .
     canonical names only, notes saying what was emulated). A bf16 drafter comes back unchanged."""
     import torch
 
-    from eagle3conv.model.quant import StaticFP8Input, dequantize, raw_codes
+    from eagle3conv.checkpoint.dequant import dequantize, raw_codes
+    from eagle3conv.model.quant import StaticFP8Input
     from eagle3conv.spec import quant as q
 
     qc = q.read_quant_config(config, None)
@@ -313,3 +314,21 @@ def dequantize_drafter(config: dict, tensors: dict, *, raw_modules: tuple[str, .
 
 
 __all__.append("dequantize_drafter")
+
+
+def raw_modules_for(release, config: dict, names) -> tuple[str, ...]:
+    """The quantized modules a release builds as plain bf16 Linears and so loads unscaled (or, packed,
+    not at all): SGLang 0.5.23's fc (the engines' ``quantization`` rules, docs/facts.md §13)."""
+    from eagle3conv.spec import quant as q
+    from eagle3conv.spec.drafter import architecture_key
+
+    if q.read_quant_config(config, None) is None:
+        return ()
+    eq = q.engine_quant(release.engine, release.version, architecture_key(config, names))
+    if eq is None:
+        return ()
+    modules = {q.split_name(n)[0] for n in names if q.is_companion(n)}
+    return tuple(sorted(m for m in modules if eq.handles(q.role_of(m)) == "raw_codes"))
+
+
+__all__.append("raw_modules_for")

@@ -162,6 +162,7 @@ class _Verification:
         from eagle3conv.verify.inputs import dequantize_drafter
 
         self.quantization = (self.config or {}).get("quantization_config")
+        self.stored = (self.config, dict(self.tensors)) if self.quantization is not None else None
         self.config, self.tensors, qnotes = dequantize_drafter(self.config, self.tensors,
                                                                raw_modules=tuple(opts.raw_modules))
         self.notes += qnotes
@@ -259,7 +260,7 @@ class _Verification:
                 head = None if head is None else head.to(dt)
         own = drafter_uses_own_embedding(dc.hidden_size, dc.target_hidden_size)
         self.serving = _Serving(config, tensors, self.states, table, self.wopts, head, raw_table=raw_table,
-                                own_only=own)
+                                own_only=own, stored=self.stored)
         self.table = table
         if "embed_tokens.weight" in tensors and not own:
             from eagle3conv.wiring.audit import audit_embedding
@@ -491,7 +492,9 @@ class _Serving:
     would use it."""
 
     def __init__(self, config: dict, tensors: dict, states, table, opts, head=None, *, raw_table=None,
-                 own_only: bool = False) -> None:
+                 own_only: bool = False, stored=None) -> None:
+        self.stored = stored  # a quantized drafter's config and stored tensors: each release's own dequantization
+        self._raw: dict = {}  # forward -> the quantized modules its release loads unscaled (SGLang's fc)
         self.config, self.tensors, self.states, self.table, self.opts = config, tensors, states, table, opts
         self.raw_table = raw_table  # the target's table as stored, for the comparison (table: cast to verify's dtype)
         self.own_only = own_only  # the drafter is narrower/wider than the target: every engine uses its own table
@@ -501,12 +504,27 @@ class _Serving:
         self.embedding_comparison: dict | None = None
 
     def release(self) -> None:
-        self.tensors = self.table = self.head = self.raw_table = None
+        self.tensors = self.table = self.head = self.raw_table = self.stored = None
 
     def of(self, rel):
         from eagle3conv.spec.engines import serving
 
-        return serving(rel, self.config, self.names, target_head_at_hand=self.head_at_hand)
+        fw = serving(rel, self.config, self.names, target_head_at_hand=self.head_at_hand)
+        if self.stored is not None and fw not in self._raw:
+            from eagle3conv.verify.inputs import raw_modules_for
+
+            self._raw[fw] = raw_modules_for(rel, self.stored[0], self.stored[1].keys())
+        return fw
+
+    def tensors_for(self, fw) -> tuple[dict, dict]:
+        """The config and tensors a release runs: a quantized drafter dequantized as that release loads it."""
+        raw = self._raw.get(fw, ())
+        if not raw:
+            return self.config, self.tensors
+        from eagle3conv.verify.inputs import dequantize_drafter
+
+        config, tensors, _ = dequantize_drafter(self.stored[0], dict(self.stored[1]), raw_modules=raw)
+        return config, tensors
 
     def main(self):
         """verify's own forward: the first --engine release that can serve the drafter, else the first
@@ -542,13 +560,18 @@ class _Serving:
                 "later_layer_norm": fw.later_layer_norm, "without": fw.without,
                 "parallel_mask_token": fw.parallel_mask_token}
 
-    def key(self, fw) -> tuple:
+    def key(self, fw, main: bool = False) -> tuple:
+        """What makes two releases' forwards differ (``main``: verify's own score, which dequantizes a
+        quantized drafter as its scheme defines, whatever the release)."""
         return (fw.rope_interleave, fw.norm_before_residual, self.own_embedding(fw), fw.target_head,
-                fw.later_layer_norm, fw.without, fw.parallel_mask_token)
+                fw.later_layer_norm, fw.without, fw.parallel_mask_token, () if main else self._raw.get(fw, ()))
 
     def describe(self, fw) -> list[str]:
         """The emulated differences from what config.json says (the embedding decision included)."""
         out = list(fw.differences)
+        for m in self._raw.get(fw, ()):
+            out.append(f"{fw.engine} builds {m} as a plain bf16 Linear: run with {m}'s stored codes unscaled (or "
+                       "its random init, for a packed weight it skips), as it loads them (docs/facts.md §13)")
         if fw.own_embedding == "unless_equal" and not self.own_only:
             cmp = self.embedding_comparison or {}
             seen = (f"{cmp['rows']} of {cmp['of']} rows compared ({cmp['how']}), max difference "
@@ -561,7 +584,7 @@ class _Serving:
         return out
 
     def needs_tensors(self, rows, main_fw) -> bool:
-        mine = self.key(main_fw)
+        mine = self.key(main_fw, main=True)
         return any(self.key(self.of(r.release)) != mine for r in rows if r.layers)
 
 
@@ -574,7 +597,7 @@ def _score_engines(rows, scores: list[Score], drafter, states, *, serving: _Serv
     One :class:`EngineScore` per row, beside the row (never written into it)."""
     from eagle3conv.verify.stats import paired_difference
 
-    main_key = serving.key(main_fw) if serving is not None else None
+    main_key = serving.key(main_fw, main=True) if serving is not None else None
     done = {(s.candidate.layers, main_key): s for s in scores}
     built = {main_key: (drafter, kw.get("target_embeds"))}
     out: list[EngineScore] = []
@@ -624,7 +647,8 @@ def _score_engines(rows, scores: list[Score], drafter, states, *, serving: _Serv
                                                                           "before this engine's forward was built",
                                            **info))
                     continue
-                built[key] = build_drafter(serving.config, serving.tensors, device, dtype, embeddings=serving.table,
+                config, tensors = serving.tensors_for(fw)
+                built[key] = build_drafter(config, tensors, device, dtype, embeddings=serving.table,
                                            **serving.kwargs(fw))
             runner, embeds = built[key]
             s = evaluate(runner, states, Candidate(f"engine {rel.spec}", refs,
