@@ -122,6 +122,10 @@ def _wired(plan: Plan, opts: WiringOptions, ckpt: str) -> Plan:
     the wiring check's errors, warnings and notices (:meth:`Plan.with_wiring`)."""
     fc = next((o for o in plan.outputs if o.name == "fc.weight"), None)
     fc_in = int(fc.shape[1]) if fc is not None and len(fc.shape) == 2 else None
+    if fc_in is not None and plan.quantization is not None and fc.dequant is None and fc.source in plan.index.tensors:
+        from eagle3conv.checkpoint.quantized import logical_columns
+
+        fc_in = logical_columns(plan.index, plan.index.tensors[fc.source])  # a packed FP4 fc holds two per byte
     t = plan.symbols.get("T") or plan.symbols.get("H")
     ev = wiring.gather(plan.index.root, plan.index.extras, plan.index.config, opts, plan.format)
     flags = opts.flags()

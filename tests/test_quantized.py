@@ -200,3 +200,95 @@ def test_modelopt_nested_exclusions_are_normalised(quantized, tmp_path):
     q = res.plan.quantization
     assert q.method == "modelopt" and q.scheme == "fp8-tensor"
     assert "lm_head" in q.exclude_written and "model.fc" not in q.exclude_written
+
+
+# --------------------------------------------------------------------------- Model Optimizer, Quark layouts
+
+def _modelopt_nvfp4(ct_folder: Path, dest: Path) -> Path:
+    """compressed-tensors' NVFP4 codes re-laid as Model Optimizer's quantize_drafter.py writes NVFP4
+    (byte for byte its layout: X.weight uint8 packed low nibble first, X.weight_scale E4M3 per 16,
+    X.weight_scale_2 fp32 scalar, X.input_scale; quant_method modelopt_fp4, ignore + exclude_modules;
+    nvidia-modelopt 0.47.0 torch/quantization/qtensor/nvfp4_tensor.py:338, :345-400 and
+    NVIDIA/Model-Optimizer@0bea10e5 examples/speculative_decoding/scripts/quantize_drafter.py)."""
+    dest.mkdir()
+    sd = _tree_of(ct_folder)
+    out = {}
+    for k, v in sd.items():
+        m, _, leaf = k.rpartition(".")
+        if leaf == "weight_packed":
+            out[f"{m}.weight"] = v
+        elif leaf == "weight_global_scale":
+            out[f"{m}.weight_scale_2"] = (1.0 / v.float()).reshape(())
+        elif leaf == "input_global_scale":
+            out[f"{m}.input_scale"] = (1.0 / v.float()).reshape(())
+        else:
+            out[k] = v
+    save_file(out, str(dest / "model.safetensors"))
+    cfg = json.loads((ct_folder / "config.json").read_text())
+    cfg["quantization_config"] = {"producer": {"name": "modelopt", "version": "0.48.0"}, "quant_algo": "NVFP4",
+                                  "kv_cache_quant_algo": None, "group_size": 16, "quant_method": "modelopt_fp4",
+                                  "exclude_modules": ["lm_head", "*embed_tokens*"],
+                                  "ignore": ["lm_head", "*embed_tokens*", "*lm_head", "*norm"]}
+    (dest / "config.json").write_text(json.dumps(cfg))
+    return dest
+
+
+def test_modelopt_nvfp4_flat_form(quantized, tmp_path):
+    src = _modelopt_nvfp4(quantized["nvfp4"], tmp_path / "mo")
+    res = fix_keys(src, out=tmp_path / "vllm", wiring_options=VLLM)
+    q = res.plan.quantization
+    assert (q.method, q.algo, q.scheme) == ("modelopt", "NVFP4", "nvfp4")
+    assert {r.release: r.value for r in q.releases} == {"vllm==0.33.0": "modelopt_fp4"}
+    assert _tree_of(tmp_path / "vllm").keys() == _tree_of(src).keys()
+    with pytest.raises(InvalidCheckpointError):
+        fix_keys(src, out=tmp_path / "sg", wiring_options=SGLANG)
+    res = fix_keys(src, out=tmp_path / "deq", wiring_options=SGLANG, dequantize=("fc",))
+    assert {r.release: r.value for r in res.plan.quantization.releases} == {"sglang==0.5.23": "modelopt_fp4"}
+    sd = _tree_of(src)
+    # Model Optimizer's own definition (NVFP4QTensor.dequantize): per_block_scale = scale * double_scale,
+    # then e2m1[code] * per_block_scale, element 2j in the low nibble
+    e2m1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6])
+    packed = sd["fc.weight"]
+    codes = torch.empty(packed.shape[0], packed.shape[1] * 2, dtype=torch.long)
+    codes[:, 0::2], codes[:, 1::2] = (packed & 0x0F).long(), (packed >> 4).long()
+    per_block = sd["fc.weight_scale"].float() * sd["fc.weight_scale_2"]
+    want = (e2m1[codes].reshape(packed.shape[0], -1, 16) * per_block.unsqueeze(-1)).reshape(packed.shape[0], -1)
+    assert torch.equal(_tree_of(tmp_path / "deq")["fc.weight"], want.to(torch.bfloat16))
+
+
+SGLANG = WiringOptions(engines=("sglang==0.5.23",))
+
+
+def test_quark_fp8_layout(tmp_path):
+    """AMD Quark's FP8 layout (amd/Kimi-K2.5-Eagle3-FP8: per-tensor weight and input scales, lm_head
+    excluded; config keys as vLLM 0.33.0 quark.py:243, :385-442 reads them), from compressed-tensors'
+    static FP8 preset's codes and scales."""
+    ct_folder = quantize_drafter(FIXTURE, tmp_path / "ct", "FP8")
+    dest = tmp_path / "quark"
+    dest.mkdir()
+    sd = {k: (v.reshape(()) if k.endswith("_scale") else v) for k, v in _tree_of(ct_folder).items()}
+    save_file(sd, str(dest / "model.safetensors"))
+    cfg = json.loads((ct_folder / "config.json").read_text())
+    fp8 = {"dtype": "fp8_e4m3", "qscheme": "per_tensor", "is_dynamic": False}
+    cfg["quantization_config"] = {"quant_method": "quark", "global_quant_config": {"weight": fp8, "input_tensors": fp8,
+                                                                                   "output_tensors": None},
+                                  "layer_quant_config": {}, "exclude": ["lm_head"]}
+    (dest / "config.json").write_text(json.dumps(cfg))
+    res = fix_keys(dest, out=tmp_path / "out", wiring_options=VLLM)
+    q = res.plan.quantization
+    assert (q.method, q.scheme) == ("quark", "fp8-tensor") and "fc" in q.static_input
+    assert {r.release: r.value for r in q.releases} == {"vllm==0.33.0": "quark"}
+
+
+def test_static_fp8_input_quantizes_the_linear_input():
+    from eagle3conv.model.quant import StaticFP8Input
+
+    g = torch.Generator().manual_seed(0)
+    w, x = torch.randn(8, 16, generator=g), torch.randn(3, 16, generator=g) * 3
+    scale = 0.01
+    wq = StaticFP8Input(w, scale)
+    want = torch.nn.functional.linear(((x / scale).clamp(-448, 448).to(torch.float8_e4m3fn).float() * scale), w)
+    assert torch.equal(torch.nn.functional.linear(x, wq), want)
+    assert not torch.equal(want, torch.nn.functional.linear(x, w))
+    sliced = wq.to(torch.float32)[:, :8]  # the screen slices fc per slot: the scale goes with it
+    assert isinstance(sliced, StaticFP8Input) and sliced.input_scale == scale

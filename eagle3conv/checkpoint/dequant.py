@@ -59,12 +59,12 @@ def dequantize(scheme, parts: dict[str, torch.Tensor], shape: tuple[int, int], s
     o, i = shape
     if scheme.dequant == "fp4":
         codes = unpack_fp4(parts[scheme.weight_name], i)
-        w = codes * _expand(parts["weight_scale"].float(), shape)
-        if "weight_scale_2" in parts:
-            w = w * parts["weight_scale_2"].float().reshape(())
-        if "weight_global_scale" in parts:
-            w = w / parts["weight_global_scale"].float().reshape(())
-        return w
+        scale = parts["weight_scale"].float()  # the block scale first combined with the global one, as both define it
+        if "weight_scale_2" in parts:  # Model Optimizer: per_block_scale = scale * weight_scale_2
+            scale = scale * parts["weight_scale_2"].float().reshape(())
+        if "weight_global_scale" in parts:  # compressed-tensors: scale / global_scale
+            scale = scale / parts["weight_global_scale"].float().reshape(())
+        return codes * _expand(scale, shape)
     if scheme.dequant == "int_packed":
         codes = unpack_int32(parts[scheme.weight_name], int(sym["B"]), i).float()
         if "weight_zero_point" in parts:

@@ -389,7 +389,9 @@ class _Planner:
         self.parallel = spec.parallel_drafting
         fc = index.tensors.get(mapped.get("fc.weight", ""))
         if fc is not None and len(fc.shape) == 2:
-            spec = spec.inferred_from_fc(fc.shape[1])
+            from eagle3conv.checkpoint.quantized import logical_columns
+
+            spec = spec.inferred_from_fc(logical_columns(index, fc))
         self.sym = spec.symbols()
         head = index.tensors.get(mapped.get("lm_head.weight", ""))
         if head is not None and len(head.shape) == 2 and not self.config.get("draft_vocab_size"):

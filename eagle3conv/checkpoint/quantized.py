@@ -21,6 +21,7 @@ from eagle3conv.findings import (
     SHAPES,
     Finding,
 )
+from eagle3conv.errors import Eagle3ConvError
 from eagle3conv.spec import quant as q
 from eagle3conv.spec.canonical import eval_dim
 
@@ -80,6 +81,19 @@ def _hf_quant(index) -> dict | None:
         return None
     raw = read_json_file(path, q.load_quant_data().hf_quant_file, want_object=False)
     return raw if isinstance(raw, dict) else {}
+
+
+def logical_columns(index, info) -> int:
+    """A 2-D weight's in-features: its columns, or twice them for a weight an FP4 scheme packs two per
+    byte under its own name (Model Optimizer's NVFP4 X.weight)."""
+    cols = int(info.shape[1])
+    if info.dtype != "U8":
+        return cols
+    try:
+        qc = q.read_quant_config(index.config, _hf_quant(index))
+    except Eagle3ConvError:  # the quantization step reports a bad config with its own error
+        return cols
+    return cols * 2 if qc is not None and qc.scheme.packed == "fp4x2" else cols
 
 
 class QuantStep:
