@@ -125,7 +125,7 @@ def _wired(plan: Plan, opts: WiringOptions, ckpt: str) -> Plan:
     if fc_in is not None and plan.quantization is not None and fc.dequant is None and fc.source in plan.index.tensors:
         from eagle3conv.checkpoint.quantized import logical_columns
 
-        fc_in = logical_columns(plan.index, plan.index.tensors[fc.source])  # a packed FP4 fc holds two per byte
+        fc_in = logical_columns(plan.index, plan.index.tensors[fc.source], plan.config)  # a packed FP4 fc holds two per byte
     t = plan.symbols.get("T") or plan.symbols.get("H")
     ev = wiring.gather(plan.index.root, plan.index.extras, plan.index.config, opts, plan.format)
     flags = opts.flags()

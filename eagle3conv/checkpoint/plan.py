@@ -391,7 +391,7 @@ class _Planner:
         if fc is not None and len(fc.shape) == 2:
             from eagle3conv.checkpoint.quantized import logical_columns
 
-            spec = spec.inferred_from_fc(logical_columns(index, fc))
+            spec = spec.inferred_from_fc(logical_columns(index, fc, self.config))
         self.sym = spec.symbols()
         head = index.tensors.get(mapped.get("lm_head.weight", ""))
         if head is not None and len(head.shape) == 2 and not self.config.get("draft_vocab_size"):

@@ -83,14 +83,14 @@ def _hf_quant(index) -> dict | None:
     return raw if isinstance(raw, dict) else {}
 
 
-def logical_columns(index, info) -> int:
+def logical_columns(index, info, config: dict | None = None) -> int:
     """A 2-D weight's in-features: its columns, or twice them for a weight an FP4 scheme packs two per
     byte under its own name (Model Optimizer's NVFP4 X.weight)."""
     cols = int(info.shape[1])
     if info.dtype != "U8":
         return cols
     try:
-        qc = q.read_quant_config(index.config, _hf_quant(index))
+        qc = q.read_quant_config(index.config if config is None else config, _hf_quant(index))
     except Eagle3ConvError:  # the quantization step reports a bad config with its own error
         return cols
     return cols * 2 if qc is not None and qc.scheme.packed == "fp4x2" else cols
@@ -111,7 +111,9 @@ class QuantStep:
     def run(self) -> None:
         p = self.p
         hf = _hf_quant(p.index)
-        qc = q.read_quant_config(p.index.config, hf, root=str(p.index.root))
+        # the drafter's config as the format reads it: a target's quantization_config that a trainer copied
+        # (NeMo Automodel) is already dropped there
+        qc = q.read_quant_config(p.config, hf, root=str(p.index.root))
         if q.hf_quant_method_missing(hf) and qc is None:
             p.notices.append(Finding(
                 "warning", CONFIG, QUANT_CONFIG,
