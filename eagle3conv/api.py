@@ -322,7 +322,7 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
         raise UsageError(f"{root}: no config.json", hint=f"eagle3conv fix-keys {path} writes a loadable one")
     if not (check or dry_run) and os.path.lexists(root / ".config.json.eagle3conv-tmp"):
         (root / ".config.json.eagle3conv-tmp").unlink()  # left by a killed run of an older version
-    plan = build_plan(index)
+    plan = build_plan(index, releases=opts.releases())
     canonical = in_canonical_names(index.config, index.tensors)
     if canonical and not plan.ok:
         plan.raise_for_errors()  # shapes or vocab maps disagree with the config: exit 3, named

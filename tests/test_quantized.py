@@ -292,3 +292,24 @@ def test_static_fp8_input_quantizes_the_linear_input():
     assert not torch.equal(want, torch.nn.functional.linear(x, w))
     sliced = wq.to(torch.float32)[:, :8]  # the screen slices fc per slot: the scale goes with it
     assert isinstance(sliced, StaticFP8Input) and sliced.input_scale == scale
+
+
+def test_card_states_the_precision_and_smoke_and_config_run(quantized, tmp_path):
+    """A fixed quantized drafter: the push card's precision section (scheme, each release's serving and
+    option, the cost not yet measured), the smoke forward (dequantized) and `config --check` accept it."""
+    from eagle3conv.api import configure
+    from eagle3conv.hub.card import gather_facts, render_card
+    from eagle3conv.verify import smoke
+
+    out = tmp_path / "fixed"
+    fix_keys(quantized["fp8"], out=out, wiring_options=VLLM)
+    card = render_card(gather_facts(out, "me/smol-fp8"))
+    assert "### Precision" in card and "compressed-tensors float-quantized" in card
+    assert "| vllm 0.33.0 | as stored | `speculative_config.quantization compressed-tensors` |" in card
+    assert "| sglang 0.5.23 | **no**: it builds fc unquantized" in card
+    assert "Cost of quantization: not measured" in card
+    assert "### Precision" not in render_card(gather_facts(FIXTURE, "me/smol"))
+    assert smoke(out)["forward_ok"]
+    configure(out, options=VLLM, check=True)
+    with pytest.raises(InvalidCheckpointError):  # SGLang 0.5.23 cannot serve its fc: the check says so
+        configure(out, options=SGLANG, check=True)

@@ -672,6 +672,9 @@ def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto",
     too, engine by engine: its errors make ``ok`` false. ``forward_ok`` (and ``problems``)
     is the forward's own verdict, ``wiring_ok`` the wiring's."""
     config, tensors = load_drafter_weights(Path(path))
+    from eagle3conv.verify.inputs import dequantize_drafter
+
+    config, tensors, _ = dequantize_drafter(config, tensors)  # a quantized drafter: its weights as the scheme defines
     d = _smoke_forward(path, config, tensors, device, dtype)
     if wiring_options is not None:
         from eagle3conv.wiring.apply import check_only, gather
