@@ -324,6 +324,21 @@ def inspect_text(d: dict, *, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
+def quantization_lines(q: dict | None) -> list[str]:
+    """A quantized drafter: the scheme, and per release whether it serves it as stored and the draft
+    quantization option to launch it with."""
+    if not q:
+        return []
+    left = ", ".join(q["quantized"]) or "none"
+    lines = [f"quantized: {q['title']} ({q['method']} {q['algo']}): {left}"
+             + (f"; written in bf16: {', '.join(q['dequantized'])}" if q["dequantized"] else "")]
+    for r in q["releases"]:
+        tell = f"launch with {r['option']} {r['value']}" if r["option"] and r["value"] else "no option to set"
+        lines.append(f"           {r['release']}: {'serves it as stored' if r['serves_as_defined'] else 'CANNOT serve it as stored'}"
+                     f"; {tell}")
+    return lines
+
+
 def fix_text(d: dict, *, verbose: bool = False) -> str:
     """fix-keys: what it did in one line, then the summary; the per-key plan with --verbose or --dry-run
     (inspect shows it before)."""
@@ -356,6 +371,7 @@ def fix_text(d: dict, *, verbose: bool = False) -> str:
         lines.append(f"aux ids:  {where} = {f['ids']}   (read by {', '.join(f['read_by'])})")
     for e in plan["config_edits"]:
         lines.append("config.json: " + edit_line(e))
+    lines += quantization_lines(plan.get("quantization"))
     for n in plan["notices"]:
         lines.append(f"note:     {n}")
     return "\n".join(lines)

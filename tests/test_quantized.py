@@ -313,3 +313,38 @@ def test_card_states_the_precision_and_smoke_and_config_run(quantized, tmp_path)
     configure(out, options=VLLM, check=True)
     with pytest.raises(InvalidCheckpointError):  # SGLang 0.5.23 cannot serve its fc: the check says so
         configure(out, options=SGLANG, check=True)
+
+
+def test_renamed_with_their_weights_from_model_optimizer_names(quantized, tmp_path):
+    """Model Optimizer's export naming (layers.0.*): every scale follows its weight to midlayer.*."""
+    src = tmp_path / "mo-names"
+    src.mkdir()
+    sd = {k.replace("midlayer.", "layers.0."): v for k, v in _tree_of(quantized["fp8"]).items()}
+    save_file(sd, str(src / "model.safetensors"))
+    shutil.copy(quantized["fp8"] / "config.json", src / "config.json")
+    res = fix_keys(src, out=tmp_path / "out", wiring_options=VLLM)
+    assert res.plan.format.name == "modelopt-export"
+    got = _tree_of(tmp_path / "out")
+    for k, v in _tree_of(quantized["fp8"]).items():
+        assert torch.equal(got[k].view(torch.uint8), v.view(torch.uint8)), k
+    assert "midlayer.mlp.down_proj.weight_scale" in got and not [k for k in got if k.startswith("layers.0.")]
+
+
+def test_exclusions_that_leave_a_bf16_module_quantizable_are_an_error(quantized, tmp_path):
+    src = _bad(tmp_path, quantized, "fp8", lambda t, c: c["quantization_config"].__setitem__("ignore", []))
+    with pytest.raises(InvalidCheckpointError) as e:
+        fix_keys(src, out=tmp_path / "out", wiring_options=VLLM)
+    assert any(d.startswith("lm_head: held in bf16, but") for d in e.value.details)
+
+
+def test_fix_keys_text_says_what_each_release_must_be_told(quantized, tmp_path):
+    from click.testing import CliRunner
+
+    from eagle3conv.cli import main
+
+    r = CliRunner().invoke(main, ["fix-keys", str(quantized["nvfp4"]), "--out", str(tmp_path / "o"),
+                                  "--engine", "vllm==0.33.0", "--engine", "sglang==0.5.23", "--dequantize", "fc"])
+    assert r.exit_code == 0, r.output
+    assert "quantized: compressed-tensors NVFP4" in r.output
+    assert "sglang==0.5.23: serves it as stored; launch with --speculative-draft-model-quantization " \
+           "compressed-tensors" in r.output
