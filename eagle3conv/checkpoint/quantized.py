@@ -244,14 +244,13 @@ class QuantStep:
                                         f"{m}: stored quantized but {qc.where} {qc.exclude_field} excludes it: the "
                                         "engines would build it in bf16 and load its codes unscaled", subject=m))
         self.bf16 = sorted(linear - set(quantized) - self.scaleless)
-        if True:
-            for m in self.bf16:
-                if m not in self.excluded:
-                    p.errors.append(Finding(
-                        "error", CONFIG, QUANT_EXCLUSION,
-                        f"{m}: held in bf16, but {qc.where} does not exclude it: vLLM 0.33.0 would build it "
-                        f"quantized ({qc.scheme.title}) and find no scale", subject=m,
-                        fix=f"add {m} to {qc.exclude_field}, or quantize it with the rest"))
+        for m in self.bf16:
+            if m not in self.excluded and qc.targets_module(m):
+                p.errors.append(Finding(
+                    "error", CONFIG, QUANT_EXCLUSION,
+                    f"{m}: held in bf16, but {qc.where} does not exclude it: vLLM 0.33.0 would build it "
+                    f"quantized ({qc.scheme.title}) and find no scale", subject=m,
+                    fix=f"add {m} to {qc.exclude_field}, or quantize it with the rest"))
 
     def _engines(self, quantized: list[str]) -> tuple[ReleaseQuant, ...]:
         p, qc = self.p, self.qc

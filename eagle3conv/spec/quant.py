@@ -74,6 +74,20 @@ class QuantConfig:
     where: str = "config.json quantization_config"
     form: str = "flat"  # flat | nested | compressed-tensors | quark
     static_input: bool = False  # the config asks for static activation scales
+    targets: tuple[str, ...] = ("Linear",)  # compressed-tensors config_groups targets: which modules it quantizes
+
+    def targets_module(self, module: str) -> bool:
+        """Whether the config's targets name this module (``Linear``: every linear one; ``re:`` patterns
+        matched against its name with and without the engines' ``model.`` prefix)."""
+        if "Linear" in self.targets:
+            return True
+        for t in self.targets:
+            if t.startswith("re:"):
+                if any(re.match(t[3:], n) for n in (module, "model." + module)):
+                    return True
+            elif module == t or module.endswith("." + t):
+                return True
+        return False
 
     @property
     def label(self) -> str:
@@ -270,8 +284,9 @@ def _compressed_tensors(qc: dict, where: str, data: QuantData) -> QuantConfig:
     groups = qc.get("config_groups")
     if not isinstance(groups, dict) or not groups:
         raise _bad(where, "compressed-tensors config without config_groups")
-    schemes = []
+    schemes, targets = [], []
     for gname, g in groups.items():
+        targets += [x for x in (g or {}).get("targets") or () if isinstance(x, str)]
         w = (g or {}).get("weights") or {}
         fmt = g.get("format") or qc.get("format")
         strategy = w.get("strategy")
@@ -291,7 +306,7 @@ def _compressed_tensors(qc: dict, where: str, data: QuantData) -> QuantConfig:
     if not isinstance(ignore, list) or not all(isinstance(x, str) for x in ignore):
         raise _bad(where, "ignore must be a list of module names")
     return QuantConfig("compressed-tensors", str(fmt), scheme, sym, tuple(ignore), "ignore", where, "compressed-tensors",
-                       static_input=static)
+                       static_input=static, targets=tuple(targets) or ("Linear",))
 
 
 def _quark(qc: dict, where: str, data: QuantData) -> QuantConfig:

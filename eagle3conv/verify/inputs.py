@@ -281,8 +281,6 @@ def dequantize_drafter(config: dict, tensors: dict, *, raw_modules: tuple[str, .
     notes = [f"quantized drafter ({qc.label}): {len(groups)} modules dequantized as the scheme defines"]
     static = []
     for module, parts in sorted(groups.items()):
-        if "weight" in tensors:
-            pass
         if module + ".weight" in tensors:
             parts["weight"] = tensors.pop(module + ".weight")
         w_name = qc.scheme.weight_name
