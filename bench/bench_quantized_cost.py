@@ -43,15 +43,22 @@ def main() -> None:
     capture_states(target.model, target.tokenizer, chats[:a.conversations], states, layers=[1, 14, 26],
                    batch_size=10, dtype="bf16", target=target.name)
     vllm = WiringOptions(engines=("vllm==0.33.0",))
+    from quant_producer import input_amax
+
+    amax = input_amax(fixture, states)
     rows = {}
-    for name, preset, raw in (("FP8 (per-row weights, dynamic activations)", "FP8_DYNAMIC", ()),
-                              ("NVFP4", "NVFP4", ()),
-                              ("FP8 as SGLang 0.5.23 loads fc (codes unscaled)", "FP8_DYNAMIC", ("fc",))):
-        src = work / f"{preset}-src"
+    for name, preset, raw, act in (
+            ("FP8 (per-row weights, dynamic activations)", "FP8_DYNAMIC", (), None),
+            ("NVFP4", "NVFP4", (), None),
+            ("FP8 as SGLang 0.5.23 loads fc (codes unscaled)", "FP8_DYNAMIC", ("fc",), None),
+            ("FP8 static (per-tensor weights and input_scale, calibrated)", "FP8", (), amax),
+            ("FP8 static, input_scale 30x too small", "FP8", (), {k: v / 30 for k, v in amax.items()})):
+        tag = f"{preset}-{'bad' if act is not None and act is not amax else 'ok'}"
+        src = work / f"{tag}-src"
         if not src.exists():
-            quantize_drafter(fixture, src, preset)
-            fix_keys(src, out=work / preset, wiring_options=vllm)
-        res = verify(work / preset, states, reference_drafter=fixture, wiring_options=vllm, save=False,
+            quantize_drafter(fixture, src, preset, input_amax=act)
+            fix_keys(src, out=work / tag, wiring_options=vllm)
+        res = verify(work / tag, states, reference_drafter=fixture, wiring_options=vllm, save=False,
                      raw_modules=raw)
         rows[name] = res.quantization
     print(f"states: {a.conversations} conversations, {res.main.positions} positions scored" if hasattr(res.main, "positions")

@@ -111,3 +111,51 @@ def quantize_drafter(src: Path, out: Path, preset: str, *, input_amax: dict[str,
     cfg = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     return out
+
+
+class _Amax(torch.Tensor):
+    """A weight that records the largest |input| its F.linear sees (an activation observer)."""
+
+    @staticmethod
+    def __new__(cls, data, name, store):
+        t = torch.Tensor._make_subclass(cls, data, False)
+        t.module, t.store = name, store
+        return t
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tagged = [a for a in args if isinstance(a, _Amax)]
+        if func is torch.nn.functional.linear and isinstance(args[1], _Amax):
+            w = args[1]
+            with torch._C.DisableTorchFunctionSubclass():
+                amax = float(args[0].abs().max())
+                w.store[w.module] = max(w.store.get(w.module, 0.0), amax)
+                return func(args[0], w.as_subclass(torch.Tensor), *args[2:], **kwargs)
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **kwargs)
+        if tagged and isinstance(out, torch.Tensor) and out.ndim == 2 and func.__name__ in ("to", "__getitem__",
+                                                                                           "contiguous"):
+            return _Amax(out, tagged[0].module, tagged[0].store)
+        return out
+
+
+def input_amax(drafter: Path, states: Path, *, max_sequences: int = 20) -> dict[str, float]:
+    """Per linear module, the largest |input| the drafter's forward (every draft step) sees on captured
+    states: the calibration llm-compressor's static activation observers make, for the FP8 preset's
+    input_scale."""
+    from eagle3conv.spec.layers import LayerRef
+    from eagle3conv.states.readers import open_states
+    from eagle3conv.verify.evaluate import Candidate, evaluate
+    from eagle3conv.verify.inputs import build_drafter, load_drafter_weights
+
+    config, tensors = load_drafter_weights(drafter)
+    store: dict[str, float] = {}
+    tensors = {k: (_Amax(v.float(), k.removesuffix(".weight"), store) if k.removesuffix(".weight") in LINEAR else v)
+               for k, v in tensors.items()}
+    runner, embeds = build_drafter(config, tensors, "cpu", torch.float32)
+    st = open_states(states)
+    layers = tuple(LayerRef(int(i)) for i in config["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
+    evaluate(runner, st, Candidate("calibration", layers, "input_scale calibration"), steps=3, batch_size=4,
+             target_embeds=embeds, max_sequences=max_sequences, feeder=False)
+    return store

@@ -85,3 +85,24 @@ def test_sglang_row_runs_fc_as_sglang_loads_it(states, drafters):
     row = res.engine_scores[0]
     assert any("plain bf16 Linear" in e for e in row.emulated)
     assert row.paired_vs_main["ci95"][1] < 0 and row.score.accept_length_all < res.main.accept_length_all - 0.3
+
+
+def test_static_fp8_activations_are_emulated(states, tmp_path):
+    """compressed-tensors' static FP8 preset (per-tensor weights, per-tensor static input scales
+    calibrated on the captured states): verify quantizes each module's input with its input_scale, as a
+    static-activation kernel does. Calibrated, it costs little; an input_scale far too small (inputs
+    saturating at 448 x scale) costs much more -- what the emulation is there to show."""
+    from quant_producer import input_amax
+
+    amax = input_amax(FIXTURE, states)
+    assert set(amax) >= {"fc", "midlayer.self_attn.q_proj", "lm_head"}
+    good = quantize_drafter(FIXTURE, tmp_path / "static-src", "FP8", input_amax=amax)
+    bad = quantize_drafter(FIXTURE, tmp_path / "static-bad-src", "FP8", input_amax={k: v / 30 for k, v in amax.items()})
+    fix_keys(good, out=tmp_path / "static", wiring_options=VLLM)
+    fix_keys(bad, out=tmp_path / "static-bad", wiring_options=VLLM)
+    ok = verify(tmp_path / "static", states, reference_drafter=FIXTURE, wiring_options=VLLM, save=False)
+    assert any("static FP8 activations emulated" in n for n in ok.states["verify_notes"])
+    d_ok, _ = _cost(ok)
+    wrong = verify(tmp_path / "static-bad", states, reference_drafter=FIXTURE, wiring_options=VLLM, save=False)
+    d_bad, (_, hi_bad) = _cost(wrong)
+    assert abs(d_ok) < 0.05 and hi_bad < 0 and d_bad < d_ok - 0.05, (d_ok, d_bad)
