@@ -200,6 +200,8 @@ def test_modelopt_nested_exclusions_are_normalised(quantized, tmp_path):
     q = res.plan.quantization
     assert q.method == "modelopt" and q.scheme == "fp8-tensor"
     assert "lm_head" in q.exclude_written and "model.fc" not in q.exclude_written
+    written = {e.field: e.new for e in res.plan.config_edits}["quantization_config"]
+    assert written["quant_method"] == "modelopt" and written["quant_algo"] == "FP8"
 
 
 # --------------------------------------------------------------------------- Model Optimizer, Quark layouts
@@ -348,3 +350,19 @@ def test_fix_keys_text_says_what_each_release_must_be_told(quantized, tmp_path):
     assert "quantized: compressed-tensors NVFP4" in r.output
     assert "sglang==0.5.23: serves it as stored; launch with --speculative-draft-model-quantization " \
            "compressed-tensors" in r.output
+
+
+def test_modelopt_export_nested_config_gets_its_quant_method(quantized, tmp_path):
+    """hf_spec_export 0.47.0 writes the nested dict into config.json without quant_method: fix-keys adds it."""
+    def edit(t, c):
+        for k in [k for k in t if k.endswith("weight_scale")]:
+            t[k] = t[k].float().amax().reshape(())  # per-tensor scales, as Model Optimizer FP8 stores them
+        c["quantization_config"] = {"producer": {"name": "modelopt", "version": "0.47.0"},
+                                    "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": None,
+                                                     "exclude_modules": ["lm_head"]}}
+
+    src = _bad(tmp_path, quantized, "fp8", edit)
+    res = fix_keys(src, out=tmp_path / "out", wiring_options=VLLM)
+    cfg = json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]
+    assert cfg["quant_method"] == "modelopt" and "lm_head" in cfg["quantization"]["exclude_modules"]
+    assert res.plan.quantization.scheme == "fp8-tensor"

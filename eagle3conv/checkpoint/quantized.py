@@ -356,10 +356,14 @@ class QuantStep:
             new["ignore"] = names
             if "exclude_modules" in new:
                 new["exclude_modules"] = names
+        why = ("its exclusion list names the modules held in bf16 as the drafter and each engine build them "
+               "(prefixes stripped, layer names mapped)")
+        if self.qc.method == "modelopt" and "quant_method" not in new:
+            # Model Optimizer 0.47.0's export writes none; vLLM reads a config without it as unquantized
+            new["quant_method"] = "modelopt_fp4" if "FP4" in self.qc.algo else "modelopt"
+            why += f"; quant_method {new['quant_method']} added (vLLM reads a config without it as unquantized)"
         if new != old:
-            self.config_edit = ConfigEdit("quantization_config", old, new,
-                                          "its exclusion list names the modules held in bf16 as the drafter and "
-                                          "each engine build them (prefixes stripped, layer names mapped)")
+            self.config_edit = ConfigEdit("quantization_config", old, new, why)
         return tuple(names)
 
 
