@@ -123,6 +123,10 @@ def _wired(plan: Plan, opts: WiringOptions, ckpt: str, served: str | None = None
     the launch lines name (fix-keys' output; default the checkpoint's)."""
     fc = next((o for o in plan.outputs if o.name == "fc.weight"), None)
     fc_in = int(fc.shape[1]) if fc is not None and len(fc.shape) == 2 else None
+    if fc_in is not None and plan.quantization is not None and fc.dequant is None and fc.source in plan.index.tensors:
+        from eagle3conv.checkpoint.quantized import logical_columns
+
+        fc_in = logical_columns(plan.index, plan.index.tensors[fc.source], plan.config)  # a packed FP4 fc holds two per byte
     t = plan.symbols.get("T") or plan.symbols.get("H")
     ev = wiring.gather(plan.index.root, plan.index.extras, plan.index.config, opts, plan.format)
     flags = opts.flags()
@@ -150,9 +154,11 @@ def _wired(plan: Plan, opts: WiringOptions, ckpt: str, served: str | None = None
 
 
 def _plan(index: CheckpointIndex, *, source_format: str | None, config: str | Path | None, keep_embed: bool,
-          dtype: str | None, later_norm: str | None = None) -> Plan:
+          dtype: str | None, later_norm: str | None = None, wiring_options: WiringOptions | None = None,
+          dequantize: tuple[str, ...] = ()) -> Plan:
     return build_plan(index, source_format=source_format, config_override=load_config_file(config) if config else None,
-                      keep_embed=keep_embed, dtype=dtype, later_norm=later_norm)
+                      keep_embed=keep_embed, dtype=dtype, later_norm=later_norm,
+                      releases=(wiring_options or WiringOptions()).releases(), dequantize=dequantize)
 
 
 def inspect(path: str | Path, *, source_format: str | None = None, config: str | Path | None = None,
@@ -171,7 +177,7 @@ def _inspect(path, recovered: str | None, *, source_format, config, keep_embed, 
     plan, err = None, None
     try:
         plan = _plan(index, source_format=source_format, config=config, keep_embed=keep_embed, dtype=dtype,
-                     later_norm=later_norm)
+                     later_norm=later_norm, wiring_options=wiring_options)
         plan = _wired(plan, wiring_options or WiringOptions(), str(path))
     except Eagle3ConvError as e:  # inspect shows why planning failed, and no plan half-made (unwired)
         plan, err = None, e
@@ -206,6 +212,7 @@ def _fix_keys_locked(
     wiring_options: WiringOptions | None = None,
     later_norm: str | None = None,
     accept_journal: bool = False,
+    dequantize: tuple[str, ...] = (),
 ) -> FixResult:
     """Rename a drafter checkpoint to the names SGLang loads, strictly, and prove the result.
 
@@ -219,15 +226,16 @@ def _fix_keys_locked(
     with prepared(path, command, write=in_place, accept_journal=accept_journal) as recovered:
         return _fix_keys(path, recovered, out=out, source_format=source_format, config=config,
                          keep_embed=keep_embed, dtype=dtype, max_shard_size=max_shard_size, dry_run=dry_run,
-                         progress=progress, wiring_options=wiring_options, later_norm=later_norm)
+                         progress=progress, wiring_options=wiring_options, later_norm=later_norm,
+                         dequantize=tuple(dequantize))
 
 
 def _fix_keys(path, recovered: str | None, *, out, source_format, config, keep_embed, dtype, max_shard_size,
-              dry_run, progress, wiring_options, later_norm=None) -> FixResult:
+              dry_run, progress, wiring_options, later_norm=None, dequantize=()) -> FixResult:
     p = Path(path)
     index = open_checkpoint(p)
     plan = _wired(_plan(index, source_format=source_format, config=config, keep_embed=keep_embed, dtype=dtype,
-                        later_norm=later_norm),
+                        later_norm=later_norm, wiring_options=wiring_options, dequantize=dequantize),
                   wiring_options or WiringOptions(), str(path), str(out) if out else None)
     errs = [f for f in plan.findings if f.level == "error"]
     if errs and all(f.area == AUX_LAYERS for f in errs):
@@ -318,7 +326,7 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
         raise UsageError(f"{root}: no config.json", hint=f"eagle3conv fix-keys {path} writes a loadable one")
     if not (check or dry_run) and os.path.lexists(root / ".config.json.eagle3conv-tmp"):
         (root / ".config.json.eagle3conv-tmp").unlink()  # left by a killed run of an older version
-    plan = build_plan(index)
+    plan = build_plan(index, releases=opts.releases())
     canonical = in_canonical_names(index.config, index.tensors)
     if canonical and not plan.ok:
         plan.raise_for_errors()  # shapes or vocab maps disagree with the config: exit 3, named

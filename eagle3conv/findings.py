@@ -129,6 +129,12 @@ NONFINITE_LOGITS = "nonfinite-logits"
 NONFINITE_HIDDEN = "nonfinite-hidden"
 STATE_WIDTH = "state-width"
 PREDICTION_OUT_OF_VOCAB = "prediction-out-of-vocab"
+# quantized drafters (spec/quant.py, docs/facts.md §14)
+QUANT_CONFIG = "quant-config"  # the quantization config: unknown method/algo, a method-less hf_quant_config.json
+QUANT_TENSOR = "quant-tensor"  # a quantized module's tensors: a scale missing, a wrong dtype or shape, weight_shape
+QUANT_EXCLUSION = "quant-exclusion"  # the exclusion list against the modules each release builds
+QUANT_ENGINE = "quant-engine"  # a release cannot serve a quantized module as the scheme defines (SGLang's fc)
+QUANT_DEQUANTIZED = "quant-dequantized"  # fix-keys --dequantize wrote a module in bf16
 # gate: one pre-push check's outcome
 GATE_PASSED = "passed"
 GATE_FAILED = "failed"

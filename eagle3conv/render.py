@@ -326,6 +326,21 @@ def inspect_text(d: dict, *, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
+def quantization_lines(q: dict | None) -> list[str]:
+    """A quantized drafter: the scheme, and per release whether it serves it as stored and the draft
+    quantization option to launch it with."""
+    if not q:
+        return []
+    left = ", ".join(q["quantized"]) or "none"
+    lines = [f"quantized: {q['title']} ({q['method']} {q['algo']}): {left}"
+             + (f"; written in bf16: {', '.join(q['dequantized'])}" if q["dequantized"] else "")]
+    for r in q["releases"]:
+        tell = f"launch with {r['option']} {r['value']}" if r["option"] and r["value"] else "no option to set"
+        lines.append(f"           {r['release']}: {'serves it as stored' if r['serves_as_defined'] else 'CANNOT serve it as stored'}"
+                     f"; {tell}")
+    return lines
+
+
 def fix_text(d: dict, *, verbose: bool = False) -> str:
     """fix-keys: what it did in one line, then the summary; the per-key plan with --verbose or --dry-run
     (inspect shows it before)."""
@@ -358,6 +373,7 @@ def fix_text(d: dict, *, verbose: bool = False) -> str:
         lines.append(f"aux ids:  {where} = {f['ids']}   (read by {', '.join(f['read_by'])})")
     for e in plan["config_edits"]:
         lines.append("config.json: " + edit_line(e))
+    lines += quantization_lines(plan.get("quantization"))
     for n in plan["notices"]:
         lines.append(f"note:     {n}")
     return "\n".join(lines)
@@ -414,6 +430,12 @@ def verify_text(d: dict) -> str:
     if st.get("layers_from"):
         lines.append(f"layers:     from {st['layers_from']}"
                      + ("; the wiring check rests on that statement" if "--states-layers" in st["layers_from"] else ""))
+    qz = d.get("quantization")
+    if qz:
+        ci = qz.get("ci95")
+        lines.append(f"quantized:  accept length {qz['accept_length']:.3f} vs {qz['reference_accept_length']:.3f} for "
+                     f"the bf16 reference {qz['reference']}: {qz['difference']:+.4f}"
+                     + (f" [{ci[0]:+.4f}, {ci[1]:+.4f}] (paired 95%)" if ci else ""))
     for n in st.get("verify_notes") or []:
         lines.append(f"note:       {n}")
     for n in st.get("notes") or []:

@@ -577,6 +577,7 @@ def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine
         "the file",
         {"schema", "engine", "title", "aliases", "releases", "releases_why", "runners",
          "capture_ids", "fc_width", "default_ids", "rules", "forward", "check_by_default"},
+        {"quantization"},  # read by spec/quant.py (quantized drafters)
     )
     name = _text(path, raw, "engine", "the file")
     if name != path.stem:
