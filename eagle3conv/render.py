@@ -518,7 +518,7 @@ def launch_check_lines(c: dict) -> list[str]:
     return lines
 
 
-def _alike_rows(rows: list[dict]) -> list[dict]:
+def alike_rows(rows: list[dict]) -> list[dict]:
     """Launch rows with neighbouring releases of one engine that print the same line (and the same needs,
     file and refusal) merged into one row labelled with every release: ``sglang 0.5.12, 0.5.23``."""
     out: list[dict] = []
@@ -550,7 +550,7 @@ def launch_text(d: dict) -> str:
     for n in d.get("notes") or []:
         lines.append(f"note:       {n}")
     lines.append("per engine release:")
-    for r in _alike_rows(rows):
+    for r in alike_rows(rows):
         if r["line"] is None:
             lines.append(f"  BAD  {r['label']}: cannot serve it: " + "; ".join(r["refused"]))
             continue

@@ -12,7 +12,8 @@ in Model Optimizer's export naming (``eagle3conv example``, SmolLM2-135M-shaped)
 ``capture`` takes from SmolLM2-135M's GGUF. A command passes when it exits with a code README's
 exit-code table documents for what it was given (the example drafter is not a Kimi drafter, so
 ``--target kimi-k2.5`` is exit 3; the Hub is not reached here, so a real push is exit 1) and prints
-no traceback. Exit 0 when every command passed; the table of results is printed either way.
+no traceback. Exit 0 when every command passed; the table of results is printed either way, and each
+command's output is kept in WORKDIR/logs/.
 """
 
 from __future__ import annotations
@@ -101,13 +102,16 @@ def main() -> int:
     commands = readme_commands(readme)
     # capture first: verify's README commands read the states it writes
     commands.sort(key=lambda c: not c.startswith("eagle3conv capture"))
-    failed = 0
+    failed, logs = 0, work / "logs"  # each command's output, in order
+    shutil.rmtree(logs, ignore_errors=True)
     for cmd in commands:
         if cmd.startswith("bash scripts/test.sh"):
             print(f"skip  {cmd}  (the clone's test suite, not an installed command)")
             continue
         codes, why = expected(cmd)
         rc, out, secs = run(cmd, work, env, bin_dir)
+        logs.mkdir(exist_ok=True)
+        (logs / f"{len(list(logs.iterdir())):02d}.txt").write_text(f"$ {cmd}\n{out}\nexit {rc}\n")
         bad = rc not in codes or "Traceback (most recent call last)" in out
         failed += bad
         print(f"{'FAIL' if bad else 'ok  '}  exit {rc} ({secs:.0f} s)  {cmd}" + (f"  [{why}]" if why and not bad else ""))

@@ -289,7 +289,7 @@ def test_releases_that_print_the_same_line_share_one_row(tmp_path):
     """README: "releases that read alike share a row". SGLang 0.5.12 and 0.5.23 print the same line for a plain
     Llama drafter: one row naming both; a windowed drafter's rows stay apart from vLLM's, and a release whose
     line differs keeps its own row."""
-    from eagle3conv.render import _alike_rows
+    from eagle3conv.render import alike_rows
 
     src, out = tmp_path / "m", tmp_path / "d"
     run("example", src, "--format", "modelopt-export")
@@ -301,9 +301,9 @@ def test_releases_that_print_the_same_line_share_one_row(tmp_path):
     d = json.loads(run("launch", out, "--target", "smollm2-135m", "--json").stdout)
     assert [r["release"] for r in d["rows"]][:2] == ["sglang==0.5.12", "sglang==0.5.23"]  # --json keeps each release
     a, b = d["rows"][0], d["rows"][1]
-    assert len(_alike_rows([a, dict(b, line=b["line"] + " --tp 2")])) == 2
+    assert len(alike_rows([a, dict(b, line=b["line"] + " --tp 2")])) == 2
     refused = [dict(r, line=None, refused=[f"{r['label']} cannot serve a Qwen3 drafter"]) for r in (a, b)]
-    (merged,) = _alike_rows(refused)
+    (merged,) = alike_rows(refused)
     assert merged["label"] == "sglang 0.5.12, 0.5.23" and merged["refused"] == ["cannot serve a Qwen3 drafter"]
 
 
