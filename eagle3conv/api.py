@@ -484,6 +484,8 @@ def launch(path: str | Path, *, options: WiringOptions | None = None, tp: int | 
         checked = _other_target(checked, ev.target, ev.notes, given=bool(opts.target))
     releases = opts.releases() if checked is None else (checked.release,)  # with --check: the line it should be
     target = target or (checked.target if checked is not None else None)
+    if checked is not None and drafter is None and isinstance(checked.draft, str):
+        name = checked.draft  # the row is the user's line as it should be: their drafter path
     rows = [build_line(rel, index.config, drafter=name, target=target, tp=tp, tensor_names=names,
                        capture_ids=trt if rel.engine == "tensorrt-llm" else None) for rel in releases]
     notes = list(ev.notes)

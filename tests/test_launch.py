@@ -323,3 +323,17 @@ def test_a_line_serving_another_target_than_the_drafters_is_a_warning(tmp_path):
     same = line.replace("Qwen/Qwen3-8B", "HuggingFaceTB/SmolLM2-135M-Instruct")
     d = json.loads(run("launch", out, "--check", same, "--json").stdout)
     assert not [f for f in d["check"]["findings"] if f["code"] == "launch-target"]
+
+
+def test_the_checked_lines_row_names_the_drafter_path_the_line_names(tmp_path):
+    """With --check, the release's row is the user's line as eagle3conv builds it: it names their drafter path
+    (it named the CHECKPOINT argument, so the row was not the line to paste where the drafter lives elsewhere)."""
+    src, out = tmp_path / "m", tmp_path / "d"
+    run("example", src, "--format", "modelopt-export")
+    run("fix-keys", src, "--out", out, "--target", "smollm2-135m")
+    line = '{"method": "eagle3", "model": "/models/my-drafter", "num_speculative_tokens": 3}'
+    d = json.loads(run("launch", out, "--check", line, "--json").stdout)
+    (row,) = d["rows"]
+    assert '"model": "/models/my-drafter"' in row["line"], row["line"]
+    d = json.loads(run("launch", out, "--check", line, "--drafter", "me/d", "--json").stdout)
+    assert '"model": "me/d"' in d["rows"][0]["line"]  # --drafter still wins
