@@ -100,3 +100,21 @@ def test_the_wheel_with_the_capture_extra_resolves_to_the_pinned_cpu_set(tmp_pat
     pins = dict(line.split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
                 if "==" in line and not line.startswith("#"))
     assert {n: (v, got[n]) for n, v in pins.items() if n in got and got[n].split("+")[0] != v} == {}
+
+
+def test_capture_without_gguf_names_the_documented_extra(tmp_path, monkeypatch):
+    """`pip install eagle3conv` without the extra, then capture on a GGUF target: the error says to install
+    what README's Install section documents, `eagle3conv[capture]` (it said `pip install gguf==0.19.0`)."""
+    import importlib.util
+
+    from eagle3conv.errors import Eagle3ConvError
+    from eagle3conv.states.target_model import load_target_model
+
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
+    with pytest.raises(Eagle3ConvError) as e:
+        load_target_model(gguf)
+    assert "'gguf', which is not installed" in str(e.value)
+    assert e.value.hint == "pip install 'eagle3conv[capture]' (it brings gguf==0.19.0)"

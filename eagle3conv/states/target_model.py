@@ -169,7 +169,9 @@ def load_target_model(spec: str | os.PathLike, *, dtype: Any = None, device: str
                 f"target '{name}' is neither a folder, a .gguf file nor a built-in name "
                 f"({', '.join(CAPTURE_TARGETS)})")
     if path.suffix == ".gguf":
-        _require("gguf", GGUF_REQUIREMENT, "loading a GGUF target")
+        if importlib.util.find_spec("gguf") is None:  # README's Install: the capture extra brings it
+            raise Eagle3ConvError("loading a GGUF target needs the Python package 'gguf', which is not installed",
+                                  hint=f"pip install 'eagle3conv[capture]' (it brings {GGUF_REQUIREMENT})")
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
