@@ -37,7 +37,8 @@ PLACEHOLDERS = {"[CKPT]": "ckpt-sglang", "CKPT": "ckpt", "STATES": "states.safet
 EXPECTED = [
     (r"--target kimi-k2\.5", {3}, "the example drafter is SmolLM2-shaped, not a Kimi-K2.5 drafter: checked, invalid"),
     (r"--speculative-algorithm EAGLE ", {3}, "the README's wrong line: EAGLE instead of EAGLE3 is an error"),
-    (r"push .*--create-pr", {1}, "the Hub is not reached from here (HF_HUB_OFFLINE=1): refused, nothing committed"),
+    (r"^eagle3conv push (?!.*--dry-run)", {1}, "the Hub is not reached from here (HF_HUB_OFFLINE=1): refused, nothing "
+                                              "committed"),
 ]
 
 
@@ -79,7 +80,10 @@ def run(cmd: str, cwd: Path, env: dict, bin_dir: Path) -> tuple[int, str, float]
 
 def main() -> int:
     sys.stdout.reconfigure(line_buffering=True)
-    work = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="eagle3conv-readme-"))
+    args = sys.argv[1:]
+    only = re.compile(args.pop(args.index("--only") + 1)) if "--only" in args else None  # rerun some: --only REGEX
+    args = [a for a in args if a != "--only"]
+    work = Path(args[0]) if args else Path(tempfile.mkdtemp(prefix="eagle3conv-readme-"))
     work.mkdir(parents=True, exist_ok=True)
     bin_dir = Path(sys.executable).parent
     import eagle3conv
@@ -104,13 +108,16 @@ def main() -> int:
     commands.sort(key=lambda c: not c.startswith("eagle3conv capture"))
     failed, logs = 0, work / "logs"  # each command's output, in order
     shutil.rmtree(logs, ignore_errors=True)
+    logs.mkdir()
     for cmd in commands:
         if cmd.startswith("bash scripts/test.sh"):
             print(f"skip  {cmd}  (the clone's test suite, not an installed command)")
             continue
+        if only is not None and not only.search(cmd):
+            continue
         codes, why = expected(cmd)
         rc, out, secs = run(cmd, work, env, bin_dir)
-        logs.mkdir(exist_ok=True)
+
         (logs / f"{len(list(logs.iterdir())):02d}.txt").write_text(f"$ {cmd}\n{out}\nexit {rc}\n")
         bad = rc not in codes or "Traceback (most recent call last)" in out
         failed += bad
@@ -119,9 +126,18 @@ def main() -> int:
             print("      " + "\n      ".join(out.strip().splitlines()[-15:]))
     lib = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
     shutil.rmtree(work / "ckpt-sglang", ignore_errors=True)
-    r = subprocess.run([sys.executable, "-c", lib], cwd=work, env=env, capture_output=True, text=True)
-    print(f"{'ok  ' if r.returncode == 0 else 'FAIL'}  exit {r.returncode}  README's Library block (python)")
-    if r.returncode != 0:
+    # an eagle3conv error is the library's "checked, invalid" (the CLI's exit 3): the block's Kimi-K2.5 options
+    # do not fit the SmolLM2-shaped example drafter
+    wrapped = ("import sys\nfrom eagle3conv.errors import Eagle3ConvError\ntry:\n    exec(compile(" + repr(lib)
+               + ", 'README.md', 'exec'))\nexcept Eagle3ConvError as e:\n    print('eagle3conv error:', e)\n"
+               "    sys.exit(3)\n")
+    r = subprocess.run([sys.executable, "-c", wrapped], cwd=work, env=env, capture_output=True, text=True)
+    lib_ok = r.returncode in (0, 3) and "Traceback" not in r.stdout + r.stderr
+    print(f"{'ok  ' if lib_ok else 'FAIL'}  exit {r.returncode}  README's Library block (python)"
+          + ("  [an eagle3conv error: the Kimi-K2.5 options do not fit the SmolLM2-shaped drafter]"
+             if r.returncode == 3 and lib_ok else ""))
+    (logs / "library.txt").write_text(r.stdout + r.stderr + f"\nexit {r.returncode}\n")
+    if not lib_ok:
         failed += 1
         print("      " + "\n      ".join((r.stdout + r.stderr).strip().splitlines()[-15:]))
     print(f"{failed} failed" if failed else "every README command ran", f"(in {work})")
