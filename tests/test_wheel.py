@@ -104,7 +104,8 @@ def test_the_wheel_with_the_capture_extra_resolves_to_the_pinned_cpu_set(tmp_pat
 
 def test_capture_without_gguf_names_the_documented_extra(tmp_path, monkeypatch):
     """`pip install eagle3conv` without the extra, then capture on a GGUF target: the error says to install
-    what README's Install section documents, `eagle3conv[capture]` (it said `pip install gguf==0.19.0`)."""
+    what README's Install section documents, `eagle3conv[capture]` (it said `pip install gguf==0.19.0`, and
+    without accelerate, transformers' own 'cannot load the model')."""
     import importlib.util
 
     from eagle3conv.errors import Eagle3ConvError
@@ -113,8 +114,12 @@ def test_capture_without_gguf_names_the_documented_extra(tmp_path, monkeypatch):
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF")
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
-    with pytest.raises(Eagle3ConvError) as e:
-        load_target_model(gguf)
-    assert "'gguf', which is not installed" in str(e.value)
-    assert e.value.hint == "pip install 'eagle3conv[capture]' (it brings gguf==0.19.0)"
+    for missing, pin in (("gguf", "gguf==0.19.0"), ("accelerate", "accelerate==1.15.0")):
+        # transformers 5.24 refuses a GGUF file without accelerate too ("accelerate is required when loading a
+        # GGUF file", seen in a fresh venv without it)
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, m=missing: None if name == m
+                            else real(name, *a))
+        with pytest.raises(Eagle3ConvError) as e:
+            load_target_model(gguf)
+        assert f"'{missing}', which is not installed" in str(e.value)
+        assert e.value.hint == f"pip install 'eagle3conv[capture]' (it brings {pin})"
