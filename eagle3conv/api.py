@@ -491,8 +491,12 @@ def launch(path: str | Path, *, options: WiringOptions | None = None, tp: int | 
     names = set(index.tensors)
     checked = None if check is None else check_launch_line(check, index.config, names, opts, ev.target,
                                                             drafter=name)
+    if checked is not None and ev.target is not None:
+        checked = _other_target(checked, ev.target, ev.notes, given=bool(opts.target))
     releases = opts.releases() if checked is None else (checked.release,)  # with --check: the line it should be
     target = target or (checked.target if checked is not None else None)
+    if checked is not None and drafter is None and isinstance(checked.draft, str):
+        name = checked.draft  # the row is the user's line as it should be: their drafter path
     rows = [build_line(rel, index.config, drafter=name, target=target, tp=tp, tensor_names=names,
                        capture_ids=trt if rel.engine == "tensorrt-llm" else None) for rel in releases]
     notes = list(ev.notes)
@@ -500,6 +504,30 @@ def launch(path: str | Path, *, options: WiringOptions | None = None, tp: int | 
         notes.append(f"{index.root} is not yet in SGLang's names: the engines load it only after "
                      f"`eagle3conv fix-keys {path} --out DIR`; launch DIR")
     return LaunchResult(index.root, target, rows, checked, notes=notes)
+
+
+def _other_target(checked, target, notes, *, given: bool):
+    """``checked`` with a warning when the line's model is a Hub repo other than ``target`` (the profile the
+    drafter was checked against: --target, or the one its training record names), whose context and wiring
+    the findings then speak of."""
+    from dataclasses import replace
+
+    from eagle3conv.findings import LAUNCH, LAUNCH_TARGET, Finding
+
+    line = checked.target
+    names = {str(x).lower() for x in (target.name, target.hf_repo, *target.aliases) if x}
+    if not line or line.lower() in names or line.count("/") != 1 or Path(line).exists():
+        return checked  # the same target, or a local path (whose model cannot be told from its name)
+    where = "--target" if given else next((n.removeprefix(f"target {target.name} ") for n in notes
+                                           if n.startswith(f"target {target.name} taken from")), "the training record")
+    rel = checked.release
+    warn = Finding("warning", LAUNCH, LAUNCH_TARGET,
+                   f"{rel}: the line serves {line}, but the drafter was checked for {target.name} ({where}): "
+                   f"a drafter reads the hidden states of the target it was trained on (the served context is "
+                   f"checked as {target.name}'s)",
+                   f"serve it with {target.hf_repo or target.name}, or give --target {line} if the drafter was "
+                   "trained on it", subject=rel.spec)
+    return replace(checked, findings=(warn, *checked.findings))
 
 
 def check_launch_line(text: str, config: dict, tensor_names, opts: WiringOptions, target=None, *,

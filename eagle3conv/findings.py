@@ -123,6 +123,7 @@ LAUNCH_OVERRIDES = "launch-overrides"  # target config overrides that do (SGLang
 LAUNCH_CONTEXT = "launch-context"  # the served context against the drafter's: what the release does
 LAUNCH_SWITCH = "launch-switch"  # a switch the drafter needs on this release is missing
 LAUNCH_CANNOT_SERVE = "launch-cannot-serve"  # the release cannot load the drafter at all
+LAUNCH_TARGET = "launch-target"  # the line serves another target than the one the drafter was checked for
 # smoke: the drafter forward on random inputs
 LOGITS_SHAPE = "logits-shape"
 NONFINITE_LOGITS = "nonfinite-logits"

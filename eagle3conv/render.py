@@ -566,6 +566,25 @@ def launch_check_lines(c: dict) -> list[str]:
     return lines
 
 
+def alike_rows(rows: list[dict]) -> list[dict]:
+    """Launch rows with neighbouring releases of one engine that print the same line (and the same needs,
+    file and refusal) merged into one row labelled with every release: ``sglang 0.5.12, 0.5.23``."""
+    out: list[dict] = []
+
+    def same(a: dict, b: dict) -> bool:
+        strip = [[x.removeprefix(r["label"] + " ") for x in r["refused"]] for r in (a, b)]
+        return (a["label"].split()[0] == b["label"].split()[0] and strip[0] == strip[1]
+                and all(a[k] == b[k] for k in ("line", "needs", "extra_file", "extra_text")))
+
+    for r in rows:
+        if out and same(out[-1]["_last"], r):
+            out[-1]["label"] += ", " + r["label"].split(" ", 1)[-1]
+            out[-1]["_last"] = r
+            continue
+        out.append(dict(r, refused=[x.removeprefix(r["label"] + " ") for x in r["refused"]], _last=r))
+    return out
+
+
 def launch_text(d: dict) -> str:
     """``eagle3conv launch`` (LaunchResult.to_dict()): the check's verdict first (with --check), then one
     row per engine release (its line, or why it cannot serve the drafter), then the check's findings."""
@@ -579,10 +598,9 @@ def launch_text(d: dict) -> str:
     for n in d.get("notes") or []:
         lines.append(f"note:       {n}")
     lines.append("per engine release:")
-    for r in rows:
+    for r in alike_rows(rows):
         if r["line"] is None:
-            lines.append(f"  BAD  {r['label']}: cannot serve it: "
-                         + "; ".join(x.removeprefix(r["label"] + " ") for x in r["refused"]))
+            lines.append(f"  BAD  {r['label']}: cannot serve it: " + "; ".join(r["refused"]))
             continue
         lines.append(f"  ok   {r['label']}: {r['line']}")
         for need in r["needs"]:
