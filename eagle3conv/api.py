@@ -28,7 +28,7 @@ from eagle3conv.checkpoint.writer import (
     write_in_place,
     write_out,
 )
-from eagle3conv.errors import Eagle3ConvError, UsageError, WiringError
+from eagle3conv.errors import Eagle3ConvError, InvalidCheckpointError, UsageError, WiringError
 from eagle3conv.findings import AUDIT_D2T_MISSING, AUX_LAYERS, EVIDENCE_NOTE, NO_D2T, Finding
 from eagle3conv.spec.canonical import in_canonical_names
 from eagle3conv.wiring import apply as wiring
@@ -178,7 +178,7 @@ def _inspect(path, recovered: str | None, *, source_format, config, keep_embed, 
     try:
         plan = _plan(index, source_format=source_format, config=config, keep_embed=keep_embed, dtype=dtype,
                      later_norm=later_norm, wiring_options=wiring_options)
-        plan = _wired(plan, wiring_options or WiringOptions(), str(path))
+        plan = _wired(plan, wiring_options or WiringOptions(), str(path)).judged()
     except Eagle3ConvError as e:  # inspect shows why planning failed, and no plan half-made (unwired)
         plan, err = None, e
     return InspectResult(index, plan, err, recovered)
@@ -327,6 +327,9 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
     if not (check or dry_run) and os.path.lexists(root / ".config.json.eagle3conv-tmp"):
         (root / ".config.json.eagle3conv-tmp").unlink()  # left by a killed run of an older version
     plan = build_plan(index, releases=opts.releases())
+    if plan.layer_count is not None:  # no engine serves the folder as it is; fix-keys rewrites the count
+        raise InvalidCheckpointError(f"{root}: {plan.layer_count.message}", hint=plan.layer_count.fix.replace(
+            f"fix-keys {root} ", f"fix-keys {path} "))
     canonical = in_canonical_names(index.config, index.tensors)
     if canonical and not plan.ok:
         plan.raise_for_errors()  # shapes or vocab maps disagree with the config: exit 3, named

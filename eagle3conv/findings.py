@@ -66,6 +66,7 @@ CONFIG_REPLACED = "config-replaced"
 CONFIG_SOURCE = "config-source"
 NO_VOCAB_SIZE = "no-vocab-size"
 SERVED_WITHOUT = "served-without"  # a switch some engine releases ignore (the drafter is served without it)
+LAYER_COUNT = "layer-count"  # num_hidden_layers is not the number of decoder layers the weights hold
 CANNOT_SERVE = "cannot-serve"  # an engine release cannot load this drafter (layers, variant, architecture name)
 MOE_DRAFTER = "moe-drafter"  # a drafter with an MoE MLP: no engine serves one as an EAGLE-3 drafter
 # aux-layers: the wiring check (eagle3conv.wiring.check) and its glue

@@ -266,6 +266,11 @@ def targets_text(data: list[dict], *, detail: bool) -> str:
 
 def _plan_verdict(plan: dict) -> str:
     """What fix-keys does (or would do) to this checkpoint, in one clause."""
+    from eagle3conv.findings import LAYER_COUNT
+
+    layer = [f for f in plan.get("findings", ()) if f["code"] == LAYER_COUNT and f["level"] == "error"]
+    if layer and len(plan["errors"]) == 1:  # the folder's one error, which fix-keys' config edit repairs
+        return f"no engine serves it as it is: {layer[0]['message']}; fix-keys would rewrite num_hidden_layers"
     if plan["errors"]:
         return f"fix-keys would refuse it: {plan['errors'][0]}"
     if plan["identity"]:

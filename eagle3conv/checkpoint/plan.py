@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from eagle3conv.io import dtypes
-from eagle3conv.spec.config_check import validate_drafter_config
+from eagle3conv.spec.config_check import layer_count_problem, validate_drafter_config
 from eagle3conv.spec.canonical import (
     Architecture,
     architecture_for,
@@ -33,6 +33,7 @@ from eagle3conv.checkpoint.vocab import check_vocab
 from eagle3conv.errors import InvalidCheckpointError, UsageError
 from eagle3conv.findings import (
     AUX_LAYERS,
+    LAYER_COUNT,
     CONFIG,
     CONFIG_REPLACED,
     EMBED_DROPPED,
@@ -154,6 +155,10 @@ class Plan:
     quantization: object | None = None
     """A quantized drafter's :class:`eagle3conv.checkpoint.quantized.DraftQuantization` (the scheme, the
     modules stored quantized, what each release must be told); None for a bf16 drafter."""
+    layer_count: Finding | None = None
+    """The source config's ``num_hidden_layers`` against the layers the weights hold
+    (:func:`eagle3conv.spec.config_check.layer_count_problem`): fix-keys' edit rewrites it, so it is an
+    error only of the folder as it stands (:meth:`judged`)."""
 
     def with_wiring(self, w: WiringOutcome) -> Plan:
         """This plan completed by the wiring step: the plan sets its own fields."""
@@ -161,6 +166,11 @@ class Plan:
         return replace(self, config=config, config_edits=[*self.config_edits, *w.config_edits],
                        aux_ids=cfgmod.aux_ids_in(config), findings=[*self.findings, *w.findings],
                        wiring=w)
+
+    def judged(self) -> Plan:
+        """This plan as a judgement of the folder as it stands (``inspect``, ``config``, push's gate): what
+        fix-keys would only rewrite but no engine serves as it is, ``layer_count``, is an error too."""
+        return self if self.layer_count is None else replace(self, findings=[self.layer_count, *self.findings])
 
     @property
     def errors(self) -> list[str]:
@@ -232,9 +242,10 @@ class Plan:
 
 def line(f: Finding) -> str:
     """A plan finding as one line of ``errors``/``notices`` (aux-layer ones are labelled,
-    and a warning or notice carries its fix)."""
+    and a warning or notice carries its fix, as does the ``layer-count`` error)."""
     label = "aux layers: " if f.area == AUX_LAYERS else ""
-    return label + f.message + (f" (fix: {f.fix})" if f.fix and f.level != "error" else "")
+    fixed = f.level != "error" or f.code == LAYER_COUNT  # an error fix-keys itself repairs names its fix
+    return label + f.message + (f" (fix: {f.fix})" if f.fix and fixed else "")
 
 
 def _hint(plan: Plan) -> str:
@@ -408,12 +419,15 @@ class _Planner:
 
     def _layer_count(self, spec: DrafterSpec) -> int:
         """The decoder layers the weights hold (layer 0 = midlayer.*, then layers.1.* ...); a gap is
-        an error, as is a config that says otherwise (fix-keys writes the weights' count)."""
+        an error. A config that says otherwise is fix-keys' edit (it writes the weights' count) and the
+        error of every command that judges the folder as it stands (``layer_count``, :meth:`Plan.judged`)."""
         found = sorted({i for n in self.mapped if (i := layer_of(n)) is not None})
         self.missing_layers: list[int] = []
+        self.layer_count: Finding | None = None
         if not found:
             return spec.L
         self._bound_layers(found[-1])
+        self.layer_count = layer_count_problem(self.config, self.mapped, ckpt=str(self.index.root))
         missing = self.missing_layers = sorted(set(range(found[-1] + 1)) - set(found))
         if missing:
             shown = ", ".join(f"layers.{i}" if i else "layer 0 (midlayer.* / layers.0.*)" for i in missing)
@@ -754,6 +768,7 @@ class _Planner:
             aux_ids=cfgmod.aux_ids_in(new_config),
             out_dtype=self.out_dtype,
             quantization=self.quant.result,
+            layer_count=self.layer_count,
         )
 
 
