@@ -328,8 +328,7 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
         (root / ".config.json.eagle3conv-tmp").unlink()  # left by a killed run of an older version
     plan = build_plan(index, releases=opts.releases())
     if plan.layer_count is not None:  # no engine serves the folder as it is; fix-keys rewrites the count
-        raise InvalidCheckpointError(f"{root}: {plan.layer_count.message}", hint=plan.layer_count.fix.replace(
-            f"fix-keys {root} ", f"fix-keys {path} "))
+        raise InvalidCheckpointError(f"{root}: {plan.layer_count.message}", hint=plan.layer_count.fix)
     canonical = in_canonical_names(index.config, index.tensors)
     if canonical and not plan.ok:
         plan.raise_for_errors()  # shapes or vocab maps disagree with the config: exit 3, named

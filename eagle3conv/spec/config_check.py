@@ -212,15 +212,14 @@ def layer_count_problem(config: Mapping[str, Any] | None, tensor_names, *, where
         return None
     names = "midlayer.*" + (f", layers.1.*{'' if held == 2 else f' .. layers.{held - 1}.*'}" if held > 1 else "")
     engines = "; ".join(layer_count_outcomes(n, held, drafter_kind(config)))
+    fix = (f"eagle3conv fix-keys {ckpt} rewrites num_hidden_layers to {held} (or set \"num_hidden_layers\": "
+           f"{held} in {where})")
+    if n > held:
+        fix += f"; if the trained drafter had {layers_span(held, n - 1)} too, convert the trainer's checkpoint again"
     return Finding(
         "error", CONFIG, LAYER_COUNT,
         f"{where}: num_hidden_layers is {n}, but the weights hold {held} decoder layer{'s' if held != 1 else ''} "
-        f"({names}): " + (engines or f"the engines build {n}") + " (docs/facts.md §11)",
-        f"eagle3conv fix-keys {ckpt} rewrites num_hidden_layers to {held} (or set \"num_hidden_layers\": {held} "
-        f"in {where}; if the weights lost {layers_span(held, n - 1) if n > held else 'nothing'}, convert the "
-        "trainer's checkpoint again)" if n > held else
-        f"eagle3conv fix-keys {ckpt} rewrites num_hidden_layers to {held} (or set \"num_hidden_layers\": {held} "
-        f"in {where})",
+        f"({names}): " + (engines or f"the engines build {n}") + " (docs/facts.md §11)", fix,
         subject="num_hidden_layers")
 
 

@@ -674,10 +674,9 @@ def layer_count_outcomes(built: int, held: int, drafter: str = "llama") -> list[
     for eng in engines().values():
         if built > held:
             field, gap = "layers_without_weights", layers_span(held, built - 1)
-            them = "them" if built - held > 1 else "it"
+            them, they = ("them", "they were") if built - held > 1 else ("it", "it was")
             words = {"uninitialised": f"builds {built} decoder layers and loads nothing into {gap}: it serves "
-                                      f"{them} with the uninitialised memory {them} {'were' if them == 'them' else 'was'}"
-                                      " allocated with",
+                                      f"{them} with the uninitialised memory {they} allocated with",
                      "refused": f"refuses num_hidden_layers {built} at load"}
         else:
             field, gap = "weights_past_layers", layers_span(built, held - 1)
