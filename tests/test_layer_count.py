@@ -109,3 +109,26 @@ def test_mla_sglang_refuses_more_than_one_layer():
     assert any(t.startswith(f"{VLLM} builds 2 decoder layers and loads nothing into layer 1") for t in more)
     fewer = layer_count_outcomes(1, 2, "mla")
     assert any(t.startswith(f"{SGLANG} builds 1 decoder layer and skips the weights of layer 1") for t in fewer)
+
+
+@pytest.mark.parametrize("edit, match", [
+    ({"layers_source": None}, "'layers_source' must name where"),
+    ({"layers_without_weights": "zeros"}, "'layers_without_weights' must be one of"),
+    ({"weights_past_layers": "loaded"}, "'weights_past_layers' must be one of"),
+])
+def test_the_loader_refuses_a_layer_rule_it_cannot_act_on(tmp_path, edit, match):
+    from eagle3conv.errors import MappingFileError
+    from eagle3conv.spec.engines import load_engine_file, load_families_file
+
+    root = Path(__file__).resolve().parents[1] / "mappings" / "engines"
+    raw = json.loads((root / "sglang.json").read_text())
+    entry = next(f for f in raw["forward"] if f["drafters"] == ["llama"])
+    for k, v in edit.items():
+        if v is None:
+            entry.pop(k)
+        else:
+            entry[k] = v
+    bad = tmp_path / "sglang.json"
+    bad.write_text(json.dumps(raw))
+    with pytest.raises(MappingFileError, match=match):
+        load_engine_file(bad, load_families_file(root / "families.json"))
