@@ -46,6 +46,7 @@ def readme_commands(readme: str) -> list[str]:
     """Every eagle3conv command README.md shows, in its order (blocks first, then headings)."""
     out = []
     for block in re.findall(r"```bash\n(.*?)```", readme, re.S):
+        block = re.sub(r"\\\n\s*", " ", block)  # a command continued over lines (a trailing backslash) is one
         for line in block.splitlines():
             cmd = line.split("  #")[0].strip()
             if cmd.startswith(("eagle3conv ", "bash scripts/")) and cmd not in out:

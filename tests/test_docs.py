@@ -64,7 +64,7 @@ def test_every_command_the_readme_shows_parses(tmp_path, monkeypatch):
     heads = re.findall(r"^### `eagle3conv (\S+)", README, re.M)
     assert {c.split()[1] for c in commands if c.startswith("eagle3conv ")} >= {h.rstrip("`") for h in heads}
     monkeypatch.chdir(tmp_path)
-    for name in ("prompts.txt", "states.safetensors"):
+    for name in ("prompts.txt", "prompts.jsonl", "states.safetensors"):
         (tmp_path / name).write_text("")
     bad = []
     for line in commands:
