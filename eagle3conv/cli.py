@@ -635,6 +635,9 @@ def _push_text(d: dict) -> str:
                    "best confirmed with the config's, the record's and engine defaults) and name the one the "
                    "drafter was trained on where the data separates it. Automatic when config.json names no "
                    "layers.")
+@click.option("--search-budget", type=float, metavar="SECONDS",
+              help="The seconds the search's screen may spend (it stops at a stage boundary and says what more "
+                   "would read); default: a work cap the report names.")
 @click.option("--steps", default=3, show_default=True, type=int, help="Draft steps per chain.")
 @click.option("--min-accept", type=float, help="Fail (exit 4) when step-1 acceptance is below this fraction.")
 @click.option("--device", default="auto", show_default=True, help="auto (GPU when present), cpu, cuda, cuda:N.")
@@ -647,7 +650,8 @@ def _push_text(d: dict) -> str:
                    "(no dependency) or .png (pip install 'eagle3conv[plot]').")
 @click.option("--no-save", is_flag=True, help="Do not write eagle3conv-verify.json into the checkpoint folder.")
 def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sglang_version, layers, states_layers,
-               embeddings, search_wiring, steps, min_accept, device, dtype, batch_size, max_sequences, plot, no_save):
+               embeddings, search_wiring, search_budget, steps, min_accept, device, dtype, batch_size, max_sequences,
+               plot, no_save):
     """Run the drafter on captured target states: acceptance per draft position, accept length, and the wiring.
 
     Teacher-forced top-1 acceptance of each draft against the target's own greedy
@@ -692,7 +696,8 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
                      steps=steps, device=device, dtype=dtype, search=search_wiring,
                      layers=parse_ids(layers) if layers else None, min_accept=min_accept, batch_size=batch_size,
                      max_sequences=max_sequences, save=not no_save, progress=progress,
-                     states_layers=parse_ids(states_layers) if states_layers else None, embeddings=embeddings)
+                     states_layers=parse_ids(states_layers) if states_layers else None, embeddings=embeddings,
+                     search_budget=search_budget)
     d = res.to_dict()
     plot_error = None
     if plot:  # the results are printed whatever happens to the figure

@@ -180,3 +180,47 @@ def test_screen_runs_the_step_the_chain_runs(tmp_path, variant):
         assert res.log_score(i).logp[0] == pytest.approx(ref.logp[0], rel=1e-4, abs=1e-3)  # rounding only
     planted_i = sets.index(tuple(LayerRef(o) for o in (1, 3, 4)))
     assert kept[0] == planted_i
+
+
+def test_a_two_layer_drafter_is_screened_over_the_prompt_columns_too(tmp_path):
+    """A later decoder layer attends over every column's layer-0 output. With a prompt before the
+    scored positions the screen ran the later layers on the scored columns only, so its hits and
+    log scores were not the chain's; now it runs them on every column (the real 2-layer SmolLM2
+    fixture, states drifting over 6 layers, a loss mask after prompts of 9 to 20 tokens)."""
+    from pathlib import Path
+
+    from eagle3conv.verify.logscore import log_scores
+
+    config, tensors = load_drafter_weights(Path(__file__).parent / "data" / "smollm2-drafter-2layer")
+    drafter, target_embeds = build_drafter(config, tensors, "cpu", torch.float32)
+    assert len(drafter.later) == 1 and target_embeds
+    g = torch.Generator().manual_seed(4)
+    B, S, T = 3, 36, 576
+    base = torch.randn(B, S, T, generator=g) * 4
+    hidden = {-1: torch.randn(B, S, T, generator=g)}
+    walk = torch.zeros(B, S, T)
+    for o in range(6):
+        walk += torch.randn(B, S, T, generator=g) * 2
+        hidden[o] = base + walk
+    drafter.embed_tokens = hidden[-1].reshape(B * S, T)
+    ids = torch.arange(B * S).view(B, S)
+    with torch.inference_mode():
+        guess = drafter.draft_chain(torch.cat([hidden[o] for o in (1, 3, 4)], -1), ids, 1).target_ids[0]
+    target_next = torch.randint(0, 49152, (B, S), generator=g)
+    target_next[:, 1:] = guess[:, :-1]
+    loss_mask = torch.ones(B, S, dtype=torch.bool)
+    for b, n in enumerate((9, 20, 14)):
+        loss_mask[b, :n] = False
+    path = tmp_path / "states.safetensors"
+    write_states(path, input_ids=torch.randint(0, 49152, (B, S), generator=g),
+                 attention_mask=torch.ones(B, S, dtype=torch.bool), target_next=target_next, hidden=hidden,
+                 num_layers=30, vocab_size=49152, dtype="fp32", target="tiny", loss_mask=loss_mask)
+    states = open_states(path)
+    sets = [tuple(LayerRef(o) for o in w) for w in ((1, 3, 4), (0, 2, 5), (-1, 1, 3), (2, 4, 5))]
+    res, _ = screen(drafter, states, sets, rows=states.num_sequences, target_embeds=True, bound=NO_DROP)
+    for i, ls in enumerate(sets):
+        sc = evaluate(drafter, open_states(path), Candidate("w", ls, "test"), steps=1, batch_size=4,
+                      target_embeds=True)
+        assert res.hits[i] == sc.matched[0], ls
+        ref = log_scores(drafter, open_states(path), [ls], steps=1, batch_size=4, target_embeds=True)[0]
+        assert res.log_score(i).logp[0] == pytest.approx(ref.logp[0], rel=1e-4, abs=1e-3)
