@@ -143,12 +143,15 @@ def _variant_states(root, drafter, T: int, target_embeds: bool, wiring=(1, 3, 4)
     return path
 
 
-@pytest.mark.parametrize("variant", ["norm_before_fc", "sglang without fc (k x T == H)"])
+@pytest.mark.parametrize("variant", ["norm_before_fc", "sglang without fc (k x T == H)",
+                                     "fc and attention biases, norm_before_residual"])
 def test_screen_runs_the_step_the_chain_runs(tmp_path, variant):
     """The screen composes step 1 from per-slot projections; for an EAGLE-3.1 drafter with
-    input_norm over the concatenation (norm_before_fc) and for SGLang's width dispatch (k x T ==
-    hidden_size: no fc) it must still score what the chain scores, wiring by wiring."""
-    if variant == "norm_before_fc":
+    input_norm over the concatenation (norm_before_fc), for SGLang's width dispatch (k x T ==
+    hidden_size: no fc) and for a drafter with fc, q/k/v and o biases whose residual is the normed
+    state (what the split step adds, RoPE'd, to every wiring's sum) it must still score what the
+    chain scores, wiring by wiring."""
+    if variant != "sglang without fc (k x T == H)":
         dims, T, without = DIMS, 64, ()
     else:
         dims = Dims(hidden=192, target_hidden=64, heads=4, kv_heads=2, head_dim=48, intermediate=128, vocab=512,
@@ -160,6 +163,14 @@ def test_screen_runs_the_step_the_chain_runs(tmp_path, variant):
         g = torch.Generator().manual_seed(3)
         tensors["input_norm.weight"] = (1 + 0.4 * torch.randn(3 * T, generator=g)).to(tensors["fc.weight"].dtype)
         config["norm_before_fc"] = True
+    if variant.startswith("fc and attention biases"):
+        g = torch.Generator().manual_seed(5)
+        config.update(bias=True, attention_bias=True, norm_before_residual=True)
+        dt_ = tensors["fc.weight"].dtype
+        tensors["fc.bias"] = (0.3 * torch.randn(dims.hidden, generator=g)).to(dt_)
+        for n, width in (("q", dims.heads * dims.head_dim), ("k", dims.kv_heads * dims.head_dim),
+                         ("v", dims.kv_heads * dims.head_dim), ("o", dims.hidden)):
+            tensors[f"midlayer.self_attn.{n}_proj.bias"] = (0.2 * torch.randn(width, generator=g)).to(dt_)
     drafter, target_embeds = build_drafter(config, tensors, "cpu", torch.float32, without=without)
     assert (drafter.input_norm is not None) == (variant == "norm_before_fc")
     path = _variant_states(tmp_path, drafter, T, target_embeds)
@@ -180,6 +191,11 @@ def test_screen_runs_the_step_the_chain_runs(tmp_path, variant):
         assert res.log_score(i).logp[0] == pytest.approx(ref.logp[0], rel=1e-4, abs=1e-3)  # rounding only
     planted_i = sets.index(tuple(LayerRef(o) for o in (1, 3, 4)))
     assert kept[0] == planted_i
+    # fewer wirings than slot-layer pairs: each wiring's q/k/v by its own matmul (and RoPE), the same scores
+    few, _ = screen(drafter, states, sets[:3], rows=states.num_sequences, target_embeds=target_embeds, bound=NO_DROP)
+    assert few.hits == res.hits[:3]
+    for i in range(3):
+        assert few.log_score(i).logp[0] == pytest.approx(res.log_score(i).logp[0], rel=1e-4, abs=1e-3)
 
 
 def test_a_two_layer_drafter_is_screened_over_the_prompt_columns_too(tmp_path):

@@ -424,7 +424,9 @@ class _SplitStep:
                      if drafter.q_bias is not None else None)
         self.fc_bias = (drafter.fc_bias @ self.w_hid.t()) if drafter.fc_bias is not None else None
         self.eps = c.rms_norm_eps
+        self.config = c
         self.emb = self.cos = self.sin = self.qi = None
+        self.roped = False
 
     @classmethod
     def of(cls, drafter) -> _SplitStep | None:
@@ -438,17 +440,39 @@ class _SplitStep:
             return None
         return cls(drafter)
 
-    def begin(self, drafter, tokens, seq: int, qi) -> None:
-        """A group: the embedding half of q, k, v at every column (``tokens``: the ids step 1
-        reads), and RoPE's cos/sin, for the columns ``qi`` scored and every key."""
+    def positions(self, drafter, seq: int, device) -> None:
+        """A group of ``seq`` columns: RoPE's cos/sin at each (position 0 at column 0)."""
         import torch
+
+        self.cos, self.sin = drafter.rope(torch.arange(seq, device=device))
+        if self.fc_bias is not None:  # fc's bias through W_h w, RoPE'd at each column (the projections are)
+            self.fc_bias_at = self.fc_bias.expand(seq, -1).clone()
+            self.rope(self.fc_bias_at)
+
+    def rope(self, lin) -> None:
+        """RoPE on the q and k parts of ``lin`` [..., columns, q + k + v], in place. RoPE is linear
+        per position, so it commutes with the sums and the per-position 1/rms: applied once to
+        each slot-layer projection and to the embedding half, a wiring's sum is already rotated."""
+        from eagle3conv.model.ops import apply_rope
+
+        c = self.config
+        lead = lin.shape[:-1]
+        for a, b, heads in ((0, self.dq, c.num_heads), (self.dq, self.dq + self.dk, c.num_kv_heads)):
+            part = lin[..., a:b].unflatten(-1, (heads, c.head_dim))
+            part.copy_(apply_rope(part, self.cos[:lead[-1], None, :], self.sin[:lead[-1], None, :]))
+
+    def begin(self, drafter, tokens, qi, roped: bool) -> None:
+        """A group: the embedding half of q, k, v at every column (``tokens``: the ids step 1
+        reads; RoPE'd when the slot-layer projections are), for the columns ``qi`` scored."""
         import torch.nn.functional as F
 
         from eagle3conv.model.ops import rms_norm
 
         embeds = F.embedding(tokens, drafter.embed_tokens)
         self.emb = F.linear(rms_norm(embeds, drafter.input_layernorm, self.eps), self.w_emb, self.bias)
-        self.cos, self.sin = drafter.rope(torch.arange(seq, device=tokens.device))
+        if roped:
+            self.rope(self.emb)
+        self.roped = roped
         self.qi = qi
 
     def finish(self, drafter, g, lin, qmask, flat, wirings: int):
@@ -471,8 +495,9 @@ class _SplitStep:
         q = lin[:, qi, :self.dq].reshape(B, len(qi), nh, hd).transpose(1, 2)
         k = lin[:, :, self.dq:self.dq + self.dk].reshape(B, S, nkv, hd).transpose(1, 2)
         v = lin[:, :, self.dq + self.dk:].reshape(B, S, nkv, -1).transpose(1, 2)
-        q = apply_rope(q, self.cos[qi], self.sin[qi])
-        k = apply_rope(k, self.cos, self.sin)
+        if not self.roped:
+            q = apply_rope(q, self.cos[qi], self.sin[qi])
+            k = apply_rope(k, self.cos, self.sin)
         attn = F.scaled_dot_product_attention(q, k, v, attn_mask=qmask, enable_gqa=drafter.gqa,
                                               scale=drafter.attn_scale)  # [B, nh, Sq, hd]
         residual = g[:, qi]
@@ -681,6 +706,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             # projection of each wiring's sum (more wirings than slot-layer pairs)
             pre = split is not None and len(alive) > k_slots * len(used)
             qkvp = torch.empty(k_slots, len(used), g, Sg, split.width, dtype=dt, device=dev) if pre else None
+            if split is not None:
+                split.positions(drafter, Sg, dev)
             msq = torch.empty(len(used), g, Sg, dtype=torch.float32, device=dev) if in_norm is not None else None
             lo, hi = grp[0], grp[-1] + 1  # rows are consecutive
             for j in used:
@@ -694,8 +721,9 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
                     if in_norm is not None:
                         x = x * in_norm[s * T:(s + 1) * T]
                     torch.matmul(x, w[:, s * T:(s + 1) * T].t(), out=proj[s, ucol[j]])
-                    if pre:  # and its share of the attention input's hidden half
+                    if pre:  # and its share of the attention input's hidden half, RoPE'd
                         torch.matmul(proj[s, ucol[j]], split.w_hid.t(), out=qkvp[s, ucol[j]])
+                        split.rope(qkvp[s, ucol[j]])
                 del hcap
             if target_embeds:  # the captured embedding output at (b, t) is embed(x_t): index it by position
                 emb = states.embeddings(slice(lo, hi))[:, :Sg].to(dev).to(dt)
@@ -730,7 +758,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             ref_d_flat, ref_t_flat = ref_d.flatten()[flat], ref_t.flatten()[flat]
             lp_parts, hit_parts = [], []
             if split is not None:  # what no wiring changes, once per group
-                split.begin(drafter, tokens, Sg, qi)
+                split.begin(drafter, tokens, qi, roped=pre)
             for a in range(0, len(alive), per):
                 part = alive_cols[a:a + per]
                 P = part.shape[0]
@@ -753,7 +781,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
                 if drafter.fc_bias is not None and not no_fc:
                     gg = gg + drafter.fc_bias
                     if lin is not None:
-                        lin = lin + split.fc_bias
+                        lin = lin + split.fc_bias_at
                 if split is not None and lin is None:
                     lin = F.linear(gg, split.w_hid)
                 with torch.inference_mode():
