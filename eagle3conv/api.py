@@ -63,8 +63,8 @@ class InspectResult:
             d["plan"]["shards"] = [
                 {"file": f, "tensors": [o.name for o in outs]} for f, outs in plan_shards(self.plan)
             ]
-        if self.plan_error is not None:
-            d["plan_error"] = getattr(self.plan_error, "to_dict", lambda: {"message": str(self.plan_error)})()
+        if self.plan_error is not None:  # the error leads the document, as it leads the text
+            d = {"plan_error": getattr(self.plan_error, "to_dict", lambda: {"message": str(self.plan_error)})(), **d}
         return d
 
 
@@ -117,9 +117,10 @@ def _in_hf_cache(root: Path) -> bool:
     return root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--")
 
 
-def _wired(plan: Plan, opts: WiringOptions, ckpt: str) -> Plan:
+def _wired(plan: Plan, opts: WiringOptions, ckpt: str, served: str | None = None) -> Plan:
     """The plan with the trained aux layers written into its config (for every engine release) and
-    the wiring check's errors, warnings and notices (:meth:`Plan.with_wiring`)."""
+    the wiring check's errors, warnings and notices (:meth:`Plan.with_wiring`); ``served``: the folder
+    the launch lines name (fix-keys' output; default the checkpoint's)."""
     fc = next((o for o in plan.outputs if o.name == "fc.weight"), None)
     fc_in = int(fc.shape[1]) if fc is not None and len(fc.shape) == 2 else None
     t = plan.symbols.get("T") or plan.symbols.get("H")
@@ -144,7 +145,7 @@ def _wired(plan: Plan, opts: WiringOptions, ckpt: str) -> Plan:
         found = list(w.report.errors)
         hint = next((f.fix for f in found if f.fix), None)
     found += w.report.warnings + [Finding("notice", AUX_LAYERS, EVIDENCE_NOTE, n) for n in ev.notes]
-    return plan.with_wiring(WiringOutcome(config, edits, tuple(found), hint, w.to_dict(str(plan.index.root)),
+    return plan.with_wiring(WiringOutcome(config, edits, tuple(found), hint, w.to_dict(served or str(plan.index.root)),
                                           record_known=w.report.layers is not None))
 
 
@@ -172,8 +173,8 @@ def _inspect(path, recovered: str | None, *, source_format, config, keep_embed, 
         plan = _plan(index, source_format=source_format, config=config, keep_embed=keep_embed, dtype=dtype,
                      later_norm=later_norm)
         plan = _wired(plan, wiring_options or WiringOptions(), str(path))
-    except Eagle3ConvError as e:  # inspect shows why planning failed
-        err = e
+    except Eagle3ConvError as e:  # inspect shows why planning failed, and no plan half-made (unwired)
+        plan, err = None, e
     return InspectResult(index, plan, err, recovered)
 
 
@@ -224,7 +225,7 @@ def _fix_keys(path, recovered: str | None, *, out, source_format, config, keep_e
     index = open_checkpoint(p)
     plan = _wired(_plan(index, source_format=source_format, config=config, keep_embed=keep_embed, dtype=dtype,
                         later_norm=later_norm),
-                  wiring_options or WiringOptions(), str(path))
+                  wiring_options or WiringOptions(), str(path), str(out) if out else None)
     errs = [f for f in plan.findings if f.level == "error"]
     if errs and all(f.area == AUX_LAYERS for f in errs):
         first, *rest = (f.message for f in errs)
@@ -318,6 +319,8 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
     canonical = in_canonical_names(index.config, index.tensors)
     if canonical and not plan.ok:
         plan.raise_for_errors()  # shapes or vocab maps disagree with the config: exit 3, named
+    if not canonical and check:
+        return _check_unconverted(path, root, plan, opts, recovered)
     if not canonical:
         raise UsageError(
             f"{root}: not yet in SGLang's layout ({plan.format.name} format); "
@@ -366,6 +369,29 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
     return ConfigResult(root, "dry-run" if dry_run else "write", w, ev, written, index.config, recovered)
 
 
+def _check_unconverted(path, root: Path, plan: Plan, opts: WiringOptions, recovered: str | None) -> ConfigResult:
+    """``config --check`` on a checkpoint not yet in SGLang's names: the check runs on what ``fix-keys`` would
+    write (the plan's config and tensor names, the trainer's numbering of its ids); nothing is written."""
+    index = plan.index
+    outputs = {o.name: o for o in plan.outputs}
+    fc = outputs.get("fc.weight")
+    fc_in = int(fc.shape[1]) if fc is not None and len(fc.shape) == 2 else None
+    t = plan.symbols.get("T") or plan.symbols.get("H")
+    ev = wiring.gather(root, index.extras, plan.config, opts, plan.format)
+    flags = opts.flags()
+    fix = f"eagle3conv fix-keys {path}{' ' + flags if flags else ''}"
+    read_d2t = (lambda: outputs["d2t"].data if outputs["d2t"].data is not None else index.read_array(
+        outputs["d2t"].source)) if "d2t" in outputs else None
+    w = wiring.check_only(plan.config, ev, opts=opts, tensor_names=set(outputs), read_d2t=read_d2t, fc_in=fc_in,
+                          target_hidden=t, source_format=plan.format.name, fix_command=fix)
+    w.report.findings += [f for f in plan.findings if f.level == "error"]  # what fix-keys would refuse
+    w.report.findings.insert(0, Finding(
+        "notice", AUX_LAYERS, EVIDENCE_NOTE,
+        f"{root} is not yet in SGLang's names ({plan.format.name} format): checked as fix-keys would write it "
+        "(its config and tensor names); nothing was written", fix))
+    return ConfigResult(root, "check", w, ev, [], index.config, recovered)
+
+
 def target_summary(profile, *, detail: bool = False) -> dict:
     """A target profile as `eagle3conv targets` shows it: its numbers, and what each engine release
     checked by default captures with no ids (the engine rules, for its family)."""
@@ -391,3 +417,100 @@ def target_summary(profile, *, detail: bool = False) -> dict:
     if detail:
         d["sources"] = dict(p.sources)
     return d
+
+
+# --------------------------------------------------------------------------- launch lines
+
+
+@dataclass
+class LaunchResult:
+    """``eagle3conv launch``: one launch line per engine release (or why it cannot serve the drafter),
+    and, with ``check``, the user's own line judged (:class:`eagle3conv.spec.launch_check.LaunchCheck`)."""
+
+    checkpoint: Path
+    target: str | None
+    rows: list  # spec.launch.LaunchLine, one per release asked (default: each engine's default releases)
+    check: object | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.check is None or self.check.ok
+
+    def to_dict(self) -> dict:
+        return {"checkpoint": str(self.checkpoint), "target": self.target, "ok": self.ok,
+                "rows": [r.to_dict() for r in self.rows],
+                "check": None if self.check is None else self.check.to_dict(), "notes": self.notes}
+
+
+def _launch_inputs(path: str | Path, opts: WiringOptions):
+    """The drafter's config, tensor names, evidence (target, trained layers) for its launch lines."""
+    index = open_checkpoint(Path(path))
+    if index.config is None:
+        raise UsageError(f"{index.root}: no config.json", hint=f"eagle3conv fix-keys {path} writes a loadable one")
+    try:
+        ev = wiring.gather(index.root, index.extras, index.config, opts)
+    except Eagle3ConvError:
+        ev = wiring.Evidence([], None, wiring.resolve_target(opts.target))  # the lines need no record
+    return index, ev
+
+
+def launch(path: str | Path, *, options: WiringOptions | None = None, tp: int | None = None,
+           check: str | None = None, drafter: str | None = None) -> LaunchResult:
+    """The launch line of each engine release for the drafter at ``path`` (``options.target``, ``--engine``;
+    ``drafter``: the path or repo the line names, default ``path``), from the one builder
+    (:func:`eagle3conv.spec.launch.build_line`); with ``check``, the user's own launch line (an SGLang or
+    ``vllm serve`` command, or vLLM's ``--speculative-config`` JSON) judged for its release."""
+    from eagle3conv.spec.engines import ids_for, parse_engine
+    from eagle3conv.spec.launch import build_line
+
+    opts = options or WiringOptions()
+    if tp is not None and tp < 1:
+        raise UsageError(f"--tp {tp}: give a positive number of GPUs")
+    index, ev = _launch_inputs(path, opts)
+    target = ev.target.hf_repo or ev.target.name if ev.target else opts.target
+    trained = ev.truth.layers if ev.truth is not None else None
+    trt = None
+    if trained and ev.target is not None:
+        try:
+            trt = ids_for(parse_engine("tensorrt-llm"), ev.target.family, ev.target.num_hidden_layers, trained)
+        except Eagle3ConvError:
+            trt = None
+    name = drafter or str(path)
+    names = set(index.tensors)
+    checked = None if check is None else check_launch_line(check, index.config, names, opts, ev.target,
+                                                            drafter=name)
+    releases = opts.releases() if checked is None else (checked.release,)  # with --check: the line it should be
+    target = target or (checked.target if checked is not None else None)
+    rows = [build_line(rel, index.config, drafter=name, target=target, tp=tp, tensor_names=names,
+                       capture_ids=trt if rel.engine == "tensorrt-llm" else None) for rel in releases]
+    notes = list(ev.notes)
+    if not in_canonical_names(index.config, index.tensors):
+        notes.append(f"{index.root} is not yet in SGLang's names: the engines load it only after "
+                     f"`eagle3conv fix-keys {path} --out DIR`; launch DIR")
+    return LaunchResult(index.root, target, rows, checked, notes=notes)
+
+
+def check_launch_line(text: str, config: dict, tensor_names, opts: WiringOptions, target=None, *,
+                      drafter: str | None = None):
+    """The user's launch line ``text`` judged for the release ``--engine`` names for its engine (default: the
+    newest release read), against the drafter's ``config`` and tensors and the ``target`` profile's context."""
+    from eagle3conv.spec.engines import edge_release
+    from eagle3conv.spec.launch import parse_line, rule_for
+    from eagle3conv.spec.launch_check import check_line
+
+    parsed = parse_line(text)
+    if not rule_for(parsed.engine).option_names:
+        raise UsageError(f"checking a {parsed.engine} launch line is not supported: no release of it was read (its "
+                         "speculative settings live in the file --extra_llm_api_options names)",
+                         hint="check an SGLang or vLLM line; `eagle3conv launch CKPT` prints the TensorRT-LLM line "
+                              "and its YAML")
+    asked = [r for r in opts.releases() if r.engine == parsed.engine] if opts.asked() else []
+    if opts.asked() and not asked:
+        raise UsageError(f"the launch line is a {parsed.engine} line, and --engine asks only for "
+                         f"{', '.join(opts.asked())}", hint=f"add --engine {parsed.engine}==RELEASE, or drop --engine")
+    release = asked[0] if asked else edge_release(parsed.engine, "newest")
+    mpe = getattr(target, "max_position_embeddings", None) if target is not None else None
+    context = (opts.max_context, "--max-context") if opts.max_context else (
+        (mpe, f"{target.name}'s max_position_embeddings") if mpe else None)
+    return check_line(parsed, release, config, tensor_names=tensor_names, drafter=drafter, target_context=context)

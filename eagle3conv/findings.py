@@ -23,9 +23,9 @@ from typing import Literal
 Level = Literal["error", "warning", "notice", "ok"]
 LEVELS: tuple[str, ...] = ("error", "warning", "notice", "ok")
 
-Area = Literal["keys", "shapes", "vocab", "config", "aux-layers", "smoke", "gate"]
-KEYS, SHAPES, VOCAB, CONFIG, AUX_LAYERS, SMOKE, GATE = AREAS = (
-    "keys", "shapes", "vocab", "config", "aux-layers", "smoke", "gate")
+Area = Literal["keys", "shapes", "vocab", "config", "aux-layers", "smoke", "gate", "launch"]
+KEYS, SHAPES, VOCAB, CONFIG, AUX_LAYERS, SMOKE, GATE, LAUNCH = AREAS = (
+    "keys", "shapes", "vocab", "config", "aux-layers", "smoke", "gate", "launch")
 
 # --------------------------------------------------------------------------- codes
 # keys: which source tensor becomes which SGLang name
@@ -67,6 +67,7 @@ CONFIG_SOURCE = "config-source"
 NO_VOCAB_SIZE = "no-vocab-size"
 SERVED_WITHOUT = "served-without"  # a switch some engine releases ignore (the drafter is served without it)
 CANNOT_SERVE = "cannot-serve"  # an engine release cannot load this drafter (layers, variant, architecture name)
+MOE_DRAFTER = "moe-drafter"  # a drafter with an MoE MLP: no engine serves one as an EAGLE-3 drafter
 # aux-layers: the wiring check (eagle3conv.wiring.check) and its glue
 FC_WIDTH = "fc-width"
 RECORDS_DISAGREE = "records-disagree"
@@ -106,7 +107,22 @@ AUDIT_CONTEXT_UNKNOWN = "audit-context-unknown"  # no --max-context and the targ
 AUDIT_ENGINE_DEFAULT = "audit-engine-default"  # a field left out that the engines fill in with their own default
 AUDIT_EAGLE_CONFIG_NULL = "audit-eagle-config-null"  # eagle_config: null, which the engines read as absent
 TARGET_HIDDEN = "target-hidden"
+TARGET_VOCAB = "target-vocab"  # the drafter's vocab_size is not the target's
+TARGET_LAYERS = "target-layers"  # the drafter's config records another target layer count
 EVIDENCE_NOTE = "evidence-note"
+# launch: a user's own launch line against the release's launch data (eagle3conv.spec.launch_check)
+LAUNCH_UNKNOWN_OPTION = "launch-unknown-option"  # an option name (or --speculative-config key) the release lacks
+LAUNCH_ABBREVIATED = "launch-abbreviated"  # an abbreviation the release's parser expands
+LAUNCH_ALGORITHM = "launch-algorithm"  # no or the wrong speculative algorithm / method
+LAUNCH_METHOD_FROM_PATH = "launch-method-from-path"  # vLLM picks the method from the drafter's path
+LAUNCH_NO_DRAFT = "launch-no-draft"  # no drafter path on the line
+LAUNCH_DRAFT_QUANTIZATION = "launch-draft-quantization"  # the draft inherits the target's --quantization
+LAUNCH_KV_SCALES = "launch-kv-scales"  # a quantized draft KV cache without k_scale/v_scale
+LAUNCH_FP16 = "launch-fp16"  # fp16 serving of a bf16-trained drafter
+LAUNCH_OVERRIDES = "launch-overrides"  # target config overrides that do (SGLang) or do not (vLLM) reach the drafter
+LAUNCH_CONTEXT = "launch-context"  # the served context against the drafter's: what the release does
+LAUNCH_SWITCH = "launch-switch"  # a switch the drafter needs on this release is missing
+LAUNCH_CANNOT_SERVE = "launch-cannot-serve"  # the release cannot load the drafter at all
 # smoke: the drafter forward on random inputs
 LOGITS_SHAPE = "logits-shape"
 NONFINITE_LOGITS = "nonfinite-logits"
@@ -119,7 +135,8 @@ GATE_FAILED = "failed"
 
 CODES: frozenset[str] = frozenset(
     v for k, v in dict(globals()).items()
-    if k.isupper() and isinstance(v, str) and k not in ("KEYS", "SHAPES", "VOCAB", "CONFIG", "AUX_LAYERS", "SMOKE", "GATE")
+    if k.isupper() and isinstance(v, str)
+    and k not in ("KEYS", "SHAPES", "VOCAB", "CONFIG", "AUX_LAYERS", "SMOKE", "GATE", "LAUNCH")
 )
 """Every declared code."""
 

@@ -27,31 +27,37 @@ def push(path: str | os.PathLike = ".", repo_id: str | None = None, **kwargs) ->
     return upload(path, repo_id, **kwargs)
 
 
-def gate_for(engines=()):
+def gate_for(engines=(), launch: str | None = None):
     """The default gate, its wiring check covering these ``--engine`` releases (empty: the
-    default set). Raises :class:`~eagle3conv.errors.UsageError` for a bad one, before any push."""
-    if not engines:
+    default set), and with ``launch`` the user's own launch line checked (``push --launch``).
+    Raises :class:`~eagle3conv.errors.UsageError` for a bad one, before any push."""
+    if not engines and launch is None:
         return default_gate
     from eagle3conv.spec.engines import parse_engine
+    from eagle3conv.spec.launch import parse_line
 
     for e in engines:
         parse_engine(e)
+    if launch is not None:
+        parse_line(launch)  # a line that is no launch line is a usage error before anything is read
 
     def gate(path: Path) -> list[Check]:
-        return default_gate(path, engines=tuple(engines))
+        return default_gate(path, engines=tuple(engines), launch=launch)
 
     gate.__name__ = "default_gate"
     return gate
 
 
-def default_gate(path: Path, engines: tuple[str, ...] = ()) -> list[Check]:
+def default_gate(path: Path, engines: tuple[str, ...] = (), launch: str | None = None) -> list[Check]:
     """The checks ``push`` runs unless given another gate.
 
     - ``canonical``: ``inspect`` plans no change (``fix-keys`` would be a no-op): the
       names, dtypes and config are exactly what SGLang loads;
     - ``smoke-test``: the drafter forward (``eagle3conv.model.drafter.smoke_test``) runs on
       random inputs at step 1 and step 2 with finite outputs of the right widths (MLA
-      drafters run their own forward, ``eagle3conv.model.mla``).
+      drafters run their own forward, ``eagle3conv.model.mla``);
+    - ``launch-line`` (with ``launch``): the user's launch line has no error for its release
+      (:mod:`eagle3conv.spec.launch_check`, docs/facts.md §13; the card's launch section says what was checked).
     """
     from eagle3conv.api import inspect
     from eagle3conv.wiring.apply import WiringOptions
@@ -86,7 +92,28 @@ def default_gate(path: Path, engines: tuple[str, ...] = ()) -> list[Check]:
     else:
         checks.append(Check("canonical", True, "fix-keys has nothing to change"))
     checks.append(smoke_check(result.index))
+    if launch is not None:
+        checks.append(launch_gate_check(path, launch, engines))
     return checks
+
+
+def launch_gate_check(path: Path, launch: str, engines: tuple[str, ...] = ()) -> Check:
+    """``push --launch LINE``: the line judged for its release, as one gate check (its detail: the release,
+    what was looked at, each finding with its fix, the corrected line)."""
+    from eagle3conv.api import launch as launch_lines_for
+    from eagle3conv.hub.card import LAUNCH_CHECK
+    from eagle3conv.wiring.apply import WiringOptions
+
+    try:
+        res = launch_lines_for(path, options=WiringOptions(engines=tuple(engines)), check=launch)
+    except Eagle3ConvError as e:
+        return Check(LAUNCH_CHECK, False, e.message)
+    c = res.check
+    parts = [f"checked for {c.release}: {', '.join(c.checked)}"]
+    parts += [f"{f.level}: {f.message}" + (f" (fix: {f.fix})" if f.fix else "") for f in c.findings]
+    if c.corrected:
+        parts.append(f"corrected: {c.corrected}")
+    return Check(LAUNCH_CHECK, c.ok, "; ".join(parts))
 
 
 def smoke_check(index) -> Check:

@@ -224,6 +224,8 @@ def config_text(d: dict, *, verbose: bool = False) -> str:
             for name, key in (("SGLang", "sglang"), ("vLLM", "vllm"), ("TensorRT-LLM", "tensorrt_llm")):
                 if key in launch:
                     lines.append(f"  {name + ':':<14} {launch[key]}")
+                elif f"{key}_refused" in launch:
+                    lines.append(f"  {name + ':':<14} no line: {launch[key + '_refused']}")
     if d["mode"] == "dry-run":
         lines.append("dry run: nothing written")
     else:
@@ -282,10 +284,10 @@ def _plan_verdict(plan: dict) -> str:
 
 def inspect_text(d: dict, *, verbose: bool = False) -> str:
     plan = d.get("plan")
-    if plan is not None:
-        verdict = f"inspect: a {plan['format']} checkpoint ({plan['format_title']}); {_plan_verdict(plan)}"
-    elif "plan_error" in d:
+    if "plan_error" in d:  # the error leads the report, whatever else was read
         verdict = f"inspect: fix-keys cannot plan: {d['plan_error'].get('message')}"
+    elif plan is not None:
+        verdict = f"inspect: a {plan['format']} checkpoint ({plan['format_title']}); {_plan_verdict(plan)}"
     else:
         verdict = "inspect: read"
     lines = [verdict, f"checkpoint: {d['checkpoint']}",
@@ -377,6 +379,21 @@ def confidence_set_lines(v: dict) -> list[str]:
     return lines
 
 
+def category_lines(per: dict | None) -> list[str]:
+    """verify's per-category figures (the main wiring), one line per prompt category."""
+    if not per:
+        return []
+    out = ["  per prompt category (accept length, then acceptance per draft position; 95% intervals):"]
+    width = max(len(name) for name in per)
+    for name, c in per.items():
+        lo, hi = c["accept_length_ci95"]
+        acc = ", ".join(f"{a:.3f} [{alo:.3f}, {ahi:.3f}]" for a, (alo, ahi) in zip(c["acceptance_per_position"],
+                                                                                  c["acceptance_ci95"]))
+        out.append(f"    {name:<{width}}  {c['accept_length']:.3f} [{lo:.3f}, {hi:.3f}]  {acc}  "
+                   f"({c['sequences']} sequences, {c['positions_scored']} positions)")
+    return out
+
+
 def verify_text(d: dict) -> str:
     """A verify report (VerifyResult.to_dict()) for people."""
     st = d["states"]
@@ -388,7 +405,8 @@ def verify_text(d: dict) -> str:
              + ("" if d["wiring_check"].get("ok", True) else "; the wiring check FAILED (below)"),
              f"checkpoint: {d['checkpoint']}",
              f"states:     {st.get('path')} ({st.get('source')}; {st.get('sequences')} sequences, "
-             f"{st.get('tokens')} tokens; target {st.get('target')})",
+             f"{st.get('tokens')} tokens; " + (f"target {st['target']})" if st.get("target") else
+                                               "the states name no target)"),
              f"ran on:     {d['device']}, {d['dtype']}, {d['steps']} draft steps; {d['statistic']}"]
     for n in st.get("verify_notes") or []:
         lines.append(f"note:       {n}")
@@ -405,7 +423,8 @@ def verify_text(d: dict) -> str:
         if "accept_length" in r:
             lines.append(f"  {mark} {r['release']}: {row.get('captures')}: accept length {r['accept_length']:.3f}, "
                          f"step-1 acceptance {r['acceptance'][0]:.3f}")
-        else:
+        else:  # not scored: its config row may be fine, but these states say nothing of how it serves
+            mark = mark if mark != "ok  " else "?   "
             lines.append(f"  {mark} {r['release']}: not scored: {r['not_scored']}")
         for e in r.get("emulated") or []:
             lines.append(f"    runs differently: {e}")
@@ -444,6 +463,7 @@ def verify_text(d: dict) -> str:
                 mark = "  <-- out of line" if c["flagged"] else ""
                 lines.append(f"  slot {c['slot']} vs training: {c['inference_median']:.4g} vs "
                              f"{c['training_median']:.4g} ({c['ratio']}x){mark}")
+            lines += category_lines(d.get("per_category"))
         else:
             alo, ahi = r["accept_length_all_starts_ci95"]
             lines.append(f"  {r['accept_length_all_starts']:.3f} [{alo:.3f}, {ahi:.3f}]  step-1 "
@@ -489,6 +509,57 @@ def verify_text(d: dict) -> str:
         lines.append(f"fix: {v['advice']}")
     if d["min_accept"] is not None:
         lines.append(f"threshold: step-1 acceptance >= {d['min_accept']}: {'passed' if d['passed'] else 'FAILED'}")
+    if d.get("profile"):
+        lines.append(f"acceptance profile: {d['profile']} (speculation_profile.json, schema 1.0)")
     s = d["seconds"]
     lines.append(f"time: first result {s['first_result']:.2f} s, total {s['total']:.2f} s")
+    return "\n".join(lines)
+
+
+def launch_check_lines(c: dict) -> list[str]:
+    """A checked launch line (LaunchCheck.to_dict()): its verdict, each finding with its fix, the corrected line."""
+    levels = [f["level"] for f in c["findings"]]
+    verdict = (f"launch check for {c['label']}: {'passed' if c['ok'] else 'FAILED'} ({_count(c['findings'])})")
+    lines = [verdict]
+    if c.get("option_names_note"):
+        lines.append(f"note: {c['option_names_note']}")
+    for f in c["findings"]:
+        tag = {"error": "ERROR", "warning": "warning", "notice": "note", "ok": "ok"}[f["level"]]
+        lines.append(f"{tag}: {f['message'].removeprefix(c['label'] + ': ')}")
+        if f.get("fix"):
+            lines.append(f"  fix: {f['fix']}")
+    if not levels:
+        lines.append("no problem found")
+    lines.append("checked: " + "; ".join(c["checked"]))
+    if c.get("corrected"):
+        lines.append(f"corrected: {c['corrected']}")
+    return lines
+
+
+def launch_text(d: dict) -> str:
+    """``eagle3conv launch`` (LaunchResult.to_dict()): the check's verdict first (with --check), then one
+    row per engine release (its line, or why it cannot serve the drafter), then the check's findings."""
+    rows = d["rows"]
+    served = [r for r in rows if r["line"]]
+    check = d.get("check")
+    head = (launch_check_lines(check)[0] if check else
+            f"launch: {len(served)} of {len(rows)} engine releases serve this drafter")
+    lines = [head, f"checkpoint: {d['checkpoint']}",
+             f"target:     {d['target'] or 'not given (--target): TARGET in the lines'}"]
+    for n in d.get("notes") or []:
+        lines.append(f"note:       {n}")
+    lines.append("per engine release:")
+    for r in rows:
+        if r["line"] is None:
+            lines.append(f"  BAD  {r['label']}: cannot serve it: "
+                         + "; ".join(x.removeprefix(r["label"] + " ") for x in r["refused"]))
+            continue
+        lines.append(f"  ok   {r['label']}: {r['line']}")
+        for need in r["needs"]:
+            lines.append(f"       needs {need}")
+        if r.get("extra_text"):
+            lines.append(f"       {r['extra_file']}:")
+            lines += [f"         {x}" for x in r["extra_text"].splitlines()]
+    if check:
+        lines += launch_check_lines(check)[1:]
     return "\n".join(lines)

@@ -29,7 +29,7 @@ def _add_key(ckpt: Path, key: str, value=None) -> None:
 # --- help, version, formats, example -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cmd", [[], ["inspect"], ["fix-keys"], ["formats"], ["example"], ["config"], ["targets"], ["push"], ["verify"], ["capture"]])
+@pytest.mark.parametrize("cmd", [[], ["inspect"], ["fix-keys"], ["formats"], ["example"], ["config"], ["targets"], ["push"], ["verify"], ["capture"], ["launch"]])
 def test_help_has_an_example_block(cmd):
     res = run(*cmd, "--help")
     assert "Example:" in res.stdout
@@ -39,7 +39,8 @@ def test_help_has_an_example_block(cmd):
 
 
 def test_every_command_is_covered_by_the_help_test():
-    assert set(main.commands) == {"inspect", "fix-keys", "formats", "example", "config", "targets", "push", "verify", "capture"}
+    assert set(main.commands) == {"inspect", "fix-keys", "formats", "example", "config", "targets", "push", "verify", "capture",
+                                 "launch"}
 
 
 def test_version():

@@ -23,6 +23,11 @@ def test_mappings_load_from_an_installed_wheel(tmp_path):
     assert r.returncode == 0, r.stderr
     (wheel,) = dist.glob("eagle3conv-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
+    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "Provides-Extra: capture" in meta  # pip install 'eagle3conv[capture]' (README, Install)
+    assert "gguf==0.19.0; extra == 'capture'" in meta and "accelerate==1.15.0; extra == 'capture'" in meta
+    assert "eagle3conv/_mappings/engines/launch.json" in names
+    assert "eagle3conv/_mappings/engines/options/sglang-0.5.23.json" in names
     assert "eagle3conv/_mappings/canonical.json" in names
     assert any(n.startswith("eagle3conv/_mappings/formats/") for n in names)
     assert any(n.startswith("eagle3conv/_mappings/targets/") for n in names)
@@ -50,3 +55,21 @@ def test_mappings_load_from_an_installed_wheel(tmp_path):
     assert "modelopt-export" in got["formats"] and "speculators" in got["formats"]
     assert got["arch"] == ["llama", "mla"]
     assert got["targets"] >= 10
+
+
+def test_every_extra_the_readme_installs_is_declared_with_the_pins_of_requirements_txt():
+    """README's Install section: `pip install 'eagle3conv[capture]'` brings what capture needs (gguf, accelerate:
+    transformers loads GGUF targets with them), pinned as requirements.txt pins them."""
+    import re
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    readme = (ROOT / "README.md").read_text()
+    named = set(re.findall(r"pip install 'eagle3conv\[(\w+)\]'", readme))
+    assert {"capture", "plot"} <= named and named <= set(extras), (named, sorted(extras))
+    pins = dict(line.split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    for req in extras["capture"]:
+        name, version = req.split("==")
+        assert pins.get(name) == version, req
+    assert {r.split("==")[0] for r in extras["capture"]} == {"gguf", "accelerate"}

@@ -8,6 +8,7 @@ bytes except the small vocab maps (`d2t`, `t2d`). ``inspect`` and
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -52,6 +53,7 @@ from eagle3conv.findings import (
     SHAPES,
     SPLIT_SHAPE,
     UNMAPPED_KEY,
+    MOE_DRAFTER,
     VOCAB,
     VOCAB_MAP_DTYPE,
     WEIGHT_DTYPE,
@@ -60,6 +62,9 @@ from eagle3conv.findings import (
 from eagle3conv.checkpoint import config as cfgmod
 
 EMBED = "embed_tokens.weight"
+# a mixture-of-experts MLP's tensors: a router (mlp.gate / mlp.router) and experts, one by one or stacked
+_MOE_KEY = re.compile(r"\.(mlp|block_sparse_moe)\.(experts\.|shared_experts?\.|gate\.|router\.|"
+                      r"(gate|up|down|gate_up)_(weight|proj)s?$|w[123]$)")
 
 
 @dataclass(frozen=True)
@@ -298,6 +303,7 @@ def build_plan(
     p.embedding()
     p.shapes()
     p.vocab_maps()
+    p.moe()
     return p.plan()
 
 
@@ -375,6 +381,7 @@ class _Planner:
         self.missing_layers: list[int] = []
         if not found:
             return spec.L
+        self._bound_layers(found[-1])
         missing = self.missing_layers = sorted(set(range(found[-1] + 1)) - set(found))
         if missing:
             shown = ", ".join(f"layers.{i}" if i else "layer 0 (midlayer.* / layers.0.*)" for i in missing)
@@ -383,6 +390,21 @@ class _Planner:
                 f"decoder layers {', '.join(str(i) for i in found)} are present but {shown} is missing (all of its "
                 "tensors): the engines run the layers in order and would serve the gap uninitialised", subject=shown))
         return found[-1] + 1
+
+    def _bound_layers(self, deepest: int) -> None:
+        """A layer index past the tensor count cannot be a complete drafter's (layers 0..i each hold a
+        tensor): refused at once, exit 3, before any range is built from it."""
+        count = len(self.index.tensors)
+        if deepest < count:
+            return
+        source = next(self.mapped[n] for n in sorted(self.mapped) if layer_of(n) == deepest)
+        m = re.search(r"layers\.([0-9]+)\.", source)
+        shown = source if len(source) <= 80 else f"{source[:40]}…{source[-30:]} ({len(source)} characters)"
+        index = m.group(1) if m and len(m.group(1)) <= 20 else f"of {len(m.group(1))} digits" if m else str(deepest)
+        raise InvalidCheckpointError(
+            f"{shown}: layer index {index}, but the checkpoint holds {count} tensors: a drafter's decoder "
+            "layers are numbered 0, 1, 2, ... with tensors in each, so this layer cannot be one of them",
+            hint="rename the tensor to its layer's index (or remove it); eagle3conv inspect lists every tensor")
 
     def classify(self) -> None:
         """Step 3: each mapped name is canonical, a fused tensor to split, or unmapped (an error)."""
@@ -409,6 +431,21 @@ class _Planner:
                                        f"{target}: {len(sources)} source keys map to it: {', '.join(sources)}",
                                        subject=target))
         self.decisions = out
+
+    def moe(self) -> None:
+        """Last step: a drafter with a mixture-of-experts MLP (router and expert weights among its unmapped
+        keys, e.g. SpecForge's Qwen3MoEForCausalLMEagle3) is one error, not one per expert key plus the
+        dense MLP it lacks: no engine serves an MoE EAGLE-3 drafter (docs/facts.md §13)."""
+        unmapped = {d.source for d in self.decisions if d.action == "unmapped"}
+        moe = sorted(n for n in unmapped if _MOE_KEY.search(n))
+        if len(moe) < 2:  # a router and its experts: one stray name is just unmapped
+            return
+        self.errors = [Finding(  # the other problems of a drafter no engine serves are moot
+            "error", KEYS, MOE_DRAFTER,
+            f"the drafter has a mixture-of-experts MLP ({len(moe)} router/expert tensors, e.g. {moe[0]}): MoE "
+            "drafters are not supported -- SGLang's and vLLM's EAGLE-3 drafter classes build a dense SwiGLU MLP "
+            "(gate_proj, up_proj, down_proj) and would skip these weights or refuse them",
+            "serve it with the trainer's own engine plugin, or train a dense-MLP drafter", subject="mlp")]
 
     def outputs(self) -> None:
         """Step 4: the output tensors, fused ones split into their rows."""

@@ -29,7 +29,6 @@ rewritten.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3conv.findings import GATE, GATE_FAILED, GATE_PASSED, Finding
+from eagle3conv.verify.profile import PROFILE_FILE, ProfileView, read_profile
 from eagle3conv.verify.report import REPORT_FILE, VerifyReport, WiringFigures
 from eagle3conv.spec.drafter import architecture_key
 
@@ -44,7 +44,6 @@ BEGIN = "<!-- eagle3conv:begin -->"
 END = "<!-- eagle3conv:end -->"
 TAGS = ("eagle3", "speculative-decoding", "sglang", "vllm", "tensorrt-llm", "eagle3conv")
 LIBRARY_NAME = "sglang"  # the weights use SGLang's names; transformers cannot load this class
-NUM_STEPS = 3  # the speculative settings the launch lines use
 
 
 # --------------------------------------------------------------------------- verify reports
@@ -75,11 +74,13 @@ def read_verify_report(folder: str | Path) -> VerifySummary | None:
     its main figures."""
     from eagle3conv.errors import Eagle3ConvError
 
+    from eagle3conv.checkpoint.links import safe_member
+
     p = Path(folder) / REPORT_FILE
     if not p.is_file():
         return None
     try:
-        report = VerifyReport.load(p)
+        report = VerifyReport.load(safe_member(Path(folder), p))  # a link leaving the folder is not read
     except Eagle3ConvError as err:
         return VerifySummary(problem=err.message)
     return VerifySummary(report=report, figures=report.main)
@@ -130,6 +131,8 @@ class CardFacts:
     checks_run: bool = True
     forced: bool = False
     plot: str | None = None  # the wiring-search figure uploaded next to README.md (its path in the repo)
+    profile: ProfileView | None = None  # speculation_profile.json, when the folder has one that reads
+    profile_problem: str | None = None  # the folder's speculation_profile.json does not read
 
 
 def _target_layers(target: str | None, config: Mapping) -> int | None:
@@ -198,8 +201,10 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
         from eagle3conv.errors import CheckpointReadError
         from eagle3conv.io.jsonfile import read_json_file
 
-        try:
-            config = read_json_file(cfg_path, "config.json")
+        from eagle3conv.checkpoint.links import safe_member
+
+        try:  # a link leaving the folder is not read (checkpoint/links.py)
+            config = read_json_file(safe_member(root, cfg_path), "config.json")
         except CheckpointReadError:
             config = {}
     from eagle3conv.wiring.config_ids import provenance_record
@@ -237,6 +242,11 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
             facts.layers = readings.pop()
             facts.layers_source = "config.json's ids, as every engine release checked reads them"
     facts.verify = verify_for_layers(facts.verify, facts.layers)
+    if (root / PROFILE_FILE).is_file():
+        try:
+            facts.profile = read_profile(root / PROFILE_FILE)
+        except Eagle3ConvError as err:
+            facts.profile_problem = err.message
     return facts
 
 
@@ -360,6 +370,50 @@ def _verify_section(facts: CardFacts) -> list[str]:
                f"(95% interval {lo:.2f} to {hi:.2f}; greedy chain decoding replayed over {f.rounds} rounds).")
     if f is r.main:  # the threshold was checked on the main wiring's step-1 acceptance
         out.append(f"Verify verdict: {'passed' if r.passed else 'FAILED'}.")
+        out += _category_lines(r)
+    return out
+
+
+def _category_lines(r: VerifyReport) -> list[str]:
+    """The main wiring's figures per prompt category, as the report states them."""
+    if not r.per_category:
+        return []
+    out = ["", "Per prompt category (95% intervals):", "",
+           "| category | sequences | positions | accept length | step-1 acceptance |", "|---|---|---|---|---|"]
+    for c in r.per_category:
+        lo, hi = c.accept_length_ci95
+        a_lo, a_hi = c.acceptance_ci95[0] if c.acceptance_ci95 else (0.0, 1.0)
+        step1 = f"{c.acceptance[0]:.1%} ({a_lo:.1%} to {a_hi:.1%})" if c.acceptance else "n/a"
+        name = c.name.replace("|", "\\|")
+        out.append(f"| {name} | {c.sequences} | {c.positions_scored} | {c.accept_length:.2f} ({lo:.2f} to {hi:.2f}) "
+                   f"| {step1} |")
+    return out
+
+
+def _profile_section(facts: CardFacts) -> list[str]:
+    """``speculation_profile.json`` (Model Optimizer's schema 1.0), for the card's own wiring."""
+    if facts.profile is None and facts.profile_problem is None:
+        return []
+    out = ["### Acceptance profile", ""]
+    if facts.profile is None:
+        return out + [f"Not shown: {facts.profile_problem}."]
+    p = facts.profile
+    want = None if facts.layers is None else tuple(r.output_of for r in facts.layers)
+    if want is not None and p.layers != want:
+        return out + [f"Not shown: `{PROFILE_FILE}` was measured on "
+                      + (f"outputs of layers {', '.join(map(str, p.layers))}" if p.layers else "an unnamed wiring")
+                      + ", not the wiring this card states; run verify on this wiring before publishing it."]
+    per_req = ("" if p.mean_accept_length_per_request is None
+               else f"; averaged per request: {p.mean_accept_length_per_request:.3f}")
+    out += [f"`{PROFILE_FILE}` (Model Optimizer's portable acceptance profile, schema 1.0; the wiring it was "
+            f"measured on is under its `x_eagle3conv` key):", "",
+            "| draft position | " + " | ".join(str(i + 1) for i in range(p.steps)) + " |",
+            "|---|" + "---|" * p.steps,
+            "| marginal: drafts 1..k all accepted | " + " | ".join(f"{x:.3f}" for x in p.marginal) + " |",
+            "| conditional: draft k, given 1..k-1 | " + " | ".join(f"{x:.3f}" for x in p.conditional) + " |", "",
+            f"Mean accept length per step: **{p.mean_accept_length:.3f}**{per_req}. "
+            f"Validation (1 + sum of marginals = mean; marginals non-increasing): "
+            f"{'passed' if p.valid else 'FAILED'}."]
     return out
 
 
@@ -380,11 +434,13 @@ def _checks_section(facts: CardFacts) -> list[str]:
 
 
 def _launch_section(facts: CardFacts) -> list[str]:
+    """The launch lines, one per engine, from the one builder (spec/launch.py): none for an engine whose
+    release cannot load the drafter; then what a checked launch line (``push --launch``) was found."""
     from eagle3conv.errors import Eagle3ConvError
     from eagle3conv.spec.engines import ids_for, parse_engine
+    from eagle3conv.spec.launch import launch_lines
+    from eagle3conv.wiring.config_ids import served_releases
 
-    target = facts.target or "TARGET_MODEL"
-    repo = facts.repo_id
     capture = None
     if facts.layers:
         try:  # the launch option's ids, by TensorRT-LLM's rule
@@ -392,42 +448,44 @@ def _launch_section(facts: CardFacts) -> list[str]:
             capture = None if ids is None else list(ids)
         except Eagle3ConvError:
             capture = None
-    from eagle3conv.spec.drafter import flag
-    from eagle3conv.spec.engines import cannot_load, window_launch_option
-
-    vllm = {"method": "eagle3", "model": repo, "num_speculative_tokens": NUM_STEPS}
-    if flag(facts.config, "parallel_drafting"):
-        vllm["parallel_drafting"] = True  # P-EAGLE: vLLM drafts every position in one pass (V1 runner)
-    spec = json.dumps(vllm)
+    repo = facts.repo_id
     out = ["### Launch", ""]
     if not facts.target:
         out += ["Replace `TARGET_MODEL` with the target model this drafter was trained for.", ""]
-    refused = cannot_load(parse_engine("sglang"), facts.config)
-    window = window_launch_option(parse_engine("sglang"), facts.config)  # the drafter's trained window
-    if refused:
-        out += [f"SGLang: not served ({'; '.join(refused)}).", ""]
-    else:
-        out += [
-            "SGLang:", "", "```bash",
-            f"python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 "
-            f"--speculative-draft-model-path {repo} --speculative-num-steps {NUM_STEPS} "
-            f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {NUM_STEPS + 1}"
-            + (f" {window}" if window else ""),
-            "```", ""]
-    out += [
-        "vLLM:", "", "```bash", f"vllm serve {target} --speculative-config '{spec}'", "```", "",
-        "TensorRT-LLM (`trtllm-serve`, with the drafter downloaded first: "
-        f"`hf download {repo} --local-dir ./drafter`):", "", "```bash",
-        f"trtllm-serve {target} --extra_llm_api_options eagle3.yaml", "```", "", "```yaml",
-        "# eagle3.yaml", "speculative_config:", "  decoding_type: Eagle3", f"  max_draft_len: {NUM_STEPS}",
-        "  speculative_model_dir: ./drafter",
-    ]
-    if capture is not None:
-        out.append(f"  eagle3_layers_to_capture: {_ids(capture)}")
-    else:
-        out.append("  # eagle3_layers_to_capture: unknown (no explicit aux-layer set)")
-    out.append("```")
+    lines = launch_lines(served_releases(()), facts.config, drafter=repo, target=facts.target or "TARGET_MODEL",
+                         capture_ids=capture)
+    from eagle3conv.spec.engine_rules import engines
+
+    for engine, line in lines.items():
+        title = engines()[engine].title
+        if line.text is None:
+            out += [f"{title}: not served ({'; '.join(line.refused)}).", ""]
+            continue
+        if line.extra_file:
+            drafter_dir = "./drafter"
+            text = line.extra_file.replace(f": {repo}", f": {drafter_dir}")
+            out += [f"{title} (`{line.argv[0]}`, with the drafter downloaded first: "
+                    f"`hf download {repo} --local-dir {drafter_dir}`):", "", "```bash", line.text, "```", "",
+                    "```yaml", f"# {line.extra_name}", text, "```", ""]
+        else:
+            out += [f"{title}:", "", "```bash", line.text, "```", ""]
+    out += _launch_checked(facts.checks)
+    while out and out[-1] == "":
+        out.pop()
     return out
+
+
+LAUNCH_CHECK = "launch-line"  # the gate check of the user's own launch line (push --launch)
+
+
+def _launch_checked(checks: Sequence[Check]) -> list[str]:
+    """What ``push --launch`` found in the user's own launch line (its gate check, spec/launch_check.py)."""
+    found = [c for c in checks if c.name == LAUNCH_CHECK]
+    if not found:
+        return []
+    c = found[-1]
+    return [f"The launch line given to `eagle3conv push --launch` was checked: "
+            f"{'no errors' if c.ok else '**errors found**'} ({c.detail}).", ""]
 
 
 def _about(facts: CardFacts) -> list[str]:
@@ -538,12 +596,17 @@ def _mla_section(c: Mapping) -> list[str]:
     return out
 
 
+def _profile_lines(facts: CardFacts) -> list[str]:
+    section = _profile_section(facts)
+    return [""] + section if section else []
+
+
 def render_block(facts: CardFacts) -> str:
     """The generated part of the card, markers included."""
     lines = [BEGIN, "<!-- Written by `eagle3conv push`; this block is replaced on every push. "
                     "Text outside it is yours and is kept. -->", ""]
     for section in (_about(facts), _wiring_section(facts) + _plot_lines(facts), _training_section(facts),
-                    _verify_section(facts),
+                    _verify_section(facts) + _profile_lines(facts),
                     _checks_section(facts), _launch_section(facts)):
         lines += section + [""]
     lines.append(END)

@@ -85,12 +85,14 @@ DEFAULT_FILES = (
     "README.md",
     "training_metadata.json",
     "eagle3conv-*.json",
+    "speculation_profile.json",  # verify's acceptance profile (eagle3conv.verify.profile.PROFILE_FILE)
 )
 # Never sent, whatever --include says: pickles (they can run code when loaded), trainer state,
 # hidden files (eagle3conv's staging/journal/backup), and the push record itself.
 NEVER_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 # Files push reads besides the ones it sends (repo id, card facts): judged like sent files.
-READ_FILES = ("README.md", "training_metadata.json", "config.json", "eagle3conv-verify.json", PUSH_RECORD)
+READ_FILES = ("README.md", "training_metadata.json", "config.json", "eagle3conv-verify.json",
+              "speculation_profile.json", PUSH_RECORD)
 
 # Every request to the Hub gets this long (seconds) to connect, send, or receive each piece of its
 # answer; steps that change nothing (create with exist_ok, reads) are tried RETRIES more times after
@@ -303,8 +305,8 @@ def read_record(root: Path) -> dict | None:
     p = root / PUSH_RECORD
     if not p.exists():
         return None
-    try:  # a regular file, bounded, strict: a FIFO in its place never hangs push
-        obj = read_json_file(p, "push record")
+    try:  # a regular file inside the folder, bounded, strict: a FIFO in its place never hangs push
+        obj = read_json_file(safe_member(root, p), "push record")
     except CheckpointReadError:
         return None
     if not isinstance(obj, dict) or obj.get("format") != PUSH_RECORD_FORMAT:
@@ -336,7 +338,8 @@ def resolve_repo_id(root: Path, repo_id: str | None) -> tuple[str, str]:
 
             meta = root / "training_metadata.json"
             try:
-                value = read_json_file(meta, "training metadata").get("hub_repo_id") if meta.exists() else None
+                value = (read_json_file(safe_member(root, meta), "training metadata").get("hub_repo_id")
+                         if meta.exists() else None)  # a link leaving the folder is not read
             except CheckpointReadError:
                 value = None
             if isinstance(value, str) and value:

@@ -61,7 +61,16 @@ def read_json_file(path: str | os.PathLike, what: str = "JSON file", *, max_byte
                    error: type = CheckpointReadError, want_object: bool = True, allow_nonfinite: bool = False):
     """Read and parse one JSON file: regular file only, at most ``max_bytes``, read once."""
     p = Path(path)
-    max_bytes = MAX_JSON_BYTES if max_bytes is None else max_bytes
+    raw = read_small_file(p, what, MAX_JSON_BYTES if max_bytes is None else max_bytes, error=error)
+    data = loads_strict(raw, p, error=error, allow_nonfinite=allow_nonfinite)
+    if want_object and not isinstance(data, dict):
+        raise error(f"{p}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def read_small_file(p: Path, what: str, max_bytes: int, *, error: type = CheckpointReadError) -> bytes:
+    """The bytes of one regular file of at most ``max_bytes``, read once through one descriptor (a
+    FIFO or device is refused before it is opened, a file swapped for one after the check refused)."""
     size = regular_file_size(p, what, error=error)
     if size > max_bytes:
         raise error(f"{p}: {size} bytes; a {what} is at most {max_bytes} bytes")
@@ -81,7 +90,4 @@ def read_json_file(path: str | os.PathLike, what: str = "JSON file", *, max_byte
         os.close(fd)
     if len(raw) > max_bytes:
         raise error(f"{p}: more than {max_bytes} bytes; a {what} is not that large")
-    data = loads_strict(raw, p, error=error, allow_nonfinite=allow_nonfinite)
-    if want_object and not isinstance(data, dict):
-        raise error(f"{p}: expected a JSON object, got {type(data).__name__}")
-    return data
+    return raw

@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from eagle3conv.io.data import data_path
-from eagle3conv.errors import MappingFileError
+from eagle3conv.errors import InvalidCheckpointError, MappingFileError
+from eagle3conv.spec.layers import MAX_LAYERS
 from eagle3conv.spec.drafter import MLA_ARCHITECTURES, DrafterSpec, architecture_key  # noqa: F401 (re-exported)
 
 _TERM = re.compile(r"^[A-Za-z][A-Za-z0-9]*$|^[0-9]+$")
@@ -100,11 +101,20 @@ def _pattern(template: str) -> str:
 
 
 def _indices(template: str, symbols: dict) -> range:
+    """The slots or later layers a template expands to; a count past MAX_LAYERS is refused (exit 3),
+    never expanded (the validators refuse it first; this is the backstop)."""
     if "{slot}" in template:
-        return range(int(symbols.get("k") or 0))
+        return range(_count(symbols, "k", 0, "aux slots (num_aux_hidden_states)"))
     if "{layer}" in template:
-        return range(1, int(symbols.get("L") or 1))
+        return range(1, _count(symbols, "L", 1, "decoder layers (num_hidden_layers)"))
     return range(1)
+
+
+def _count(symbols: dict, key: str, default: int, what: str) -> int:
+    n = int(symbols.get(key) or default)
+    if n > MAX_LAYERS:
+        raise InvalidCheckpointError(f"{n} {what}: eagle3conv takes at most {MAX_LAYERS} (no drafter has more)")
+    return n
 
 
 def _at(template: str, i: int) -> str:
@@ -117,11 +127,16 @@ def _instances(template: str, symbols: dict) -> list[str]:
 
 def layer_of(name: str) -> int | None:
     """The decoder layer a canonical name belongs to: 0 for ``midlayer.*``, i for ``layers.{i}.*``,
-    None for the rest (fc, norms around the layers, the head, vocab maps)."""
+    None for the rest (fc, norms around the layers, the head, vocab maps). An index of more than 18
+    digits (past any count a file can hold, and past what Python reads from text at 4,300) is read
+    as 10^18: callers bound indices by the tensor count long before."""
     if name.startswith("midlayer."):
         return 0
     m = re.match(r"layers\.([0-9]+)\.", name)
-    return int(m.group(1)) if m else None
+    if not m:
+        return None
+    digits = m.group(1).lstrip("0") or "0"
+    return int(digits) if len(digits) <= 18 else 10**18
 
 
 def holds(condition: str, values: dict) -> bool:
@@ -250,6 +265,11 @@ def in_canonical_names(config: dict | None, tensor_names) -> bool:
     names = set(tensor_names)
     arch = architecture_for(config or {}, names)
     spec = DrafterSpec.from_config(config or {}, validate=False, architecture=arch.key)
+    # layers past the deepest one named add only names that are not there: the answer is the same with
+    # the count clamped to the names' (a config's 2^31-1 layers are never expanded)
+    deepest = max((i for n in names if (i := layer_of(n)) is not None), default=0)
+    if isinstance(spec.L, int) and spec.L > deepest + 1:
+        spec = spec.with_(L=deepest + 1)
     return "fc.weight" in names and names <= set(expected(spec))
 
 

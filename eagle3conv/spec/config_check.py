@@ -15,8 +15,9 @@ from typing import Any, Mapping
 
 from eagle3conv.errors import InvalidCheckpointError
 from eagle3conv.spec.drafter import AUX_KEY, NESTED_AUX_FIELD, architecture_key, aux_ids
+from eagle3conv.spec.layers import MAX_LAYERS
 
-# kind: "pos_int" (integer >= 1), "pos_num" (finite number > 0), "bool", "str", "dict", "str_list",
+# kind: "pos_int" (integer >= 1), "layer_count" (1..MAX_LAYERS), "pos_num" (finite number > 0), "bool", "str", "dict", "str_list",
 # "int_list"; required: the drafter cannot be built without it. null counts as absent (the third column
 # records which fields HF configs write as null).
 FIELDS: dict[str, tuple[str, bool, bool]] = {
@@ -28,7 +29,7 @@ FIELDS: dict[str, tuple[str, bool, bool]] = {
     "vocab_size": ("pos_int", False, True),
     "draft_vocab_size": ("pos_int", False, True),
     "target_hidden_size": ("pos_int", False, True),
-    "num_hidden_layers": ("pos_int", False, True),
+    "num_hidden_layers": ("layer_count", False, True),
     "max_position_embeddings": ("pos_int", False, True),
     "rms_norm_eps": ("pos_num", False, True),
     "rope_theta": ("pos_num", False, True),
@@ -48,7 +49,7 @@ FIELDS: dict[str, tuple[str, bool, bool]] = {
     "norm_before_fc": ("bool", False, True),
     "bias": ("bool", False, True),
     "attention_bias": ("bool", False, True),
-    "num_aux_hidden_states": ("pos_int", False, True),
+    "num_aux_hidden_states": ("layer_count", False, True),
     "parallel_drafting": ("bool", False, True),
     "mask_token_id": ("nonneg_int", False, True),
     "mlp_bias": ("bool", False, True),
@@ -63,6 +64,7 @@ ROPE_NUMBERS = ("factor", "rope_theta", "original_max_position_embeddings", "bet
 MAX_INT = 2**31 - 1  # engines keep sizes in 32-bit ints
 EXPECTED = {
     "pos_int": "an integer from 1 to 2^31-1",
+    "layer_count": f"an integer from 1 to {MAX_LAYERS}",
     "nonneg_int": "an integer from 0 to 2^31-1",
     "pos_num": "a finite number > 0",
     "bool": "true or false",
@@ -80,6 +82,8 @@ def _is_int(v: Any) -> bool:
 def _ok(kind: str, v: Any) -> bool:
     if kind == "pos_int":
         return _is_int(v) and 1 <= v <= MAX_INT
+    if kind == "layer_count":  # a count of layers or slots: every range built from it stays small
+        return _is_int(v) and 1 <= v <= MAX_LAYERS
     if kind == "nonneg_int":
         return _is_int(v) and 0 <= v <= MAX_INT
     if kind == "pos_num":
@@ -170,7 +174,22 @@ def check_drafter_config(config: Mapping[str, Any], where: str = "config.json") 
     vocab, draft = config.get("vocab_size"), config.get("draft_vocab_size")
     if vocab is not None and draft is not None and draft > vocab:
         problems.append(f"{where}: draft_vocab_size {draft} is larger than vocab_size {vocab}")
+    problems += _mask_token_past_vocab(config, vocab, where)
     return problems
+
+
+def _mask_token_past_vocab(config: Mapping[str, Any], vocab: int | None, where: str) -> list[str]:
+    """The P-EAGLE mask token id, where vLLM reads it (the engine rules' ``mask_token_fields``), is a
+    row of the embedding vLLM builds with ``vocab_size`` rows (docs/facts.md §11): an id past it
+    embeds no token."""
+    from eagle3conv.spec.engines import mask_token
+
+    token = mask_token("vllm", config)
+    if vocab is None or token is None or token < vocab:
+        return []
+    return [f"{where}: the P-EAGLE mask token id is {token}, but vocab_size is {vocab}: vLLM embeds the mask "
+            f"token with the drafter's {vocab}-row embedding (ids 0..{vocab - 1}), which has no row {token}; "
+            "expected the id of the token the run masked the parallel slots with"]
 
 
 def validate_drafter_config(config: Mapping[str, Any], where: str = "config.json", *,

@@ -36,6 +36,12 @@ from types import MappingProxyType
 
 from eagle3conv.errors import UsageError, WiringError
 
+# The most layers (a target's layer count, a drafter's decoder layers, its aux slots) eagle3conv takes
+# from a file: every range built from such a count stays this small. The deepest targets of
+# mappings/targets have 94 layers (Qwen3-235B-A22B) and a drafter has a few; 65,536 is far past any
+# model, and a count past it (10^18 in a weight name, 2^31-1 in a config) is an error, never a loop.
+MAX_LAYERS = 65_536
+
 
 @dataclass(frozen=True, order=True)
 class LayerRef:
@@ -204,6 +210,8 @@ def check_num_layers(num_layers: int | None) -> None:
         return
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
         raise UsageError(f"the target's layer count must be a positive integer, got {num_layers!r}")
+    if num_layers > MAX_LAYERS:
+        raise UsageError(f"the target's layer count is {num_layers}; eagle3conv takes at most {MAX_LAYERS}")
 
 
 def _check_distinct(items: Sequence[object], what: str) -> None:

@@ -44,6 +44,7 @@ from typing import Any
 
 from eagle3conv.io.data import data_path
 from eagle3conv.errors import CheckpointReadError, MappingFileError, UsageError
+from eagle3conv.spec.layers import MAX_LAYERS
 
 log = logging.getLogger(__name__)
 
@@ -331,6 +332,9 @@ def target_from_config(path: str | Path) -> TargetProfile:
         value = numbers.get(key)
         if value is not None and not (_is_int(value) and value > 0):
             raise CheckpointReadError(f"{file}: '{key}' must be a positive integer, got {value!r}")
+    if numbers["num_hidden_layers"] > MAX_LAYERS:  # every range over the target's layers stays small
+        raise CheckpointReadError(f"{file}: 'num_hidden_layers' is {numbers['num_hidden_layers']}; eagle3conv "
+                                  f"takes a target of at most {MAX_LAYERS} layers")
     values: dict[str, Any] = {key: numbers.get(key) for key in NUMBERS}
     architectures = raw.get("architectures") or ()
     from eagle3conv.spec.engines import family_for

@@ -23,7 +23,9 @@ not stored when no prompt has a response part (then every token counts).
 
 Prompts files (:func:`read_prompts`): ``.txt`` (one prompt per non-empty line)
 or ``.jsonl`` (one object per line: ``{"prompt": "..."}`` or
-``{"messages": [{"role": ..., "content": ...}, ...]}``).
+``{"messages": [{"role": ..., "content": ...}, ...]}``, either with an optional
+``"category": "..."``, kept per sequence in the states file for verify's
+per-category figures).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from eagle3conv.errors import CheckpointReadError, UsageError
 from eagle3conv.io.devices import resolve_dtype
 from eagle3conv.io.progress import Progress  # stage "generate" or "forward"; counts are sequences
-from eagle3conv.states.format import StatesWriter
+from eagle3conv.states.format import StatesWriter, category_counts
 from eagle3conv.spec.layers import EMBEDDING, LayerRef
 
 if TYPE_CHECKING:
@@ -54,10 +56,12 @@ LAST_LAYER_SOURCE = "forward hook on the last decoder layer (pre-norm)"
 
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt: plain ``text`` or chat ``messages`` (exactly one is set)."""
+    """One prompt: plain ``text`` or chat ``messages`` (exactly one is set), and its
+    ``category`` when the prompts file gives one."""
 
     text: str | None = None
     messages: tuple[Mapping[str, Any], ...] | None = None
+    category: str | None = None
 
     @classmethod
     def of(cls, item: Any, where: str = "prompt") -> Prompt:
@@ -66,13 +70,17 @@ class Prompt:
         if isinstance(item, str):
             return cls(text=item)
         if isinstance(item, Mapping):
+            category = item.get("category")
+            if category is not None and (not isinstance(category, str) or not category.strip()):
+                raise UsageError(f"{where}: \"category\" must be a non-empty string, got {json.dumps(category)[:60]}",
+                                 hint="write it as \"category\": \"code\" (or leave it out)")
             if isinstance(item.get("prompt"), str):
-                return cls(text=item["prompt"])
+                return cls(text=item["prompt"], category=category)
             msgs = item.get("messages")
             if isinstance(msgs, list) and msgs and all(
                     isinstance(m, Mapping) and isinstance(m.get("role"), str)
                     and isinstance(m.get("content"), str) for m in msgs):
-                return cls(messages=tuple(dict(m) for m in msgs))
+                return cls(messages=tuple(dict(m) for m in msgs), category=category)
             raise UsageError(f"{where}: expected {{\"prompt\": \"...\"}} or {{\"messages\": "
                              f"[{{\"role\": ..., \"content\": ...}}, ...]}}, got {json.dumps(item)[:120]}")
         raise UsageError(f"{where}: a prompt is a string or an object, got {type(item).__name__}")
@@ -134,6 +142,7 @@ class CaptureResult:
     dtype: str
     seconds: float
     capture: dict = field(default_factory=dict)
+    categories: dict | None = None  # sequences per prompt category; None: the prompts named none
 
     def to_dict(self) -> dict:
         return {
@@ -142,6 +151,7 @@ class CaptureResult:
             "layers": list(self.layers), "num_layers": self.num_layers,
             "hidden_size": self.hidden_size, "vocab_size": self.vocab_size,
             "dtype": self.dtype, "seconds": round(self.seconds, 3), "capture": self.capture,
+            "categories": self.categories,
         }
 
 
@@ -181,7 +191,7 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     return ids
 
 
-def _encode(tokenizer: Any, prompt: Prompt, chat: bool, max_length: int) -> tuple[list[int], int]:
+def encode_prompt(tokenizer: Any, prompt: Prompt, chat: bool, max_length: int) -> tuple[list[int], int]:
     """Token ids and the index where the response starts (len(ids) when none)."""
     def ids_of(text: str, special: bool) -> list[int]:
         return list(tokenizer(text, add_special_tokens=special)["input_ids"])
@@ -310,7 +320,7 @@ def capture_states(
         pad_id = min(eos) if eos else 0
 
     # pass 1: token ids (and the target's own answers)
-    encoded = [_encode(tokenizer, p, chat, max_length) for p in items]
+    encoded = [encode_prompt(tokenizer, p, chat, max_length) for p in items]
     seqs = [ids for ids, _ in encoded]
     starts = [s for _, s in encoded]
     response = [p.has_response and s < len(ids) for p, (ids, s) in zip(items, encoded)]
@@ -342,6 +352,9 @@ def capture_states(
         "last_layer": LAST_LAYER_SOURCE,
         "transformers": _version("transformers"), "torch": torch.__version__,
     }
+    categories = [p.category for p in items]
+    if all(c is None for c in categories):
+        categories = None
     info.update(dict(capture_info or {}))
     name = target if target is not None else (getattr(cfg, "_name_or_path", None) or
                                               getattr(model.config, "_name_or_path", None) or "")
@@ -360,7 +373,8 @@ def capture_states(
     try:
         with StatesWriter(out, num_sequences=len(seqs), seq_len=seq_len, hidden_size=hidden,
                           num_layers=n_layers, vocab_size=vocab, layers=[-1, *wanted], target=str(name),
-                          dtype=store_dtype, with_loss_mask=with_loss_mask, capture=info) as writer, \
+                          dtype=store_dtype, with_loss_mask=with_loss_mask, capture=info,
+                          categories=categories) as writer, \
                 torch.inference_mode():
             for b in range(0, len(seqs), batch_size):
                 rows = seqs[b: b + batch_size]
@@ -417,6 +431,7 @@ def capture_states(
         path=Path(out), sequences=len(seqs), seq_len=seq_len, tokens=tokens, generated_tokens=generated,
         layers=(-1, *wanted), num_layers=n_layers, hidden_size=hidden, vocab_size=vocab,
         dtype=info["dtype"], seconds=time.perf_counter() - t0, capture=info,
+        categories=category_counts(categories),
     )
 
 

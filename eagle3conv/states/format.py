@@ -23,6 +23,11 @@ A safetensors file. ``__metadata__`` (string values, as safetensors requires)::
     capture      "{...}"                            JSON object, free form: how the file
                                                     was made (prompts file, generated
                                                     tokens, dtype, tool and version, ...)
+    categories   "[\"code\", null, ...]"            optional: JSON list, one entry per
+                                                    sequence (row order), a string or
+                                                    null: the prompt's category
+                                                    (``capture --prompts`` jsonl
+                                                    ``category``). Absent = none known.
 
 Tensors (``B`` sequences, ``S`` positions, right padding)::
 
@@ -68,7 +73,8 @@ SGLang-style aux dumps and SpecForge offline features. Each has
 ``layers`` (the :class:`~eagle3conv.spec.layers.LayerRef` s it can give, or
 None when the source does not record them), ``aux(refs)``, ``embeddings()``,
 ``input_ids``, ``attention_mask``, ``target_next`` (None when the source has
-none), ``loss_mask`` and :meth:`CapturedStates.batches`.
+none), ``loss_mask``, ``categories`` (one per sequence, or None when the source
+records none) and :meth:`CapturedStates.batches`.
 """
 
 from __future__ import annotations
@@ -87,7 +93,7 @@ from eagle3conv.io import dtypes
 from eagle3conv.io.devices import FLOAT_CHOICES, resolve_dtype
 from eagle3conv.io.files import remove_stale_temps, umask
 from eagle3conv.io.safetensors import header_layout, pwrite_all
-from eagle3conv.spec.layers import EMBEDDING, LayerRef, LayerSet, describe
+from eagle3conv.spec.layers import EMBEDDING, MAX_LAYERS, LayerRef, LayerSet, describe
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -159,6 +165,8 @@ class CapturedStates:
       ``attention_mask`` ``[B, S]`` bool, right padded; ``target_next`` ``[B, S]``
       int64 or None; ``loss_mask`` ``[B, S]`` bool (= ``attention_mask`` when the
       source has none).
+    * ``categories``: one entry per sequence (a string, or None for a sequence without
+      one), or None when the source records no categories at all.
     * ``notes``: plain-words caveats for a report (what the source cannot give).
     """
 
@@ -172,6 +180,7 @@ class CapturedStates:
     input_ids: Tensor | None
     attention_mask: Tensor
     target_next: Tensor | None
+    categories: tuple[str | None, ...] | None = None
     notes: tuple[str, ...] = ()
     _loss_mask: Tensor | None = None
 
@@ -300,6 +309,7 @@ class CapturedStates:
             "has_input_ids": self.input_ids is not None,
             "has_target_next": self.target_next is not None,
             "has_loss_mask": self.has_loss_mask,
+            "categories": category_counts(self.categories),
             "notes": list(self.notes),
         }
 
@@ -329,6 +339,34 @@ class CapturedStates:
 
     def _embed_rows(self, start: int, stop: int) -> Tensor:
         raise NotImplementedError
+
+
+# --------------------------------------------------------------------------- categories
+
+
+def category_problem(categories: Any, sequences: int) -> str | None:
+    """What is wrong with ``categories`` as one string-or-None per sequence, or None when
+    nothing is: a list of exactly ``sequences`` entries, each a non-empty string or null."""
+    if not isinstance(categories, (list, tuple)):
+        return f"must be a list, one entry per sequence, got {type(categories).__name__}"
+    if len(categories) != sequences:
+        return f"holds {len(categories)} entries for {sequences} sequences (one per sequence)"
+    for i, c in enumerate(categories):
+        if c is not None and (not isinstance(c, str) or not c.strip()):
+            return f"entry {i} must be a non-empty string or null, got {c!r}"
+    return None
+
+
+def category_counts(categories: Sequence[str | None] | None) -> dict[str, int] | None:
+    """Sequences per category (None: the source records no categories), for summaries;
+    sequences without one are counted under ``"(none)"``."""
+    if categories is None:
+        return None
+    out: dict[str, int] = {}
+    for c in categories:
+        key = "(none)" if c is None else c
+        out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items()))
 
 
 # --------------------------------------------------------------------------- mask checks
@@ -404,14 +442,17 @@ class StatesFile(CapturedStates):
     def _err(self, field: str, why: str) -> CheckpointReadError:
         return CheckpointReadError(f"{self.path}: field '{field}' {why}")
 
-    def _meta_int(self, meta: dict, key: str) -> int:
+    def _meta_int(self, meta: dict, key: str, most: int | None = None) -> int:
         raw = meta[key]
+        shown = repr(raw) if len(raw) <= 24 else f"a string of {len(raw)} characters"
         try:
-            v = int(raw)
+            v = int(raw) if len(raw) <= 24 else -1  # no count has 24 digits; longer is never parsed
         except ValueError:
-            raise self._err(key, f"must be a positive integer, got {raw!r}") from None
+            raise self._err(key, f"must be a positive integer, got {shown}") from None
         if v < 1:
-            raise self._err(key, f"must be a positive integer, got {raw!r}")
+            raise self._err(key, f"must be a positive integer, got {shown}")
+        if most is not None and v > most:
+            raise self._err(key, f"is {v}; eagle3conv takes at most {most}")
         return v
 
     def _meta_json(self, meta: dict, key: str) -> Any:
@@ -445,7 +486,7 @@ class StatesFile(CapturedStates):
             raise self._err("version", f"must be >= 1, got {version}")
         self.version = version
         self.target = meta["target"] or None
-        self.num_layers = self._meta_int(meta, "num_layers")
+        self.num_layers = self._meta_int(meta, "num_layers", MAX_LAYERS)
         self.hidden_size = self._meta_int(meta, "hidden_size")
         self.vocab_size = self._meta_int(meta, "vocab_size")
         layers = self._meta_json(meta, "layers")
@@ -466,6 +507,7 @@ class StatesFile(CapturedStates):
             raise self._err("capture", f"must be a JSON object, got {meta['capture']!r}")
         self.capture = capture
         self.metadata = dict(meta)
+        cats = self._meta_json(meta, "categories") if "categories" in meta else None
 
         names = set(f.keys())
         expected = set(_TOKEN_KEYS) | {"attention_mask"} | {hidden_key(r) for r in self.layers}
@@ -531,6 +573,12 @@ class StatesFile(CapturedStates):
             if real.numel() and (int(real.min()) < 0 or int(real.max()) >= self.vocab_size):
                 raise self._err(name, f"holds ids outside 0..{self.vocab_size - 1} (vocab_size)")
             setattr(self, name, t)
+        self.categories = None
+        if cats is not None:
+            problem = category_problem(cats, b)
+            if problem:
+                raise self._err("categories", problem)
+            self.categories = tuple(cats)
         self.notes = ()
 
     # -- reads
@@ -591,6 +639,7 @@ class StatesWriter:
         dtype: Any = "bf16",
         with_loss_mask: bool = False,
         capture: Mapping | None = None,
+        categories: Sequence[str | None] | None = None,
     ):
         import torch
 
@@ -623,6 +672,12 @@ class StatesWriter:
             "layers": json.dumps(ids),
             "capture": capture_json,
         }
+        self.categories = None if categories is None else tuple(categories)
+        if categories is not None:
+            problem = category_problem(categories, num_sequences)
+            if problem:
+                raise UsageError(f"{path}: categories {problem}")
+            meta["categories"] = json.dumps(list(categories))
         b, s, t = num_sequences, seq_len, hidden_size
         specs: list[tuple[str, torch.dtype, list[int]]] = [
             ("input_ids", torch.int64, [b, s]),
@@ -754,7 +809,8 @@ class StatesWriter:
             self._fd = None
             try:
                 with StatesFile(self._tmp) as check:
-                    ok = check.layers == self.layers and check.shape == self.shape
+                    ok = (check.layers == self.layers and check.shape == self.shape
+                          and check.categories == self.categories)
             except CheckpointReadError as e:
                 raise WriteError(f"{self.path}: the written file does not read back: "
                                  f"{e.message.replace(str(self._tmp), 'temp file')}") from None
@@ -784,6 +840,7 @@ def write_states(
     loss_mask: Tensor | None = None,
     dtype: Any = "bf16",
     capture: Mapping | None = None,
+    categories: Sequence[str | None] | None = None,
 ) -> Path:
     """Write a whole ``states.safetensors`` from in-memory tensors (atomically;
     see :class:`StatesWriter`). ``hidden`` maps LayerRefs or output-of ints to
@@ -799,7 +856,8 @@ def write_states(
     b, s = input_ids.shape
     with StatesWriter(path, num_sequences=int(b), seq_len=int(s), hidden_size=int(emb.shape[-1]),
                       num_layers=num_layers, vocab_size=vocab_size, layers=keys, target=target,
-                      dtype=dtype, with_loss_mask=loss_mask is not None, capture=capture) as w:
+                      dtype=dtype, with_loss_mask=loss_mask is not None, capture=capture,
+                      categories=categories) as w:
         w.write(0, input_ids=input_ids, attention_mask=attention_mask, target_next=target_next,
                 hidden=hidden, loss_mask=loss_mask)
     return Path(path)

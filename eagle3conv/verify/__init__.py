@@ -20,7 +20,11 @@ What is measured, for a wiring (the aux layers fed to ``fc``, in slot order):
   chain (a round accepts its leading matches plus the target's own token; the
   next round starts after them). The average of ``1 + leading matches`` over
   every chain start is reported too and ranks wirings (same positions for
-  every wiring). Conditional acceptance of draft k given drafts 1..k-1 too.
+  every wiring). Conditional acceptance of draft k given drafts 1..k-1 too. Where
+  the states' sequences carry a prompt category, the same figures per category.
+* **Acceptance profile**: the replay's rounds by accept length give Model Optimizer's
+  ``speculation_profile.json`` (marginal and conditional rates, mean accept length per
+  step and per request, histogram), saved beside the report (``profile``).
 * **Confidence intervals**: 95%, by bootstrap over sequences (positions in one
   sequence are correlated); with fewer than 5 sequences, Wilson intervals over
   positions, and the report says so.
@@ -44,12 +48,13 @@ What is measured, for a wiring (the aux layers fed to ``fc``, in slot order):
 
 The package, bottom up (each module imports only those above it)::
 
-    stats      wilson, bootstrap, paired_difference, paired_ratio_bound, t_quantile, replay: pure numpy
+    stats      wilson, bootstrap, paired_difference, paired_ratio_bound, t_quantile, replay(_histogram): pure numpy
     feed       prefetch thread, CUDA double-buffered feeder over memory-mapped states
     logscore   log_scores: the step-1 log score per wiring and sequence (the screen's ranking)
     evaluate   Candidate, Score, evaluate, screen: one wiring over every batch; many at step 1
     search     config_candidate, candidates, global_search, refine, norm_comparison, Verdict, decide
-    report     VerifyResult, VerifyReport: the eagle3conv-verify.json contract  (evaluate, search)
+    profile    speculation_profile.json (Model Optimizer's schema 1.0) and the per-category figures
+    report     VerifyResult, VerifyReport: the eagle3conv-verify.json contract  (evaluate, search, profile)
     plot       verify --plot: the search's figure
     inputs     drafter loading, device/dtype, target embeddings, data labels
     run        VerifyOptions, verify() and smoke(): one method per step (_Verification), in order
@@ -66,6 +71,7 @@ from eagle3conv.verify.inputs import (
     load_drafter_weights,
     load_target_embeddings,
 )
+from eagle3conv.verify.profile import PROFILE_FILE, build_profile, read_profile
 from eagle3conv.verify.report import REPORT_FILE, VerifyReport, VerifyResult, WiringFigures
 from eagle3conv.verify.run import VerifyOptions, smoke, verify
 from eagle3conv.verify.search import (
@@ -80,8 +86,8 @@ from eagle3conv.verify.search import (
 from eagle3conv.verify.stats import bootstrap, paired_difference, replay, wilson
 
 __all__ = [
-    "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "REPORT_FILE", "Candidate", "Progress", "Score", "Verdict",
+    "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "PROFILE_FILE", "REPORT_FILE", "Candidate", "Progress", "Score", "Verdict",
     "VerifyOptions", "VerifyReport", "VerifyResult", "WiringFigures", "bootstrap", "build_drafter", "candidates", "config_candidate",
     "data_labels", "decide", "evaluate", "load_drafter_weights", "load_target_embeddings", "norm_comparison",
-    "paired_difference", "replay", "resolve_device", "resolve_dtype", "smoke", "verify", "wilson",
+    "paired_difference", "read_profile", "build_profile", "replay", "resolve_device", "resolve_dtype", "smoke", "verify", "wilson",
 ]

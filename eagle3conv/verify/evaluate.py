@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from eagle3conv.io.progress import Progress
-from eagle3conv.verify.stats import bootstrap, excluded_at, replay, t_quantile, wilson
+from eagle3conv.verify.stats import bootstrap, excluded_at, replay_histogram, t_quantile, wilson
 from eagle3conv.spec.layers import LayerSet, describe
 
 @dataclass
@@ -38,6 +38,7 @@ class Score:
     norms: list[dict]  # per slot: median, p10, p90, tokens
     replay_accepted: list[int] = field(default_factory=list)  # per sequence: sum over greedy rounds of 1 + A
     replay_rounds: list[int] = field(default_factory=list)  # per sequence: greedy verification rounds
+    replay_hist: list[list[int]] = field(default_factory=list)  # per sequence: rounds by accept length 1..K+1
     seconds: float = 0.0
     ci_method: str = ""
     acceptance: list[float] = field(default_factory=list)
@@ -111,13 +112,15 @@ class Score:
 
 def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: int, target_embeds: bool,
              max_sequences: int | None = None, progress: Progress | None = None, labels=None,
-             feeder: bool = True) -> Score:
+             feeder: bool = True, check_finite: bool = True) -> Score:
     """Score one wiring over the states (see the module docstring).
 
     Everything per position (norms, hits, chain lengths) is computed on the
     drafter's device and kept there; the host only reads batches (in a prefetch
     thread) and collects small per-sequence sums once at the end. ``feeder=False``
     reads through the plain batch path even on CUDA (the same numbers, slower).
+    ``check_finite``: refuse the states when one value read is NaN or infinite (off only to
+    measure what the check costs, bench/finite_check.py).
     """
     import torch
 
@@ -131,6 +134,7 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
     acc: dict[str, list] = {"matched": [], "counted": [], "chain_acc": [], "chains": [], "cond_m": [],
                             "cond_n": []}
     norm_vals: list[list] = [[] for _ in range(k_slots)]
+    finite = torch.ones(k_slots + 1, dtype=torch.bool, device=dev)  # per slot, then the embeddings
     keeps: list = []
     starts_a: list = []  # [B, S] leading matches of the chain started at each position
     starts_full: list = []  # [B, S] chain has a reference for every draft
@@ -156,11 +160,15 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
         for s in range(k_slots):  # fp32 accumulation, no upcast copy of the states
             norm_vals[s].append(torch.linalg.vector_norm(aux[..., s * T:(s + 1) * T], dim=-1,
                                                          dtype=torch.float32))
+        if check_finite:  # every value read: a NaN or Inf makes its token's norm one; on the device, no sync
+            finite[:k_slots] &= _finite_at(torch.stack([v[-1] for v in norm_vals], -1)[..., None], mask)
         if target_embeds:
             # The captured embedding output at position p *is* embed(x_p). Index it by position:
             # the drafter's id at (b, t) is b*S + t, so the ids it reads k steps ahead (the same row
             # shifted) land on embed(x_{t+k}). No vocabulary table, no unique(), no device sync.
             emb = emb_b[:take].to(dev, non_blocking=True).to(dt)
+            if check_finite:  # a token's sum is NaN or Inf when one of its values is: one reduction
+                finite[k_slots:] &= _finite_at(emb.sum(-1, dtype=torch.float32)[..., None, None], mask)
             drafter.embed_tokens = emb.reshape(B * S, T)
             run_ids = torch.arange(B * S, device=dev).view(B, S)
         else:
@@ -190,6 +198,7 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
         done += take
         if progress:
             progress(candidate.name, done, total)
+    _refuse_non_finite_states(finite.cpu().tolist(), candidate, states)  # reduced once, at the end
     got = {k: (torch.cat(v, dim=-1).cpu() if k in ("matched", "counted", "chain_acc", "chains")
                else torch.stack(v).sum(0).cpu()) if v else None for k, v in acc.items()}
     matched = got["matched"].tolist() if got["matched"] is not None else [[] for _ in range(steps)]
@@ -203,14 +212,16 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
             continue
         q = torch.quantile(v[:16_000_000], torch.tensor([0.1, 0.5, 0.9], dtype=torch.double))
         norms.append({"median": float(q[1]), "p10": float(q[0]), "p90": float(q[2]), "tokens": int(v.numel())})
-    replay_acc, replay_rounds = (replay(torch.cat(starts_a).cpu().numpy(), torch.cat(starts_full).cpu().numpy())
-                                 if starts_a else ([], []))
+    hist = (replay_histogram(torch.cat(starts_a).cpu().numpy(), torch.cat(starts_full).cpu().numpy(), steps)
+            if starts_a else [])  # the greedy replay's rounds by length; its sums are replay()'s
+    replay_acc = [sum((n + 1) * c for n, c in enumerate(h)) for h in hist]
+    replay_rounds = [sum(h) for h in hist]
     score = Score(candidate, steps, matched, counted,
                   got["chain_acc"].tolist() if got["chain_acc"] is not None else [],
                   got["chains"].tolist() if got["chains"] is not None else [],
                   got["cond_m"].tolist() if got["cond_m"] is not None else [0] * steps,
                   got["cond_n"].tolist() if got["cond_n"] is not None else [0] * steps, norms,
-                  replay_acc, replay_rounds)
+                  replay_acc, replay_rounds, hist)
     score.seconds = time.perf_counter() - t0
     return score.finish()
 
@@ -507,6 +518,32 @@ class _SplitStep:
         attn = attn.transpose(1, 2).reshape(wirings, -1, nh, attn.shape[-1]).index_select(1, flat).transpose(1, 2)
         out = drafter.finish(residual, attn)
         return out
+
+
+def _finite_at(x, mask):
+    """Per slot of ``x`` ``[B, S, k, T]``: every value finite at the real tokens (``mask``), on the
+    device (one elementwise pass and a reduction; nothing read back). For the aux slots ``x`` is
+    each token's L2 norm (``T`` = 1), which evaluate computes anyway, for the embedding outputs each
+    token's sum: either is NaN or Inf whenever a value of the token is (and when finite values
+    overflow fp32, past ~1e19 for the norm, ~1e34 for the sum: states as unusable)."""
+    import torch
+
+    return (torch.isfinite(x).all(-1) | ~mask[..., None]).all(0).all(0)
+
+
+def _refuse_non_finite_states(finite: list[bool], candidate: Candidate, states) -> None:
+    """One NaN or Inf anywhere the drafter read (an aux slot, or the target's embeddings) refuses the
+    states: a score of such states is no score (a percentile of the norms misses one Inf)."""
+    from eagle3conv.errors import CheckpointReadError
+
+    if all(finite):
+        return
+    bad = finite.index(False)
+    what = (f"the hidden states of slot {bad} ({candidate.layers[bad]})" if bad < len(candidate.layers)
+            else "the embedding outputs (the target's embeddings)")
+    raise CheckpointReadError(f"{getattr(states, 'path', 'the states')}: {what} are not finite (NaN or Inf) at a "
+                              "real token: the capture went wrong",
+                              hint="capture again (a bf16 overflow? try --dtype fp32)")
 
 
 def _refuse_non_finite(means, wirings: list, states) -> None:

@@ -29,7 +29,12 @@ The document (a JSON object; version 1)::
                            rounds, accept_length_all_starts(_ci95), positions_scored, chains,
                            sequences, ci_method, norms, norm_comparison, seconds
     verdict                :class:`eagle3conv.verify.search.Verdict` (``status`` decides, never the text)
-    wiring_check, seconds, saved, save_error
+    per_category           optional (states whose sequences carry a category): per category,
+                           sequences, positions_scored, rounds, acceptance_per_position,
+                           acceptance_ci95, accept_length, accept_length_ci95, ci_method and
+                           the profile's chain rates (:mod:`eagle3conv.verify.profile`), for
+                           the main wiring
+    wiring_check, seconds, saved, save_error, profile (where speculation_profile.json was written)
 
 Intervals are 95% ``[low, high]``; acceptance is a fraction (0..1).
 """
@@ -46,6 +51,7 @@ from typing import Any, Literal
 
 from eagle3conv.errors import CheckpointReadError
 from eagle3conv.verify.evaluate import Score
+from eagle3conv.verify.profile import category_figures
 from eagle3conv.verify.search import Verdict
 
 REPORT_FILE = "eagle3conv-verify.json"
@@ -75,6 +81,19 @@ class WiringFigures:
 
 
 @dataclass(frozen=True)
+class CategoryFigures:
+    """One prompt category's figures (the main wiring), exactly as the report states them."""
+
+    name: str
+    sequences: int
+    positions_scored: int
+    acceptance: tuple[float, ...]
+    acceptance_ci95: tuple[tuple[float, float], ...]
+    accept_length: float
+    accept_length_ci95: tuple[float, float]
+
+
+@dataclass(frozen=True)
 class VerifyReport:
     """A verify report document, validated. ``document`` is the JSON object itself;
     the other fields are typed views of it."""
@@ -89,6 +108,7 @@ class VerifyReport:
     sequences: int | None  # of the states
     tokens: int | None  # real tokens in the states
     verdict: Verdict
+    per_category: tuple[CategoryFigures, ...] | None = None  # None: the states named no categories
 
     @property
     def main(self) -> WiringFigures:
@@ -159,6 +179,7 @@ class VerifyReport:
             sequences=f.get(states, "sequences", int, optional=True, where="states."),
             tokens=f.get(states, "tokens", int, optional=True, where="states."),
             verdict=parsed_verdict,
+            per_category=f.categories(obj.get("per_category")),
         )
 
     # -- files
@@ -168,12 +189,14 @@ class VerifyReport:
         p = Path(path)
         if p.is_dir():
             p = p / REPORT_FILE
-        try:
-            text = p.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise CheckpointReadError(f"{p}: no verify report there", hint=_RERUN) from None
-        except (OSError, UnicodeDecodeError) as err:
-            raise CheckpointReadError(f"{p}: cannot read: {getattr(err, 'strerror', None) or err}") from None
+        from eagle3conv.io.jsonfile import MAX_JSON_BYTES, read_small_file
+
+        if not os.path.lexists(p):
+            raise CheckpointReadError(f"{p}: no verify report there", hint=_RERUN)
+        try:  # a regular file, bounded, read once
+            text = read_small_file(p, "verify report", MAX_JSON_BYTES).decode("utf-8")
+        except UnicodeDecodeError:
+            raise CheckpointReadError(f"{p}: cannot read: not UTF-8 text") from None
         return cls.from_json(text, p.name)
 
     def save(self, folder: str | os.PathLike, *, local_paths: Sequence[str] = ()) -> Path:
@@ -264,6 +287,30 @@ class _Fields:
         )
 
 
+    def categories(self, per: Any) -> tuple[CategoryFigures, ...] | None:
+        if per is None:
+            return None
+        if not isinstance(per, dict):
+            raise self._bad("", "per_category", "an object (category -> figures)", per)
+        out = []
+        for name, c in per.items():
+            where = f"per_category.{name}."
+            if not isinstance(c, dict):
+                raise self._bad("per_category.", name, "an object", c)
+            acceptance = self.numbers(c, "acceptance_per_position", where=where, fraction=True)
+            cis = c.get("acceptance_ci95")
+            if not isinstance(cis, list) or len(cis) != len(acceptance):
+                raise self._bad(where, "acceptance_ci95", f"{len(acceptance)} intervals, one per position", cis)
+            out.append(CategoryFigures(
+                name=name, sequences=self.get(c, "sequences", int, where=where),
+                positions_scored=self.get(c, "positions_scored", int, where=where), acceptance=acceptance,
+                acceptance_ci95=tuple(self.interval({"acceptance_ci95": x}, "acceptance_ci95", where=where)
+                                      for x in cis),
+                accept_length=self.number(c, "accept_length", where=where),
+                accept_length_ci95=self.interval(c, "accept_length_ci95", where=where)))
+        return tuple(out)
+
+
 _KIND_NAMES = {list: "list", dict: "object", int: "integer", str: "string", bool: "true/false"}
 
 
@@ -325,6 +372,8 @@ class VerifyResult:
     save_error: str | None = None
     reference: Reference = "target"  # what drafts were compared with: the target's or the data's next tokens
     engine_scores: list[EngineScore] = field(default_factory=list)  # per engine release of the wiring check
+    categories: tuple[str | None, ...] | None = None  # per sequence of the states (None: none recorded)
+    profile: Path | None = None  # where speculation_profile.json was written
 
     @property
     def main(self) -> Score:
@@ -363,8 +412,10 @@ class VerifyResult:
             "results": [dict(s.to_dict(), norm_comparison=c) for s, c in zip(self.scores, self.comparisons)],
             "verdict": self.verdict.to_dict(),
             "wiring_check": dict(self.wiring_check, engine_scores=[e.to_dict() for e in self.engine_scores]),
+            "per_category": category_figures(self.main, self.categories),
             "seconds": self.seconds,
             "saved": None if self.saved is None else str(self.saved),
+            "profile": None if self.profile is None else str(self.profile),
             "save_error": self.save_error,
         }
 
@@ -374,7 +425,7 @@ class VerifyResult:
 
 
 __all__ = [
-    "REFERENCES", "REPORT_FILE", "REPORT_FORMAT", "REPORT_VERSION", "EngineScore", "Reference", "VerifyReport",
+    "REFERENCES", "REPORT_FILE", "REPORT_FORMAT", "REPORT_VERSION", "CategoryFigures", "EngineScore", "Reference", "VerifyReport",
     "VerifyResult",
     "WiringFigures",
 ]

@@ -385,7 +385,8 @@ class _Verification:
                      "build": round(self.t_built - self.t_loaded, 3),
                      "first_result": round((self.first_result or t_end) - self.t_start, 3),
                      "total": round(t_end - self.t_start, 3)},
-            min_accept=o.min_accept, reference=self.reference, engine_scores=engine_scores)
+            min_accept=o.min_accept, reference=self.reference, engine_scores=engine_scores,
+            categories=states.categories)
 
     def _capture_record(self) -> dict | None:
         """How the states were captured (for the verdict's advice on what to capture), and whether
@@ -397,15 +398,18 @@ class _Verification:
         return cap or None
 
     def save(self, result: VerifyResult) -> None:
-        """The report beside the drafter (under the folder's shared lock, no local paths in it);
-        a read-only or busy folder keeps the results and says why nothing was saved."""
+        """The acceptance profile (:mod:`eagle3conv.verify.profile`) and the report beside the
+        drafter (under the folder's shared lock, no local paths in either); a read-only or busy
+        folder keeps the results and says why nothing was saved."""
         if not self.opts.save:
             return
         from eagle3conv.io.files import folder_lock
+        from eagle3conv.verify.profile import save_profile
 
         root, path = self.root, self.path
         try:  # no local paths in a pushed report
             with folder_lock(root, exclusive=False, command="verify"):
+                result.profile = Path(save_profile(result, root))
                 result.saved = result.report().save(root, local_paths=(str(path), str(root), str(root.resolve())))
         except OSError as err:  # a read-only checkpoint: keep the results, say so
             result.save_error = f"could not save {root / REPORT_FILE}: {err.strerror or err} (use --no-save)"

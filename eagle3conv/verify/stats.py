@@ -188,6 +188,19 @@ def excluded_at(d: float, se: float, rows: int, alpha: float, comparisons: int =
     return d - t_quantile(1.0 - alpha / max(1, comparisons), rows - 1) * se > 0
 
 
+def _rounds(a, f):
+    """The drafts accepted in each greedy round of one sequence (see :func:`replay`)."""
+    import numpy as np
+
+    where = np.flatnonzero(f)
+    if not where.size:
+        return
+    t, S = int(where[0]), len(f)
+    while t < S and f[t]:
+        yield int(a[t])
+        t += int(a[t]) + 1
+
+
 def replay(leading, full) -> tuple[list[int], list[int]]:
     """Greedy chain decoding replayed on teacher-forced results, per sequence.
 
@@ -200,23 +213,31 @@ def replay(leading, full) -> tuple[list[int], list[int]]:
     rounds) per sequence."""
     import numpy as np
 
-    a_all, f_all = np.asarray(leading), np.asarray(full, dtype=bool)
     accepted, rounds = [], []
-    for a, f in zip(a_all, f_all):
-        where = np.flatnonzero(f)
-        acc = n = 0
-        if where.size:
-            t, S = int(where[0]), len(f)
-            while t < S and f[t]:
-                acc += 1 + int(a[t])
-                n += 1
-                t += int(a[t]) + 1
-        accepted.append(acc)
-        rounds.append(n)
+    for a, f in zip(np.asarray(leading), np.asarray(full, dtype=bool)):
+        got = list(_rounds(a, f))
+        accepted.append(sum(got) + len(got))
+        rounds.append(len(got))
     return accepted, rounds
+
+
+def replay_histogram(leading, full, steps: int) -> list[list[int]]:
+    """The rounds of :func:`replay` by accept length, per sequence: entry ``L - 1`` counts
+    the rounds that emitted ``L`` tokens (``L - 1`` drafts accepted plus the target's own),
+    ``L`` = 1 .. ``steps`` + 1. Summed over lengths, ``L * count`` gives replay's accepted
+    tokens and ``count`` its rounds."""
+    import numpy as np
+
+    out = []
+    for a, f in zip(np.asarray(leading), np.asarray(full, dtype=bool)):
+        hist = [0] * (steps + 1)
+        for acc in _rounds(a, f):
+            hist[acc] += 1
+        out.append(hist)
+    return out
 
 
 __all__ = [
     "bootstrap", "excluded_at", "paired_difference", "paired_mean_difference", "paired_ratio_bound",
-    "replay", "t_quantile", "t_tail", "wilson",
+    "replay", "replay_histogram", "t_quantile", "t_tail", "wilson",
 ]

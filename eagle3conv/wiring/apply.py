@@ -210,7 +210,7 @@ class Wiring:
 
     def to_dict(self, drafter: str | None = None) -> dict:
         d = self.report.to_dict()
-        d["written"] = None if self.edits is None else self.edits.to_dict(drafter)
+        d["written"] = None if self.edits is None else self.edits.to_dict(drafter, self.config)
         d["refused"] = self.refused
         return d
 
@@ -285,7 +285,35 @@ def _check(config: dict, ev: Evidence, kw: dict, target_hidden: int | None) -> W
             "error", AUX_LAYERS, TARGET_HIDDEN,
             f"the drafter reads target states of width {target_hidden}, but {target.name}'s hidden size is "
             f"{target.hidden_size}: this drafter belongs to another target"))
+    if target is not None:
+        report.findings[:0] = target_mismatches(config, target)
     return report
+
+
+def target_mismatches(config: dict, target: TargetProfile) -> list[Finding]:
+    """The drafter's config against the target's numbers beyond the hidden size: its ``vocab_size`` (token ids
+    and d2t index the target's vocabulary) and the target layer count its config records (eagle3conv's
+    provenance, speculators' verifier). The drafter's own heads are not compared: trainers give a drafter
+    heads of its own (SpecForge's DeepSeek-V3 drafter: 56 heads, 8 KV heads, against the target's 128)."""
+    from eagle3conv.findings import TARGET_LAYERS, TARGET_VOCAB
+    from eagle3conv.spec.drafter import read_field
+
+    out = []
+    vocab = config.get("vocab_size")
+    if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab != target.vocab_size:
+        out.append(Finding("error", AUX_LAYERS, TARGET_VOCAB,
+                           f"config.json vocab_size is {vocab}, but {target.name}'s vocabulary has "
+                           f"{target.vocab_size} tokens: the drafter's token ids (and its d2t) index another "
+                           "vocabulary, so it belongs to another target",
+                           "serve it with the target it was trained for (--target), or retrain it on this one"))
+    for where in ("eagle3conv.aux_layers.target_num_layers", "speculators_config.verifier.num_hidden_layers"):
+        found, n = read_field(config, where)
+        if found and isinstance(n, int) and not isinstance(n, bool) and n != target.num_hidden_layers:
+            out.append(Finding("error", AUX_LAYERS, TARGET_LAYERS,
+                               f"config.json {where} says the target has {n} layers, but {target.name} has "
+                               f"{target.num_hidden_layers}: the drafter was wired (or trained) for another target",
+                               "give the target it was trained for (--target)"))
+    return out
 
 
 def _check_kw(ev: Evidence, opts: WiringOptions | None, *, fc_in: int | None, target_hidden: int | None,

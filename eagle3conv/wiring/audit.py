@@ -12,8 +12,9 @@ of its tensors and the target, and returns warnings (area ``config``):
 * ``embed_tokens`` shipped while the drafter embeds with the target's table: vLLM embeds
   with it unless it is the target's (:func:`audit_embedding` compares, when the target's
   embedding or captured embedding outputs are at hand; otherwise a notice says it could not);
-* only one of ``rope_scaling`` / ``rope_parameters`` written (readers of the other fall
-  back to no scaling);
+* ``rope_parameters`` written without ``rope_scaling`` (readers before transformers 5 fall back
+  to plain RoPE); a ``rope_scaling`` object alone, or ``"rope_scaling": null``, is read right by
+  transformers 5.24, which converts it itself;
 * ``max_position_embeddings`` below the context served (``--max-context``, default the
   target's own ``max_position_embeddings``; a notice when neither is known);
 * flags only one engine honours: ``norm_before_fc`` on an MLA drafter (neither),
@@ -108,20 +109,19 @@ def audit_config(
     if "embed_tokens.weight" in tensor_names and not drafter_uses_own_embedding(
             cfg.get("hidden_size"), cfg.get("target_hidden_size")):
         out += audit_embedding(embedding_comparison, where=where)
-    has_scaling, has_params = "rope_scaling" in cfg, "rope_parameters" in cfg
-    if has_scaling != has_params:
-        have, missing = ("rope_scaling", "rope_parameters") if has_scaling else ("rope_parameters", "rope_scaling")
-        out.append(_w(AUDIT_ROPE_FIELDS,
-                      f"{where} has {have} but no {missing}: readers of {missing} (older and newer "
-                      "transformers, the engines' config parsers) fall back to plain RoPE",
-                      f"write both {have} and {missing} (with rope_theta) holding the same settings"))
+    out += _rope_fields(cfg, where)
     mpe = cfg.get("max_position_embeddings")
     if _is_int(mpe) and _is_int(max_context) and mpe < max_context:
+        from eagle3conv.spec.launch_check import context_outcomes
+
+        what = context_outcomes(cfg, max_context)
         out.append(_w(AUDIT_MAX_POSITIONS,
                       f"max_position_embeddings is {mpe}, below the {max_context}-token context served "
-                      f"({max_context_from or '--max-context'}): positions beyond it are out of the drafter's "
-                      "range and acceptance collapses there",
-                      f"set max_position_embeddings in {where} to at least {max_context}"))
+                      f"({max_context_from or '--max-context'})"
+                      + (": " + "; ".join(what) if what else "")
+                      + "; where it serves longer, positions beyond it are out of the drafter's trained range",
+                      f"set max_position_embeddings in {where} to at least {max_context} if the drafter was trained "
+                      "for that range, or serve a shorter context (--context-length / --max-model-len)"))
     elif not _is_int(max_context) and context_unknown:
         out.append(Finding("notice", CONFIG, AUDIT_CONTEXT_UNKNOWN,
                            f"max_position_embeddings was not checked against the served context: {context_unknown}",
@@ -146,6 +146,30 @@ def audit_config(
                       f"set use_cache: true in {where}"))
     out += _engine_defaults(cfg, tensor_names, where)
     return out
+
+
+def _rope_fields(cfg: Mapping[str, Any], where: str) -> list[Finding]:
+    """Only ``rope_parameters`` written (no ``rope_scaling`` object): readers before transformers 5 read
+    ``rope_scaling`` and fall back to plain RoPE. The other way round needs nothing: transformers 5.24
+    turns a ``rope_scaling`` object into ``rope_parameters`` itself and reads ``rope_scaling`` back from
+    it, and ``"rope_scaling": null`` is no RoPE scaling at all (docs/facts.md §13)."""
+    scaling, params = cfg.get("rope_scaling"), cfg.get("rope_parameters")
+    if not isinstance(params, Mapping) or isinstance(scaling, Mapping):
+        return []
+    kinds = {str(params.get("rope_type") or params.get("type") or "default")} if not any(
+        isinstance(v, Mapping) for v in params.values()) else {
+        str(v.get("rope_type") or v.get("type") or "default") for v in params.values() if isinstance(v, Mapping)}
+    thetas = [params.get("rope_theta")] + [v.get("rope_theta") for v in params.values() if isinstance(v, Mapping)]
+    # readers before transformers 5 take rope_theta from the top level, else their default 10000
+    theta_only_there = "rope_theta" not in cfg and any(t is not None and t != 10000 for t in thetas)
+    if kinds <= {"default"} and not theta_only_there:
+        return []  # plain RoPE either way, and rope_theta where every reader finds it
+    return [_w(AUDIT_ROPE_FIELDS,
+               f"{where} has rope_parameters ({', '.join(sorted(kinds))}) but no rope_scaling"
+               + (" and no top-level rope_theta" if theta_only_there else "")
+               + ": readers before transformers 5 read only rope_scaling and rope_theta, and fall back to plain "
+                 "RoPE" + (" with theta 10000" if theta_only_there else ""),
+               f"write rope_scaling (and rope_theta) in {where} with the same settings as rope_parameters")]
 
 
 def _engine_defaults(cfg: Mapping[str, Any], tensor_names, where: str) -> list[Finding]:

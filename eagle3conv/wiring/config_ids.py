@@ -19,7 +19,6 @@ and makes the config edits:
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -67,6 +66,8 @@ class WiringEdits:
     readers: dict[IdField, list[EngineRelease]] = field(default_factory=dict)
     """Per field: the releases that read their ids there first."""
     config_edits: list[ConfigEdit] = field(default_factory=list)
+    asked: tuple[EngineRelease, ...] = ()
+    """The releases asked for (``--engine``); the launch lines are for them first."""
 
     def launch_ids(self, engine: str) -> tuple[int, ...] | None:
         """The ids the launch line of ``engine`` passes (a launch option), if it reads them there."""
@@ -93,27 +94,30 @@ class WiringEdits:
             "written_by": f"eagle3conv {__version__}",
         }
 
-    def launch(self, drafter: str) -> dict[str, str]:
-        """Ready-to-paste launch lines (the target path is the profile's repo or a placeholder)."""
-        tgt = shlex.quote(self.target_repo or self.target or "TARGET")
-        d = shlex.quote(drafter)
-        spec = json.dumps({"method": "eagle3", "model": drafter, "num_speculative_tokens": 3})
-        out = {
-            "sglang": (f"python -m sglang.launch_server --model-path {tgt} --speculative-algorithm EAGLE3 "
-                       f"--speculative-draft-model-path {d} --speculative-num-steps 3 "
-                       f"--speculative-eagle-topk 1 --speculative-num-draft-tokens 4"),
-            "vllm": f"vllm serve {tgt} --speculative-config {shlex.quote(spec)}",
-        }
+    def launch(self, drafter: str, config: Mapping | None = None) -> dict[str, str]:
+        """Ready-to-paste launch lines, one per engine, from the one builder
+        (:func:`eagle3conv.spec.launch.launch_lines`; the target is the profile's repo or a placeholder):
+        ``sglang``, ``vllm``, ``tensorrt_llm`` (and ``tensorrt_llm_layers``), or ``ENGINE_refused`` with
+        why, for an engine whose release served first cannot load the drafter (``config``)."""
+        from eagle3conv.spec.launch import launch_lines
+
         trt_ids = self.launch_ids("tensorrt-llm")
-        if trt_ids is not None:
-            trt = {"decoding_type": "Eagle3", "max_draft_len": 3, "speculative_model_dir": drafter,
-                   "eagle3_layers_to_capture": list(trt_ids)}
-            out["tensorrt_llm"] = (f"trtllm-serve {tgt} --extra_llm_api_options extra.yaml  "
-                                   f"# extra.yaml: speculative_config: {json.dumps(trt)}")
+        lines = launch_lines(served_releases(self.asked), config, drafter=drafter,
+                             target=self.target_repo or self.target, capture_ids=trt_ids)
+        out: dict[str, str] = {}
+        for engine, line in lines.items():
+            key = engine.replace("-", "_")
+            if line.text is None:
+                out[f"{key}_refused"] = "; ".join(line.refused)
+            elif line.extra_file:
+                out[key] = f"{line.text}  # {line.extra_name}: {line.extra_file.replace(chr(10), ' ')}"
+            else:
+                out[key] = line.text
+        if trt_ids is not None and "tensorrt_llm" in out:
             out["tensorrt_llm_layers"] = f"eagle3_layers_to_capture: {sorted(trt_ids)}"
         return out
 
-    def to_dict(self, drafter: str | None = None) -> dict:
+    def to_dict(self, drafter: str | None = None, config: Mapping | None = None) -> dict:
         d = {
             "layers": [{"output_of": r.output_of} for r in self.layers],
             "described": describe(self.layers),
@@ -126,7 +130,7 @@ class WiringEdits:
                            for r, ids in self.plan.needs],
         }
         if drafter is not None:
-            d["launch"] = self.launch(drafter)
+            d["launch"] = self.launch(drafter, config)
         return d
 
 
@@ -178,7 +182,7 @@ def wiring_edits(
         who = ", ".join(str(r) for w in lost for r in readers[w] if r in must)
         raise WiringError(f"no id list in {', '.join(map(str, lost))} makes {who} capture {describe(layers)}",
                           hint="serve the drafter on another engine (--engine), or retrain on layers it can capture")
-    out = WiringEdits(layers, record, num_layers, target, target_repo, plan, readers)
+    out = WiringEdits(layers, record, num_layers, target, target_repo, plan, readers, asked=tuple(releases))
     new = dict(config)
     for where, ids in plan.fields:
         new = with_field(new, where.name, list(ids))

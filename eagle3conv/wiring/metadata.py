@@ -83,6 +83,7 @@ from eagle3conv.io.files import atomic_write_text
 from eagle3conv.errors import CheckpointReadError, UsageError, WiringError, WriteError
 from eagle3conv.spec.drafter import AUX_KEY, NESTED_AUX_FIELD, aux_ids, read_field
 from eagle3conv.spec.layers import (
+    MAX_LAYERS,
     LayerRef,
     LayerSet,
     describe,
@@ -174,12 +175,12 @@ def make_record(
 
 
 def _int_list(value: Any, where: str) -> list[int]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise CheckpointReadError(f"{where}: expected a list of layer ids, got {value!r}")
+    if not isinstance(value, (list, tuple)):
+        raise CheckpointReadError(f"{where}: expected a list of layer ids, got {_shown(value)}")
     out = list(value)
-    for i in out:
+    for n, i in enumerate(out):
         if isinstance(i, bool) or not isinstance(i, int):
-            raise CheckpointReadError(f"{where}: layer ids must be integers, got {i!r} in {out}")
+            raise CheckpointReadError(f"{where}: layer ids must be integers, got {_shown(i)} at position {n}")
     if not out:
         raise CheckpointReadError(f"{where}: the list of layer ids is empty")
     return out
@@ -204,7 +205,7 @@ def _pairs(value: Any, where: str) -> dict:
         out = {}
         for item in value:
             if not isinstance(item, (list, tuple)) or len(item) != 2 or not isinstance(item[0], str):
-                raise CheckpointReadError(f"{where}: expected [key, value] pairs, got {item!r}")
+                raise CheckpointReadError(f"{where}: expected [key, value] pairs, got {_shown(item)}")
             out[item[0]] = item[1]
         return out
     raise CheckpointReadError(f"{where}: expected a dict or a list of [key, value] pairs, got {type(value).__name__}")
@@ -295,29 +296,49 @@ def from_specforge_state(extras: Mapping | None) -> TrainingRecord | None:
 
 
 def _record_file(root: Path, spec) -> Path | None:
-    """The first of the format's record files that exists (``record.dirs``, relative to the weights)."""
+    """The first of the format's record files that exists (``record.dirs``, relative to the weights),
+    checked like every file read from a folder (:func:`~eagle3conv.checkpoint.links.safe_member`): it
+    must resolve to a regular file inside the folder it is named in (the weights' folder, or for
+    Automodel's ``model/consolidated`` the run folder two up that holds it); a link leaving it, a
+    dangling link or a FIFO is refused by name, without opening it."""
+    from eagle3conv.checkpoint.links import safe_member
+
     folder = root if root.is_dir() else root.parent
     for d in spec.dirs:
         if "when_path" in d and not re.search(d["when_path"], folder.as_posix()):
             continue
-        path = Path(os.path.normpath(folder / d["dir"] / spec.file))  # the path named, as the trainer lays it out
-        if path.is_file():
-            return path
+        base = Path(os.path.normpath(folder / d["dir"]))  # the folder named, as the trainer lays it out
+        path = base / spec.file
+        if _entry(path):
+            return safe_member(base, path)
     return None
 
 
+def _entry(path: Path) -> bool:
+    """Whatever sits at ``path`` but a folder (a file, a link of any kind, a FIFO): present, for
+    :func:`~eagle3conv.checkpoint.links.safe_member` to judge."""
+    return os.path.lexists(path) and not (path.is_dir() and not path.is_symlink())
+
+
 def _read_yaml(path: Path) -> Any:
-    """A YAML file (PyYAML comes with transformers); errors name the file."""
-    try:
-        import yaml
-    except ImportError as e:  # pragma: no cover - transformers depends on PyYAML
-        raise CheckpointReadError(f"{path}: cannot read YAML without PyYAML ({e})") from e
-    try:
-        return yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError) as e:
-        raise CheckpointReadError(f"{path}: unreadable: {e}") from e
-    except yaml.YAMLError as e:
-        raise CheckpointReadError(f"{path}: not valid YAML: {e}") from e
+    """A trainer's YAML record (:func:`eagle3conv.io.yamlfile.read_yaml_file`: small, plain data, no
+    aliases); errors name the file and quote none of it."""
+    from eagle3conv.io.yamlfile import read_yaml_file
+
+    return read_yaml_file(path, "recipe snapshot")
+
+
+def _shown(value: Any) -> str:
+    """A value read from a record file, in an error: a small integer as itself, anything else by its
+    type only (the file may hold anything; its bytes are not echoed)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 10**12:
+        return str(value)
+    if isinstance(value, float) and len(repr(value)) <= 24:
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)}"
+    return {str: "a string", bool: "a boolean", float: "a number", dict: "a mapping",
+            type(None): "null"}.get(type(value), f"a {type(value).__name__}")
 
 
 def _target_layers(spec, config: Mapping | None) -> int | None:
@@ -342,7 +363,8 @@ def from_trainer_file(root: str | os.PathLike | None, spec, trainer: str,
     if path is None:
         return None
     data = _read_yaml(path) if path.suffix in (".yaml", ".yml") else _read_json_object(path)
-    found, ids = read_field(data if isinstance(data, Mapping) else {}, spec.field)
+    _check_shape(data, spec.field, path)
+    found, ids = read_field(data, spec.field)
     if not found or ids is None:
         return None
     where = f"{path} {spec.field}"
@@ -351,6 +373,22 @@ def from_trainer_file(root: str | os.PathLike | None, spec, trainer: str,
     return make_record(decode_ids(raw, spec.numbering, _target_layers(spec, config), where),
                        f"{where} ({trainer}: {spec.numbering}-of-layer numbering)", kind="trainer",
                        convention=spec.numbering, raw_ids=raw, target=target if isinstance(target, str) else None)
+
+
+def _check_shape(data: Any, field: str, path: Path) -> None:
+    """The record is a mapping, and each object on the field's dotted path is one where present."""
+    if data is None:
+        raise CheckpointReadError(f"{path}: empty (no YAML document); expected {field} in it")
+    node, seen = data, []
+    for part in field.split("."):
+        if not isinstance(node, Mapping):
+            where = ".".join(seen) or "the file"
+            raise CheckpointReadError(f"{path}: {where} is {_shown(node)}, not a mapping; expected {field} in it",
+                                      hint=f"the trainer writes {field} as a list of layer ids")
+        if part not in node:
+            return
+        node = node[part]
+        seen.append(part)
 
 
 def trainer_default(spec, config: Mapping | None, trainer: str, num_layers: int | None = None) -> TrainingRecord | None:
@@ -512,6 +550,10 @@ def from_dump_manifest(folder: str | os.PathLike, *, with_norms: bool = False) -
         if m and p.is_file():
             slots[int(m.group(1))] = p
     manifest_path = root / MANIFEST_FILE
+    if _entry(manifest_path):  # it must resolve inside the dump folder (checkpoint/links.py)
+        from eagle3conv.checkpoint.links import safe_member
+
+        safe_member(root, manifest_path)
     if not slots and not manifest_path.is_file():
         return None
     if slots and sorted(slots) != list(range(len(slots))):
@@ -528,8 +570,8 @@ def from_dump_manifest(folder: str | os.PathLike, *, with_norms: bool = False) -
             raise CheckpointReadError(f"{manifest_path}: missing field 'captured_at_input_of'")
         raw = _int_list(manifest["captured_at_input_of"], where)
         n = manifest.get("num_layers")
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise CheckpointReadError(f"{manifest_path}: field 'num_layers' must be a positive integer, got {n!r}")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_LAYERS):
+            raise CheckpointReadError(f"{manifest_path}: field 'num_layers' must be an integer from 1 to {MAX_LAYERS}, got {_shown(n)}")
         layers = decode_ids(raw, "captured-at-input", n, where)
         if slots and len(slots) != len(raw):
             raise WiringError(
@@ -570,9 +612,9 @@ def _opt(obj: dict, key: str, kinds: tuple[type, ...], what: str, path: Path) ->
     if v is None:
         return None
     if isinstance(v, bool) and bool not in kinds:
-        raise CheckpointReadError(f"{path}: field '{key}' must be {what} or null, got {v!r}")
+        raise CheckpointReadError(f"{path}: field '{key}' must be {what} or null, got {_shown(v)}")
     if not isinstance(v, kinds):
-        raise CheckpointReadError(f"{path}: field '{key}' must be {what} or null, got {v!r}")
+        raise CheckpointReadError(f"{path}: field '{key}' must be {what} or null, got {_shown(v)}")
     return v
 
 
@@ -582,7 +624,7 @@ def _number(v: Any) -> bool:
 
 def _check_norms(norms: Any, nslots: int, where: str, error: type) -> dict:
     if not isinstance(norms, Mapping):
-        raise error(f"{where}: field 'norms' must be an object, got {norms!r}")
+        raise error(f"{where}: field 'norms' must be an object, got {_shown(norms)}")
     slots = norms.get("slots")
     if not isinstance(slots, list):
         raise error(f"{where}: field 'norms.slots' must be a list (one entry per layer)")
@@ -593,7 +635,7 @@ def _check_norms(norms: Any, nslots: int, where: str, error: type) -> dict:
             raise error(f"{where}: field 'norms.slots[{i}]' must be an object with median, p10, p90")
         for k in ("median", "p10", "p90"):
             if not _number(s.get(k)):
-                raise error(f"{where}: field 'norms.slots[{i}].{k}' must be a finite number >= 0, got {s.get(k)!r}")
+                raise error(f"{where}: field 'norms.slots[{i}].{k}' must be a finite number >= 0, got {_shown(s.get(k))}")
         if not s["p10"] <= s["median"] <= s["p90"]:
             raise error(f"{where}: field 'norms.slots[{i}]' needs p10 <= median <= p90, got "
                         f"{s['p10']}, {s['median']}, {s['p90']}")
@@ -624,18 +666,21 @@ def from_metadata_file(path: str | os.PathLike) -> TrainingRecord | None:
     :class:`WiringError` for fields that contradict each other.
     """
     p = Path(path)
-    if p.is_dir():
-        p = p / METADATA_FILE
-        if not p.is_file():
+    if p.is_dir():  # the folder's own file: it must resolve inside the folder (checkpoint/links.py)
+        from eagle3conv.checkpoint.links import safe_member
+
+        folder, p = p, p / METADATA_FILE
+        if not _entry(p):
             return None
+        safe_member(folder, p)
     obj = _read_json_object(p)
     if obj.get("format") != METADATA_FORMAT:
         raise CheckpointReadError(
-            f"{p}: field 'format' must be {METADATA_FORMAT!r}, got {obj.get('format')!r}"
+            f"{p}: field 'format' must be {METADATA_FORMAT!r}, got {_shown(obj.get('format'))}"
         )
     version = obj.get("version")
     if isinstance(version, bool) or not isinstance(version, int):
-        raise CheckpointReadError(f"{p}: field 'version' must be an integer, got {version!r}")
+        raise CheckpointReadError(f"{p}: field 'version' must be an integer, got {_shown(version)}")
     if version > METADATA_VERSION:
         raise CheckpointReadError(
             f"{p}: field 'version' is {version}; this eagle3conv reads version {METADATA_VERSION}",
@@ -646,7 +691,7 @@ def from_metadata_file(path: str | os.PathLike) -> TrainingRecord | None:
     raw_layers = obj.get("layers")
     if not isinstance(raw_layers, list) or not raw_layers:
         raise CheckpointReadError(
-            f"{p}: field 'layers' must be a non-empty list like [{{\"output_of\": 2}}, ...], got {raw_layers!r}"
+            f"{p}: field 'layers' must be a non-empty list like [{{\"output_of\": 2}}, ...], got {_shown(raw_layers)}"
         )
     refs = []
     for i, item in enumerate(raw_layers):
@@ -654,7 +699,7 @@ def from_metadata_file(path: str | os.PathLike) -> TrainingRecord | None:
         if isinstance(v, bool) or not isinstance(v, int) or v < -1:
             raise CheckpointReadError(
                 f"{p}: field 'layers[{i}]' must be {{\"output_of\": <layer, 0-based, or -1 for the "
-                f"embedding output>}}, got {item!r}"
+                f"embedding output>}}, got {_shown(item)}"
             )
         refs.append(LayerRef(v))
     try:
