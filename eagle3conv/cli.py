@@ -705,6 +705,9 @@ def _push_text(d: dict) -> str:
                    "best confirmed with the config's, the record's and engine defaults) and name the one the "
                    "drafter was trained on where the data separates it. Automatic when config.json names no "
                    "layers.")
+@click.option("--search-budget", type=float, metavar="SECONDS",
+              help="The seconds the search's screen may spend (it stops at a stage boundary and says what more "
+                   "would read); default: a work cap the report names.")
 @click.option("--steps", default=3, show_default=True, type=int, help="Draft steps per chain.")
 @click.option("--min-accept", type=float, help="Fail (exit 4) when step-1 acceptance is below this fraction.")
 @click.option("--device", default="auto", show_default=True, help="auto (GPU when present), cpu, cuda, cuda:N.")
@@ -723,8 +726,8 @@ def _push_text(d: dict) -> str:
               help="A quantized drafter's bf16 original: scored on the same states and wiring; the report gives the "
                    "accept-length cost of quantization with its paired 95% interval.")
 def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sglang_version, layers, states_layers,
-               embeddings, training_states, search_wiring, steps, min_accept, device, dtype, batch_size,
-               max_sequences, plot, no_save, launch, reference):
+               embeddings, training_states, search_wiring, search_budget, steps, min_accept, device, dtype,
+               batch_size, max_sequences, plot, no_save, launch, reference):
     """Run the drafter on captured target states: acceptance per draft position, accept length, and the wiring.
 
     Teacher-forced top-1 acceptance of each draft against the target's own greedy
@@ -775,7 +778,7 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
                      layers=parse_ids(layers) if layers else None, min_accept=min_accept, batch_size=batch_size,
                      max_sequences=max_sequences, save=not no_save, progress=progress,
                      states_layers=parse_ids(states_layers) if states_layers else None, embeddings=embeddings,
-                     training_states=training_states, reference_drafter=reference)
+                     training_states=training_states, reference_drafter=reference, search_budget=search_budget)
     d = res.to_dict()
     launch_ok = _verify_launch(d, checkpoint, _wiring_opts(target, trained_on, captured_at, metadata, sglang_version),
                                launch)

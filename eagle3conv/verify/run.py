@@ -36,6 +36,7 @@ from eagle3conv.verify.search import (
     MIN_SEARCH_SEQUENCES,
     REFINE_CONFIRM,
     REFINE_ROUNDS,
+    SCREEN_BOUND,
     candidates,
     config_candidate,
     decide,
@@ -83,6 +84,7 @@ class VerifyOptions:
     """A bf16 drafter to score on the same states and wiring: the report's quantization cost."""
     raw_modules: Sequence[str] = ()
     """Quantized modules run as a release that builds them unquantized loads them (SGLang's fc)."""
+    search_budget: float | None = None  # seconds the search's screen may spend (None: its work cap)
 
     def check(self) -> None:
         """Refuse values no run can use, before anything is read."""
@@ -94,6 +96,8 @@ class VerifyOptions:
             raise UsageError(f"--max-sequences must be at least 1, got {self.max_sequences}")
         if self.batch_size < 1:
             raise UsageError(f"--batch-size must be at least 1, got {self.batch_size}")
+        if self.search_budget is not None and not self.search_budget > 0:
+            raise UsageError(f"--search-budget is seconds above 0, got {self.search_budget}")
 
 
 def verify(path: str | os.PathLike, states_path: str | os.PathLike, options: VerifyOptions | None = None, *,
@@ -351,7 +355,8 @@ class _Verification:
                 states.check_refs(base.layers)  # explains what is missing
             cands, self.coverage, self.screened = global_search(
                 self.screener, states, cands, self.avail, self.dc.num_aux, self.n, target_embeds=self.target_embeds,
-                labels=self.labels, max_sequences=self.opts.max_sequences, progress=self.progress)
+                labels=self.labels, max_sequences=self.opts.max_sequences, progress=self.progress,
+                bound=replace(SCREEN_BOUND, seconds=self.opts.search_budget))
         else:
             states.check_refs(base.layers)
         for i, cand in enumerate(cands):
