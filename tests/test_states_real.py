@@ -5,6 +5,8 @@ Each format is written from the tiny real target's captured states (tests/test_v
 ``safetensors.torch.save_file``; NeMo Automodel's ``write_manifest``/``write_shard`` are imported
 from its wheel when installed, else re-created byte for byte, sources in docs/states-formats.md),
 and verify's figures on it must equal those on eagle3conv's own states file for the same tokens.
+A folder written by ``capture --engine vllm``'s own code (vLLM stood in for on CPU) is read through
+its ``eagle3conv-capture.json``: layers, loss mask, categories and the target's tokens from it.
 """
 
 from __future__ import annotations
@@ -637,3 +639,26 @@ def test_vllm_capture_record_and_files_must_agree(world, vllm_capture, tmp_path)
     (other / SIDECAR).write_text(json.dumps(side))
     err = run("verify", drafter, "--states", other, "--no-save", ok=1).stderr
     assert "hs_3.safetensors: holds" in err and "do not belong together" in err
+
+
+def test_vllm_capture_without_generated_responses(world, vllm_capture, tmp_path):  # noqa: F811
+    """A record whose responses vLLM did not decode (no --generate): the target's tokens are not
+    known there, so none are taken from the record; verify computes them from the last slot."""
+    import shutil
+
+    from eagle3conv.states.readers import open_states
+    from eagle3conv.states.vllm_capture import SIDECAR
+
+    root, _, drafter = world
+    folder, ref_path, _ = vllm_capture
+    given = shutil.copytree(folder, tmp_path / "given")
+    side = json.loads((given / SIDECAR).read_text())
+    for s in side["sequences"]:
+        s["generated"] = 0
+    (given / SIDECAR).write_text(json.dumps(side))
+    st = open_states(given)
+    assert st.target_next is None and st.final_state == ("pre-norm", outputs(N_LAYERS - 1)[0]) and st.has_loss_mask
+    got = verify(drafter, given, embeddings=root / "target", save=False)
+    want = verify(drafter, ref_path, save=False)
+    assert got.reference == "target" and any("final norm and lm_head" in n for n in got.states["verify_notes"])
+    _same_figures(got.main, want.main)
