@@ -662,3 +662,13 @@ def test_vllm_capture_without_generated_responses(world, vllm_capture, tmp_path)
     want = verify(drafter, ref_path, save=False)
     assert got.reference == "target" and any("final norm and lm_head" in n for n in got.states["verify_notes"])
     _same_figures(got.main, want.main)
+
+
+def test_vllm_capture_record_names_its_target_size(vllm_capture):
+    from eagle3conv.errors import WiringError
+    from eagle3conv.states.readers import open_states
+
+    folder, _, _ = vllm_capture
+    assert open_states(folder, num_layers=N_LAYERS).num_layers == N_LAYERS
+    with pytest.raises(WiringError, match="records a target of 6 layers, but the target named has 8"):
+        open_states(folder, num_layers=8)

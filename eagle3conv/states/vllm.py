@@ -231,6 +231,9 @@ class VllmStates(CapturedStates):
                 hint="leave --states-layers out: the capture's own record names the layers")
         if layers is not None and tuple(sorted(as_layer_refs(layers))) != tuple(LayerRef(i - 1) for i in record.vllm_ids):
             raise WiringError(f"{self.path}: the layers named conflict with {record.path.name}'s")
+        if self.num_layers is not None and self.num_layers != record.num_layers:
+            raise WiringError(f"{record.path}: records a target of {record.num_layers} layers, but the target "
+                              f"named has {self.num_layers}: these states come from another target")
         self.num_layers, self.vocab_size, self.target = record.num_layers, record.vocab_size, record.target
         self._label(record.vllm_ids, None)
         self.layers_from = (f"{record.path.name} vllm_layer_ids (eagle3conv capture --engine vllm's record, "
