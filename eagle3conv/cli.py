@@ -692,7 +692,8 @@ def _push_text(d: dict) -> str:
               help="The layers of the stored slots, for states that do not record them, in the numbering of "
                    "the run that wrote them: vLLM files take the ids vLLM was given (id i = output of layer "
                    "i-1, N = the last layer's); SpecForge records and dumps without manifest.json take "
-                   "output-of-layer ids. Without it these states cannot check the wiring (the report says so).")
+                   "output-of-layer ids. Without it these states cannot check the wiring (the report says so). "
+                   "Files from capture --engine vllm need none: their eagle3conv-capture.json names them.")
 @click.option("--embeddings", type=click.Path(exists=True, path_type=str),
               help="The target's weights (a model folder, a .safetensors file or a .gguf): its embedding table "
                    "for states without the embedding output, and its final norm and lm_head for its own next "
