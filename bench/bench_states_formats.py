@@ -98,7 +98,7 @@ def read_once(kind: str, path: Path, layers, a, device) -> float:
 
     from eagle3conv.spec.layers import LayerRef
     from eagle3conv.states.readers import open_states
-    from eagle3conv.verify.feed import batches
+    from eagle3conv.verify.feed import batches, feeder_for
 
     refs = tuple(LayerRef(i) for i in layers[:-1])  # the aux slots a drafter reads
     t0 = time.perf_counter()
@@ -111,8 +111,16 @@ def read_once(kind: str, path: Path, layers, a, device) -> float:
         st = open_states(path)
     opened["s"] = time.perf_counter() - t0
     got = 0
-    for _, _, aux, _ in batches(st, refs, total=st.num_sequences, batch_size=a.batch_size, with_embeddings=False,
-                                device=device, dtype=torch.bfloat16):
+    if a.feeder and device.type == "cpu":  # the CUDA path's own code, without pinned memory or streams
+        source = feeder_for(st, refs, total=st.num_sequences, batch_size=a.batch_size, with_embeddings=False,
+                            device=device, dtype=torch.bfloat16)
+        if source is None:  # (NeMo: no feeder, its plain path as on CUDA)
+            source = batches(st, refs, total=st.num_sequences, batch_size=a.batch_size, with_embeddings=False,
+                             device=device, dtype=torch.bfloat16)
+    else:
+        source = batches(st, refs, total=st.num_sequences, batch_size=a.batch_size, with_embeddings=False,
+                         device=device, dtype=torch.bfloat16)
+    for _, _, aux, _ in source:
         got += aux.shape[0]
         if aux.device != device:  # the readers' batches arrive pinned on the host: evaluate uploads them
             aux = aux.to(device, non_blocking=True)
@@ -141,6 +149,8 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--feeder", action="store_true",
+                   help="on CPU, read through the feeder verify uses on CUDA (feeder_for), minus pinning and upload")
     p.add_argument("--dir", default=None, help="where to write the files (default: a temp folder)")
     p.add_argument("--out", default=None, help="write the figures as JSON here")
     a = p.parse_args()
@@ -164,6 +174,7 @@ def main() -> None:
     tokens = a.sequences * a.seq_len
     res = {"what": "open + stream every sequence's aux slots as verify does, median over rounds; ratio to the "
                    "eagle3conv states file in the same round", "device": str(device),
+           "path": "feeder (CUDA's code on the CPU)" if a.feeder and device.type == "cpu" else "verify's",
            "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
            "shape": {"hidden": a.hidden, "slots": a.slots, "sequences": a.sequences, "seq_len": a.seq_len,
                      "tokens": tokens, "batch_size": a.batch_size, "nemo_topk": a.topk, "shard_size": a.shard_size},

@@ -447,6 +447,16 @@ class SpecForgeStates(CapturedStates):
         parts = [stored[..., self.layers.index(r) * t: (self.layers.index(r) + 1) * t] for r in refs]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
+    def row_reader(self, refs: LayerSet | None, with_embeddings: bool = False) -> SpecForgeRows | None:
+        """What copies record ``i``'s aux slots ``refs`` (None: as stored) straight from its memory
+        map into the caller's buffers (:class:`SpecForgeRows`); None for the embedding output, which
+        the records do not hold."""
+        if with_embeddings:
+            return None
+        cols = None if refs is None or tuple(refs) == tuple(self.layers or ()) else [self.layers.index(r) for r in refs]
+        dtype = self._load(self._files[0])["aux_hidden_state"].dtype  # pad_rows casts to the first record's
+        return SpecForgeRows(self, cols, dtype)
+
     def find_non_finite(self, refs) -> Path | None:
         import torch
 
@@ -460,6 +470,29 @@ class SpecForgeStates(CapturedStates):
         """``hidden_state`` ``[b, S, T]``: the target's final (post-norm) hidden state."""
         start, stop = self._rows(rows)
         return pad_rows([r["hidden_state"] for r in self._records(start, stop)], self.seq_len)
+
+
+class SpecForgeRows:
+    """Copies one record's aux slots into the consumer's ``[S, k*T]`` buffer: the record is loaded
+    as verify always loads it (weights-only, memory-mapped, checked), and its ``aux_hidden_state``
+    copied from the map in one pass (the slots ``cols``, in that order, or all as stored), with no
+    padded batch or second copy in between. The bytes are those :meth:`SpecForgeStates.aux` gives."""
+
+    def __init__(self, states: SpecForgeStates, cols: list[int] | None, dtype: Any):
+        self.states, self.cols, self.dtype = states, cols, dtype
+        self.hidden, self.seq_len = states.hidden_size, states.seq_len
+        self.width = self.hidden * (states.num_aux if cols is None else len(cols))
+
+    def fill(self, i: int, aux: Tensor, emb: Tensor | None = None) -> None:
+        """Record ``i``'s slots into ``aux`` ``[S', width]``, zero past its end (``emb`` is unused)."""
+        a = self.states._load(self.states._files[i])["aux_hidden_state"]
+        s, t = a.shape[0], self.hidden
+        if self.cols is None:
+            aux[:s] = a
+        else:
+            for j, c in enumerate(self.cols):
+                aux[:s, j * t:(j + 1) * t] = a[:, c * t:(c + 1) * t]
+        aux[s:] = 0
 
 
 # --------------------------------------------------------------------------- detection

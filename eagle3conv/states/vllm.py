@@ -319,11 +319,46 @@ class VllmStates(CapturedStates):
         except Exception as e:  # safetensors raises its own error types for damaged files
             raise CheckpointReadError(f"{p}: cannot read {name} ({type(e).__name__}: {e})") from None
 
+    def _hs_spans(self) -> list[tuple[int, str]] | None:
+        """Each file's ``hidden_states`` (first byte, dtype), from its validated header, read once; None
+        when the files' dtypes differ (then rows are read through safetensors and cast to the first's)."""
+        if getattr(self, "_spans_read", None) is None:
+            spans = []
+            for p, s in zip(self._files, self.lengths):
+                header, _ = read_safetensors_header(p)
+                hs = header.get("hidden_states")
+                if hs is None or tuple(hs.shape) != (s, self._n, self.hidden_size):
+                    raise CheckpointReadError(f"{p}: changed since it was opened (hidden_states is no longer "
+                                              f"[{s}, {self._n}, {self.hidden_size}])")
+                spans.append((hs.start, hs.dtype))
+            self._spans_read = spans if len({d for _, d in spans}) == 1 else []
+        return self._spans_read or None
+
+    def row_reader(self, refs: LayerSet | None, with_embeddings: bool = False) -> VllmRows | None:
+        """What reads sequence ``i``'s slots ``refs`` (None: as stored), and the embedding output when
+        asked, straight from its file into the caller's buffers (:class:`VllmRows`); None when the
+        files' dtypes differ."""
+        spans = self._hs_spans()
+        if spans is None:
+            return None
+        idx = list(range(self._n)) if refs is None else [self.layers.index(r) for r in refs]
+        emb = self.layers.index(LayerRef(-1)) if with_embeddings else None
+        return VllmRows(self._files, spans, self.lengths, self._n, self.hidden_size, idx, emb)
+
     def _slots(self, idx: list[int], start: int, stop: int) -> Tensor:
         """Stored slots ``idx`` of sequences start:stop, ``[b, S, len(idx)*T]``, zero past each end."""
         import torch
 
         t, k = self.hidden_size, len(idx)
+        spans = self._hs_spans()
+        if spans is not None:  # one scatter read per file, straight into the batch
+            from eagle3conv.io import dtypes
+
+            rows = VllmRows(self._files, spans, self.lengths, self._n, t, idx, None)
+            out = torch.empty(stop - start, self.seq_len, k * t, dtype=dtypes.torch_dtype(spans[0][1]))
+            for row in range(stop - start):
+                rows.fill(start + row, out[row])
+            return out
         out = None
         contiguous = idx == list(range(idx[0], idx[0] + k))
         for row, p in enumerate(self._files[start:stop]):
@@ -353,4 +388,69 @@ class VllmStates(CapturedStates):
         return None
 
 
-__all__ = ["HS_FILE", "VllmStates", "hs_files", "is_vllm_file", "read_dataset_columns"]
+class VllmRows:
+    """Reads one sequence's slots from its ``hs_{i}.safetensors`` straight into the consumer's layout.
+
+    A file's ``hidden_states`` ``[S, n, T]`` is row-major: per position its n slots side by side. The
+    consumer wants ``[S, len(idx)*T]`` (slots ``idx`` side by side, in ``idx`` order) and maybe the
+    embedding slot ``[S, T]``. :meth:`fill` reads the whole tensor once, front to back, with
+    ``preadv`` scattering each position's slots to where they go (the slots nobody asked for to a
+    scratch buffer): one pass over the file, no intermediate tensor, no copy after. Byte offsets
+    come from the validated safetensors header."""
+
+    def __init__(self, files: list[Path], spans: list[tuple[int, str]], lengths: list[int], n: int, hidden: int,
+                 idx: list[int], emb: int | None):
+        from eagle3conv.io import dtypes
+
+        self.files, self.lengths, self.idx, self.emb_slot = files, lengths, idx, emb
+        self.offsets = [start for start, _ in spans]
+        self.dtype = dtypes.torch_dtype(spans[0][1])
+        self.slot_bytes = hidden * dtypes.itemsize(spans[0][1])
+        self.row_bytes = n * self.slot_bytes
+        self.aux_bytes = len(idx) * self.slot_bytes
+        self.hidden, self.seq_len, self.width = hidden, max(lengths), len(idx) * hidden
+        self.scratch = memoryview(bytearray(self.row_bytes))
+        # per position: (where, byte offset in that row, bytes), consecutive slots merged
+        plan: list[list] = []
+        for j in range(n):
+            where, off = ("aux", idx.index(j) * self.slot_bytes) if j in idx else (None, 0)
+            if where is None and emb == j:
+                where = "emb"
+            last = plan[-1] if plan else None
+            if last and last[0] == where and (where is None or last[1] + last[2] == off):
+                last[2] += self.slot_bytes
+            else:
+                plan.append([where, off, self.slot_bytes])
+        self.plan = [tuple(x) for x in plan]
+
+    def fill(self, i: int, aux: Tensor, emb: Tensor | None = None) -> None:
+        """Sequence ``i``'s rows into ``aux`` ``[S', len(idx)*T]`` (and the embedding output into
+        ``emb`` ``[S', T]``), contiguous tensors of this reader's dtype; zero past the sequence's end."""
+        import torch
+
+        from eagle3conv.io.pread import pread_scatter
+
+        s = self.lengths[i]
+        a = memoryview(aux.view(-1).view(torch.uint8).numpy())
+        e = None if emb is None else memoryview(emb.view(-1).view(torch.uint8).numpy())
+        if self.plan == [("aux", 0, self.row_bytes)]:  # every slot, in stored order: one buffer
+            bufs = [a[:s * self.row_bytes]]
+        else:
+            dest = {"aux": (a, self.aux_bytes), "emb": (e, self.slot_bytes)}
+            bufs = [self.scratch[:nb] if where is None else dest[where][0][p * dest[where][1] + off:
+                                                                          p * dest[where][1] + off + nb]
+                    for p in range(s) for where, off, nb in self.plan]
+        fd = os.open(self.files[i], os.O_RDONLY)
+        try:
+            pread_scatter(fd, bufs, self.offsets[i], self.files[i])
+        finally:
+            os.close(fd)
+        aux[s:] = 0
+        if emb is not None:
+            if self.emb_slot in self.idx:  # the embedding is also an aux slot: one read, copied
+                col = self.idx.index(self.emb_slot) * (emb.shape[-1])
+                emb[:s] = aux[:s, col:col + emb.shape[-1]]
+            emb[s:] = 0
+
+
+__all__ = ["HS_FILE", "VllmRows", "VllmStates", "hs_files", "is_vllm_file", "read_dataset_columns"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
+from eagle3conv.io.pread import pread_into
 from eagle3conv.spec.layers import EMBEDDING, LayerSet
 
 
@@ -115,21 +116,6 @@ def state_spans(states, infos: dict | None = None) -> dict | None:
     return out
 
 
-def pread_into(fd: int, dst, offset: int, path) -> None:
-    """Fill the contiguous numpy array ``dst`` with the file's bytes from ``offset``."""
-    import os
-
-    from eagle3conv.errors import CheckpointReadError
-
-    mv = memoryview(dst).cast("B")
-    got = 0
-    while got < len(mv):
-        n = os.preadv(fd, [mv[got:]], offset + got)
-        if n <= 0:
-            raise CheckpointReadError(f"{path}: the file ended early (was it truncated while verify read it?)")
-        got += n
-
-
 class GpuFeeder:
     """Batches of aux (and embedding) states on the GPU, double-buffered: threads read
     the next batch's rows into a pinned buffer (one host copy, no cat), a side stream
@@ -139,36 +125,50 @@ class GpuFeeder:
     With ``spans`` (:func:`state_spans`) and ``path``, each slot's rows -- one contiguous
     byte range of the file -- are read with ``preadv`` straight into a slot-major pinned
     buffer ``[slots, batch, positions, width]`` (large reads, no page faults), and the
-    GPU puts the slots side by side after the upload. Otherwise the rows are copied from
-    the memory-mapped ``views``. The bytes, and so the numbers, are the same."""
+    GPU puts the slots side by side after the upload. With ``rows`` (a states source's
+    ``row_reader``: vLLM files, SpecForge records), each sequence is read by the reader
+    straight into its row of a pinned ``[batch, positions, slots*width]`` buffer (the
+    sequences of a batch side by side in the copy threads). Otherwise the rows are copied
+    from the memory-mapped ``views``. The bytes, and so the numbers, are the same.
 
-    def __init__(self, views: dict, refs: LayerSet, total: int, batch_size: int, with_emb: bool, device, dtype,
-                 *, spans: dict | None = None, path=None):
+    On a CPU ``device`` the same code runs without pinned memory or streams (how tests and
+    bench/ check it without a GPU); a batch is then a view of the feeder's buffer, valid
+    until the next batch is asked for."""
+
+    def __init__(self, views: dict | None, refs: LayerSet | None, total: int, batch_size: int, with_emb: bool,
+                 device, dtype, *, spans: dict | None = None, path=None, rows=None):
         import torch
 
         self.views, self.refs, self.total, self.bs = views, refs, total, batch_size
         self.with_emb, self.device, self.dtype = with_emb, device, dtype
-        first = views[refs[0]]
-        self.S, self.T = first.shape[1], first.shape[2]
-        store = first.dtype
-        k = len(refs)
+        self.cuda = device.type == "cuda"
+        self.rows = rows
+        if rows is not None:
+            self.S, self.T, store, width = rows.seq_len, rows.hidden, rows.dtype, rows.width
+            self.workers = min(batch_size, 8)  # one sequence (file) per copy thread
+        else:
+            first = views[refs[0]]
+            self.S, self.T, store = first.shape[1], first.shape[2], first.dtype
+            width = len(refs) * self.T
+            self.workers = len(refs) + 1
         self.nbuf = 2
-        need = list(refs) + ([EMBEDDING] if with_emb else [])
-        self.spans = spans if spans is not None and path is not None and all(r in spans for r in need) else None
+        need = [] if refs is None else list(refs) + ([EMBEDDING] if with_emb else [])
+        self.spans = (spans if rows is None and spans is not None and path is not None
+                      and all(r in spans for r in need) else None)
         self.path = path
-        # allocated pinned (not empty().pin_memory(), which fills a pageable copy first)
+        pin = self.cuda  # allocated pinned (not empty().pin_memory(), which fills a pageable copy first)
         if self.spans is not None:
-            self.aux = [torch.empty(k, batch_size, self.S, self.T, dtype=store, pin_memory=True)
+            self.aux = [torch.empty(len(refs), batch_size, self.S, self.T, dtype=store, pin_memory=pin)
                         for _ in range(self.nbuf)]
             self.aux_bytes = [t.view(torch.uint8).numpy() for t in self.aux]
         else:
-            self.aux = [torch.empty(batch_size, self.S, k * self.T, dtype=store, pin_memory=True)
+            self.aux = [torch.empty(batch_size, self.S, width, dtype=store, pin_memory=pin)
                         for _ in range(self.nbuf)]
-        self.emb = ([torch.empty(batch_size, self.S, self.T, dtype=store, pin_memory=True) for _ in range(self.nbuf)]
+        self.emb = ([torch.empty(batch_size, self.S, self.T, dtype=store, pin_memory=pin) for _ in range(self.nbuf)]
                     if with_emb else None)
         if self.spans is not None and self.emb is not None:
             self.emb_bytes = [t.view(torch.uint8).numpy() for t in self.emb]
-        self.stream = torch.cuda.Stream(device=device)
+        self.stream = torch.cuda.Stream(device=device) if self.cuda else None
 
     def __iter__(self):
         import queue
@@ -187,7 +187,7 @@ class GpuFeeder:
 
         # the host copies of one batch (one per slot, and the embedding) run side by side: each is a
         # page-cache (or disk) read into pinned memory, and torch releases the GIL while copying
-        pool = ThreadPoolExecutor(max_workers=len(self.refs) + 1, thread_name_prefix="eagle3conv-copy")
+        pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="eagle3conv-copy")
         import os
 
         fd = os.open(self.path, os.O_RDONLY) if self.spans is not None else -1
@@ -203,7 +203,10 @@ class GpuFeeder:
                         ev.synchronize()  # the previous upload from this buffer is done
                     end = min(start + self.bs, self.total)
                     n = end - start
-                    if self.spans is not None:  # each slot's rows: one contiguous range of the file
+                    if self.rows is not None:  # each sequence read by its source's reader, into its row
+                        futures = [pool.submit(self.rows.fill, start + r, self.aux[i][r],
+                                               None if self.emb is None else self.emb[i][r]) for r in range(n)]
+                    elif self.spans is not None:  # each slot's rows: one contiguous range of the file
                         jobs = [(self.aux_bytes[i][s, :n], ref) for s, ref in enumerate(self.refs)]
                         if self.emb is not None:
                             jobs.append((self.emb_bytes[i][:n], EMBEDDING))
@@ -233,6 +236,11 @@ class GpuFeeder:
                     raise item
                 i, start, end = item
                 n = end - start
+                if not self.cuda:  # the same buffers, read in place; freed when the consumer is back
+                    yield (start, end, self._host_aux(i, n).to(self.dtype),
+                           None if self.emb is None else self.emb[i][:n].to(self.dtype))
+                    free[i].put(None)
+                    continue
                 with torch.cuda.stream(self.stream):
                     if self.spans is not None:  # [slots, batch, S, T] -> [n, S, slots*T] on the GPU
                         raw = self.aux[i].to(self.device, non_blocking=True)
@@ -259,20 +267,47 @@ class GpuFeeder:
                 os.close(fd)
 
 
+    def _host_aux(self, i: int, n: int):
+        """Buffer ``i``'s first ``n`` sequences as ``[n, S, slots*width]`` on the host (CPU device)."""
+        if self.spans is not None:
+            k = self.aux[i].shape[0]
+            return self.aux[i][:, :n].permute(1, 2, 0, 3).reshape(n, self.S, k * self.T)
+        return self.aux[i][:n]
+
+
+def feeder_for(states, refs: LayerSet | None, *, total: int, batch_size: int, with_embeddings: bool, device,
+               dtype) -> GpuFeeder | None:
+    """The :class:`GpuFeeder` for ``states``: an eagle3conv states file by its header's byte ranges,
+    a source with a ``row_reader`` (vLLM files, SpecForge records) by that; None for any other
+    source, for no aux refs (``()``), or for embeddings a source does not hold (the plain path
+    then explains). ``refs`` are checked as the plain path checks them."""
+    infos = hidden_infos(states)  # the header read once for views and spans
+    if infos is not None:
+        return GpuFeeder(mapped_states(states, infos), refs, total, batch_size, with_embeddings, device, dtype,
+                         spans=state_spans(states, infos), path=states.path)
+    reader = getattr(states, "row_reader", None)
+    if reader is None or (refs is not None and not len(refs)) or (with_embeddings and not states.has_embeddings):
+        return None
+    rows = reader(None if refs is None else states.check_refs(refs), with_embeddings)
+    if rows is None:
+        return None
+    return GpuFeeder(None, refs, total, batch_size, with_embeddings, device, dtype, rows=rows)
+
+
 def batches(states, refs: LayerSet, *, total: int, batch_size: int, with_embeddings: bool, device, dtype,
             feeder: bool = True) -> Iterator[tuple]:
     """``(start, stop, aux, embeddings)`` per batch of sequences (``embeddings`` None unless
-    asked for). On a CUDA ``device`` an eagle3conv states file goes through
-    :class:`GpuFeeder` (unless ``feeder`` is False: the plain path, same numbers);
-    otherwise the states' own batches, read ahead in a thread (pinned on CUDA)."""
+    asked for). On a CUDA ``device`` an eagle3conv states file, vLLM files and SpecForge records
+    go through :class:`GpuFeeder` (:func:`feeder_for`; unless ``feeder`` is False: the plain path,
+    same numbers); otherwise the states' own batches, read ahead in a thread (pinned on CUDA)."""
     cuda = device.type == "cuda"
-    infos = hidden_infos(states) if cuda and feeder else None  # the header read once for views and spans
-    if infos is not None:
-        yield from GpuFeeder(mapped_states(states, infos), refs, total, batch_size, with_embeddings, device, dtype,
-                             spans=state_spans(states, infos), path=states.path)
+    fed = feeder_for(states, refs, total=total, batch_size=batch_size, with_embeddings=with_embeddings,
+                     device=device, dtype=dtype) if cuda and feeder else None
+    if fed is not None:
+        yield from fed
         return
     for b in prefetch(states.batches(refs, batch_size=batch_size, with_embeddings=with_embeddings), pin=cuda):
         yield b.start, b.stop, b.aux, b.embeddings
 
 
-__all__ = ["GpuFeeder", "batches", "mapped_states", "prefetch", "pread_into", "state_spans"]
+__all__ = ["GpuFeeder", "batches", "feeder_for", "mapped_states", "prefetch", "pread_into", "state_spans"]
