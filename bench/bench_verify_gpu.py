@@ -455,7 +455,7 @@ def global_search_bench(folder: Path, d: dict, dev: str, work: Path, seqs: int, 
                           "confidence_set": [c["layers"] for c in res.verdict.confidence_set][:10],
                           "evaluations_s": round(secs["total"] - secs["load_drafter"] - secs["build"] - screen_s
                                                  - refine_s, 2) if screen_s is not None else None,
-                          "within_60s_budget": wall <= 60}
+                          "within_60s_budget": wall <= 60, "within_30s_budget": wall <= 30}
             log("global search", label, out[label])
             RESULT["global_search"] = out
             dump()

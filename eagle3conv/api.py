@@ -28,7 +28,7 @@ from eagle3conv.checkpoint.writer import (
     write_in_place,
     write_out,
 )
-from eagle3conv.errors import Eagle3ConvError, UsageError, WiringError
+from eagle3conv.errors import Eagle3ConvError, InvalidCheckpointError, UsageError, WiringError
 from eagle3conv.findings import AUDIT_D2T_MISSING, AUX_LAYERS, EVIDENCE_NOTE, NO_D2T, Finding
 from eagle3conv.spec.canonical import in_canonical_names
 from eagle3conv.wiring import apply as wiring
@@ -123,6 +123,10 @@ def _wired(plan: Plan, opts: WiringOptions, ckpt: str, served: str | None = None
     the launch lines name (fix-keys' output; default the checkpoint's)."""
     fc = next((o for o in plan.outputs if o.name == "fc.weight"), None)
     fc_in = int(fc.shape[1]) if fc is not None and len(fc.shape) == 2 else None
+    if fc_in is not None and plan.quantization is not None and fc.dequant is None and fc.source in plan.index.tensors:
+        from eagle3conv.checkpoint.quantized import logical_columns
+
+        fc_in = logical_columns(plan.index, plan.index.tensors[fc.source], plan.config)  # a packed FP4 fc holds two per byte
     t = plan.symbols.get("T") or plan.symbols.get("H")
     ev = wiring.gather(plan.index.root, plan.index.extras, plan.index.config, opts, plan.format)
     flags = opts.flags()
@@ -150,9 +154,11 @@ def _wired(plan: Plan, opts: WiringOptions, ckpt: str, served: str | None = None
 
 
 def _plan(index: CheckpointIndex, *, source_format: str | None, config: str | Path | None, keep_embed: bool,
-          dtype: str | None, later_norm: str | None = None) -> Plan:
+          dtype: str | None, later_norm: str | None = None, wiring_options: WiringOptions | None = None,
+          dequantize: tuple[str, ...] = ()) -> Plan:
     return build_plan(index, source_format=source_format, config_override=load_config_file(config) if config else None,
-                      keep_embed=keep_embed, dtype=dtype, later_norm=later_norm)
+                      keep_embed=keep_embed, dtype=dtype, later_norm=later_norm,
+                      releases=(wiring_options or WiringOptions()).releases(), dequantize=dequantize)
 
 
 def inspect(path: str | Path, *, source_format: str | None = None, config: str | Path | None = None,
@@ -171,8 +177,8 @@ def _inspect(path, recovered: str | None, *, source_format, config, keep_embed, 
     plan, err = None, None
     try:
         plan = _plan(index, source_format=source_format, config=config, keep_embed=keep_embed, dtype=dtype,
-                     later_norm=later_norm)
-        plan = _wired(plan, wiring_options or WiringOptions(), str(path))
+                     later_norm=later_norm, wiring_options=wiring_options)
+        plan = _wired(plan, wiring_options or WiringOptions(), str(path)).judged()
     except Eagle3ConvError as e:  # inspect shows why planning failed, and no plan half-made (unwired)
         plan, err = None, e
     return InspectResult(index, plan, err, recovered)
@@ -206,6 +212,7 @@ def _fix_keys_locked(
     wiring_options: WiringOptions | None = None,
     later_norm: str | None = None,
     accept_journal: bool = False,
+    dequantize: tuple[str, ...] = (),
 ) -> FixResult:
     """Rename a drafter checkpoint to the names SGLang loads, strictly, and prove the result.
 
@@ -219,15 +226,16 @@ def _fix_keys_locked(
     with prepared(path, command, write=in_place, accept_journal=accept_journal) as recovered:
         return _fix_keys(path, recovered, out=out, source_format=source_format, config=config,
                          keep_embed=keep_embed, dtype=dtype, max_shard_size=max_shard_size, dry_run=dry_run,
-                         progress=progress, wiring_options=wiring_options, later_norm=later_norm)
+                         progress=progress, wiring_options=wiring_options, later_norm=later_norm,
+                         dequantize=tuple(dequantize))
 
 
 def _fix_keys(path, recovered: str | None, *, out, source_format, config, keep_embed, dtype, max_shard_size,
-              dry_run, progress, wiring_options, later_norm=None) -> FixResult:
+              dry_run, progress, wiring_options, later_norm=None, dequantize=()) -> FixResult:
     p = Path(path)
     index = open_checkpoint(p)
     plan = _wired(_plan(index, source_format=source_format, config=config, keep_embed=keep_embed, dtype=dtype,
-                        later_norm=later_norm),
+                        later_norm=later_norm, wiring_options=wiring_options, dequantize=dequantize),
                   wiring_options or WiringOptions(), str(path), str(out) if out else None)
     errs = [f for f in plan.findings if f.level == "error"]
     if errs and all(f.area == AUX_LAYERS for f in errs):
@@ -318,7 +326,9 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
         raise UsageError(f"{root}: no config.json", hint=f"eagle3conv fix-keys {path} writes a loadable one")
     if not (check or dry_run) and os.path.lexists(root / ".config.json.eagle3conv-tmp"):
         (root / ".config.json.eagle3conv-tmp").unlink()  # left by a killed run of an older version
-    plan = build_plan(index)
+    plan = build_plan(index, releases=opts.releases())
+    if plan.layer_count is not None:  # no engine serves the folder as it is; fix-keys rewrites the count
+        raise InvalidCheckpointError(f"{root}: {plan.layer_count.message}", hint=plan.layer_count.fix)
     canonical = in_canonical_names(index.config, index.tensors)
     if canonical and not plan.ok:
         plan.raise_for_errors()  # shapes or vocab maps disagree with the config: exit 3, named
@@ -483,8 +493,12 @@ def launch(path: str | Path, *, options: WiringOptions | None = None, tp: int | 
     names = set(index.tensors)
     checked = None if check is None else check_launch_line(check, index.config, names, opts, ev.target,
                                                             drafter=name)
+    if checked is not None and ev.target is not None:
+        checked = _other_target(checked, ev.target, ev.notes, given=bool(opts.target))
     releases = opts.releases() if checked is None else (checked.release,)  # with --check: the line it should be
     target = target or (checked.target if checked is not None else None)
+    if checked is not None and drafter is None and isinstance(checked.draft, str):
+        name = checked.draft  # the row is the user's line as it should be: their drafter path
     rows = [build_line(rel, index.config, drafter=name, target=target, tp=tp, tensor_names=names,
                        capture_ids=trt if rel.engine == "tensorrt-llm" else None) for rel in releases]
     notes = list(ev.notes)
@@ -492,6 +506,30 @@ def launch(path: str | Path, *, options: WiringOptions | None = None, tp: int | 
         notes.append(f"{index.root} is not yet in SGLang's names: the engines load it only after "
                      f"`eagle3conv fix-keys {path} --out DIR`; launch DIR")
     return LaunchResult(index.root, target, rows, checked, notes=notes)
+
+
+def _other_target(checked, target, notes, *, given: bool):
+    """``checked`` with a warning when the line's model is a Hub repo other than ``target`` (the profile the
+    drafter was checked against: --target, or the one its training record names), whose context and wiring
+    the findings then speak of."""
+    from dataclasses import replace
+
+    from eagle3conv.findings import LAUNCH, LAUNCH_TARGET, Finding
+
+    line = checked.target
+    names = {str(x).lower() for x in (target.name, target.hf_repo, *target.aliases) if x}
+    if not line or line.lower() in names or line.count("/") != 1 or Path(line).exists():
+        return checked  # the same target, or a local path (whose model cannot be told from its name)
+    where = "--target" if given else next((n.removeprefix(f"target {target.name} ") for n in notes
+                                           if n.startswith(f"target {target.name} taken from")), "the training record")
+    rel = checked.release
+    warn = Finding("warning", LAUNCH, LAUNCH_TARGET,
+                   f"{rel}: the line serves {line}, but the drafter was checked for {target.name} ({where}): "
+                   f"a drafter reads the hidden states of the target it was trained on (the served context is "
+                   f"checked as {target.name}'s)",
+                   f"serve it with {target.hf_repo or target.name}, or give --target {line} if the drafter was "
+                   "trained on it", subject=rel.spec)
+    return replace(checked, findings=(warn, *checked.findings))
 
 
 def check_launch_line(text: str, config: dict, tensor_names, opts: WiringOptions, target=None, *,

@@ -382,6 +382,9 @@ def inspect_cmd(checkpoint, source_format, config, keep_embed, later_norm, targe
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), help="Cast floating-point weights (default: keep the source dtype).")
 @click.option("--max-shard-size", metavar="SIZE", help="Shard the output, e.g. 5GB (default: shard like the source).")
 @click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@click.option("--dequantize", metavar="MODULES",
+              help="Write these quantized modules (comma-separated, e.g. fc) in bf16, dequantized exactly as their "
+                   "scheme defines: for a release that cannot quantize them (SGLang 0.5.23's fc).")
 @_later_norm_option
 @_wiring_options
 @click.option("--rewire", is_flag=True,
@@ -392,8 +395,9 @@ def inspect_cmd(checkpoint, source_format, config, keep_embed, later_norm, targe
 @click.option("--accept-journal", is_flag=True,
               help="Finish your own interrupted in-place fix-keys from a journal eagle3conv cannot check (unsigned, "
                    "older, or signed with a key you no longer have); every new file is still checked against it.")
-def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_shard_size, dry_run, later_norm,
-                 target, trained_on, captured_at, metadata, sglang_version, rewire, follow_symlinks, accept_journal):
+def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_shard_size, dry_run, dequantize,
+                 later_norm, target, trained_on, captured_at, metadata, sglang_version, rewire, follow_symlinks,
+                 accept_journal):
     """Rename a drafter's weights to exactly what SGLang loads, strictly, and prove the result.
 
     Every source key is renamed, kept, split or dropped by a named rule; any
@@ -418,6 +422,7 @@ def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_
         res = fix_keys(checkpoint, out=out, source_format=source_format, config=config, keep_embed=keep_embed,
                        dtype=dtype, max_shard_size=max_shard_size, dry_run=dry_run, progress=progress,
                        later_norm=later_norm,
+                       dequantize=tuple(m.strip() for m in (dequantize or "").split(",") if m.strip()),
                        wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version, rewire),
                        follow_symlinks=follow_symlinks, accept_journal=accept_journal)
     for link, target_path in res.followed_symlinks:
@@ -687,7 +692,8 @@ def _push_text(d: dict) -> str:
               help="The layers of the stored slots, for states that do not record them, in the numbering of "
                    "the run that wrote them: vLLM files take the ids vLLM was given (id i = output of layer "
                    "i-1, N = the last layer's); SpecForge records and dumps without manifest.json take "
-                   "output-of-layer ids. Without it these states cannot check the wiring (the report says so).")
+                   "output-of-layer ids. Without it these states cannot check the wiring (the report says so). "
+                   "Files from capture --engine vllm need none: their eagle3conv-capture.json names them.")
 @click.option("--embeddings", type=click.Path(exists=True, path_type=str),
               help="The target's weights (a model folder, a .safetensors file or a .gguf): its embedding table "
                    "for states without the embedding output, and its final norm and lm_head for its own next "
@@ -700,6 +706,9 @@ def _push_text(d: dict) -> str:
                    "best confirmed with the config's, the record's and engine defaults) and name the one the "
                    "drafter was trained on where the data separates it. Automatic when config.json names no "
                    "layers.")
+@click.option("--search-budget", type=float, metavar="SECONDS",
+              help="The seconds the search's screen may spend (it stops at a stage boundary and says what more "
+                   "would read); default: a work cap the report names.")
 @click.option("--steps", default=3, show_default=True, type=int, help="Draft steps per chain.")
 @click.option("--min-accept", type=float, help="Fail (exit 4) when step-1 acceptance is below this fraction.")
 @click.option("--device", default="auto", show_default=True, help="auto (GPU when present), cpu, cuda, cuda:N.")
@@ -713,9 +722,13 @@ def _push_text(d: dict) -> str:
 @click.option("--no-save", is_flag=True, help="Do not write eagle3conv-verify.json into the checkpoint folder.")
 @click.option("--launch", "launch", metavar="LINE",
               help="Also check your launch line (as `eagle3conv launch --check`); exit 3 when it has an error.")
+@click.option("--reference", "reference", type=click.Path(exists=True, file_okay=False, path_type=str),
+              metavar="BF16_DRAFTER",
+              help="A quantized drafter's bf16 original: scored on the same states and wiring; the report gives the "
+                   "accept-length cost of quantization with its paired 95% interval.")
 def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sglang_version, layers, states_layers,
-               embeddings, training_states, search_wiring, steps, min_accept, device, dtype, batch_size,
-               max_sequences, plot, no_save, launch):
+               embeddings, training_states, search_wiring, search_budget, steps, min_accept, device, dtype,
+               batch_size, max_sequences, plot, no_save, launch, reference):
     """Run the drafter on captured target states: acceptance per draft position, accept length, and the wiring.
 
     Teacher-forced top-1 acceptance of each draft against the target's own greedy
@@ -766,7 +779,7 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
                      layers=parse_ids(layers) if layers else None, min_accept=min_accept, batch_size=batch_size,
                      max_sequences=max_sequences, save=not no_save, progress=progress,
                      states_layers=parse_ids(states_layers) if states_layers else None, embeddings=embeddings,
-                     training_states=training_states)
+                     training_states=training_states, reference_drafter=reference, search_budget=search_budget)
     d = res.to_dict()
     launch_ok = _verify_launch(d, checkpoint, _wiring_opts(target, trained_on, captured_at, metadata, sglang_version),
                                launch)

@@ -66,6 +66,7 @@ CONFIG_REPLACED = "config-replaced"
 CONFIG_SOURCE = "config-source"
 NO_VOCAB_SIZE = "no-vocab-size"
 SERVED_WITHOUT = "served-without"  # a switch some engine releases ignore (the drafter is served without it)
+LAYER_COUNT = "layer-count"  # num_hidden_layers is not the number of decoder layers the weights hold
 CANNOT_SERVE = "cannot-serve"  # an engine release cannot load this drafter (layers, variant, architecture name)
 MOE_DRAFTER = "moe-drafter"  # a drafter with an MoE MLP: no engine serves one as an EAGLE-3 drafter
 # aux-layers: the wiring check (eagle3conv.wiring.check) and its glue
@@ -123,12 +124,19 @@ LAUNCH_OVERRIDES = "launch-overrides"  # target config overrides that do (SGLang
 LAUNCH_CONTEXT = "launch-context"  # the served context against the drafter's: what the release does
 LAUNCH_SWITCH = "launch-switch"  # a switch the drafter needs on this release is missing
 LAUNCH_CANNOT_SERVE = "launch-cannot-serve"  # the release cannot load the drafter at all
+LAUNCH_TARGET = "launch-target"  # the line serves another target than the one the drafter was checked for
 # smoke: the drafter forward on random inputs
 LOGITS_SHAPE = "logits-shape"
 NONFINITE_LOGITS = "nonfinite-logits"
 NONFINITE_HIDDEN = "nonfinite-hidden"
 STATE_WIDTH = "state-width"
 PREDICTION_OUT_OF_VOCAB = "prediction-out-of-vocab"
+# quantized drafters (spec/quant.py, docs/facts.md §14)
+QUANT_CONFIG = "quant-config"  # the quantization config: unknown method/algo, a method-less hf_quant_config.json
+QUANT_TENSOR = "quant-tensor"  # a quantized module's tensors: a scale missing, a wrong dtype or shape, weight_shape
+QUANT_EXCLUSION = "quant-exclusion"  # the exclusion list against the modules each release builds
+QUANT_ENGINE = "quant-engine"  # a release cannot serve a quantized module as the scheme defines (SGLang's fc)
+QUANT_DEQUANTIZED = "quant-dequantized"  # fix-keys --dequantize wrote a module in bf16
 # gate: one pre-push check's outcome
 GATE_PASSED = "passed"
 GATE_FAILED = "failed"

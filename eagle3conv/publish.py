@@ -60,6 +60,7 @@ def default_gate(path: Path, engines: tuple[str, ...] = (), launch: str | None =
       (:mod:`eagle3conv.spec.launch_check`, docs/facts.md §13; the card's launch section says what was checked).
     """
     from eagle3conv.api import inspect
+    from eagle3conv.checkpoint.plan import line
     from eagle3conv.wiring.apply import WiringOptions
 
     checks: list[Check] = []
@@ -72,7 +73,7 @@ def default_gate(path: Path, engines: tuple[str, ...] = (), launch: str | None =
         why = getattr(result.plan_error, "message", str(result.plan_error))
         return [Check("canonical", False, f"no conversion plan: {why}")]
     wiring_errors = [f.message for f in plan.findings if f.level == "error" and f.area == AUX_LAYERS]
-    key_errors = [f.message for f in plan.findings if f.level == "error" and f.area != AUX_LAYERS]
+    key_errors = [line(f) for f in plan.findings if f.level == "error" and f.area != AUX_LAYERS]
     if wiring_errors:
         checks.append(Check("aux-layers", False, "; ".join(wiring_errors)))
     elif plan.wiring is not None:

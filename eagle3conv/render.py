@@ -266,6 +266,11 @@ def targets_text(data: list[dict], *, detail: bool) -> str:
 
 def _plan_verdict(plan: dict) -> str:
     """What fix-keys does (or would do) to this checkpoint, in one clause."""
+    from eagle3conv.findings import LAYER_COUNT
+
+    layer = [f for f in plan.get("findings", ()) if f["code"] == LAYER_COUNT and f["level"] == "error"]
+    if layer and len(plan["errors"]) == 1:  # the folder's one error, which fix-keys' config edit repairs
+        return f"no engine serves it as it is: {layer[0]['message']}; fix-keys would rewrite num_hidden_layers"
     if plan["errors"]:
         return f"fix-keys would refuse it: {plan['errors'][0]}"
     if plan["identity"]:
@@ -326,6 +331,21 @@ def inspect_text(d: dict, *, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
+def quantization_lines(q: dict | None) -> list[str]:
+    """A quantized drafter: the scheme, and per release whether it serves it as stored and the draft
+    quantization option to launch it with."""
+    if not q:
+        return []
+    left = ", ".join(q["quantized"]) or "none"
+    lines = [f"quantized: {q['title']} ({q['method']} {q['algo']}): {left}"
+             + (f"; written in bf16: {', '.join(q['dequantized'])}" if q["dequantized"] else "")]
+    for r in q["releases"]:
+        tell = f"launch with {r['option']} {r['value']}" if r["option"] and r["value"] else "no option to set"
+        lines.append(f"           {r['release']}: {'serves it as stored' if r['serves_as_defined'] else 'CANNOT serve it as stored'}"
+                     f"; {tell}")
+    return lines
+
+
 def fix_text(d: dict, *, verbose: bool = False) -> str:
     """fix-keys: what it did in one line, then the summary; the per-key plan with --verbose or --dry-run
     (inspect shows it before)."""
@@ -358,6 +378,7 @@ def fix_text(d: dict, *, verbose: bool = False) -> str:
         lines.append(f"aux ids:  {where} = {f['ids']}   (read by {', '.join(f['read_by'])})")
     for e in plan["config_edits"]:
         lines.append("config.json: " + edit_line(e))
+    lines += quantization_lines(plan.get("quantization"))
     for n in plan["notices"]:
         lines.append(f"note:     {n}")
     return "\n".join(lines)
@@ -414,6 +435,12 @@ def verify_text(d: dict) -> str:
     if st.get("layers_from"):
         lines.append(f"layers:     from {st['layers_from']}"
                      + ("; the wiring check rests on that statement" if "--states-layers" in st["layers_from"] else ""))
+    qz = d.get("quantization")
+    if qz:
+        ci = qz.get("ci95")
+        lines.append(f"quantized:  accept length {qz['accept_length']:.3f} vs {qz['reference_accept_length']:.3f} for "
+                     f"the bf16 reference {qz['reference']}: {qz['difference']:+.4f}"
+                     + (f" [{ci[0]:+.4f}, {ci[1]:+.4f}] (paired 95%)" if ci else ""))
     for n in st.get("verify_notes") or []:
         lines.append(f"note:       {n}")
     for n in st.get("notes") or []:
@@ -544,6 +571,25 @@ def launch_check_lines(c: dict) -> list[str]:
     return lines
 
 
+def alike_rows(rows: list[dict]) -> list[dict]:
+    """Launch rows with neighbouring releases of one engine that print the same line (and the same needs,
+    file and refusal) merged into one row labelled with every release: ``sglang 0.5.12, 0.5.23``."""
+    out: list[dict] = []
+
+    def same(a: dict, b: dict) -> bool:
+        strip = [[x.removeprefix(r["label"] + " ") for x in r["refused"]] for r in (a, b)]
+        return (a["label"].split()[0] == b["label"].split()[0] and strip[0] == strip[1]
+                and all(a[k] == b[k] for k in ("line", "needs", "extra_file", "extra_text")))
+
+    for r in rows:
+        if out and same(out[-1]["_last"], r):
+            out[-1]["label"] += ", " + r["label"].split(" ", 1)[-1]
+            out[-1]["_last"] = r
+            continue
+        out.append(dict(r, refused=[x.removeprefix(r["label"] + " ") for x in r["refused"]], _last=r))
+    return out
+
+
 def launch_text(d: dict) -> str:
     """``eagle3conv launch`` (LaunchResult.to_dict()): the check's verdict first (with --check), then one
     row per engine release (its line, or why it cannot serve the drafter), then the check's findings."""
@@ -557,10 +603,9 @@ def launch_text(d: dict) -> str:
     for n in d.get("notes") or []:
         lines.append(f"note:       {n}")
     lines.append("per engine release:")
-    for r in rows:
+    for r in alike_rows(rows):
         if r["line"] is None:
-            lines.append(f"  BAD  {r['label']}: cannot serve it: "
-                         + "; ".join(x.removeprefix(r["label"] + " ") for x in r["refused"]))
+            lines.append(f"  BAD  {r['label']}: cannot serve it: " + "; ".join(r["refused"]))
             continue
         lines.append(f"  ok   {r['label']}: {r['line']}")
         for need in r["needs"]:

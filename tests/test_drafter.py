@@ -214,7 +214,7 @@ def test_full_vocab_drafter_needs_no_d2t() -> None:
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        ({"num_hidden_layers": 2}, "missing: layers.1.mlp.down_proj.weight"),  # a second layer needs its tensors
+        ({"num_hidden_layers": 2}, "num_hidden_layers is 2, but the weights hold 1 decoder layer"),  # layer 1 has no tensors
         ({"tie_word_embeddings": True}, "tie_word_embeddings"),
         ({"norm_before_fc": True}, "missing: input_norm.weight"),
         ({"hidden_size": None}, "hidden_size"),

@@ -280,3 +280,60 @@ def test_verify_rows_not_scored_do_not_read_ok_and_the_states_line_names_no_none
     assert "target None" not in text
     states_line = next(line for line in text.splitlines() if line.startswith("states:"))
     assert "target " in states_line or "the states name no target" in states_line
+
+
+# --- the launch report reads as the report contract says ------------------------------------------------
+
+
+def test_releases_that_print_the_same_line_share_one_row(tmp_path):
+    """README: "releases that read alike share a row". SGLang 0.5.12 and 0.5.23 print the same line for a plain
+    Llama drafter: one row naming both; a windowed drafter's rows stay apart from vLLM's, and a release whose
+    line differs keeps its own row."""
+    from eagle3conv.render import alike_rows
+
+    src, out = tmp_path / "m", tmp_path / "d"
+    run("example", src, "--format", "modelopt-export")
+    run("fix-keys", src, "--out", out, "--target", "smollm2-135m")
+    text = run("launch", out, "--target", "smollm2-135m").stdout
+    rows = [x for x in text.splitlines() if x.startswith("  ok ") or x.startswith("  BAD ")]
+    assert [r.split(":")[0].split(None, 1)[1] for r in rows] == ["sglang 0.5.12, 0.5.23", "vllm 0.33.0",
+                                                                 "tensorrt-llm"], text
+    d = json.loads(run("launch", out, "--target", "smollm2-135m", "--json").stdout)
+    assert [r["release"] for r in d["rows"]][:2] == ["sglang==0.5.12", "sglang==0.5.23"]  # --json keeps each release
+    a, b = d["rows"][0], d["rows"][1]
+    assert len(alike_rows([a, dict(b, line=b["line"] + " --tp 2")])) == 2
+    refused = [dict(r, line=None, refused=[f"{r['label']} cannot serve a Qwen3 drafter"]) for r in (a, b)]
+    (merged,) = alike_rows(refused)
+    assert merged["label"] == "sglang 0.5.12, 0.5.23" and merged["refused"] == ["cannot serve a Qwen3 drafter"]
+
+
+def test_a_line_serving_another_target_than_the_drafters_is_a_warning(tmp_path):
+    """A P-EAGLE drafter wired for SmolLM2 (its provenance says so) checked on a `vllm serve Qwen/Qwen3-8B` line:
+    the report used to say only 'target: SmolLM2' and check the context as SmolLM2's, without a word that the
+    line serves another model."""
+    src, out = tmp_path / "pe", tmp_path / "ped"
+    run("example", src, "--format", "speculators-peagle")
+    run("fix-keys", src, "--out", out)
+    line = ("vllm serve Qwen/Qwen3-8B --speculative-config "
+            f"'{{\"method\": \"eagle3\", \"model\": \"{out}\", \"num_speculative_tokens\": 3, \"parallel_drafting\": true}}'")
+    d = json.loads(run("launch", out, "--check", line, "--json").stdout)
+    (warn,) = [f for f in d["check"]["findings"] if f["code"] == "launch-target"]
+    assert warn["level"] == "warning" and "Qwen/Qwen3-8B" in warn["message"] and "smollm2-135m" in warn["message"]
+    assert "--target Qwen/Qwen3-8B" in warn["fix"]
+    same = line.replace("Qwen/Qwen3-8B", "HuggingFaceTB/SmolLM2-135M-Instruct")
+    d = json.loads(run("launch", out, "--check", same, "--json").stdout)
+    assert not [f for f in d["check"]["findings"] if f["code"] == "launch-target"]
+
+
+def test_the_checked_lines_row_names_the_drafter_path_the_line_names(tmp_path):
+    """With --check, the release's row is the user's line as eagle3conv builds it: it names their drafter path
+    (it named the CHECKPOINT argument, so the row was not the line to paste where the drafter lives elsewhere)."""
+    src, out = tmp_path / "m", tmp_path / "d"
+    run("example", src, "--format", "modelopt-export")
+    run("fix-keys", src, "--out", out, "--target", "smollm2-135m")
+    line = '{"method": "eagle3", "model": "/models/my-drafter", "num_speculative_tokens": 3}'
+    d = json.loads(run("launch", out, "--check", line, "--json").stdout)
+    (row,) = d["rows"]
+    assert '"model": "/models/my-drafter"' in row["line"], row["line"]
+    d = json.loads(run("launch", out, "--check", line, "--drafter", "me/d", "--json").stdout)
+    assert '"model": "me/d"' in d["rows"][0]["line"]  # --drafter still wins

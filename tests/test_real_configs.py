@@ -8,6 +8,7 @@ headers and the maps, so a 70B drafter costs a few kilobytes of disk."""
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -216,3 +217,21 @@ def test_max_positions_below_the_context_says_what_each_release_does():
     (f,) = [f for f in audit_config(yarn, set(llama_shapes(yarn)), max_context=131072)
             if f.code == "audit-max-positions"]
     assert "vLLM 0.33.0 lowers the server's max_model_len to the drafter's 4096" in f.message
+
+
+@pytest.mark.parametrize("cfg, target", [(QWEN3_32B, "qwen3-32b"), (GPT_OSS_120B, "gpt-oss-120b"),
+                                         (DEEPSEEK_V3, "deepseek-v3")], ids=["qwen3-32b", "gpt-oss-120b", "deepseek-v3"])
+def test_a_drafters_own_head_geometry_is_not_an_alarm(cfg, target, tmp_path):
+    """SpecForge's published drafters have heads of their own: Qwen3-32B's head_dim 80 (target 128), gpt-oss-120B's
+    32 heads of 128 (target 64 of 64), DeepSeek-V3's 56/8 heads (target 128/128). Neither engine requires them to
+    match (docs/facts.md §13, the drafter's geometry against the target), so no finding speaks of them."""
+    from eagle3conv.spec.targets import get_target
+
+    t = get_target(target)
+    assert (cfg["num_attention_heads"], cfg.get("head_dim")) != (t.num_attention_heads, t.head_dim)
+    ck = sparse_drafter(tmp_path / "d", cfg, llama_shapes(cfg))
+    res = run("config", ck, "--check", "--target", target, "--json", ok=None)
+    findings = json.loads(res.stdout)["wiring"]["findings"]
+    heads = r"head_dim|attention_heads|key_value_heads|\bheads?\b"
+    assert not [f for f in findings if re.search(heads, f["message"]) and re.search(rf"target|{target}", f["message"])]
+    assert not [f for f in findings if f["code"] in ("target-hidden", "target-vocab", "target-layers")]

@@ -143,12 +143,15 @@ def _variant_states(root, drafter, T: int, target_embeds: bool, wiring=(1, 3, 4)
     return path
 
 
-@pytest.mark.parametrize("variant", ["norm_before_fc", "sglang without fc (k x T == H)"])
+@pytest.mark.parametrize("variant", ["norm_before_fc", "sglang without fc (k x T == H)",
+                                     "fc and attention biases, norm_before_residual"])
 def test_screen_runs_the_step_the_chain_runs(tmp_path, variant):
     """The screen composes step 1 from per-slot projections; for an EAGLE-3.1 drafter with
-    input_norm over the concatenation (norm_before_fc) and for SGLang's width dispatch (k x T ==
-    hidden_size: no fc) it must still score what the chain scores, wiring by wiring."""
-    if variant == "norm_before_fc":
+    input_norm over the concatenation (norm_before_fc), for SGLang's width dispatch (k x T ==
+    hidden_size: no fc) and for a drafter with fc, q/k/v and o biases whose residual is the normed
+    state (what the split step adds, RoPE'd, to every wiring's sum) it must still score what the
+    chain scores, wiring by wiring."""
+    if variant != "sglang without fc (k x T == H)":
         dims, T, without = DIMS, 64, ()
     else:
         dims = Dims(hidden=192, target_hidden=64, heads=4, kv_heads=2, head_dim=48, intermediate=128, vocab=512,
@@ -160,6 +163,14 @@ def test_screen_runs_the_step_the_chain_runs(tmp_path, variant):
         g = torch.Generator().manual_seed(3)
         tensors["input_norm.weight"] = (1 + 0.4 * torch.randn(3 * T, generator=g)).to(tensors["fc.weight"].dtype)
         config["norm_before_fc"] = True
+    if variant.startswith("fc and attention biases"):
+        g = torch.Generator().manual_seed(5)
+        config.update(bias=True, attention_bias=True, norm_before_residual=True)
+        dt_ = tensors["fc.weight"].dtype
+        tensors["fc.bias"] = (0.3 * torch.randn(dims.hidden, generator=g)).to(dt_)
+        for n, width in (("q", dims.heads * dims.head_dim), ("k", dims.kv_heads * dims.head_dim),
+                         ("v", dims.kv_heads * dims.head_dim), ("o", dims.hidden)):
+            tensors[f"midlayer.self_attn.{n}_proj.bias"] = (0.2 * torch.randn(width, generator=g)).to(dt_)
     drafter, target_embeds = build_drafter(config, tensors, "cpu", torch.float32, without=without)
     assert (drafter.input_norm is not None) == (variant == "norm_before_fc")
     path = _variant_states(tmp_path, drafter, T, target_embeds)
@@ -180,3 +191,52 @@ def test_screen_runs_the_step_the_chain_runs(tmp_path, variant):
         assert res.log_score(i).logp[0] == pytest.approx(ref.logp[0], rel=1e-4, abs=1e-3)  # rounding only
     planted_i = sets.index(tuple(LayerRef(o) for o in (1, 3, 4)))
     assert kept[0] == planted_i
+    # fewer wirings than slot-layer pairs: each wiring's q/k/v by its own matmul (and RoPE), the same scores
+    few, _ = screen(drafter, states, sets[:3], rows=states.num_sequences, target_embeds=target_embeds, bound=NO_DROP)
+    assert few.hits == res.hits[:3]
+    for i in range(3):
+        assert few.log_score(i).logp[0] == pytest.approx(res.log_score(i).logp[0], rel=1e-4, abs=1e-3)
+
+
+def test_a_two_layer_drafter_is_screened_over_the_prompt_columns_too(tmp_path):
+    """A later decoder layer attends over every column's layer-0 output. With a prompt before the
+    scored positions the screen ran the later layers on the scored columns only, so its hits and
+    log scores were not the chain's; now it runs them on every column (the real 2-layer SmolLM2
+    fixture, states drifting over 6 layers, a loss mask after prompts of 9 to 20 tokens)."""
+    from pathlib import Path
+
+    from eagle3conv.verify.logscore import log_scores
+
+    config, tensors = load_drafter_weights(Path(__file__).parent / "data" / "smollm2-drafter-2layer")
+    drafter, target_embeds = build_drafter(config, tensors, "cpu", torch.float32)
+    assert len(drafter.later) == 1 and target_embeds
+    g = torch.Generator().manual_seed(4)
+    B, S, T = 3, 36, 576
+    base = torch.randn(B, S, T, generator=g) * 4
+    hidden = {-1: torch.randn(B, S, T, generator=g)}
+    walk = torch.zeros(B, S, T)
+    for o in range(6):
+        walk += torch.randn(B, S, T, generator=g) * 2
+        hidden[o] = base + walk
+    drafter.embed_tokens = hidden[-1].reshape(B * S, T)
+    ids = torch.arange(B * S).view(B, S)
+    with torch.inference_mode():
+        guess = drafter.draft_chain(torch.cat([hidden[o] for o in (1, 3, 4)], -1), ids, 1).target_ids[0]
+    target_next = torch.randint(0, 49152, (B, S), generator=g)
+    target_next[:, 1:] = guess[:, :-1]
+    loss_mask = torch.ones(B, S, dtype=torch.bool)
+    for b, n in enumerate((9, 20, 14)):
+        loss_mask[b, :n] = False
+    path = tmp_path / "states.safetensors"
+    write_states(path, input_ids=torch.randint(0, 49152, (B, S), generator=g),
+                 attention_mask=torch.ones(B, S, dtype=torch.bool), target_next=target_next, hidden=hidden,
+                 num_layers=30, vocab_size=49152, dtype="fp32", target="tiny", loss_mask=loss_mask)
+    states = open_states(path)
+    sets = [tuple(LayerRef(o) for o in w) for w in ((1, 3, 4), (0, 2, 5), (-1, 1, 3), (2, 4, 5))]
+    res, _ = screen(drafter, states, sets, rows=states.num_sequences, target_embeds=True, bound=NO_DROP)
+    for i, ls in enumerate(sets):
+        sc = evaluate(drafter, open_states(path), Candidate("w", ls, "test"), steps=1, batch_size=4,
+                      target_embeds=True)
+        assert res.hits[i] == sc.matched[0], ls
+        ref = log_scores(drafter, open_states(path), [ls], steps=1, batch_size=4, target_embeds=True)[0]
+        assert res.log_score(i).logp[0] == pytest.approx(ref.logp[0], rel=1e-4, abs=1e-3)

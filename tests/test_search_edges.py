@@ -111,3 +111,53 @@ def test_max_sequences_is_named_before_capturing_more(tmp_path):
     assert "first verify without --max-sequences (it read 10 of the 12 sequences these states hold)" in v.advice
     full = verify(folder, path, save=False, search=True, steps=1).verdict
     assert "--max-sequences" not in (full.advice or "")
+
+
+def test_a_search_budget_stops_the_screen_and_says_what_more_would_read(tmp_path):
+    """--search-budget: the screen stops at a stage boundary when the next stage would pass the
+    user's seconds (here: less than any stage takes), keeps every wiring not excluded, and the
+    report says how much was read and what reading the rest would take, as a budget to give."""
+    from click.testing import CliRunner
+
+    from eagle3conv.cli import main
+
+    folder, path, planted, _, _ = make_case(tmp_path, 10)
+    v = verify(folder, path, save=False, search=True, steps=1, search_budget=1e-6).verdict
+    scr = v.coverage["screen"]
+    assert scr["complete"] is False and scr["stopped_by"] == "seconds" and len(scr["stages"]) == 1
+    assert scr["read"]["positions"] == scr["stages"][0]["positions"] < scr["read"]["of"]
+    fin = scr["to_finish"]
+    left = scr["stages"][0]["kept"] * (scr["read"]["of"] - scr["read"]["positions"])
+    assert fin["work"] == left and fin["seconds"] > 0 and fin["budget"] >= fin["seconds"]
+    assert describe(outputs(*planted)) in [c["layers"] for c in v.confidence_set]
+    assert v.status == "ambiguous" and "its time budget" in v.decided_by
+    assert f"verify --search-budget {fin['budget']}" in v.decided_by
+    bad = CliRunner().invoke(main, ["verify", str(folder), "--states", str(path), "--search-budget", "0", "--no-save"])
+    assert bad.exit_code != 0 and "--search-budget is seconds above 0" in bad.output
+
+
+def test_a_large_set_is_reported_ranked_with_its_leaders_and_what_would_separate_them(tmp_path, monkeypatch):
+    """A set of more survivors than verify confirms: the screen's survivors come ranked by their
+    log score, with each one's gap to the leader and the sequences its own bound would need to
+    exclude it, and the text names the few that lead the set and how many sequences would leave at
+    most 3 -- not a flat list."""
+    from eagle3conv.verify import search
+
+    monkeypatch.setattr(search, "MAX_CONFIRM", 2)  # most survivors stay unconfirmed
+    folder, path, planted, _, _ = make_case(tmp_path, 11)  # a recall case whose screen keeps 35 wirings
+    v = verify(folder, path, save=False, search=True, steps=1).verdict
+    ss = v.coverage["screen_set"]
+    assert ss["size"] == v.coverage["screen_kept"] > 3 and ss["sequences"] > 0
+    gaps = [r["gap"] for r in ss["ranked"]]
+    assert gaps[0] == 0 and all(g >= 0 for g in gaps)
+    scores = [r["step1_log_score"] for r in ss["ranked"]]
+    assert scores == sorted(scores, reverse=True)
+    need = [r["sequences_to_exclude"] for r in ss["ranked"][1:] if r["sequences_to_exclude"] is not None]
+    assert need and all(n >= ss["sequences"] for n in need)
+    assert set(ss["to_leave"]) <= {"1", "3", "10"}
+    if ss["size"] <= len(ss["ranked"]) and all(r["sequences_to_exclude"] for r in ss["ranked"][1:]):
+        assert ss["to_leave"]["1"] == max(need)  # every member but the leader excluded: the hardest one's
+    assert v.status == "ambiguous"
+    assert f"the screen's {ss['size']} survivors are led by {ss['ranked'][0]['layers']}" in v.decided_by
+    if ss["to_leave"].get("3"):
+        assert f"about {ss['to_leave']['3']} would leave at most 3" in v.decided_by

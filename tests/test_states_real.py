@@ -5,6 +5,8 @@ Each format is written from the tiny real target's captured states (tests/test_v
 ``safetensors.torch.save_file``; NeMo Automodel's ``write_manifest``/``write_shard`` are imported
 from its wheel when installed, else re-created byte for byte, sources in docs/states-formats.md),
 and verify's figures on it must equal those on eagle3conv's own states file for the same tokens.
+A folder written by ``capture --engine vllm``'s own code (vLLM stood in for on CPU) is read through
+its ``eagle3conv-capture.json``: layers, loss mask, categories and the target's tokens from it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 import torch
 
 from eagle3conv.spec.layers import outputs
-from eagle3conv.states.format import StatesFile
+from eagle3conv.states.format import StatesFile, write_states
 from eagle3conv.verify import verify
 from helpers import run
 from test_verify import N_LAYERS, world  # noqa: F401 - the shared tiny target and its captured states
@@ -476,3 +478,197 @@ def test_the_card_says_unnamed_states_do_not_check_the_wiring(world, tmp_path): 
     run("verify", mine, "--states", sf, "--embeddings", root / "target", "--states-layers", "0,2,5",
         "--layers", "0,2,5")  # named: checked, and the card does not say otherwise
     assert "do not check the wiring" not in render_block(gather_facts(mine, "me/drafter"))
+
+
+# --- vLLM files with eagle3conv's capture record (capture --engine vllm) ---------------------------
+
+CATS = ("code", "math", "chat")
+
+
+def _world_tokenizer():
+    """tests/test_verify.py's world tokenizer (same vocabulary, so the prompts re-tokenize to its ids)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(["[UNK]", "[PAD]", "<s>", "</s>"] + [f"w{i}" for i in range(508)])}
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", bos_token="<s>",
+                                   eos_token="</s>"), {i: t for t, i in vocab.items()}
+
+
+class _Engine:
+    """vLLM on CPU for one capture: each request's greedy response is the world's (the target's own,
+    captured by eagle3conv), and its file is what ExampleHiddenStatesConnector writes
+    (example_hidden_states_connector.py:329-345: save_file of hidden_states [S, n, T] and token_ids,
+    a .lock beside it) holding the world's real states of the ids asked for."""
+
+    def __init__(self, st: StatesFile, **kw):
+        self.st, self.kw = st, kw
+
+    def generate(self, prompts, params, use_tqdm=True):
+        import types
+
+        from safetensors.torch import save_file
+
+        from eagle3conv.spec.drafter import AUX_KEY
+
+        storage = Path(self.kw["kv_transfer_config"]["kv_connector_extra_config"]["shared_storage_path"])
+        storage.mkdir(parents=True, exist_ok=True)
+        ids = self.kw["speculative_config"]["draft_model_config"]["hf_config"][AUX_KEY]
+        st, outs = self.st, []
+        for r, (p, sp) in enumerate(zip(prompts, params)):
+            n = int(st.attention_mask[r].sum())
+            prompt = p["prompt_token_ids"]
+            assert prompt == st.input_ids[r, :len(prompt)].tolist()
+            gen = st.input_ids[r, len(prompt):n].tolist() + [int(st.target_next[r, n - 1])]
+            assert len(gen) <= sp.kw["max_tokens"] and sp.kw["extra_args"]["kv_transfer_params"]["include_output_tokens"]
+            path = storage / f"req-{r}.safetensors"
+            Path(str(path) + ".lock").write_text("")
+            save_file({"hidden_states": torch.stack([st.hidden(i - 1, slice(r, r + 1))[0, :n] for i in ids], 1),
+                       "token_ids": torch.tensor(prompt + gen[:-1], dtype=torch.long)}, str(path))
+            outs.append(types.SimpleNamespace(kv_transfer_params={"hidden_states_path": str(path)},
+                                              outputs=[types.SimpleNamespace(token_ids=gen, finish_reason="length")]))
+        return outs
+
+
+@pytest.fixture(scope="module")
+def vllm_capture(world, tmp_path_factory):  # noqa: F811
+    """A folder written by capture --engine vllm's own code (run_vllm_capture: its file checks and moves,
+    its record, its rename), vLLM stood in for by :class:`_Engine`; and eagle3conv's own states file of
+    the same tokens with the same categories."""
+    import sys
+    import types
+
+    from eagle3conv.states.vllm_capture import VllmCapturePlan, run_vllm_capture, vllm_ids_for
+
+    root, captured, _ = world
+    base = tmp_path_factory.mktemp("vllm-capture")
+    tok, inv = _world_tokenizer()
+    tdir = base / "target"
+    tok.save_pretrained(tdir)
+    (tdir / "config.json").write_bytes((root / "target" / "config.json").read_bytes())
+    with StatesFile(captured) as st:
+        cats = [None if b == st.num_sequences - 1 else CATS[b % 3] for b in range(st.num_sequences)]
+        starts = [int(st.loss_mask[b].int().argmax()) for b in range(st.num_sequences)]
+        prompts = [{"prompt": " ".join(inv[i] for i in st.input_ids[b, :p].tolist()), **({"category": c} if c else {})}
+                   for b, (p, c) in enumerate(zip(starts, cats))]
+        ref = write_states(base / "ref.safetensors", input_ids=st.input_ids, attention_mask=st.attention_mask,
+                           target_next=st.target_next, hidden={i: st.hidden(i) for i in range(-1, N_LAYERS)},
+                           num_layers=N_LAYERS, vocab_size=st.vocab_size, target="tiny-llama", loss_mask=st.loss_mask,
+                           dtype="fp32", categories=cats)
+        mod = types.ModuleType("vllm")
+        mod.__version__, mod.SamplingParams = "0.33.0", lambda **kw: types.SimpleNamespace(kw=kw)
+        mod.LLM = lambda **kw: _Engine(st, **kw)
+        saved = sys.modules.get("vllm")
+        sys.modules["vllm"] = mod
+        try:
+            plan = VllmCapturePlan(target=str(tdir), num_layers=N_LAYERS, hidden_size=64, vocab_size=st.vocab_size,
+                                   vllm_ids=vllm_ids_for(None, N_LAYERS), out=base / "states", generate=9,
+                                   dtype="float32", chat_template=False)
+            run_vllm_capture(plan, prompts)
+        finally:
+            if saved is None:
+                sys.modules.pop("vllm")
+            else:
+                sys.modules["vllm"] = saved
+    return base / "states", ref, cats
+
+
+def test_vllm_capture_read_by_its_record(world, vllm_capture):  # noqa: F811
+    """capture --engine vllm's folder, no --states-layers: layers, loss mask, categories and the
+    target's tokens from its record, and every figure (per category too) equal to those on
+    eagle3conv's own states file of the same tokens."""
+    from eagle3conv.states.readers import open_states
+    from eagle3conv.verify.profile import category_figures
+
+    root, captured, drafter = world
+    folder, ref_path, cats = vllm_capture
+    vs = open_states(folder)
+    with StatesFile(ref_path) as ref:
+        assert vs.layers == tuple(outputs(*range(-1, N_LAYERS))) and vs.num_layers == N_LAYERS
+        assert torch.equal(vs.loss_mask, ref.loss_mask) and vs.has_loss_mask
+        assert vs.categories == tuple(cats)
+        scored = vs.loss_mask
+        assert torch.equal(vs.target_next[scored], ref.target_next[scored])
+        assert bool((vs.target_next[~vs.attention_mask] == -1).all())
+    assert "--states-layers" not in vs.layers_from and "eagle3conv-capture.json" in vs.layers_from
+    got = verify(drafter, folder, save=False)
+    want = verify(drafter, ref_path, save=False)
+    _same_figures(got.main, want.main)
+    assert got.reference == "target" and got.states["wiring_checked"] is True
+    assert got.categories == want.categories == tuple(cats)
+    per_got, per_want = category_figures(got.main, got.categories), category_figures(want.main, want.categories)
+    assert per_got == per_want and set(per_got) == {"code", "math", "chat", "(none)"}
+    text = run("verify", drafter, "--states", folder, "--no-save").stdout
+    assert "eagle3conv-capture.json" in text and "rests on that statement" not in text, text
+    assert "cannot check the wiring" not in text.splitlines()[0]
+
+
+def test_vllm_capture_states_layers_must_agree(world, vllm_capture):  # noqa: F811
+    _, _, drafter = world
+    folder, _, _ = vllm_capture
+    ids = ",".join(str(i) for i in range(N_LAYERS + 1))
+    d = json.loads(run("verify", drafter, "--states", folder, "--states-layers", ids, "--no-save", "--json").stdout)
+    assert d["states"]["wiring_checked"] is True and "--states-layers" not in d["states"]["layers_from"]
+    res = run("verify", drafter, "--states", folder, "--states-layers", "2,4,5,6", "--no-save", ok=3)
+    assert "conflicts with the ids this capture recorded" in res.stderr and "0,1,2,3,4,5,6" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_vllm_capture_record_and_files_must_agree(world, vllm_capture, tmp_path):  # noqa: F811
+    import shutil
+
+    from eagle3conv.states.readers import open_states
+    from eagle3conv.states.vllm_capture import SIDECAR
+
+    _, _, drafter = world
+    folder, ref_path, cats = vllm_capture
+    one = open_states(folder / "hs_1.safetensors")  # one file: its own entry of the folder's record
+    with StatesFile(ref_path) as ref:
+        n = int(ref.attention_mask[1].sum())
+        assert one.categories == (cats[1],) and torch.equal(one.loss_mask[0], ref.loss_mask[1, :n])
+    short = shutil.copytree(folder, tmp_path / "short")
+    (short / "hs_11.safetensors").unlink()
+    err = run("verify", drafter, "--states", short, "--no-save", ok=1).stderr
+    assert "records 12 sequences, but the folder holds 11" in err and "Traceback" not in err
+    other = shutil.copytree(folder, tmp_path / "other")
+    side = json.loads((other / SIDECAR).read_text())
+    side["sequences"][3]["tokens"] += 1
+    side["sequences"][3]["prompt_tokens"] += 1
+    (other / SIDECAR).write_text(json.dumps(side))
+    err = run("verify", drafter, "--states", other, "--no-save", ok=1).stderr
+    assert "hs_3.safetensors: holds" in err and "do not belong together" in err
+
+
+def test_vllm_capture_without_generated_responses(world, vllm_capture, tmp_path):  # noqa: F811
+    """A record whose responses vLLM did not decode (no --generate): the target's tokens are not
+    known there, so none are taken from the record; verify computes them from the last slot."""
+    import shutil
+
+    from eagle3conv.states.readers import open_states
+    from eagle3conv.states.vllm_capture import SIDECAR
+
+    root, _, drafter = world
+    folder, ref_path, _ = vllm_capture
+    given = shutil.copytree(folder, tmp_path / "given")
+    side = json.loads((given / SIDECAR).read_text())
+    for s in side["sequences"]:
+        s["generated"] = 0
+    (given / SIDECAR).write_text(json.dumps(side))
+    st = open_states(given)
+    assert st.target_next is None and st.final_state == ("pre-norm", outputs(N_LAYERS - 1)[0]) and st.has_loss_mask
+    got = verify(drafter, given, embeddings=root / "target", save=False)
+    want = verify(drafter, ref_path, save=False)
+    assert got.reference == "target" and any("final norm and lm_head" in n for n in got.states["verify_notes"])
+    _same_figures(got.main, want.main)
+
+
+def test_vllm_capture_record_names_its_target_size(vllm_capture):
+    from eagle3conv.errors import WiringError
+    from eagle3conv.states.readers import open_states
+
+    folder, _, _ = vllm_capture
+    assert open_states(folder, num_layers=N_LAYERS).num_layers == N_LAYERS
+    with pytest.raises(WiringError, match="records a target of 6 layers, but the target named has 8"):
+        open_states(folder, num_layers=8)

@@ -13,15 +13,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
-def test_mappings_load_from_an_installed_wheel(tmp_path):
-    dist = tmp_path / "dist"
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    dist = tmp_path_factory.mktemp("dist")
     r = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(ROOT)],
         capture_output=True, text=True, timeout=300,
     )
     assert r.returncode == 0, r.stderr
-    (wheel,) = dist.glob("eagle3conv-*.whl")
+    (built,) = dist.glob("eagle3conv-*.whl")
+    return built
+
+
+@pytest.mark.slow
+def test_mappings_load_from_an_installed_wheel(tmp_path, wheel):
     names = zipfile.ZipFile(wheel).namelist()
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "Provides-Extra: capture" in meta  # pip install 'eagle3conv[capture]' (README, Install)
@@ -73,3 +78,48 @@ def test_every_extra_the_readme_installs_is_declared_with_the_pins_of_requiremen
         name, version = req.split("==")
         assert pins.get(name) == version, req
     assert {r.split("==")[0] for r in extras["capture"]} == {"gguf", "accelerate"}
+
+
+@pytest.mark.slow
+def test_the_wheel_with_the_capture_extra_resolves_to_the_pinned_cpu_set(tmp_path, wheel):
+    """`pip install 'eagle3conv[capture]'` as README's Install section says, resolved by pip itself (--dry-run,
+    nothing installed; a fresh venv takes minutes, scripts/readme_commands.py runs every README command in one):
+    it brings gguf and accelerate, torch exactly as pinned and no CUDA runtime (nvidia-*) on a machine whose
+    index holds the CPU build (as setup.sh expects), and every pin of requirements.txt that it installs agrees."""
+    import json
+
+    report = tmp_path / "report.json"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q", "--report",
+                        str(report), f"{wheel}[capture]"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = {i["metadata"]["name"].lower().replace("_", "-"): i["metadata"]["version"]
+           for i in json.loads(report.read_text())["install"]}
+    assert {"gguf", "accelerate", "torch", "transformers", "safetensors", "click"} <= set(got), sorted(got)
+    assert got["torch"].split("+")[0] == "2.13.0"
+    assert not [n for n in got if n.startswith(("nvidia-", "triton"))], sorted(got)
+    pins = dict(line.split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    assert {n: (v, got[n]) for n, v in pins.items() if n in got and got[n].split("+")[0] != v} == {}
+
+
+def test_capture_without_gguf_names_the_documented_extra(tmp_path, monkeypatch):
+    """`pip install eagle3conv` without the extra, then capture on a GGUF target: the error says to install
+    what README's Install section documents, `eagle3conv[capture]` (it said `pip install gguf==0.19.0`, and
+    without accelerate, transformers' own 'cannot load the model')."""
+    import importlib.util
+
+    from eagle3conv.errors import Eagle3ConvError
+    from eagle3conv.states.target_model import load_target_model
+
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    real = importlib.util.find_spec
+    for missing, pin in (("gguf", "gguf==0.19.0"), ("accelerate", "accelerate==1.15.0")):
+        # transformers 5.24 refuses a GGUF file without accelerate too ("accelerate is required when loading a
+        # GGUF file", seen in a fresh venv without it)
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, m=missing: None if name == m
+                            else real(name, *a))
+        with pytest.raises(Eagle3ConvError) as e:
+            load_target_model(gguf)
+        assert f"'{missing}', which is not installed" in str(e.value)
+        assert e.value.hint == f"pip install 'eagle3conv[capture]' (it brings {pin})"

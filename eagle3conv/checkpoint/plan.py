@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from eagle3conv.io import dtypes
-from eagle3conv.spec.config_check import validate_drafter_config
+from eagle3conv.spec.config_check import layer_count_problem, validate_drafter_config
 from eagle3conv.spec.canonical import (
     Architecture,
     architecture_for,
@@ -26,12 +26,14 @@ from eagle3conv.spec.canonical import (
 )
 from eagle3conv.spec.drafter import LATER_LAYER_NORMS as LATER_NORMS
 from eagle3conv.spec.drafter import SWITCH_FIELDS, DrafterSpec
+from eagle3conv.spec.quant import is_companion
 from eagle3conv.spec.formats import DetectContext, Format, FormatMatch, detect, get_format, load_formats
 from eagle3conv.checkpoint.index import CheckpointIndex
 from eagle3conv.checkpoint.vocab import check_vocab
 from eagle3conv.errors import InvalidCheckpointError, UsageError
 from eagle3conv.findings import (
     AUX_LAYERS,
+    LAYER_COUNT,
     CONFIG,
     CONFIG_REPLACED,
     EMBED_DROPPED,
@@ -60,6 +62,9 @@ from eagle3conv.findings import (
     Finding,
 )
 from eagle3conv.checkpoint import config as cfgmod
+from eagle3conv.findings import QUANT_ENGINE, QUANT_EXCLUSION, QUANT_DEQUANTIZED
+
+QUANT_CODES = (QUANT_ENGINE, QUANT_EXCLUSION, QUANT_DEQUANTIZED)
 
 EMBED = "embed_tokens.weight"
 # a mixture-of-experts MLP's tensors: a router (mlp.gate / mlp.router) and experts, one by one or stacked
@@ -92,6 +97,7 @@ class Output:
     row_start: int = 0  # for splits: rows [row_start, row_end) of the source
     row_end: int | None = None
     data: np.ndarray | None = None  # repaired or rebuilt tensors (d2t, t2d): the bytes to write
+    dequant: object | None = None  # fix-keys --dequantize: how the writer computes it (checkpoint/quantized.Dequant)
 
     @property
     def nbytes(self) -> int:
@@ -105,6 +111,8 @@ class Output:
             d["cast_from"] = self.source_dtype
         if self.data is not None:
             d["rewritten"] = True
+        if self.dequant is not None:
+            d["dequantized"] = self.dequant.scheme.name
         return d
 
 
@@ -144,6 +152,13 @@ class Plan:
     out_dtype: str | None = None
     wiring: WiringOutcome | None = None
     """Set by :meth:`with_wiring` (``api.inspect`` / ``api.fix_keys``); None when not wired."""
+    quantization: object | None = None
+    """A quantized drafter's :class:`eagle3conv.checkpoint.quantized.DraftQuantization` (the scheme, the
+    modules stored quantized, what each release must be told); None for a bf16 drafter."""
+    layer_count: Finding | None = None
+    """The source config's ``num_hidden_layers`` against the layers the weights hold
+    (:func:`eagle3conv.spec.config_check.layer_count_problem`): fix-keys' edit rewrites it, so it is an
+    error only of the folder as it stands (:meth:`judged`)."""
 
     def with_wiring(self, w: WiringOutcome) -> Plan:
         """This plan completed by the wiring step: the plan sets its own fields."""
@@ -151,6 +166,11 @@ class Plan:
         return replace(self, config=config, config_edits=[*self.config_edits, *w.config_edits],
                        aux_ids=cfgmod.aux_ids_in(config), findings=[*self.findings, *w.findings],
                        wiring=w)
+
+    def judged(self) -> Plan:
+        """This plan as a judgement of the folder as it stands (``inspect``, ``config``, push's gate): what
+        fix-keys would only rewrite but no engine serves as it is, ``layer_count``, is an error too."""
+        return self if self.layer_count is None else replace(self, findings=[self.layer_count, *self.findings])
 
     @property
     def errors(self) -> list[str]:
@@ -215,21 +235,26 @@ class Plan:
             "aux_layer_ids": self.aux_ids,
             "wiring": None if self.wiring is None else self.wiring.report,
             "symbols": self.symbols,
+            "quantization": None if self.quantization is None else self.quantization.to_dict(),
             "identity": self.ok and self.is_identity(),
         }
 
 
 def line(f: Finding) -> str:
     """A plan finding as one line of ``errors``/``notices`` (aux-layer ones are labelled,
-    and a warning or notice carries its fix)."""
+    and a warning or notice carries its fix, as does the ``layer-count`` error)."""
     label = "aux layers: " if f.area == AUX_LAYERS else ""
-    return label + f.message + (f" (fix: {f.fix})" if f.fix and f.level != "error" else "")
+    fixed = f.level != "error" or f.code == LAYER_COUNT  # an error fix-keys itself repairs names its fix
+    return label + f.message + (f" (fix: {f.fix})" if f.fix and fixed else "")
 
 
 def _hint(plan: Plan) -> str:
     # the wiring's fix (rewrite the ids) only when the ids are all that is wrong: it fixes no key or shape
     if plan.wiring and plan.wiring.hint and all(f.area == AUX_LAYERS for f in plan.findings if f.level == "error"):
         return plan.wiring.hint
+    quant_fix = next((f.fix for f in plan.findings if f.level == "error" and f.fix and f.code in QUANT_CODES), None)
+    if quant_fix:
+        return quant_fix
     if any(d.action == "unmapped" for d in plan.decisions):
         return (
             "run `eagle3conv inspect` to see every key's fate; if the format was guessed wrong, "
@@ -284,6 +309,8 @@ def build_plan(
     keep_embed: bool = False,
     dtype: str | None = None,
     later_norm: str | None = None,
+    releases=None,
+    dequantize: tuple[str, ...] = (),
 ) -> Plan:
     """Every source key's fate, the tensors to write and the config to write, in named steps
     (:class:`_Planner`): the format and the drafter config, each key's fate, the contract the config
@@ -298,6 +325,7 @@ def build_plan(
     p.contract()
     p.classify()
     p.outputs()
+    p.quantization(releases, dequantize)
     p.later_norms(later_norm)
     p.zero_biases()
     p.embedding()
@@ -341,7 +369,20 @@ class _Planner:
         self.decisions: list[Decision] = []
         self.mapped: dict[str, str] = {}  # canonical-or-fused name -> source
         self.collisions: dict[str, list[str]] = {}
+        self.quant_keys: dict[str, str] = {}  # a quantized module's scales etc., renamed with its weight
+        self.quantized_weights: set[str] = set()
         for name in sorted(self.index.tensors):
+            if is_companion(name):
+                module, leaf = name.rsplit(".", 1)
+                action, new, why = _map_key(module + ".weight", rules, common.rules)
+                if action in ("kept", "renamed"):
+                    new = new.removesuffix(".weight") + "." + leaf
+                    why = f"carried with its weight ({why})"
+                    self.quant_keys[new] = name
+                    self.decisions.append(Decision(name, action, (new,), why))
+                    continue
+                self.decisions.append(Decision(name, action, (), why))
+                continue
             action, new, why = _map_key(name, rules, common.rules)
             if action in ("dropped", "refused"):
                 self.decisions.append(Decision(name, action, (), why))
@@ -365,7 +406,9 @@ class _Planner:
         self.parallel = spec.parallel_drafting
         fc = index.tensors.get(mapped.get("fc.weight", ""))
         if fc is not None and len(fc.shape) == 2:
-            spec = spec.inferred_from_fc(fc.shape[1])
+            from eagle3conv.checkpoint.quantized import logical_columns
+
+            spec = spec.inferred_from_fc(logical_columns(index, fc, self.config))
         self.sym = spec.symbols()
         head = index.tensors.get(mapped.get("lm_head.weight", ""))
         if head is not None and len(head.shape) == 2 and not self.config.get("draft_vocab_size"):
@@ -376,12 +419,15 @@ class _Planner:
 
     def _layer_count(self, spec: DrafterSpec) -> int:
         """The decoder layers the weights hold (layer 0 = midlayer.*, then layers.1.* ...); a gap is
-        an error, as is a config that says otherwise (fix-keys writes the weights' count)."""
+        an error. A config that says otherwise is fix-keys' edit (it writes the weights' count) and the
+        error of every command that judges the folder as it stands (``layer_count``, :meth:`Plan.judged`)."""
         found = sorted({i for n in self.mapped if (i := layer_of(n)) is not None})
         self.missing_layers: list[int] = []
+        self.layer_count: Finding | None = None
         if not found:
             return spec.L
         self._bound_layers(found[-1])
+        self.layer_count = layer_count_problem(self.config, self.mapped, ckpt=str(self.index.root))
         missing = self.missing_layers = sorted(set(range(found[-1] + 1)) - set(found))
         if missing:
             shown = ", ".join(f"layers.{i}" if i else "layer 0 (midlayer.* / layers.0.*)" for i in missing)
@@ -416,7 +462,9 @@ class _Planner:
                     self.errors.append(Finding("error", KEYS, REFUSED_KEY, f"{d.source}: {d.why}", subject=d.source))
                 continue
             new = d.targets[0]
-            if new in self.fused:
+            if new in self.quant_keys:
+                out.append(d)  # checked by the quantization step against its scheme
+            elif new in self.fused:
                 out.append(Decision(d.source, "split", self.fused[new].into, self.fused[new].why))
             elif new in self.canon:
                 out.append(d)
@@ -453,9 +501,27 @@ class _Planner:
         for d in self.decisions:
             if d.action == "split":
                 self._split(d)
-            elif d.action in ("kept", "renamed"):
+            elif d.action in ("kept", "renamed") and d.targets[0] not in self.quant_keys:
                 src = self.index.tensors[d.source]
                 self._want(Output(d.targets[0], src.dtype, src.shape, d.source, src.dtype))
+
+    def quantization(self, releases, dequantize) -> None:
+        """Step 4a: a quantized drafter's scales carried with their weights and checked against the
+        scheme, the exclusion list and each release's handling (checkpoint/quantized.py)."""
+        from eagle3conv.checkpoint.quantized import QuantStep
+        from eagle3conv.spec.engines import default_engines
+
+        self.quant = QuantStep(self, tuple(releases) if releases else tuple(default_engines()), dequantize)
+        self.quant.run()
+        packed = {n.rsplit(".", 1)[0] + ".weight" for n in self.quant.carried if n.endswith(".weight_packed")}
+        self.quantized_weights |= packed
+
+    def rename_module(self, module: str) -> str:
+        """A module name as the format's rules rename its ``.weight`` (exclusion lists are spelled in the
+        trainer's names)."""
+        _, common = load_formats()
+        action, new, _ = _map_key(module + ".weight", self.fmt.rules + common.rules, common.rules)
+        return new.removesuffix(".weight") if new and action in ("kept", "renamed") else module
 
     def _want(self, o: Output) -> None:
         if o.name in self.wanted:
@@ -586,10 +652,13 @@ class _Planner:
         """Step 6: every required tensor present, every shape the config's, every weight a float."""
         gone = set(self.missing_layers)
         for name, ct in self.canon.items():
-            if ct.required and name not in self.wanted and layer_of(name) not in gone:
+            if ct.required and name not in self.wanted and layer_of(name) not in gone \
+                    and name not in self.quantized_weights:
                 self.errors.append(Finding("error", KEYS, MISSING_KEY, f"{name}: required but missing ({ct.why})",
                                            subject=name))
         for name, o in self.wanted.items():
+            if name in self.quantized_weights:
+                continue  # checked against its scheme (packed shapes, codes' dtype) by the quantization step
             ct = self.canon[name]
             expect = [eval_dim(d, self.sym) for d in ct.shape]
             if ct.any_view and None not in expect and math.prod(expect) == math.prod(o.shape):
@@ -640,7 +709,8 @@ class _Planner:
         outputs = []
         for name in sorted(self.wanted):
             o = self.wanted[name]
-            if self.out_dtype and o.dtype in dtypes.FLOAT_DTYPES and o.dtype != self.out_dtype and o.data is None:
+            if self.out_dtype and o.dtype in dtypes.FLOAT_DTYPES and o.dtype != self.out_dtype and o.data is None \
+                    and o.dequant is None and name not in self.quantized_weights:
                 o = Output(o.name, self.out_dtype, o.shape, o.source, o.source_dtype, o.row_start, o.row_end)
             outputs.append(o)
         return outputs
@@ -675,8 +745,13 @@ class _Planner:
         return edits, new_config
 
     def plan(self) -> Plan:
-        outputs = self._cast()
+        outputs = self._cast() + sorted(self.quant.carried.values(), key=lambda o: o.name)
         edits, new_config = self._config_edits()
+        if self.quant.config_edit is not None:
+            edits.append(self.quant.config_edit)
+            new_config = cfgmod.apply_edits(new_config, [self.quant.config_edit])
+            if new_config["quantization_config"] is None:
+                new_config.pop("quantization_config")
         return Plan(
             index=self.index,
             format=self.match.format,
@@ -692,6 +767,8 @@ class _Planner:
             findings=self.errors + self.notices,
             aux_ids=cfgmod.aux_ids_in(new_config),
             out_dtype=self.out_dtype,
+            quantization=self.quant.result,
+            layer_count=self.layer_count,
         )
 
 

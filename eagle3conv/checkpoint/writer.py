@@ -227,7 +227,10 @@ class _Mover:
 
 
 def _expected_chunks(index: CheckpointIndex, o: Output):
-    """The bytes a rewritten, cast or pickled output must hold, in bounded chunks."""
+    """The bytes a rewritten, cast, dequantized or pickled output must hold, in bounded chunks."""
+    if o.dequant is not None:
+        yield from _dequantized_chunks(index, o)
+        return
     if o.data is not None:
         if dtypes.DTYPES[o.dtype][1] is None:  # bf16, fp8: the data is the tensor's raw bytes (uint8)
             arr = np.ascontiguousarray(o.data, dtype=np.uint8)
@@ -260,6 +263,59 @@ def _expected_chunks(index: CheckpointIndex, o: Output):
             yield memoryview(t.view(torch.uint8).numpy())
         else:
             yield memoryview(raw)
+
+
+def _dequantized_chunks(index: CheckpointIndex, o: Output):
+    """fix-keys --dequantize: one module dequantized as its scheme defines (checkpoint/dequant.py) and
+    written as bf16, a block of rows at a time: the weight's rows read for that block only (with the
+    matching rows of a per-row, per-group or per-block scale), so memory stays a few chunks whatever the
+    module's size. A packed-integer module (zero points packed across rows) is dequantized whole."""
+    import torch
+
+    from eagle3conv.checkpoint.dequant import dequantize
+
+    d = o.dequant
+    rows, cols = d.shape
+    sym = dict(d.symbols)
+    src = dict(d.parts)
+    w_info = index.tensors[src[d.scheme.weight_name]]
+    block = int(sym.get("BO") or 1) if d.scheme.dequant == "scaled" else 1
+    step = max(block, (CHUNK // max(1, cols * 4)) // block * block) if d.scheme.dequant != "int_packed" \
+        and w_info.start is not None else rows
+    for r in range(0, rows, step):
+        r2 = min(rows, r + step)
+        parts = {leaf: _rows_of(index, index.tensors[key], r, r2, rows, block, leaf == d.scheme.weight_name)
+                 for leaf, key in d.parts}
+        w = dequantize(d.scheme, parts, (r2 - r, cols), sym).to(torch.bfloat16).contiguous()
+        flat = w.view(torch.uint8).reshape(-1).numpy()
+        for s in range(0, len(flat), CHUNK):
+            yield memoryview(flat[s:s + CHUNK])
+
+
+def _rows_of(index: CheckpointIndex, info, r: int, r2: int, rows: int, block: int, is_weight: bool):
+    """Rows [r, r2) of a module's stored tensor as torch: the weight's rows, a per-row scale's rows, a
+    per-block scale's block rows, or the whole of a per-tensor one (and of anything not row-aligned)."""
+    import torch
+
+    tdt = dtypes.torch_dtype(info.dtype)
+    n = info.shape[0] if info.shape else 1
+    if is_weight or n == rows:
+        lo, hi = r, r2
+    elif len(info.shape) == 2 and n == -(-rows // block) and block > 1:
+        lo, hi = r // block, -(-r2 // block)
+    else:
+        raw = bytearray(index.read_bytes(info.name))
+        return (torch.frombuffer(raw, dtype=tdt) if raw else torch.empty(0, dtype=tdt)).reshape(info.shape)
+    if info.start is None or (lo, hi) == (0, n):
+        whole = bytearray(index.read_bytes(info.name))
+        t = torch.frombuffer(whole, dtype=tdt).reshape(info.shape)
+        return t[lo:hi]
+    row_bytes = info.nbytes // n
+    raw = bytearray((hi - lo) * row_bytes)
+    with open(info.file, "rb", buffering=0) as f:
+        if os.preadv(f.fileno(), [raw], info.start + lo * row_bytes) != len(raw):
+            raise WriteError(f"{info.file}: source ended early while reading {info.name}")
+    return torch.frombuffer(raw, dtype=tdt).reshape(hi - lo, *info.shape[1:])
 
 
 # --- writing one folder --------------------------------------------------------------------------
@@ -314,7 +370,8 @@ def write_checkpoint(plan: Plan, folder: Path, *, max_shard_size: int | None = N
                 base = len(header)
                 for o, off in placed:
                     src = index.tensors.get(o.source) if o.source else None
-                    if o.data is None and src is not None and src.start is not None and o.dtype == src.dtype:
+                    if o.data is None and o.dequant is None and src is not None and src.start is not None \
+                            and o.dtype == src.dtype:
                         if src.file not in src_fds:
                             src_fds[src.file] = os.open(src.file, os.O_RDONLY)
                         rows = src.shape[0] if src.shape else 1

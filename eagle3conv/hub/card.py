@@ -133,6 +133,7 @@ class CardFacts:
     plot: str | None = None  # the wiring-search figure uploaded next to README.md (its path in the repo)
     profile: ProfileView | None = None  # speculation_profile.json, when the folder has one that reads
     profile_problem: str | None = None  # the folder's speculation_profile.json does not read
+    quantization: dict | None = None  # a quantized drafter's precision facts (hub/card_quant.py); None: bf16
 
 
 def _target_layers(target: str | None, config: Mapping) -> int | None:
@@ -226,6 +227,9 @@ def gather_facts(folder: str | Path, repo_id: str, *, base_model: str | None = N
                       verify=read_verify_report(root), checks=list(checks), checks_run=checks_run, forced=forced,
                       plot=plot)
     facts.raw_config_ids = aux_ids_in(config) if config else {}
+    from eagle3conv.hub.card_quant import quantization_facts
+
+    facts.quantization = quantization_facts(root, config) if config else None
     trained = next((r for r in records if r.layers), None)
     if trained is not None:
         facts.layers, facts.layers_source, facts.layers_trained = trained.layers, trained.source, True
@@ -609,10 +613,14 @@ def render_block(facts: CardFacts) -> str:
     """The generated part of the card, markers included."""
     lines = [BEGIN, "<!-- Written by `eagle3conv push`; this block is replaced on every push. "
                     "Text outside it is yours and is kept. -->", ""]
+    from eagle3conv.hub.card_quant import quantization_section
+
+    doc = facts.verify.report.document if facts.verify is not None and facts.verify.report is not None else None
     for section in (_about(facts), _wiring_section(facts) + _plot_lines(facts), _training_section(facts),
-                    _verify_section(facts) + _profile_lines(facts),
+                    _verify_section(facts) + _profile_lines(facts), quantization_section(facts.quantization, doc),
                     _checks_section(facts), _launch_section(facts)):
-        lines += section + [""]
+        if section:  # a section with nothing to state (precision, for a bf16 drafter) is left out
+            lines += section + [""]
     lines.append(END)
     return "\n".join(lines) + "\n"
 

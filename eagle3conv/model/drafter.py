@@ -44,6 +44,7 @@ from torch import Tensor
 
 from eagle3conv.errors import InvalidCheckpointError, UsageError
 from eagle3conv.spec.canonical import ExpectedTensor, expected
+from eagle3conv.spec.config_check import layer_count_problem
 from eagle3conv.spec.drafter import AUX_KEY, LATER_LAYER_NORMS, DrafterSpec, flag
 from eagle3conv.findings import (
     LOGITS_SHAPE,
@@ -374,6 +375,9 @@ class Eagle3Drafter:
         without: Iterable[str] = (),
         parallel_mask_token: int | None = None,
     ) -> None:
+        layers = layer_count_problem(config, state_dict)  # before the key lists: one error naming the field
+        if layers is not None:
+            raise InvalidCheckpointError(f"drafter checkpoint: {layers.message}", hint=layers.fix)
         c = self._parse_config(config)
         if not c.draft_vocab_declared and "lm_head.weight" in state_dict:
             rows = state_dict["lm_head.weight"].shape[0]

@@ -262,7 +262,10 @@ def in_canonical_names(config: dict | None, tensor_names) -> bool:
     SGLang's names" (``config`` edits only such checkpoints, ``verify`` runs only them); a required
     tensor missing is the plan's error to name, and whether fix-keys would change anything else
     (dtypes, shards, config) the plan's own question (:meth:`eagle3conv.checkpoint.plan.Plan.is_identity`)."""
-    names = set(tensor_names)
+    from eagle3conv.spec.quant import is_companion, split_name
+
+    # a quantized drafter's scales (and a packed weight standing for X.weight) belong to their module
+    names = {n if not is_companion(n) else split_name(n)[0] + ".weight" for n in tensor_names}
     arch = architecture_for(config or {}, names)
     spec = DrafterSpec.from_config(config or {}, validate=False, architecture=arch.key)
     # layers past the deepest one named add only names that are not there: the answer is the same with

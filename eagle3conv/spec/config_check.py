@@ -14,6 +14,7 @@ import math
 from typing import Any, Mapping
 
 from eagle3conv.errors import InvalidCheckpointError
+from eagle3conv.findings import CONFIG, LAYER_COUNT, Finding
 from eagle3conv.spec.drafter import AUX_KEY, NESTED_AUX_FIELD, architecture_key, aux_ids
 from eagle3conv.spec.layers import MAX_LAYERS
 
@@ -190,6 +191,36 @@ def _mask_token_past_vocab(config: Mapping[str, Any], vocab: int | None, where: 
     return [f"{where}: the P-EAGLE mask token id is {token}, but vocab_size is {vocab}: vLLM embeds the mask "
             f"token with the drafter's {vocab}-row embedding (ids 0..{vocab - 1}), which has no row {token}; "
             "expected the id of the token the run masked the parallel slots with"]
+
+
+def layer_count_problem(config: Mapping[str, Any] | None, tensor_names, *, where: str = "config.json",
+                        ckpt: str = "CKPT") -> Finding | None:
+    """``num_hidden_layers`` against the decoder layers the weights hold (``tensor_names`` in SGLang's
+    names: layer 0 ``midlayer.*``, then ``layers.{i}.*``): the engines build ``num_hidden_layers`` layers
+    whatever the weights hold (docs/facts.md §11), so a difference is an error (area config, code
+    ``layer-count``) naming what each release does and the fix; None when they agree. A gap between
+    layers is the plan's own error (``layer-missing``), not this one."""
+    from eagle3conv.spec.canonical import layer_of
+    from eagle3conv.spec.engines import drafter_kind, layer_count_outcomes, layers_span
+
+    n = config.get("num_hidden_layers") if isinstance(config, Mapping) else None
+    found = [i for name in tensor_names if (i := layer_of(name)) is not None]
+    if not _is_int(n) or n < 1 or not found:
+        return None
+    held = max(found) + 1
+    if held == n:
+        return None
+    names = "midlayer.*" + (f", layers.1.*{'' if held == 2 else f' .. layers.{held - 1}.*'}" if held > 1 else "")
+    engines = "; ".join(layer_count_outcomes(n, held, drafter_kind(config)))
+    fix = (f"eagle3conv fix-keys {ckpt} rewrites num_hidden_layers to {held} (or set \"num_hidden_layers\": "
+           f"{held} in {where})")
+    if n > held:
+        fix += f"; if the trained drafter had {layers_span(held, n - 1)} too, convert the trainer's checkpoint again"
+    return Finding(
+        "error", CONFIG, LAYER_COUNT,
+        f"{where}: num_hidden_layers is {n}, but the weights hold {held} decoder layer{'s' if held != 1 else ''} "
+        f"({names}): " + (engines or f"the engines build {n}") + " (docs/facts.md §11)", fix,
+        subject="num_hidden_layers")
 
 
 def validate_drafter_config(config: Mapping[str, Any], where: str = "config.json", *,

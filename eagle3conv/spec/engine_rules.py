@@ -235,6 +235,8 @@ FORWARD_VALUES: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "head_without_draft_vocab_size": ("target", "own"),
         "later_layer_norm": ("input_layernorm", "hidden_norm"),
         "layers": ("any", "one"),
+        "layers_without_weights": ("uninitialised", "refused"),
+        "weights_past_layers": ("skipped", "refused"),
         "fc_norm": ("config", "ignored"),
         "norm_output": ("config", "ignored"),
         "norm_before_fc": ("config", "ignored", "refused"),
@@ -254,7 +256,11 @@ or not read, and the drafter runs as its config says): ``rope_interleave`` "conf
 identical to the target's); ``head_without_draft_vocab_size`` "target" or "own";
 ``later_layer_norm``: the norm a decoder layer after the first applies to its input
 ("input_layernorm" or "hidden_norm"); ``layers``: "any" number of decoder layers or
-"one" (more is refused at load); the EAGLE-3.1 switches ``fc_norm``, ``norm_output``,
+"one" (more is refused at load); ``layers_without_weights``: what a release does with a
+layer it builds (``num_hidden_layers``) that the weights do not hold, "uninitialised" (served with
+the values it was allocated with) or "refused", and ``weights_past_layers``: what it does with the
+weights of a layer past ``num_hidden_layers``, "skipped" (silently: the drafter is served without
+them) or "refused" (``layers_source``: where both were read); the EAGLE-3.1 switches ``fc_norm``, ``norm_output``,
 ``norm_before_fc`` and the variants ``qk_norm`` (a Qwen3 drafter's per-head q/k norms) and
 ``parallel_drafting`` (P-EAGLE), and ``attention_bias`` (the q/k/v biases): "config" (honoured), "ignored" (the flag and its tensors are
 skipped silently: the drafter is served without them) or "refused" (the release cannot load
@@ -283,6 +289,9 @@ class Forward:
     source: str
     later_layer_norm: str | None = None
     layers: str | None = None
+    layers_without_weights: str | None = None
+    weights_past_layers: str | None = None
+    layers_source: str | None = None
     fc_norm: str | None = None
     norm_output: str | None = None
     norm_before_fc: str | None = None
@@ -512,7 +521,7 @@ def _parse_fc(path: Path, i: int, raw: object) -> FcWidth:
 def _parse_forward(path: Path, i: int, raw: object) -> Forward:
     where = f"forward {i}"
     raw = _keys(path, raw, where, {"releases", "drafters", "why", "source", "architectures", *FORWARD_VALUES},
-                {"mask_token_fields", "sliding_window_option"})
+                {"mask_token_fields", "sliding_window_option", "layers_source"})
     drafters = _strings(path, raw["drafters"], f"{where} 'drafters'", empty=False)
     if not set(drafters) <= set(DRAFTER_KINDS):
         raise _fail(path, f"{where}: drafters must be among {list(DRAFTER_KINDS)}")
@@ -535,7 +544,17 @@ def _parse_forward(path: Path, i: int, raw: object) -> Forward:
                    architectures=archs,
                    mask_token_fields=None if raw.get("mask_token_fields") is None else _strings(
                        path, raw["mask_token_fields"], f"{where} 'mask_token_fields'", empty=False),
-                   sliding_window_option=option)
+                   sliding_window_option=option, layers_source=_layers_source(path, raw, where))
+
+
+def _layers_source(path: Path, raw: dict, where: str) -> str | None:
+    """Where ``layers_without_weights`` / ``weights_past_layers`` were read: required when either is given."""
+    if raw["layers_without_weights"] is None and raw["weights_past_layers"] is None:
+        return None
+    if not isinstance(raw.get("layers_source"), str) or not raw["layers_source"].strip():
+        raise _fail(path, f"{where}: 'layers_source' must name where layers_without_weights and "
+                          "weights_past_layers were read")
+    return raw["layers_source"]
 
 
 def _parse_rule(path: Path, i: int, raw: object, families: Mapping[str, Family]) -> Rule:
@@ -577,6 +596,7 @@ def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine
         "the file",
         {"schema", "engine", "title", "aliases", "releases", "releases_why", "runners",
          "capture_ids", "fc_width", "default_ids", "rules", "forward", "check_by_default"},
+        {"quantization"},  # read by spec/quant.py (quantized drafters)
     )
     name = _text(path, raw, "engine", "the file")
     if name != path.stem:

@@ -661,6 +661,34 @@ def later_norm_readers(drafter: str = "llama") -> dict[str, list[str]]:
     return out
 
 
+def layers_span(first: int, last: int) -> str:
+    """'layer 1' or 'layers 1-2' (never a list: an index may be huge)."""
+    return f"layer {first}" if first == last else f"layers {first}-{last}"
+
+
+def layer_count_outcomes(built: int, held: int, drafter: str = "llama") -> list[str]:
+    """What each engine release does with a drafter whose config says ``built`` decoder layers
+    (``num_hidden_layers``) while its weights hold ``held``: from the forward rules'
+    ``layers_without_weights`` / ``weights_past_layers`` (docs/facts.md §11); releases alike share one line."""
+    out: list[str] = []
+    for eng in engines().values():
+        if built > held:
+            field, gap = "layers_without_weights", layers_span(held, built - 1)
+            them, they = ("them", "they were") if built - held > 1 else ("it", "it was")
+            words = {"uninitialised": f"builds {built} decoder layers and loads nothing into {gap}: it serves "
+                                      f"{them} with the uninitialised memory {they} allocated with",
+                     "refused": f"refuses num_hidden_layers {built} at load"}
+        else:
+            field, gap = "weights_past_layers", layers_span(built, held - 1)
+            words = {"skipped": f"builds {built} decoder layer{'s' if built != 1 else ''} and skips the weights of "
+                                f"{gap} silently: it serves the drafter without them",
+                     "refused": f"refuses to load the weights of {gap} (it builds no such layer)"}
+        for value, text in words.items():
+            spans = _release_spans(eng, lambda r, v=value: getattr(forward_rule(r, drafter), field) == v)
+            out += [f"{span} {text}" for span in spans]
+    return out
+
+
 def _layers(cfg: Mapping[str, Any]) -> int:
     n = cfg.get("num_hidden_layers", 1)
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1

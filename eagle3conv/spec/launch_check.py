@@ -73,6 +73,7 @@ class LaunchCheck:
     names_note: str | None
     checked: tuple[str, ...]  # what was looked at, in words (the card's launch section says it)
     target: str | None = None  # the target the line names
+    draft: str | None = None  # the drafter path (or repo) the line names
 
     @property
     def ok(self) -> bool:
@@ -173,7 +174,7 @@ def check_line(parsed: ParsedLine, release: EngineRelease, config: Mapping[str, 
     renamed = parsed != original
     corrected = _apply(parsed, line.edits) if line.edits or renamed else None
     return LaunchCheck(release, tuple(line.findings), corrected, names.read_from, names.note, tuple(checked),
-                       line.value("target"))
+                       line.value("target"), line.value("draft"))
 
 
 def _nearest(name: str, names: Iterable[str]) -> str | None:

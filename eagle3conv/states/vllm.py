@@ -24,6 +24,11 @@ last id is N, the last slot is the target's final hidden state before its norm:
 ``final_state`` says so, and verify computes the target's own next tokens from it given the
 target's final norm and lm_head.
 
+With ``eagle3conv-capture.json`` beside the files (``capture --engine vllm``'s record, read by
+:func:`~eagle3conv.states.vllm_capture.read_capture_record`), the ids, the target, each
+sequence's loss mask (its response), category and, where vLLM generated every response, the
+target's own next tokens come from it; a ``--states-layers`` that disagrees is refused.
+
 Opening reads every file's header and its ``token_ids`` (small); states are read only for the
 sequences asked for, one file at a time (memory constant in the number of files).
 """
@@ -36,13 +41,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eagle3conv.errors import CheckpointReadError, WiringError
+from eagle3conv.errors import CheckpointReadError, UsageError, WiringError
 from eagle3conv.io.safetensors import read_safetensors_header
 from eagle3conv.spec.layers import LayerRef, LayerSet, describe
 from eagle3conv.states.format import USER_STATED, CapturedStates, as_layer_refs
 
 if TYPE_CHECKING:
     from torch import Tensor
+
+    from eagle3conv.states.vllm_capture import CaptureRecord
 
 HS_FILE = re.compile(r"^hs_(\d+)\.safetensors$")
 VLLM_KEYS = frozenset({"hidden_states", "token_ids"})
@@ -147,7 +154,12 @@ class VllmStates(CapturedStates):
             if tok.numel() and int(tok.min()) < 0:
                 raise CheckpointReadError(f"{p}: token_ids holds negative ids")
             ids.append(tok.long())
-        ds = Path(dataset) if dataset is not None else (None if root.is_file() else _dataset_folder(root))
+        record = self._record(root, files, lengths)
+        if record is not None and dataset is not None:
+            raise UsageError(f"{root}: eagle3conv's capture record ({record.path.name}) gives the loss mask; "
+                             "do not name a dataset as well")
+        ds = Path(dataset) if dataset is not None else (
+            None if root.is_file() or record is not None else _dataset_folder(root))
         masks = None
         if ds is not None:
             cols = read_dataset_columns(ds, [i for i, _ in files])
@@ -167,11 +179,79 @@ class VllmStates(CapturedStates):
         self.input_ids = pad_rows(ids, self.seq_len)
         self._loss_mask = None if masks is None else pad_rows(masks, self.seq_len, False)
         self.target_next = None
+        if record is not None:
+            self._from_record(record, vllm_ids, layers, ids)
+            return
         self._label(vllm_ids, layers)
         notes = ["vLLM's hidden-states files hold no next-token ids: the target's own next tokens need its "
                  "final norm and lm_head over the last slot (verify computes them given the target's weights)"]
         if masks is None:
             notes.append("no speculators dataset beside the files (its loss_mask): every token is scored")
+        self.notes = tuple(notes)
+
+    def _record(self, root: Path, files: list[tuple[int, Path]], lengths: list[int]) -> CaptureRecord | None:
+        """``capture --engine vllm``'s record beside the files (the folder's, or a single file's
+        folder's), checked against them; ``self._seqs`` its entry per file."""
+        from eagle3conv.states.vllm_capture import read_capture_record
+
+        record = read_capture_record(root.parent if root.is_file() else root)
+        if record is None:
+            return None
+        by_name = {s.file: s for s in record.sequences}
+        if not root.is_file() and len(record.sequences) != len(files):
+            raise CheckpointReadError(f"{record.path}: records {len(record.sequences)} sequences, but the folder "
+                                      f"holds {len(files)} hs_<i>.safetensors files: the capture is incomplete")
+        self._seqs = []
+        for (_, p), s in zip(files, lengths):
+            seq = by_name.get(p.name)
+            if seq is None or seq.tokens != s:
+                raise CheckpointReadError(
+                    f"{p}: " + ("not in" if seq is None else f"holds {s} tokens, but {record.path.name} records "
+                                f"{seq.tokens} in") + f" the capture record {record.path}: the files and the record "
+                    "do not belong together")
+            self._seqs.append(seq)
+        if (self._n, self.hidden_size) != (len(record.vllm_ids), record.hidden_size):
+            raise CheckpointReadError(
+                f"{record.path}: records {len(record.vllm_ids)} states of width {record.hidden_size}, but the files "
+                f"hold {self._n} of width {self.hidden_size}")
+        return record
+
+    def _from_record(self, record: CaptureRecord, vllm_ids: Sequence[int] | None,
+                     layers: Sequence[LayerRef | int] | None, ids: list[Tensor]) -> None:
+        """Layers, loss mask, categories and (where vLLM generated every response) the target's
+        next tokens from the capture record; a conflicting ``--states-layers`` is refused."""
+        import torch
+
+        from eagle3conv.states.readers import pad_rows
+
+        if vllm_ids is not None and sorted(int(i) for i in vllm_ids) != list(record.vllm_ids):
+            raise WiringError(
+                f"{self.path}: --states-layers {','.join(map(str, vllm_ids))} (vLLM's numbering) conflicts with the "
+                f"ids this capture recorded in {record.path.name}: {','.join(map(str, record.vllm_ids))}",
+                hint="leave --states-layers out: the capture's own record names the layers")
+        if layers is not None and tuple(sorted(as_layer_refs(layers))) != tuple(LayerRef(i - 1) for i in record.vllm_ids):
+            raise WiringError(f"{self.path}: the layers named conflict with {record.path.name}'s")
+        if self.num_layers is not None and self.num_layers != record.num_layers:
+            raise WiringError(f"{record.path}: records a target of {record.num_layers} layers, but the target "
+                              f"named has {self.num_layers}: these states come from another target")
+        self.num_layers, self.vocab_size, self.target = record.num_layers, record.vocab_size, record.target
+        self._label(record.vllm_ids, None)
+        self.layers_from = (f"{record.path.name} vllm_layer_ids (eagle3conv capture --engine vllm's record, "
+                            "in vLLM's numbering: id i = output of layer i-1)")
+        seqs = self._seqs
+        self._loss_mask = pad_rows([torch.tensor(s.loss_mask(), dtype=torch.bool) for s in seqs], self.seq_len,
+                                   False)
+        self.categories = None if all(s.category is None for s in seqs) else tuple(s.category for s in seqs)
+        notes = []
+        if all(s.generated for s in seqs):  # every scored position has the target's own token
+            nxt = [torch.tensor(s.target_next(t.tolist()), dtype=torch.long) for s, t in zip(seqs, ids)]
+            self.target_next = pad_rows(nxt, self.seq_len, -1)
+            notes.append(f"the target's own next tokens: its greedy response as vLLM decoded it ({record.path.name}); "
+                         "the loss mask is that response")
+        else:
+            notes.append("vLLM's hidden-states files hold no next-token ids and this capture did not generate "
+                         "every response (--generate): the target's own next tokens need its final norm and "
+                         "lm_head over the last slot (verify computes them given the target's weights)")
         self.notes = tuple(notes)
 
     def _check_header(self, p: Path, shape: tuple[int, int] | None) -> tuple[int, int, int]:

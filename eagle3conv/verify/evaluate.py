@@ -261,6 +261,7 @@ class ScreenBound:
     max_positions: int = 32768  # scored positions the screen reads at most
     max_work: float = 4.0
     max_tail: float = 200.0
+    seconds: float | None = None  # the user's time budget for the screen (verify --search-budget); None: none
 
     def quantile(self, tests: int, blocks: int) -> float:
         """The bound's multiplier for ``tests`` comparisons over ``blocks`` blocks."""
@@ -321,6 +322,9 @@ class ScreenResult:
     pos_row: list[int] = field(default_factory=list)  # the sequence of each position, in the order read
     tests: int = 0  # the comparisons the bound allows for (wirings x stages)
     total: int = 0  # the log-scored positions of the rows screened (a vector this long is complete)
+    stopped_by: str | None = None  # "work" (the work cap) or "seconds" (the time budget); None: the data decided
+    cap: float = 0.0  # the work cap (wiring x positions)
+    to_finish: dict | None = None  # when stopped: the work and seconds that reading every position would take
 
     def log_score(self, i: int):
         """Wiring ``i``'s step-1 log score per sequence (a
@@ -402,6 +406,119 @@ def paired_bound(lp, lead: int, pos_row: list[int], bound: ScreenBound | None = 
     r_ = d - D[:, None] * C[None, :]
     se = (r_.pow(2).sum(1) * (m / max(1, m - 1))).sqrt() / N * inflate
     return D, se, m
+
+
+
+class _SplitStep:
+    """Step 1 of a one-layer Llama-attention drafter, split at what a wiring changes.
+
+    The attention input is ``cat(input_layernorm(embed), hidden_norm(g))`` and q, k, v one
+    linear map of it, so ``[q; k; v] = W_e input_layernorm(embed) + r * (W_h hidden_norm.w) g``
+    (+ bias), ``r`` the 1/rms of ``g`` (one scalar per position and wiring). The embedding
+    half (``E``) is the same for every wiring: computed once per group; ``(W_h w) g`` is
+    linear in ``g`` = the sum of the slots' fc projections, so it is the sum of each slot's
+    projection of its layer through ``W_h w`` (computed once per layer and slot, like the fc
+    projections). Per wiring: sums, one scalar per position, RoPE and attention; then o_proj,
+    the MLP and the head (the drafter's own :meth:`finish`) on the positions scored only.
+    The same numbers as the drafter's forward up to rounding (the sums are reassociated)."""
+
+    def __init__(self, drafter) -> None:
+        import torch
+
+        c = drafter.config
+        H = c.hidden_size
+        w = torch.cat([drafter.q_proj, drafter.k_proj, drafter.v_proj])  # [q + k + v, 2H]: embedding half first
+        self.dq, self.dk = drafter.q_proj.shape[0], drafter.k_proj.shape[0]
+        self.width = w.shape[0]
+        self.w_emb = w[:, :H].contiguous()
+        self.w_hid = (w[:, H:].float() * drafter.hidden_norm.float()).to(w.dtype).contiguous()
+        self.bias = (torch.cat([drafter.q_bias, drafter.k_bias, drafter.v_bias])
+                     if drafter.q_bias is not None else None)
+        self.fc_bias = (drafter.fc_bias @ self.w_hid.t()) if drafter.fc_bias is not None else None
+        self.eps = c.rms_norm_eps
+        self.config = c
+        self.emb = self.cos = self.sin = self.qi = None
+        self.roped = False
+
+    @classmethod
+    def of(cls, drafter) -> _SplitStep | None:
+        """The split for this drafter, or None where step 1 is not that (MLA attention, later
+        decoder layers, per-head q/k norms): the screen then runs the drafter's own pieces."""
+        from eagle3conv.model.drafter import Eagle3Drafter
+
+        if (type(drafter)._qkv is not Eagle3Drafter._qkv or type(drafter)._project is not Eagle3Drafter._project
+                or type(drafter)._layer_input is not Eagle3Drafter._layer_input
+                or getattr(drafter, "later", None) or getattr(drafter, "q_norm", None) is not None):
+            return None
+        return cls(drafter)
+
+    def positions(self, drafter, seq: int, device) -> None:
+        """A group of ``seq`` columns: RoPE's cos/sin at each (position 0 at column 0)."""
+        import torch
+
+        self.cos, self.sin = drafter.rope(torch.arange(seq, device=device))
+        if self.fc_bias is not None:  # fc's bias through W_h w, RoPE'd at each column (the projections are)
+            self.fc_bias_at = self.fc_bias.expand(seq, -1).clone()
+            self.rope(self.fc_bias_at)
+
+    def rope(self, lin) -> None:
+        """RoPE on the q and k parts of ``lin`` [..., columns, q + k + v], in place. RoPE is linear
+        per position, so it commutes with the sums and the per-position 1/rms: applied once to
+        each slot-layer projection and to the embedding half, a wiring's sum is already rotated."""
+        from eagle3conv.model.ops import apply_rope
+
+        c = self.config
+        lead = lin.shape[:-1]
+        for a, b, heads in ((0, self.dq, c.num_heads), (self.dq, self.dq + self.dk, c.num_kv_heads)):
+            part = lin[..., a:b].unflatten(-1, (heads, c.head_dim))
+            part.copy_(apply_rope(part, self.cos[:lead[-1], None, :], self.sin[:lead[-1], None, :]))
+
+    def begin(self, drafter, tokens, qi, roped: bool) -> None:
+        """A group: the embedding half of q, k, v at every column (``tokens``: the ids step 1
+        reads; RoPE'd when the slot-layer projections are), for the columns ``qi`` scored."""
+        import torch.nn.functional as F
+
+        from eagle3conv.model.ops import rms_norm
+
+        embeds = F.embedding(tokens, drafter.embed_tokens)
+        self.emb = F.linear(rms_norm(embeds, drafter.input_layernorm, self.eps), self.w_emb, self.bias)
+        if roped:
+            self.rope(self.emb)
+        self.roped = roped
+        self.qi = qi
+
+    def finish(self, drafter, g, lin, qmask, flat, wirings: int):
+        """Step 1 for ``g`` [wirings x rows, columns, H] (the fc output) and ``lin`` (its
+        projection through ``W_h w``): the drafter's output at the ``flat`` positions scored
+        (row-major over rows x scored columns), ``wirings`` rows of them."""
+        import torch
+        import torch.nn.functional as F
+
+        from eagle3conv.model.ops import apply_rope, rms_norm
+
+        c = drafter.config
+        B, S, H = g.shape
+        nh, nkv, hd = c.num_heads, c.num_kv_heads, c.head_dim
+        r = torch.rsqrt(torch.linalg.vector_norm(g, dim=-1, dtype=torch.float32).pow(2) / H + self.eps)
+        rows = self.emb.shape[0]
+        lin = torch.addcmul(self.emb.unsqueeze(0), lin.view(B // rows, rows, S, -1),
+                            r.to(g.dtype).view(B // rows, rows, S, 1)).view(B, S, -1)
+        qi = self.qi
+        q = lin[:, qi, :self.dq].reshape(B, len(qi), nh, hd).transpose(1, 2)
+        k = lin[:, :, self.dq:self.dq + self.dk].reshape(B, S, nkv, hd).transpose(1, 2)
+        v = lin[:, :, self.dq + self.dk:].reshape(B, S, nkv, -1).transpose(1, 2)
+        if not self.roped:
+            q = apply_rope(q, self.cos[qi], self.sin[qi])
+            k = apply_rope(k, self.cos, self.sin)
+        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=qmask, enable_gqa=drafter.gqa,
+                                              scale=drafter.attn_scale)  # [B, nh, Sq, hd]
+        residual = g[:, qi]
+        if c.norm_before_residual:
+            residual = rms_norm(residual, drafter.hidden_norm, self.eps)
+        residual = residual.reshape(wirings, -1, H).index_select(1, flat)
+        attn = attn.transpose(1, 2).reshape(wirings, -1, nh, attn.shape[-1]).index_select(1, flat).transpose(1, 2)
+        out = drafter.finish(residual, attn)
+        return out
 
 
 def _finite_at(x, mask):
@@ -537,6 +654,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         raise UsageError("the global search cannot screen a drafter with both norm_before_fc and fc_norm (the "
                          "concatenation's norm then does not factor through fc_norm)",
                          hint="score the wirings you suspect with --layers")
+    split = _SplitStep.of(drafter)
+    width = H + (split.width if split is not None else 0)  # per slot, layer and token: what a group holds
     if chunk_tokens is None:
         chunk_tokens = 65536 if dev.type == "cuda" else 8192
     if memory_bytes is None:
@@ -557,8 +676,11 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     vectors: list = [None] * n_sets  # per wiring: its log score at each position it was scored on
     stages: list[dict] = []
     phases: dict = {"project": 0.0}
-    work, cap = 0, bound.max_work * n_sets * max(1, plan[0]) + bound.max_tail * plan[-1]
+    # the work cap, unless the user gave a time budget (which then replaces it)
+    work, cap = 0, (math.inf if bound.seconds is not None else
+                    bound.max_work * n_sets * max(1, plan[0]) + bound.max_tail * plan[-1])
     complete = True
+    stopped: str | None = None  # what stopped the screen before the data decided: "work" (cap), "seconds"
     ok_positions = 0
 
     def settle(idx: list[int], where: torch.Tensor) -> None:
@@ -586,9 +708,16 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         ts = time.perf_counter()
         stops = region(want)
         todo = [r for r in range(rows) if stops[r] > done[r]]
-        if todo and work + len(alive) * (want - lp_store.shape[1]) > cap and stage_no > 0:
-            complete = False
-            break
+        need = len(alive) * (want - lp_store.shape[1])
+        if todo and stage_no > 0:
+            spent = time.perf_counter() - t0
+            if work + need > cap:
+                stopped = "work"
+            elif bound.seconds is not None and spent + need * spent / max(1, work) > bound.seconds:
+                stopped = "seconds"  # the next stage, at the rate measured so far, would pass the budget
+            if stopped:
+                complete = False
+                break
         used = sorted({int(x) for x in wiring_cols[alive].flatten().tolist()})
         ucol = {j: u for u, j in enumerate(used)}
         remap = torch.full((len(refs),), -1, dtype=torch.long)  # column of a layer -> its place in `used`
@@ -601,7 +730,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         for r in todo:
             cur.append(r)
             g_len = max(stops[x] for x in cur)
-            if len(cur) > 1 and (r != cur[-2] + 1 or k_slots * len(used) * len(cur) * g_len * H * elt > memory_bytes
+            if len(cur) > 1 and (r != cur[-2] + 1 or k_slots * len(used) * len(cur) * g_len * width * elt > memory_bytes
                                  or len(cur) * g_len > 1.25 * sum(stops[x] for x in cur)):
                 cur.pop()
                 groups.append(cur)
@@ -609,11 +738,17 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         if cur:
             groups.append(cur)
         for grp in groups:
-            Sg = max(stops[r] for r in grp)
+            Sg = min(S, max(stops[r] for r in grp) + 1)  # the last column scored reads the next column's token
             g = len(grp)
             tp = time.perf_counter()
             sel = torch.tensor(grp, dtype=torch.long)
             proj = torch.empty(k_slots, len(used), g, Sg, H, dtype=dt, device=dev)
+            # each slot's projection of each layer through W_h too, where that is less work than one
+            # projection of each wiring's sum (more wirings than slot-layer pairs)
+            pre = split is not None and len(alive) > k_slots * len(used)
+            qkvp = torch.empty(k_slots, len(used), g, Sg, split.width, dtype=dt, device=dev) if pre else None
+            if split is not None:
+                split.positions(drafter, Sg, dev)
             msq = torch.empty(len(used), g, Sg, dtype=torch.float32, device=dev) if in_norm is not None else None
             lo, hi = grp[0], grp[-1] + 1  # rows are consecutive
             for j in used:
@@ -627,6 +762,9 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
                     if in_norm is not None:
                         x = x * in_norm[s * T:(s + 1) * T]
                     torch.matmul(x, w[:, s * T:(s + 1) * T].t(), out=proj[s, ucol[j]])
+                    if pre:  # and its share of the attention input's hidden half, RoPE'd
+                        torch.matmul(proj[s, ucol[j]], split.w_hid.t(), out=qkvp[s, ucol[j]])
+                        split.rope(qkvp[s, ucol[j]])
                 del hcap
             if target_embeds:  # the captured embedding output at (b, t) is embed(x_t): index it by position
                 emb = states.embeddings(slice(lo, hi))[:, :Sg].to(dev).to(dt)
@@ -646,6 +784,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             # the columns scored: the rest of step 1 (o_proj, MLP, head) runs on those only; every
             # column before them is still attended to (its keys and values are computed)
             qcols = torch.nonzero(take.any(0)).flatten()
+            if drafter.later:  # a later layer attends over every column's layer-0 output: run them all
+                qcols = torch.arange(Sg)
             Sq = len(qcols)
             take = take[:, qcols]
             flat = torch.nonzero(take.flatten()).flatten().to(dev)
@@ -658,21 +798,38 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             tokens_rep = tokens.repeat(min(per, len(alive)), 1)
             ref_d_flat, ref_t_flat = ref_d.flatten()[flat], ref_t.flatten()[flat]
             lp_parts, hit_parts = [], []
+            if split is not None:  # what no wiring changes, once per group
+                split.begin(drafter, tokens, qi, roped=pre)
             for a in range(0, len(alive), per):
                 part = alive_cols[a:a + per]
                 P = part.shape[0]
                 gg = proj[0, part[:, 0]]
                 for s in range(1, k_slots):
                     gg = gg + proj[s, part[:, s]]
+                lin = None
+                if pre:
+                    lin = qkvp[0, part[:, 0]]
+                    for s in range(1, k_slots):
+                        lin = lin + qkvp[s, part[:, s]]
                 if msq is not None:  # input_norm's 1/rms of the concatenation, per wiring and position
                     ms = msq[part[:, 0]]
                     for s in range(1, k_slots):
                         ms = ms + msq[part[:, s]]
-                    gg = (gg.float() * torch.rsqrt(ms / k_slots + c.rms_norm_eps)[..., None]).to(dt)
+                    scale = torch.rsqrt(ms / k_slots + c.rms_norm_eps)[..., None]
+                    gg = (gg.float() * scale).to(dt)
+                    if lin is not None:
+                        lin = (lin.float() * scale).to(dt)
                 if drafter.fc_bias is not None and not no_fc:
                     gg = gg + drafter.fc_bias
+                    if lin is not None:
+                        lin = lin + split.fc_bias_at
+                if split is not None and lin is None:
+                    lin = F.linear(gg, split.w_hid)
                 with torch.inference_mode():
-                    if Sq == Sg:
+                    if split is not None:  # one-layer Llama attention: the rest of step 1 on the positions scored
+                        out = split.finish(drafter, gg.view(P * g, Sg, H), lin.view(P * g, Sg, -1), qmask, flat, P)
+                        logits, target_ids = out.logits, out.target_ids
+                    elif Sq == Sg:
                         out = drafter.forward(gg.reshape(P * g, Sg, -1), tokens_rep[:P * g])
                     else:
                         residual, q, kk, vv = drafter.attention_inputs(gg.reshape(P * g, Sg, -1),
@@ -681,19 +838,22 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
                                                               enable_gqa=drafter.gqa, scale=drafter.attn_scale)
                         out = drafter.finish(residual[:, qi], attn)
                         del residual, q, kk, vv, attn
-                lg = out.logits.view(P, g * Sq, -1).index_select(1, flat).float()
-                lp = lg.gather(-1, ref_d_flat.expand(P, -1).unsqueeze(-1)).squeeze(-1)
-                lp_parts.append((lp - torch.logsumexp(lg, -1)).cpu())
-                hit_parts.append((out.target_ids.view(P, g * Sq).index_select(1, flat)
-                                  == ref_t_flat).cpu())
-                del out, lg
+                    if split is None:
+                        logits = out.logits.view(P, g * Sq, -1).index_select(1, flat)
+                        target_ids = out.target_ids.view(P, g * Sq).index_select(1, flat)
+                # log-softmax upcasts inside its kernel (no fp32 copy of the logits)
+                lp = F.log_softmax(logits, -1, dtype=torch.float32).gather(
+                    -1, ref_d_flat.expand(P, -1).unsqueeze(-1)).squeeze(-1)
+                lp_parts.append(lp.cpu())
+                hit_parts.append((target_ids == ref_t_flat).cpu())
+                del out, logits, target_ids, gg, lin
                 if progress:
                     progress(min(a + P, len(alive)), len(alive))
             new_lp.append(torch.cat(lp_parts) if lp_parts else torch.zeros(0, 0))
             new_hit.append(torch.cat(hit_parts) if hit_parts else torch.zeros(0, 0, dtype=torch.bool))
             for a, r in enumerate(grp):
                 pos_row.extend([r] * int(take[a].sum()))
-            del proj
+            del proj, qkvp
         for r in todo:  # step-1 positions: a row read to its last log-scored position counts to its end
             end = S if stops[r] == scored_at[r][-1] + 1 else stops[r]
             ok_positions += int(ok_all[r, done[r]:end].sum())
@@ -734,7 +894,13 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
                        seconds=time.perf_counter() - t0, step1=step1, logp=logp, positions=ok_positions,
                        phase_seconds=phases, alive=alive, reached=reached, stages=stages, complete=complete,
                        work=work, bound=bound, vectors=vectors, pos_row=pos_row, tests=n_sets * len(plan),
-                       total=total)
+                       total=total, stopped_by=stopped, cap=cap)
+    if stopped:  # what reading every position would take for the wirings still in (none excluded on the way)
+        left = len(alive) * (plan[-1] - lp_store.shape[1])
+        rate = res.seconds / max(1, work)
+        res.to_finish = {"work": int(left), "seconds": round(left * rate, 1),
+                         "seconds_per_million": round(rate * 1e6, 3),
+                         "budget": int(math.ceil(res.seconds + left * rate))}
     return res, list(alive)
 
 

@@ -392,3 +392,80 @@ def data_labels(input_ids, attention_mask):
 __all__ = ["EMBED_NAMES", "HEAD_NAMES", "NORM_NAMES", "build_drafter", "compare_embeddings", "data_labels",
            "load_drafter_weights", "load_target_embeddings", "load_target_head", "load_target_norm",
            "target_next_from_head", "target_num_layers", "use_loaded_target"]
+
+
+def dequantize_drafter(config: dict, tensors: dict, *, raw_modules: tuple[str, ...] = (),
+                       emulate_activations: bool = True) -> tuple[dict, dict, list[str]]:
+    """A quantized drafter's tensors as a release computes them: each quantized module's weight
+    dequantized as its scheme defines (model/quant.py), and, for a module with a stored
+    ``input_scale`` of a static FP8 scheme, its input quantized to FP8 with that scale
+    (:class:`~eagle3conv.model.quant.StaticFP8Input`). ``raw_modules``: modules a release builds as
+    plain bf16 Linears (SGLang 0.5.23's fc): their stored codes unscaled, or left at a random init
+    when the release skips a packed tensor. Returns (config without quantization_config, tensors in
+    canonical names only, notes saying what was emulated). A bf16 drafter comes back unchanged."""
+    import torch
+
+    from eagle3conv.checkpoint.dequant import dequantize, raw_codes
+    from eagle3conv.model.quant import StaticFP8Input
+    from eagle3conv.spec import quant as q
+
+    qc = q.read_quant_config(config, None)
+    if qc is None:
+        return config, tensors, []
+    groups: dict[str, dict] = {}
+    for name in list(tensors):
+        module, leaf = q.split_name(name)
+        if leaf in q.load_quant_data().companions:
+            groups.setdefault(module, {})[leaf] = tensors.pop(name)
+    notes = [f"quantized drafter ({qc.label}): {len(groups)} modules dequantized as the scheme defines"]
+    static = []
+    for module, parts in sorted(groups.items()):
+        if module + ".weight" in tensors:
+            parts["weight"] = tensors.pop(module + ".weight")
+        w_name = qc.scheme.weight_name
+        if w_name not in parts:
+            continue
+        shape = tuple(int(x) for x in parts["weight_shape"].tolist()) if "weight_shape" in parts else None
+        if shape is None:
+            rows = parts[w_name].shape[0]
+            cols = parts[w_name].shape[1] * (2 if qc.scheme.packed == "fp4x2" else 1)
+            shape = (rows, cols)
+        if module in raw_modules:
+            w = raw_codes(qc.scheme, parts, shape)
+            if w is None:
+                w = torch.nn.init.kaiming_uniform_(torch.empty(shape), a=5 ** 0.5)  # nn.Linear's init
+                notes.append(f"{module}: skipped by the release (packed), run at nn.Linear's random init")
+            else:
+                notes.append(f"{module}: run as the release loads it: the stored codes unscaled, scales dropped")
+            tensors[module + ".weight"] = w
+            continue
+        w = dequantize(qc.scheme, parts, shape, qc.symbols)
+        scale = parts.get("input_scale")
+        if emulate_activations and scale is not None and qc.scheme.activation == "fp8_static_if_input_scale":
+            w = StaticFP8Input(w, float(scale.float().reshape(-1)[0]))
+            static.append(module)
+        tensors[module + ".weight"] = w
+    if static:
+        notes.append(f"static FP8 activations emulated for {', '.join(static)} (input quantized with input_scale)")
+    return {k: v for k, v in config.items() if k != "quantization_config"}, tensors, notes
+
+
+__all__.append("dequantize_drafter")
+
+
+def raw_modules_for(release, config: dict, names) -> tuple[str, ...]:
+    """The quantized modules a release builds as plain bf16 Linears and so loads unscaled (or, packed,
+    not at all): SGLang 0.5.23's fc (the engines' ``quantization`` rules, docs/facts.md §14)."""
+    from eagle3conv.spec import quant as q
+    from eagle3conv.spec.drafter import architecture_key
+
+    if q.read_quant_config(config, None) is None:
+        return ()
+    eq = q.engine_quant(release.engine, release.version, architecture_key(config, names))
+    if eq is None:
+        return ()
+    modules = {q.split_name(n)[0] for n in names if q.is_companion(n)}
+    return tuple(sorted(m for m in modules if eq.handles(q.role_of(m)) == "raw_codes"))
+
+
+__all__.append("raw_modules_for")

@@ -374,6 +374,7 @@ class VerifyResult:
     engine_scores: list[EngineScore] = field(default_factory=list)  # per engine release of the wiring check
     categories: tuple[str | None, ...] | None = None  # per sequence of the states (None: none recorded)
     profile: Path | None = None  # where speculation_profile.json was written
+    quantization: dict | None = None  # a quantized drafter against --reference: the accept-length cost
 
     @property
     def main(self) -> Score:
@@ -417,6 +418,7 @@ class VerifyResult:
             "saved": None if self.saved is None else str(self.saved),
             "profile": None if self.profile is None else str(self.profile),
             "save_error": self.save_error,
+            **({"quantization": self.quantization} if self.quantization is not None else {}),
         }
 
     def report(self) -> VerifyReport:

@@ -36,6 +36,7 @@ from eagle3conv.verify.search import (
     MIN_SEARCH_SEQUENCES,
     REFINE_CONFIRM,
     REFINE_ROUNDS,
+    SCREEN_BOUND,
     candidates,
     config_candidate,
     decide,
@@ -79,6 +80,11 @@ class VerifyOptions:
     states_layers: Sequence[int] | None = None
     embeddings: str | os.PathLike | None = None
     training_states: str | os.PathLike | None = None
+    reference_drafter: str | os.PathLike | None = None
+    """A bf16 drafter to score on the same states and wiring: the report's quantization cost."""
+    raw_modules: Sequence[str] = ()
+    """Quantized modules run as a release that builds them unquantized loads them (SGLang's fc)."""
+    search_budget: float | None = None  # seconds the search's screen may spend (None: its work cap)
 
     def check(self) -> None:
         """Refuse values no run can use, before anything is read."""
@@ -90,6 +96,8 @@ class VerifyOptions:
             raise UsageError(f"--max-sequences must be at least 1, got {self.max_sequences}")
         if self.batch_size < 1:
             raise UsageError(f"--batch-size must be at least 1, got {self.batch_size}")
+        if self.search_budget is not None and not self.search_budget > 0:
+            raise UsageError(f"--search-budget is seconds above 0, got {self.search_budget}")
 
 
 def verify(path: str | os.PathLike, states_path: str | os.PathLike, options: VerifyOptions | None = None, *,
@@ -112,6 +120,8 @@ def verify(path: str | os.PathLike, states_path: str | os.PathLike, options: Ver
     run.score()             # the wiring, or the global search's survivors, on every position
     run.refine()            # a global search: the single-slot neighbours of the set, until nothing new
     result = run.decide()   # every engine release scored, the verdict, the report
+    if opts.reference_drafter is not None:
+        result.quantization = _quantization_cost(result, run, opts, progress)
     run.save(result)
     if not result.passed:
         raise VerifyFailedError(
@@ -120,6 +130,24 @@ def verify(path: str | os.PathLike, states_path: str | os.PathLike, options: Ver
             details=[f"{s.candidate.name}: {describe(s.candidate.layers)}: accept length {s.accept_length:.3f}"
                      for s in result.scores[:5]])
     return result
+
+
+def _quantization_cost(result: VerifyResult, run, opts: VerifyOptions, progress) -> dict:
+    """The reference (bf16) drafter scored on the same states and wiring, and the accept-length
+    difference with its paired 95% interval (sequences resampled jointly)."""
+    from eagle3conv.verify.stats import paired_difference
+
+    ref = verify(opts.reference_drafter, run.states_path,
+                 replace(opts, reference_drafter=None, raw_modules=(), search=False, save=False, min_accept=None,
+                         layers=[r.output_of for r in result.main.candidate.layers]), progress=progress)
+    d, lo, hi = paired_difference(result.main, ref.main)
+    return {"quantization_config": run.quantization, "reference": Path(str(opts.reference_drafter)).name,
+            "raw_modules": list(opts.raw_modules),
+            "accept_length": round(result.main.accept_length_all, 4), "reference_accept_length":
+            round(ref.main.accept_length_all, 4), "difference": round(d, 4),
+            "ci95": [round(lo, 4), round(hi, 4)] if math.isfinite(lo + hi) else None,
+            "definition": "accept length over every chain start, this drafter minus the reference drafter, "
+                          "same states and wiring, resampling sequences jointly"}
 
 
 class _Verification:
@@ -140,6 +168,13 @@ class _Verification:
         self.config, self.tensors = load_drafter_weights(self.root)
         self.t_loaded = time.perf_counter()
         self.notes: list[str] = []
+        from eagle3conv.verify.inputs import dequantize_drafter
+
+        self.quantization = (self.config or {}).get("quantization_config")
+        self.stored = (self.config, dict(self.tensors)) if self.quantization is not None else None
+        self.config, self.tensors, qnotes = dequantize_drafter(self.config, self.tensors,
+                                                               raw_modules=tuple(opts.raw_modules))
+        self.notes += qnotes
         self.states = open_states(states_path, stated=opts.states_layers)
         if self.states.input_ids is None:
             raise CheckpointReadError(
@@ -243,7 +278,7 @@ class _Verification:
                 head = None if head is None else head.to(dt)
         own = drafter_uses_own_embedding(dc.hidden_size, dc.target_hidden_size)
         self.serving = _Serving(config, tensors, self.states, table, self.wopts, head, raw_table=raw_table,
-                                own_only=own)
+                                own_only=own, stored=self.stored)
         self.table = table
         if "embed_tokens.weight" in tensors and not own:
             from eagle3conv.wiring.audit import audit_embedding
@@ -320,7 +355,8 @@ class _Verification:
                 states.check_refs(base.layers)  # explains what is missing
             cands, self.coverage, self.screened = global_search(
                 self.screener, states, cands, self.avail, self.dc.num_aux, self.n, target_embeds=self.target_embeds,
-                labels=self.labels, max_sequences=self.opts.max_sequences, progress=self.progress)
+                labels=self.labels, max_sequences=self.opts.max_sequences, progress=self.progress,
+                bound=replace(SCREEN_BOUND, seconds=self.opts.search_budget))
         else:
             states.check_refs(base.layers)
         for i, cand in enumerate(cands):
@@ -578,7 +614,9 @@ class _Serving:
     would use it."""
 
     def __init__(self, config: dict, tensors: dict, states, table, opts, head=None, *, raw_table=None,
-                 own_only: bool = False) -> None:
+                 own_only: bool = False, stored=None) -> None:
+        self.stored = stored  # a quantized drafter's config and stored tensors: each release's own dequantization
+        self._raw: dict = {}  # forward -> the quantized modules its release loads unscaled (SGLang's fc)
         self.config, self.tensors, self.states, self.table, self.opts = config, tensors, states, table, opts
         self.raw_table = raw_table  # the target's table as stored, for the comparison (table: cast to verify's dtype)
         self.own_only = own_only  # the drafter is narrower/wider than the target: every engine uses its own table
@@ -588,12 +626,27 @@ class _Serving:
         self.embedding_comparison: dict | None = None
 
     def release(self) -> None:
-        self.tensors = self.table = self.head = self.raw_table = None
+        self.tensors = self.table = self.head = self.raw_table = self.stored = None
 
     def of(self, rel):
         from eagle3conv.spec.engines import serving
 
-        return serving(rel, self.config, self.names, target_head_at_hand=self.head_at_hand)
+        fw = serving(rel, self.config, self.names, target_head_at_hand=self.head_at_hand)
+        if self.stored is not None and fw not in self._raw:
+            from eagle3conv.verify.inputs import raw_modules_for
+
+            self._raw[fw] = raw_modules_for(rel, self.stored[0], self.stored[1].keys())
+        return fw
+
+    def tensors_for(self, fw) -> tuple[dict, dict]:
+        """The config and tensors a release runs: a quantized drafter dequantized as that release loads it."""
+        raw = self._raw.get(fw, ())
+        if not raw:
+            return self.config, self.tensors
+        from eagle3conv.verify.inputs import dequantize_drafter
+
+        config, tensors, _ = dequantize_drafter(self.stored[0], dict(self.stored[1]), raw_modules=raw)
+        return config, tensors
 
     def main(self):
         """verify's own forward: the first --engine release that can serve the drafter, else the first
@@ -629,13 +682,18 @@ class _Serving:
                 "later_layer_norm": fw.later_layer_norm, "without": fw.without,
                 "parallel_mask_token": fw.parallel_mask_token}
 
-    def key(self, fw) -> tuple:
+    def key(self, fw, main: bool = False) -> tuple:
+        """What makes two releases' forwards differ (``main``: verify's own score, which dequantizes a
+        quantized drafter as its scheme defines, whatever the release)."""
         return (fw.rope_interleave, fw.norm_before_residual, self.own_embedding(fw), fw.target_head,
-                fw.later_layer_norm, fw.without, fw.parallel_mask_token)
+                fw.later_layer_norm, fw.without, fw.parallel_mask_token, () if main else self._raw.get(fw, ()))
 
     def describe(self, fw) -> list[str]:
         """The emulated differences from what config.json says (the embedding decision included)."""
         out = list(fw.differences)
+        for m in self._raw.get(fw, ()):
+            out.append(f"{fw.engine} builds {m} as a plain bf16 Linear: run with {m}'s stored codes unscaled (or "
+                       "its random init, for a packed weight it skips), as it loads them (docs/facts.md §14)")
         if fw.own_embedding == "unless_equal" and not self.own_only:
             cmp = self.embedding_comparison or {}
             seen = (f"{cmp['rows']} of {cmp['of']} rows compared ({cmp['how']}), max difference "
@@ -648,7 +706,7 @@ class _Serving:
         return out
 
     def needs_tensors(self, rows, main_fw) -> bool:
-        mine = self.key(main_fw)
+        mine = self.key(main_fw, main=True)
         return any(self.key(self.of(r.release)) != mine for r in rows if r.layers)
 
 
@@ -661,7 +719,7 @@ def _score_engines(rows, scores: list[Score], drafter, states, *, serving: _Serv
     One :class:`EngineScore` per row, beside the row (never written into it)."""
     from eagle3conv.verify.stats import paired_difference
 
-    main_key = serving.key(main_fw) if serving is not None else None
+    main_key = serving.key(main_fw, main=True) if serving is not None else None
     done = {(s.candidate.layers, main_key): s for s in scores}
     built = {main_key: (drafter, kw.get("target_embeds"))}
     out: list[EngineScore] = []
@@ -711,7 +769,8 @@ def _score_engines(rows, scores: list[Score], drafter, states, *, serving: _Serv
                                                                           "before this engine's forward was built",
                                            **info))
                     continue
-                built[key] = build_drafter(serving.config, serving.tensors, device, dtype, embeddings=serving.table,
+                config, tensors = serving.tensors_for(fw)
+                built[key] = build_drafter(config, tensors, device, dtype, embeddings=serving.table,
                                            **serving.kwargs(fw))
             runner, embeds = built[key]
             s = evaluate(runner, states, Candidate(f"engine {rel.spec}", refs,
@@ -735,6 +794,9 @@ def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto",
     too, engine by engine: its errors make ``ok`` false. ``forward_ok`` (and ``problems``)
     is the forward's own verdict, ``wiring_ok`` the wiring's."""
     config, tensors = load_drafter_weights(Path(path))
+    from eagle3conv.verify.inputs import dequantize_drafter
+
+    config, tensors, _ = dequantize_drafter(config, tensors)  # a quantized drafter: its weights as the scheme defines
     d = _smoke_forward(path, config, tensors, device, dtype)
     if wiring_options is not None:
         from eagle3conv.wiring.apply import check_only, gather

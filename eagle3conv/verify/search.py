@@ -233,20 +233,75 @@ def global_search(drafter, states, near: list[Candidate], available: Sequence[La
         "screen_seconds": round(res.seconds, 3),
         "slot_profile": slot_profile(res, slots),
     }
+    ranked = screen_ranking(res, kept, bound)
+    if ranked is not None:
+        coverage["screen_set"] = ranked
     return out, coverage, res
+
+
+SET_LEADERS = 5  # members of a large set named as leading it (the rest are counted)
+
+
+def screen_ranking(res, kept: list[int], bound: ScreenBound) -> dict | None:
+    """The screen's survivors ranked by their step-1 log score on every position the screen
+    read, with, per member, its gap to the leader and how many sequences like these the screen's
+    own bound (the same quantile, Bonferroni over every comparison) would need to exclude it at
+    that gap and variance: ``(q * se / gap)^2`` times the sequences read. ``to_leave[k]``: the
+    sequences that would leave at most k members (None where some member shows no gap)."""
+    import torch
+
+    from eagle3conv.verify.evaluate import paired_bound
+
+    vecs = [res.vectors[i] for i in kept]
+    if len(kept) < 2 or any(v is None for v in vecs) or len({len(v) for v in vecs}) != 1 or not len(vecs[0]):
+        return None
+    n = len(vecs[0])
+    D, se, m = paired_bound(torch.stack(vecs), 0, res.pos_row[:n], bound)
+    q = bound.quantile(res.tests, m)
+    seqs = len(set(res.pos_row[:n]))
+    need = [None] + [((q * float(se[j]) / float(D[j])) ** 2 * seqs) if float(D[j]) > 0 and math.isfinite(q)
+                     else None for j in range(1, len(kept))]
+    hardest = sorted((x if x is not None else math.inf for x in need[1:]), reverse=True)
+
+    def leave(k: int):  # at most k members left: every member but the leader and the k - 1 hardest excluded
+        if k > len(hardest):
+            return None
+        x = hardest[k - 1]
+        return None if not math.isfinite(x) else int(math.ceil(max(x, seqs)))
+
+    rows = [{"layers": describe(res.sets[i]), "step1_log_score": round(res.logp[i], 5),
+             "gap": round(float(D[j]), 5), "se": round(float(se[j]), 5),
+             "sequences_to_exclude": None if need[j] is None else int(math.ceil(max(need[j], seqs)))}
+            for j, i in enumerate(kept[:SET_LEADERS * 2])]
+    return {"size": len(kept), "positions": n, "sequences": seqs, "ranked": rows,
+            "to_leave": {str(k): leave(k) for k in (1, 3, 10) if k < len(kept)},
+            "rule": "members ranked by the step-1 log score on every position the screen read; gap: the leader's "
+                    "mean minus the member's (nats per position), se its standard error over the screen's blocks; "
+                    "sequences_to_exclude: (q * se / gap)^2 x the sequences read, q the screen's own quantile"}
 
 
 def screen_record(res, bound: ScreenBound) -> dict:
     """What a screen did, for the report: its bound, its stages, whether the data (not the
     work cap) decided what it kept."""
-    return {"bound": bound.to_dict(), "stages": res.stages, "complete": res.complete, "work": res.work,
-            "guarantee": (f"a wiring left the screen only when the leader's step-1 log score exceeded its own by "
-                          f"more than the bound (paired, Bonferroni over every comparison, family-wise "
-                          f"{bound.alpha:g}); docs/facts.md §12")
-            if res.complete else
-            (f"the screen stopped at its work cap ({bound.max_work:g} passes of every wiring over the first "
-             f"stage and {bound.max_tail:g} wirings over every position) with {len(res.alive)} wirings the data "
-             "had not excluded: all stay in the verdict's set")}
+    read = res.stages[-1]["positions"] if res.stages else 0
+    out = {"bound": bound.to_dict(), "stages": res.stages, "complete": res.complete, "work": res.work,
+           "cap": res.cap, "read": {"positions": read, "of": res.total,
+                                    "fraction": round(read / res.total, 4) if res.total else None},
+           "guarantee": (f"a wiring left the screen only when the leader's step-1 log score exceeded its own by "
+                         f"more than the bound (paired, Bonferroni over every comparison, family-wise "
+                         f"{bound.alpha:g}); docs/facts.md §12")}
+    if not res.complete:
+        what = (f"its time budget ({bound.seconds:g} s, verify --search-budget)" if res.stopped_by == "seconds" else
+                f"its work cap ({bound.max_work:g} passes of every wiring over the first stage and "
+                f"{bound.max_tail:g} wirings over every position: {res.cap:,.0f} wiring-positions)")
+        out["stopped_by"] = res.stopped_by
+        out["to_finish"] = res.to_finish
+        fin = res.to_finish or {}
+        out["guarantee"] = (f"the screen stopped at {what} after {read} of {res.total} positions, with "
+                            f"{len(res.alive)} wirings the data had not excluded: all stay in the verdict's set; "
+                            f"reading every position for them would take about {fin.get('seconds')} s more "
+                            f"({fin.get('work', 0):,} wiring-positions) at this run's rate")
+    return out
 
 
 def neighbours(layers: LayerSet, available: Sequence[LayerRef]) -> list[LayerSet]:
@@ -316,13 +371,20 @@ def refine(drafter, states, res, reference: LayerSet, leaders: Sequence[LayerSet
     # a family of its own: the neighbours tried this round, each against the reference once
     open_ = [n for n in tried if ref is None or n not in index or not res.excluded(index[n], ref, len(tried))]
     open_.sort(key=lambda n: -res.logp[index[n]] if n in index else 0.0)
+    # where the screen read both on every position, its data is all the data: not excluded there,
+    # a neighbour is kept without a second screen (the same positions again)
+    whole = [n for n in open_ if ref is not None and n in index and _read_everywhere(res, ref)
+             and _read_everywhere(res, index[n])]
+    excluded = len(tried) - len(open_)
+    open_ = [n for n in open_ if n not in set(whole)]
     rec = {"leaders": [describe(x) for x in leaders], "reference": describe(reference), "tried": len(tried),
-           "excluded_by_the_screen": len(tried) - len(open_), "screened_again": [describe(x) for x in open_[:REFINE_OPEN]],
-           "not_screened_again": len(open_[REFINE_OPEN:]), "kept": []}
+           "excluded_by_the_screen": excluded, "kept_on_the_screens_data": [describe(x) for x in whole],
+           "screened_again": [describe(x) for x in open_[:REFINE_OPEN]],
+           "not_screened_again": len(open_[REFINE_OPEN:]), "kept": [describe(x) for x in whole]}
     rec["_not_screened_again"] = open_[REFINE_OPEN:]  # the caller keeps them in the verdict's set
     open_ = open_[:REFINE_OPEN]  # the best by the screen's score first
     if not open_:
-        return [], rec, None
+        return whole, rec, None
     total = states.num_sequences if max_sequences is None else min(max_sequences, states.num_sequences)
     sets = [reference] + open_
     cb = None
@@ -332,10 +394,16 @@ def refine(drafter, states, res, reference: LayerSet, leaders: Sequence[LayerSet
     again, kept = screen(drafter, states, sets, rows=total, target_embeds=target_embeds, labels=labels,
                          bound=dataclasses.replace(bound, max_work=math.inf, max_tail=math.inf), keep=(0,),
                          progress=cb)
-    out = [sets[i] for i in kept if i != 0]
+    out = whole + [sets[i] for i in kept if i != 0]
     rec.update({"kept": [describe(x) for x in out], "screen": screen_record(again, bound),
                 "seconds": round(again.seconds, 3)})
     return out, rec, again
+
+
+def _read_everywhere(res, i: int) -> bool:
+    """Whether the screen ``res`` read wiring ``i`` on every position of its rows."""
+    v = res.vectors[i] if i < len(res.vectors) else None
+    return v is not None and bool(res.total) and len(v) == res.total
 
 
 def _finite(x: float, digits: int) -> float | None:
@@ -701,12 +769,17 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
             if more.get("factor"):
                 sep = f"about {more['sequences']} sequences like these ({more['sequences_now']} now) would separate them"
             elif n_unconfirmed and capped:
-                sep = (f"the screen stopped at its work cap with {n_unconfirmed} of them not excluded, after "
-                       f"{coverage.get('screen_positions')} positions: the work, not the data, ran out; a training "
-                       "record would decide")
+                scr = coverage["screen"]
+                fin = scr.get("to_finish") or {}
+                what_cap = "its time budget" if scr.get("stopped_by") == "seconds" else "its work cap"
+                sep = (f"the screen stopped at {what_cap} with {n_unconfirmed} of them not excluded, after "
+                       f"{scr['read']['positions']} of {scr['read']['of']} positions: the work, not the data, ran "
+                       f"out; about {fin.get('seconds')} s more (verify --search-budget {fin.get('budget')}) would "
+                       "read every position for them, or a training record would decide" + _leaders_words(coverage))
             elif n_unconfirmed:
                 sep = (f"the screen read all {more['sequences_now']} sequences and could not exclude "
-                       f"{n_unconfirmed} of them: more data may (capture more and search again)")
+                       f"{n_unconfirmed} of them" + (_leaders_words(coverage) or
+                                                     ": more data may (capture more and search again)"))
             else:
                 sep = ("no amount of data like this separates them at the gaps seen (some show none); a training "
                        "record would")
@@ -762,6 +835,22 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
     return out
 
 
+def _leaders_words(coverage: dict | None) -> str:
+    """The screen's survivors for people: the few that lead them (step-1 log score gap to the
+    best) and how many sequences like these would leave at most 3, and one (``screen_ranking``)."""
+    ss = (coverage or {}).get("screen_set")
+    if not ss:
+        return ""
+    lead = ss["ranked"][:SET_LEADERS]
+    words = "; ".join(f"{r['layers']}" + (f" ({-r['gap']:+.4f} nats)" if j else "") for j, r in enumerate(lead))
+    out = f"; the screen's {ss['size']} survivors are led by {words} (step-1 log score on {ss['positions']} positions)"
+    tl = ss.get("to_leave") or {}
+    sep = [f"about {tl[k]} would leave at most {k}" for k in ("3", "1") if tl.get(k)]
+    if sep:
+        out += f"; of sequences like these ({ss['sequences']} read), " + ", ".join(sep)
+    return out
+
+
 def _not_global(coverage: dict | None) -> str:
     """The words a set needs when the search did not cover every layer: wirings reading the missing
     ones were never scored, so the set speaks only for the layers held."""
@@ -786,11 +875,19 @@ def _capture_advice(v: Verdict, capture: dict | None, target: str | None) -> str
         how = (f"capture about {sep['sequences']} sequences like these ({sep['sequences_now']} now) and verify "
                f"again ({cmd}, with that many prompts)")
     elif sep.get("why") == CAPPED_WHY:
+        fin = ((v.coverage or {}).get("screen") or {}).get("to_finish") or {}
         how = ("keep the training record (training_metadata.json) beside the drafter: the screen stopped at its "
-               "work cap after its first positions, so more sequences like these would not finish it")
+               "work cap after its first positions, so more sequences like these would not finish it"
+               + (f"; or give the screen about {fin['seconds']:.0f} s more: verify --search-budget {fin['budget']}"
+                  if fin.get("seconds") is not None else ""))
     elif sep.get("why") == UNCONFIRMED_WHY:
-        how = (f"capture several times the {sep['sequences_now']} sequences these states hold and verify again "
-               f"({cmd}), or keep the training record (training_metadata.json) beside the drafter")
+        tl = ((v.coverage or {}).get("screen_set") or {}).get("to_leave") or {}
+        few = next(((k, tl[k]) for k in ("3", "1") if tl.get(k)), None)
+        how = ((f"capture about {few[1]} sequences like these ({sep['sequences_now']} now; the screen's estimate "
+                f"to leave at most {few[0]} of its survivors) and verify again ({cmd}), or keep the training record "
+                "(training_metadata.json) beside the drafter") if few else
+               (f"capture several times the {sep['sequences_now']} sequences these states hold and verify again "
+                f"({cmd}), or keep the training record (training_metadata.json) beside the drafter"))
     else:
         how = (f"more data like this may not separate them ({sep.get('why', 'no gap seen')}); keep the training "
                f"record (training_metadata.json) beside the drafter, or capture other prompts ({cmd})")
@@ -804,8 +901,8 @@ def _capture_advice(v: Verdict, capture: dict | None, target: str | None) -> str
 
 __all__ = [
     "CAPPED_WHY", "LISTED", "LOG_SCORE_STEP", "MAX_CONFIRM", "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "REFINE_CONFIRM",
-    "REFINE_OPEN", "REFINE_ROUNDS", "SET_ALPHA",
+    "REFINE_OPEN", "REFINE_ROUNDS", "SET_ALPHA", "SET_LEADERS",
     "SCREEN_BOUND", "STATUSES", "Status", "Verdict", "acceptance_set", "all_wirings", "candidates", "config_candidate",
     "decide", "global_search", "log_score_exclusions", "names_layers", "neighbours",
-    "norm_comparison", "norm_mismatch", "refine", "screen_dtype", "screen_record", "set_members",
+    "norm_comparison", "norm_mismatch", "refine", "screen_dtype", "screen_ranking", "screen_record", "set_members",
 ]

@@ -293,8 +293,9 @@ def _check(config: dict, ev: Evidence, kw: dict, target_hidden: int | None) -> W
 def target_mismatches(config: dict, target: TargetProfile) -> list[Finding]:
     """The drafter's config against the target's numbers beyond the hidden size: its ``vocab_size`` (token ids
     and d2t index the target's vocabulary) and the target layer count its config records (eagle3conv's
-    provenance, speculators' verifier). The drafter's own heads are not compared: trainers give a drafter
-    heads of its own (SpecForge's DeepSeek-V3 drafter: 56 heads, 8 KV heads, against the target's 128)."""
+    provenance, speculators' verifier). The drafter's heads, head_dim and MLA ranks are deliberately not
+    compared: neither engine requires them to equal the target's (docs/facts.md §13, "The drafter's geometry
+    against the target"); SpecForge's DeepSeek-V3 drafter has 56 heads, 8 KV heads, against the target's 128."""
     from eagle3conv.findings import TARGET_LAYERS, TARGET_VOCAB
     from eagle3conv.spec.drafter import read_field
 
