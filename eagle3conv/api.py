@@ -338,6 +338,10 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
             "config edits a fixed drafter's config.json",
             hint=f"eagle3conv fix-keys {path} {opts.flags()} (it takes the same wiring options)".replace("  ", " "))
     fc_in = wiring.fc_width(index.tensors)
+    if fc_in is not None:
+        from eagle3conv.checkpoint.quantized import logical_columns
+
+        fc_in = logical_columns(index, index.tensors["fc.weight"], index.config)  # a packed NVFP4 fc: two per byte
     t = plan.symbols.get("T") or plan.symbols.get("H")
     ev = wiring.gather(root, index.extras, index.config, opts)
     flags = opts.flags()

@@ -415,3 +415,18 @@ def test_launch_check_reads_the_drafters_own_quantization(quantized, tmp_path):
     c = launch(deq, options=SGLANG, check=base + " --speculative-draft-model-quantization unquant").check
     assert [(f.code, f.level) for f in c.findings] == [("launch-draft-quantization", "error")]
     assert "--speculative-draft-model-quantization modelopt_fp4" in c.corrected
+
+
+def test_config_reads_a_packed_nvfp4_fc_at_its_logical_width(quantized, tmp_path):
+    """Model Optimizer's NVFP4 fc.weight holds two values per byte: config's fc-width check reads
+    its in-features as twice the stored columns (3 x hidden), not as half a slot."""
+    from eagle3conv.api import configure
+
+    src = _modelopt_nvfp4(quantized["nvfp4"], tmp_path / "mo")
+    out = tmp_path / "fixed"
+    fix_keys(src, out=out, wiring_options=VLLM)
+    hidden = json.loads((out / "config.json").read_text())["hidden_size"]
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert f.get_slice("fc.weight").get_shape()[1] * 2 == 3 * hidden  # packed
+    res = configure(out, options=VLLM, check=True)
+    assert res.wiring.report.num_aux == 3
