@@ -289,10 +289,10 @@ def _draft_quantization(line: _Line, cfg: Mapping, tensor_names: set[str], hf_qu
         if own.value is None or draft_q == own.value:
             return
         if draft_q is None and not (dq.inherits == "quantization" and target_q not in (None, dq.opt_out)):
-            return  # unset, the draft folder's own config decides (sglang model_config.py:2076-2094; vLLM its config)
+            return  # unset, the draft folder's own config decides
         why = (f"{dq.name} {draft_q}: the drafter is stored {own.value}" if draft_q is not None else
                f"{q.name} {target_q} with no {dq.name}: the draft takes {target_q}, which 0.5.23 keeps over the "
-               f"drafter's own {own.value} when it calls them compatible (model_config.py:2041-2049, 2098-2108)")
+               f"drafter's own {own.value} when it calls them compatible")
         line.add("error" if draft_q == dq.opt_out else "warning", LAUNCH_DRAFT_QUANTIZATION,
                  why + " (docs/facts.md §14)", line.fix("draft_quantization", own.value))
         return
