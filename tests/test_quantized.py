@@ -387,6 +387,11 @@ def test_launch_lines_carry_the_draft_quantization(quantized, tmp_path):
     assert sg.argv[-2:] == ("--speculative-draft-model-quantization", "compressed-tensors")
     assert "--speculative-draft-model-quantization compressed-tensors" in launch(
         deq, options=SGLANG).rows[0].text
+    from eagle3conv.hub.card import gather_facts, render_card
+
+    card = render_card(gather_facts(out, "me/smol-fp8"))
+    assert "SGLang: not served (sglang 0.5.23 loads the quantized fc as a plain bf16 Linear" in card
+    assert '"quantization": "compressed-tensors"' in card
     # from the config alone too (config / card), and a bf16 drafter is unchanged
     assert build_line("sglang==0.5.23", cfg, drafter="d", target="T").argv[-1] == "compressed-tensors"
     bf16 = json.loads((FIXTURE / "config.json").read_text())
