@@ -435,3 +435,20 @@ def test_config_reads_a_packed_nvfp4_fc_at_its_logical_width(quantized, tmp_path
         assert f.get_slice("fc.weight").get_shape()[1] * 2 == 3 * hidden  # packed
     res = configure(out, options=VLLM, check=True)
     assert res.wiring.report.num_aux == 3
+
+
+def test_config_launch_lines_read_the_quantized_modules(quantized, tmp_path):
+    """config's written launch lines (--json wiring.written.launch) come from the same builder with the
+    drafter's tensors: vLLM's carries the draft quantization, SGLang 0.5.23 (raw-code fc) gets none."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "fixed"
+    fix_keys(quantized["fp8"], out=out, wiring_options=VLLM)
+    res = subprocess.run([sys.executable, "-m", "eagle3conv", "config", str(out), "--trained-on", "1,14,26",
+                          "--captured-at", "output", "--engine", "vllm==0.33.0", "--dry-run", "--json"],
+                         capture_output=True, text=True)
+    launch = json.loads(res.stdout)["wiring"]["written"]["launch"]
+    assert json.loads(launch["vllm"].split(" --speculative-config ")[1].split(" --")[0].strip("'"))[
+        "quantization"] == "compressed-tensors"
+    assert "sglang" not in launch and "plain bf16 Linear" in launch["sglang_refused"]
