@@ -340,6 +340,10 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
             "config edits a fixed drafter's config.json",
             hint=f"eagle3conv fix-keys {path} {opts.flags()} (it takes the same wiring options)".replace("  ", " "))
     fc_in = wiring.fc_width(index.tensors)
+    if fc_in is not None:
+        from eagle3conv.checkpoint.quantized import logical_columns
+
+        fc_in = logical_columns(index, index.tensors["fc.weight"], index.config)  # a packed NVFP4 fc: two per byte
     t = plan.symbols.get("T") or plan.symbols.get("H")
     ev = wiring.gather(root, index.extras, index.config, opts)
     flags = opts.flags()
@@ -474,6 +478,7 @@ def launch(path: str | Path, *, options: WiringOptions | None = None, tp: int | 
     ``drafter``: the path or repo the line names, default ``path``), from the one builder
     (:func:`eagle3conv.spec.launch.build_line`); with ``check``, the user's own launch line (an SGLang or
     ``vllm serve`` command, or vLLM's ``--speculative-config`` JSON) judged for its release."""
+    from eagle3conv.checkpoint.quantized import hf_quant_of
     from eagle3conv.spec.engines import ids_for, parse_engine
     from eagle3conv.spec.launch import build_line
 
@@ -491,15 +496,16 @@ def launch(path: str | Path, *, options: WiringOptions | None = None, tp: int | 
             trt = None
     name = drafter or str(path)
     names = set(index.tensors)
+    hf_quant = hf_quant_of(index)
     checked = None if check is None else check_launch_line(check, index.config, names, opts, ev.target,
-                                                            drafter=name)
+                                                            drafter=name, hf_quant=hf_quant)
     if checked is not None and ev.target is not None:
         checked = _other_target(checked, ev.target, ev.notes, given=bool(opts.target))
     releases = opts.releases() if checked is None else (checked.release,)  # with --check: the line it should be
     target = target or (checked.target if checked is not None else None)
     if checked is not None and drafter is None and isinstance(checked.draft, str):
         name = checked.draft  # the row is the user's line as it should be: their drafter path
-    rows = [build_line(rel, index.config, drafter=name, target=target, tp=tp, tensor_names=names,
+    rows = [build_line(rel, index.config, drafter=name, target=target, tp=tp, tensor_names=names, hf_quant=hf_quant,
                        capture_ids=trt if rel.engine == "tensorrt-llm" else None) for rel in releases]
     notes = list(ev.notes)
     if not in_canonical_names(index.config, index.tensors):
@@ -533,7 +539,7 @@ def _other_target(checked, target, notes, *, given: bool):
 
 
 def check_launch_line(text: str, config: dict, tensor_names, opts: WiringOptions, target=None, *,
-                      drafter: str | None = None):
+                      drafter: str | None = None, hf_quant: dict | None = None):
     """The user's launch line ``text`` judged for the release ``--engine`` names for its engine (default: the
     newest release read), against the drafter's ``config`` and tensors and the ``target`` profile's context."""
     from eagle3conv.spec.engines import edge_release
@@ -554,4 +560,5 @@ def check_launch_line(text: str, config: dict, tensor_names, opts: WiringOptions
     mpe = getattr(target, "max_position_embeddings", None) if target is not None else None
     context = (opts.max_context, "--max-context") if opts.max_context else (
         (mpe, f"{target.name}'s max_position_embeddings") if mpe else None)
-    return check_line(parsed, release, config, tensor_names=tensor_names, drafter=drafter, target_context=context)
+    return check_line(parsed, release, config, tensor_names=tensor_names, drafter=drafter, target_context=context,
+                      hf_quant=hf_quant)

@@ -366,3 +366,89 @@ def test_modelopt_export_nested_config_gets_its_quant_method(quantized, tmp_path
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]
     assert cfg["quant_method"] == "modelopt" and "lm_head" in cfg["quantization"]["exclude_modules"]
     assert res.plan.quantization.scheme == "fp8-tensor"
+
+
+def test_launch_lines_carry_the_draft_quantization(quantized, tmp_path):
+    """Issue 29: every line of a quantized drafter carries each release's draft quantization option (the
+    builder reads it from the drafter's own config); a release that does not serve it as defined gets none."""
+    from eagle3conv.api import launch
+    from eagle3conv.spec.launch import build_line
+
+    out = tmp_path / "vllm"
+    fix_keys(quantized["fp8"], out=out, wiring_options=VLLM)
+    cfg = json.loads((out / "config.json").read_text())
+    vl = launch(out, options=VLLM).rows[0]
+    assert json.loads(vl.argv[vl.argv.index("--speculative-config") + 1])["quantization"] == "compressed-tensors"
+    sg = launch(out, options=SGLANG).rows[0]  # its fc would load as raw codes: no line, the reason
+    assert sg.argv is None and any("plain bf16 Linear" in r and "--dequantize fc" in r for r in sg.refused)
+    deq = tmp_path / "deq"
+    fix_keys(quantized["fp8"], out=deq, wiring_options=SGLANG, dequantize=("fc",))
+    sg = launch(deq, options=SGLANG).rows[0]
+    assert sg.argv[-2:] == ("--speculative-draft-model-quantization", "compressed-tensors")
+    assert "--speculative-draft-model-quantization compressed-tensors" in launch(
+        deq, options=SGLANG).rows[0].text
+    from eagle3conv.hub.card import gather_facts, render_card
+
+    card = render_card(gather_facts(out, "me/smol-fp8"))
+    assert "SGLang: not served (sglang 0.5.23 loads the quantized fc as a plain bf16 Linear" in card
+    assert '"quantization": "compressed-tensors"' in card
+    # from the config alone too (config / card), and a bf16 drafter is unchanged
+    assert build_line("sglang==0.5.23", cfg, drafter="d", target="T").argv[-1] == "compressed-tensors"
+    bf16 = json.loads((FIXTURE / "config.json").read_text())
+    assert "quantization" not in build_line("sglang==0.5.23", bf16, drafter="d", target="T").text
+
+
+def test_launch_check_reads_the_drafters_own_quantization(quantized, tmp_path):
+    """--check of an SGLang line for a quantized drafter: its hf_quant_config.json counts as its own
+    quantization (no false warning), a wrong or inherited value is fixed to the drafter's."""
+    from eagle3conv.api import launch
+
+    src = _modelopt_nvfp4(quantized["nvfp4"], tmp_path / "mo")
+    deq = tmp_path / "deq"
+    fix_keys(src, out=deq, wiring_options=SGLANG, dequantize=("fc",))
+    cfg = json.loads((deq / "config.json").read_text())
+    qc = cfg.pop("quantization_config")
+    (deq / "config.json").write_text(json.dumps(cfg))
+    (deq / "hf_quant_config.json").write_text(json.dumps(
+        {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": qc["quant_algo"], "group_size": 16,
+                                                            "exclude_modules": qc["ignore"]}}))
+    base = f"python -m sglang.launch_server --model-path T --speculative-algorithm EAGLE3 --speculative-draft-model-path {deq}"
+    c = launch(deq, options=SGLANG, check=base + " --quantization fp8").check
+    assert [f.code for f in c.findings] == ["launch-draft-quantization"]
+    assert "--speculative-draft-model-quantization modelopt_fp4" in c.corrected
+    assert not launch(deq, options=SGLANG, check=base).check.findings  # unset: the draft's own config decides
+    c = launch(deq, options=SGLANG, check=base + " --speculative-draft-model-quantization unquant").check
+    assert [(f.code, f.level) for f in c.findings] == [("launch-draft-quantization", "error")]
+    assert "--speculative-draft-model-quantization modelopt_fp4" in c.corrected
+
+
+def test_config_reads_a_packed_nvfp4_fc_at_its_logical_width(quantized, tmp_path):
+    """Model Optimizer's NVFP4 fc.weight holds two values per byte: config's fc-width check reads
+    its in-features as twice the stored columns (3 x hidden), not as half a slot."""
+    from eagle3conv.api import configure
+
+    src = _modelopt_nvfp4(quantized["nvfp4"], tmp_path / "mo")
+    out = tmp_path / "fixed"
+    fix_keys(src, out=out, wiring_options=VLLM)
+    hidden = json.loads((out / "config.json").read_text())["hidden_size"]
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert f.get_slice("fc.weight").get_shape()[1] * 2 == 3 * hidden  # packed
+    res = configure(out, options=VLLM, check=True)
+    assert res.wiring.report.num_aux == 3
+
+
+def test_config_launch_lines_read_the_quantized_modules(quantized, tmp_path):
+    """config's written launch lines (--json wiring.written.launch) come from the same builder with the
+    drafter's tensors: vLLM's carries the draft quantization, SGLang 0.5.23 (raw-code fc) gets none."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "fixed"
+    fix_keys(quantized["fp8"], out=out, wiring_options=VLLM)
+    res = subprocess.run([sys.executable, "-m", "eagle3conv", "config", str(out), "--trained-on", "1,14,26",
+                          "--captured-at", "output", "--engine", "vllm==0.33.0", "--dry-run", "--json"],
+                         capture_output=True, text=True)
+    launch = json.loads(res.stdout)["wiring"]["written"]["launch"]
+    assert json.loads(launch["vllm"].split(" --speculative-config ")[1].split(" --")[0].strip("'"))[
+        "quantization"] == "compressed-tensors"
+    assert "sglang" not in launch and "plain bf16 Linear" in launch["sglang_refused"]

@@ -73,7 +73,8 @@ class DraftQuantization:
                              for r in self.releases]}
 
 
-def _hf_quant(index) -> dict | None:
+def hf_quant_of(index) -> dict | None:
+    """The drafter folder's hf_quant_config.json, read (None: there is none)."""
     from eagle3conv.io.jsonfile import read_json_file
 
     path = index.root / q.load_quant_data().hf_quant_file
@@ -90,7 +91,7 @@ def logical_columns(index, info, config: dict | None = None) -> int:
     if info.dtype != "U8":
         return cols
     try:
-        qc = q.read_quant_config(index.config if config is None else config, _hf_quant(index))
+        qc = q.read_quant_config(index.config if config is None else config, hf_quant_of(index))
     except Eagle3ConvError:  # the quantization step reports a bad config with its own error
         return cols
     return cols * 2 if qc is not None and qc.scheme.packed == "fp4x2" else cols
@@ -110,7 +111,7 @@ class QuantStep:
     # ---------------------------------------------------------------- steps
     def run(self) -> None:
         p = self.p
-        hf = _hf_quant(p.index)
+        hf = hf_quant_of(p.index)
         # the drafter's config as the format reads it: a target's quantization_config that a trainer copied
         # (NeMo Automodel) is already dropped there
         qc = q.read_quant_config(p.config, hf, root=str(p.index.root))
@@ -367,4 +368,4 @@ class QuantStep:
         return tuple(names)
 
 
-__all__ = ["Dequant", "DraftQuantization", "QuantStep", "ReleaseQuant"]
+__all__ = ["Dequant", "DraftQuantization", "QuantStep", "ReleaseQuant", "hf_quant_of"]

@@ -461,7 +461,7 @@ def _launch_section(facts: CardFacts) -> list[str]:
     if not facts.target:
         out += ["Replace `TARGET_MODEL` with the target model this drafter was trained for.", ""]
     lines = launch_lines(served_releases(()), facts.config, drafter=repo, target=facts.target or "TARGET_MODEL",
-                         capture_ids=capture)
+                         capture_ids=capture, tensor_names=(facts.quantization or {}).get("companions", ()))
     from eagle3conv.spec.engine_rules import engines
 
     for engine, line in lines.items():

@@ -43,7 +43,8 @@ def quantization_facts(folder: str | Path, config: dict) -> dict | None:
         value = eq.option_value(qc)
         option = f"`{eq.option['flag']} {value}`" if eq.option and value else "-"
         rows.append((str(rel), serves, option))
-    return {"label": qc.label, "modules": modules, "bf16": bf16, "rows": rows}
+    return {"label": qc.label, "modules": modules, "bf16": bf16, "rows": rows,
+            "companions": sorted(n for n in names if q.is_companion(n))}  # the launch lines read them
 
 
 def quantization_section(quant: dict | None, report_document: dict | None) -> list[str]:

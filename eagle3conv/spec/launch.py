@@ -229,17 +229,27 @@ def _spec_json(settings: Mapping[str, Any]) -> str:
 def build_line(release: EngineRelease | str, config: Mapping[str, Any] | None, *, drafter: str,
                target: str | None, tp: int | None = None, steps: int = NUM_STEPS,
                quantization: str | None = None, draft_quantization: str | None = None,
-               capture_ids: Sequence[int] | None = None, tensor_names: Iterable[str] = ()) -> LaunchLine:
+               capture_ids: Sequence[int] | None = None, tensor_names: Iterable[str] = (),
+               hf_quant: Mapping[str, Any] | None = None) -> LaunchLine:
     """The launch line of ``release`` for the drafter at ``drafter`` (its ``config``): the target
     (``TARGET`` when unknown), ``tp``, the target's ``quantization`` (SGLang's draft then opts out
     with ``unquant`` unless ``draft_quantization`` names the drafter's own), ``draft_quantization``
     (the draft's method, where the release has an option for it), ``capture_ids`` (TensorRT-LLM's
     ``eagle3_layers_to_capture``). None ``argv`` with ``refused`` when the release cannot load it."""
+    from eagle3conv.spec import quant
+    from eagle3conv.spec.engines import drafter_kind
+
     rel = as_release(release)
     cfg = config or {}
-    refused = cannot_load(rel, cfg, tensor_names)
+    names = tuple(tensor_names)
+    refused = cannot_load(rel, cfg, names)
     if refused:
         return LaunchLine(rel, None, refused)
+    if rel.engine in ("sglang", "vllm"):  # the drafter's own quantization (docs/facts.md §14), from one place
+        dq = quant.launch_quant(rel.engine, rel.version, drafter_kind(cfg), dict(cfg), hf_quant, names)
+        if dq.refused:
+            return LaunchLine(rel, None, tuple(f"{rel} {r}" for r in dq.refused))
+        draft_quantization = draft_quantization or dq.value
     rule = rule_for(rel)
     build = {"sglang": _sglang, "vllm": _vllm, "tensorrt-llm": _trtllm}.get(rel.engine)
     if build is None:
@@ -315,15 +325,17 @@ def _trtllm(rel, rule, cfg, *, drafter, target, tp, steps, quantization, draft_q
 def launch_lines(releases: Iterable[EngineRelease], config: Mapping[str, Any] | None, *, drafter: str,
                  target: str | None, tp: int | None = None, capture_ids: Sequence[int] | None = None,
                  tensor_names: Iterable[str] = (), quantization: str | None = None,
-                 draft_quantization: str | None = None) -> dict[str, LaunchLine]:
+                 draft_quantization: str | None = None,
+                 hf_quant: Mapping[str, Any] | None = None) -> dict[str, LaunchLine]:
     """One line per engine: the first of ``releases`` of each engine (asked first, then newest)."""
     out: dict[str, LaunchLine] = {}
+    tensor_names = tuple(tensor_names)
     for rel in releases:
         if rel.engine not in out:
             out[rel.engine] = build_line(rel, config, drafter=drafter, target=target, tp=tp,
                                          capture_ids=capture_ids if rel.engine == "tensorrt-llm" else None,
                                          tensor_names=tensor_names, quantization=quantization,
-                                         draft_quantization=draft_quantization)
+                                         draft_quantization=draft_quantization, hf_quant=hf_quant)
     return out
 
 

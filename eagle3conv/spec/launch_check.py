@@ -149,7 +149,7 @@ class _Line:
 
 def check_line(parsed: ParsedLine, release: EngineRelease, config: Mapping[str, Any] | None, *,
                tensor_names: Iterable[str] = (), drafter: str | None = None,
-               target_context: tuple[int, str] | None = None) -> LaunchCheck:
+               target_context: tuple[int, str] | None = None, hf_quant: Mapping | None = None) -> LaunchCheck:
     """Judge ``parsed`` for ``release`` and the drafter (``config``, ``tensor_names``; ``drafter``:
     its path, for the fixes). ``target_context``: the target's context and where it comes from,
     used when the line sets none."""
@@ -166,7 +166,7 @@ def check_line(parsed: ParsedLine, release: EngineRelease, config: Mapping[str, 
         line.add("error", LAUNCH_CANNOT_SERVE, "; ".join(r.removeprefix(f"{release} ") for r in refused),
                  "serve the drafter on another engine release (eagle3conv launch CKPT shows the lines)")
     checked += _algorithm(line, cfg, drafter)
-    checked += _quantization(line, cfg, set(tensor_names))
+    checked += _quantization(line, cfg, set(tensor_names), hf_quant)
     checked += _dtype(line, cfg)
     checked += _overrides(line, cfg)
     checked += _context(line, cfg, target_context)
@@ -274,20 +274,43 @@ def _has_scales(tensor_names: set[str]) -> bool:
     return any(n.endswith(("k_scale", "v_scale")) for n in tensor_names)
 
 
-def _quantization(line: _Line, cfg: Mapping, tensor_names: set[str]) -> list[str]:
+def _draft_quantization(line: _Line, cfg: Mapping, tensor_names: set[str], hf_quant, q, dq) -> None:
+    """The draft's quantization against the drafter's own (its quantization_config or
+    hf_quant_config.json, read by :func:`eagle3conv.spec.quant.launch_quant`; docs/facts.md §14)."""
+    from eagle3conv.spec import quant
+    from eagle3conv.spec.engines import drafter_kind
+
+    target_q, draft_q = line.value("quantization"), line.value("draft_quantization")
+    if line.rel.engine == "vllm":
+        draft_q = line.spec.get(dq.key) if dq.key else draft_q
+    own = quant.launch_quant(line.rel.engine, line.rel.version, drafter_kind(cfg), dict(cfg), hf_quant, ())
+    quantized = bool(cfg.get("quantization_config")) or not (hf_quant is None or quant.hf_quant_method_missing(hf_quant))
+    if quantized:
+        if own.value is None or draft_q == own.value:
+            return
+        if draft_q is None and not (dq.inherits == "quantization" and target_q not in (None, dq.opt_out)):
+            return  # unset, the draft folder's own config decides
+        why = (f"{dq.name} {draft_q}: the drafter is stored {own.value}" if draft_q is not None else
+               f"{q.name} {target_q} with no {dq.name}: the draft takes {target_q}, which 0.5.23 keeps over the "
+               f"drafter's own {own.value} when it calls them compatible")
+        line.add("error" if draft_q == dq.opt_out else "warning", LAUNCH_DRAFT_QUANTIZATION,
+                 why + " (docs/facts.md §14)", line.fix("draft_quantization", own.value))
+        return
+    if dq.inherits == "quantization" and target_q not in (None, dq.opt_out) and draft_q is None:
+        fails = str(target_q).startswith(FAILS_TO_START)
+        line.add("error" if fails else "warning", LAUNCH_DRAFT_QUANTIZATION,
+                 f"{q.name} {target_q} with no {dq.name}: the draft takes {target_q} too, and this drafter is not "
+                 "quantized -- " + (f"start-up fails looking for its {target_q} config" if fails else
+                                    f"its bf16-trained weights run {target_q}-quantized online"),
+                 line.fix("draft_quantization", dq.opt_out))
+
+
+def _quantization(line: _Line, cfg: Mapping, tensor_names: set[str], hf_quant: Mapping | None = None) -> list[str]:
     rule, out = line.rule, []
     q, dq = rule.role("quantization"), rule.role("draft_quantization")
     if q is not None and dq is not None:
         out.append(f"{dq.name} (unset: " + (f"takes {q.name}" if dq.inherits else "the drafter's own config") + ")")
-        target_q, draft_q = line.value("quantization"), line.value("draft_quantization")
-        if dq.inherits == "quantization" and target_q not in (None, dq.opt_out) and draft_q is None \
-                and not cfg.get("quantization_config"):
-            fails = str(target_q).startswith(FAILS_TO_START)
-            line.add("error" if fails else "warning", LAUNCH_DRAFT_QUANTIZATION,
-                     f"{q.name} {target_q} with no {dq.name}: the draft takes {target_q} too, and this drafter has "
-                     "no quantization_config -- " + (f"start-up fails looking for its {target_q} config" if fails else
-                                                     f"its bf16-trained weights run {target_q}-quantized online"),
-                     line.fix("draft_quantization", dq.opt_out))
+        _draft_quantization(line, cfg, tensor_names, hf_quant, q, dq)
     kv, dkv = rule.role("kv_cache_dtype"), rule.role("draft_kv_cache_dtype")
     if kv is not None and dkv is not None:
         out.append(f"{dkv.name} (unset: follows {kv.name})")

@@ -447,6 +447,52 @@ def engine_quant(engine_name: str, release_version, drafter: str) -> EngineQuant
     return None
 
 
+# --------------------------------------------------------------------------- launch lines
+
+@dataclass(frozen=True)
+class LaunchQuant:
+    """What a release's launch line must say for a drafter's quantization: the draft option's
+    ``value`` (None: nothing to say), or why the release does not serve it as defined (``refused``)."""
+
+    value: str | None
+    refused: tuple[str, ...] = ()
+
+
+def read_quant_config_or_none(config: dict | None, hf_quant: dict | None) -> QuantConfig | None:
+    """:func:`read_quant_config`, None for an unreadable config too (fix-keys reports that one)."""
+    try:
+        return read_quant_config(config, hf_quant)
+    except InvalidCheckpointError:
+        return None
+
+
+def launch_quant(engine_name: str, release_version, drafter: str, config: dict | None,
+                 hf_quant: dict | None = None, tensor_names=()) -> LaunchQuant:
+    """The draft quantization a release's launch line carries, read from the drafter's own config
+    (``quantization_config``, else ``hf_quant_config.json``): the release's option value for its method
+    (docs/facts.md §14), and a refusal for a quantized module (one with a scale among ``tensor_names``)
+    the release loads as raw codes or requires in bf16. A bf16 drafter: no value."""
+    try:
+        qc = read_quant_config(config, hf_quant)
+    except InvalidCheckpointError as e:
+        return LaunchQuant(None, (f"its quantization config cannot be read ({e})",))
+    if qc is None:
+        return LaunchQuant(None)
+    eq = engine_quant(engine_name, release_version, drafter)
+    if eq is None or eq.modules is None:
+        return LaunchQuant(None)
+    modules = sorted({split_name(n)[0] for n in tensor_names if is_companion(n)})
+    refused = []
+    for m in modules:
+        how = eq.handles(role_of(m))
+        if how == "raw_codes":
+            refused.append(f"loads the quantized {m} as a plain bf16 Linear (its scales skipped; docs/facts.md §14): "
+                           f"eagle3conv fix-keys DIR --dequantize {m} writes it in bf16")
+        elif how == "bf16_only":
+            refused.append(f"requires {m} in bf16 (docs/facts.md §14): eagle3conv fix-keys DIR --dequantize {m}")
+    return LaunchQuant(eq.option_value(qc), tuple(refused))
+
+
 # --------------------------------------------------------------------------- exclusions
 
 def normalise_exclusion(pattern: str, rename) -> list[str]:
@@ -487,6 +533,6 @@ def runtime_name(eq: EngineQuant, module: str, start_layer: int | None) -> str |
     return name
 
 
-__all__ = ["Companion", "EngineQuant", "QuantConfig", "QuantData", "Scheme", "TensorMeta", "check_module",
+__all__ = ["Companion", "EngineQuant", "LaunchQuant", "launch_quant", "read_quant_config_or_none", "QuantConfig", "QuantData", "Scheme", "TensorMeta", "check_module",
            "engine_quant", "eval_shape", "hf_quant_method_missing", "is_companion", "load_quant_data", "matches",
            "normalise_exclusion", "read_quant_config", "role_of", "runtime_name", "split_name"]

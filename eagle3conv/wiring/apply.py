@@ -203,6 +203,7 @@ class Wiring:
     conflicts: list[Finding] = field(default_factory=list)
     """The findings (codes in :data:`~eagle3conv.findings.CONFLICTS`) when the config's ids
     contradict the training record and --rewire was not given: nothing was written then."""
+    tensor_names: frozenset = frozenset()  # the drafter's tensors (its launch lines read its quantized modules)
 
     @property
     def refused(self) -> list[str]:
@@ -210,7 +211,7 @@ class Wiring:
 
     def to_dict(self, drafter: str | None = None) -> dict:
         d = self.report.to_dict()
-        d["written"] = None if self.edits is None else self.edits.to_dict(drafter, self.config)
+        d["written"] = None if self.edits is None else self.edits.to_dict(drafter, self.config, self.tensor_names)
         d["refused"] = self.refused
         return d
 
@@ -247,7 +248,7 @@ def wire(config: dict, ev: Evidence, opts: WiringOptions, *, fc_in: int | None, 
         config = apply_edits(config, edits.config_edits)
     report = _check(config, ev, kw, target_hidden)
     _audit(report, config, ev, opts, tensor_names, read_d2t)
-    return Wiring(config, edits, report)
+    return Wiring(config, edits, report, tensor_names=frozenset(tensor_names or ()))
 
 
 def _audit(report: WiringReport, config: dict, ev: Evidence, opts: WiringOptions | None,

@@ -94,7 +94,7 @@ class WiringEdits:
             "written_by": f"eagle3conv {__version__}",
         }
 
-    def launch(self, drafter: str, config: Mapping | None = None) -> dict[str, str]:
+    def launch(self, drafter: str, config: Mapping | None = None, tensor_names=()) -> dict[str, str]:
         """Ready-to-paste launch lines, one per engine, from the one builder
         (:func:`eagle3conv.spec.launch.launch_lines`; the target is the profile's repo or a placeholder):
         ``sglang``, ``vllm``, ``tensorrt_llm`` (and ``tensorrt_llm_layers``), or ``ENGINE_refused`` with
@@ -103,7 +103,7 @@ class WiringEdits:
 
         trt_ids = self.launch_ids("tensorrt-llm")
         lines = launch_lines(served_releases(self.asked), config, drafter=drafter,
-                             target=self.target_repo or self.target, capture_ids=trt_ids)
+                             target=self.target_repo or self.target, capture_ids=trt_ids, tensor_names=tensor_names)
         out: dict[str, str] = {}
         for engine, line in lines.items():
             key = engine.replace("-", "_")
@@ -117,7 +117,7 @@ class WiringEdits:
             out["tensorrt_llm_layers"] = f"eagle3_layers_to_capture: {sorted(trt_ids)}"
         return out
 
-    def to_dict(self, drafter: str | None = None, config: Mapping | None = None) -> dict:
+    def to_dict(self, drafter: str | None = None, config: Mapping | None = None, tensor_names=()) -> dict:
         d = {
             "layers": [{"output_of": r.output_of} for r in self.layers],
             "described": describe(self.layers),
@@ -130,7 +130,7 @@ class WiringEdits:
                            for r, ids in self.plan.needs],
         }
         if drafter is not None:
-            d["launch"] = self.launch(drafter, config)
+            d["launch"] = self.launch(drafter, config, tensor_names)
         return d
 
 
