@@ -138,23 +138,27 @@ def load_target_head(path: str | os.PathLike, vocab: int, hidden: int, *, table=
     head = _target_tensor(_target_files(path), HEAD_NAMES, vocab, hidden)
     if head is not None:
         return head
-    p = Path(path)
-    cfg_file = (p if p.is_dir() else p.parent) / "config.json"
-    from eagle3conv.errors import CheckpointReadError
-    from eagle3conv.io.jsonfile import read_json_file
-
-    try:
-        cfg = read_json_file(cfg_file, "config.json", want_object=False) if cfg_file.is_file() else {}
-    except CheckpointReadError:
-        cfg = {}
-    if not isinstance(cfg, dict):
-        cfg = {}
+    cfg = _config_beside(path)
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
     tied = cfg.get("tie_word_embeddings", text.get("tie_word_embeddings"))
     if tied is not True:
         return None
     return table if table is not None else load_target_embeddings(path, vocab, hidden)
 
+
+
+def _config_beside(path) -> dict:
+    """The target's config.json beside its weights (a model folder, or the folder of a weights file),
+    as a dict; {} when there is none or it does not read (the callers then find nothing to use)."""
+    from eagle3conv.io.jsonfile import read_json_file
+
+    p = Path(path)
+    cfg_file = (p if p.is_dir() else p.parent) / "config.json"
+    try:
+        cfg = read_json_file(cfg_file, "config.json", want_object=False) if cfg_file.is_file() else {}
+    except CheckpointReadError:
+        cfg = {}
+    return cfg if isinstance(cfg, dict) else {}
 
 NORM_NAMES = ("model.norm.weight", "model.language_model.norm.weight", "language_model.model.norm.weight",
               "norm.weight")
@@ -173,15 +177,7 @@ def load_target_norm(path: str | os.PathLike, hidden: int):
         return norm.weight.detach(), float(eps)
     from safetensors import safe_open
 
-    from eagle3conv.io.jsonfile import read_json_file
-
-    p = Path(path)
-    cfg_file = (p if p.is_dir() else p.parent) / "config.json"
-    try:
-        cfg = read_json_file(cfg_file, "config.json", want_object=False) if cfg_file.is_file() else {}
-    except CheckpointReadError:
-        cfg = {}
-    cfg = cfg if isinstance(cfg, dict) else {}
+    cfg = _config_beside(path)
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
     eps = text.get("rms_norm_eps")
     if not isinstance(eps, (int, float)) or isinstance(eps, bool):
