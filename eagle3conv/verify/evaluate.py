@@ -898,7 +898,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     if stopped:  # what reading every position would take for the wirings still in (none excluded on the way)
         left = len(alive) * (plan[-1] - lp_store.shape[1])
         rate = res.seconds / max(1, work)
-        res.to_finish = {"work": int(left), "seconds": round(left * rate, 1),
+        res.to_finish = {"work": int(left), "seconds": math.ceil(left * rate * 10) / 10,  # up: never "0.0 s more"
                          "seconds_per_million": round(rate * 1e6, 3),
                          "budget": int(math.ceil(res.seconds + left * rate))}
     return res, list(alive)
