@@ -84,12 +84,7 @@ def sglang_options(wheel: zipfile.ZipFile) -> dict[str, str]:
     tree = ast.parse(wheel.read(name))
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and node.name == "add_cli_args":
-            for call in ast.walk(node):
-                if isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "add_argument":
-                    for a in call.args:
-                        v = _const(a)
-                        if isinstance(v, str) and v.startswith("-"):
-                            out.setdefault(v, f"{name}:{call.lineno}")
+            _add_argument_names(node, name, out)
     return out
 
 
