@@ -276,6 +276,23 @@ def _remember_max_context(ctx: click.Context, param: click.Parameter, value: int
     return value
 
 
+def _engine_option(help: str = ENGINE_HELP):
+    """--engine ENGINE[==RELEASE] (repeatable), kept for :func:`_wiring_opts`; ``help``: what it covers here."""
+    return click.option("--engine", "engines", multiple=True, metavar="ENGINE[==RELEASE]", expose_value=False,
+                        callback=_remember_engines, help=help)
+
+
+def _max_context_option(help: str):
+    """--max-context TOKENS (a positive number), kept for :func:`_wiring_opts`."""
+    return click.option("--max-context", type=int, metavar="TOKENS", expose_value=False,
+                        callback=_remember_max_context, help=help)
+
+
+def _launch_option(help: str):
+    """--launch LINE: the user's own launch line, checked as ``eagle3conv launch --check`` does."""
+    return click.option("--launch", "launch", metavar="LINE", help=help)
+
+
 def _later_norm_option(f):
     """--later-norm, for inspect and fix-keys."""
     from eagle3conv.spec.drafter import LATER_LAYER_NORMS
@@ -288,12 +305,10 @@ def _later_norm_option(f):
 
 def _wiring_options(f):
     """Options naming the target and what the drafter was trained on (fix-keys, inspect, config)."""
-    f = click.option("--max-context", type=int, metavar="TOKENS", expose_value=False, callback=_remember_max_context,
-                     help="The longest context the drafter will serve: the config audit warns when "
-                          "max_position_embeddings is below it (default: the target's max_position_embeddings "
-                          "where its profile names one).")(f)
-    f = click.option("--engine", "engines", multiple=True, metavar="ENGINE[==RELEASE]", expose_value=False,
-                     callback=_remember_engines, help=ENGINE_HELP)(f)
+    f = _max_context_option("The longest context the drafter will serve: the config audit warns when "
+                            "max_position_embeddings is below it (default: the target's max_position_embeddings "
+                            "where its profile names one).")(f)
+    f = _engine_option()(f)
     f = click.option("--sglang-version", type=click.Choice(["auto", "old", "new"]), default="auto", show_default=True,
                      help="An alias: old = --engine sglang==OLDEST, new = --engine sglang==NEWEST (the oldest and "
                           "newest SGLang releases eagle3conv read, `eagle3conv targets NAME` shows them), put "
@@ -523,17 +538,15 @@ def config_cmd(checkpoint, target, trained_on, captured_at, metadata, sglang_ver
 @click.option("--target", metavar="TARGET",
               help="The target model: a built-in profile (see `eagle3conv targets`), a Hub repo, or a path to its "
                    "config.json or model folder (default: the one a training record names).")
-@click.option("--engine", "engines", multiple=True, metavar="ENGINE[==RELEASE]", expose_value=False,
-              callback=_remember_engines, help="The engine releases to print lines for (and, with --check, the "
-                                               "release the line is checked for); as for config.")
+@_engine_option("The engine releases to print lines for (and, with --check, the release the line is checked "
+                "for); as for config.")
 @click.option("--tp", type=int, metavar="N", help="Tensor parallelism the lines pass (default: none, the engine's 1).")
 @click.option("--drafter", metavar="PATH_OR_REPO",
               help="The drafter path or Hub repo the lines name (default: CHECKPOINT as given).")
 @click.option("--check", "check", metavar="LINE",
               help="Check your own launch line instead: an SGLang command, a `vllm serve` command, or vLLM's "
                    "--speculative-config JSON. Exit 3 when it has an error; the corrected command is printed.")
-@click.option("--max-context", type=int, metavar="TOKENS", expose_value=False, callback=_remember_max_context,
-              help="The context served, for --check when the line sets none (default: the target's).")
+@_max_context_option("The context served, for --check when the line sets none (default: the target's).")
 def launch_cmd(checkpoint, target, tp, drafter, check):
     """Print the launch line of each engine release for a drafter, or --check your own.
 
@@ -611,11 +624,9 @@ def targets_cmd(name):
 @click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
               help="Give up on a request the Hub does not answer within SECONDS (reads and repo creation are "
                    "tried 3 times); nothing is committed then and pushing again is safe.")
-@click.option("--engine", "engines", multiple=True, metavar="ENGINE[==RELEASE]", expose_value=False,
-              callback=_remember_engines, help="The engine releases the wiring check covers (as for config).")
-@click.option("--launch", "launch", metavar="LINE",
-              help="Check your launch line too (as `eagle3conv launch --check`): an error refuses the push unless "
-                   "--force; the card's launch section says what was checked.")
+@_engine_option("The engine releases the wiring check covers (as for config).")
+@_launch_option("Check your launch line too (as `eagle3conv launch --check`): an error refuses the push unless "
+                "--force; the card's launch section says what was checked.")
 @click.option("--plot", "plot", type=click.Path(path_type=str), metavar="FILE",
               help="Also send the wiring-search figure FILE (from verify --plot, .svg or .png; under its file "
                    "name, or its path inside the folder) and show it in the card's wiring section.")
@@ -720,8 +731,7 @@ def _push_text(d: dict) -> str:
               help="Draw the wiring search per aux slot (and the slots' norms vs training) to FILE: .svg "
                    "(no dependency) or .png (pip install 'eagle3conv[plot]').")
 @click.option("--no-save", is_flag=True, help="Do not write eagle3conv-verify.json into the checkpoint folder.")
-@click.option("--launch", "launch", metavar="LINE",
-              help="Also check your launch line (as `eagle3conv launch --check`); exit 3 when it has an error.")
+@_launch_option("Also check your launch line (as `eagle3conv launch --check`); exit 3 when it has an error.")
 @click.option("--reference", "reference", type=click.Path(exists=True, file_okay=False, path_type=str),
               metavar="BF16_DRAFTER",
               help="A quantized drafter's bf16 original: scored on the same states and wiring; the report gives the "
@@ -761,10 +771,10 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
         from eagle3conv.spec.launch import parse_line
 
         parse_line(launch)  # a line that is no launch line is a usage error before any work
+    opts = _wiring_opts(target, trained_on, captured_at, metadata, sglang_version)
     if states is None:
         from eagle3conv.render import smoke_text
 
-        opts = _wiring_opts(target, trained_on, captured_at, metadata, sglang_version)
         d = smoke(checkpoint, device=device, dtype=dtype, wiring_options=opts)
         launch_ok = _verify_launch(d, checkpoint, opts, launch)
         _emit(json_, d, smoke_text(d) + _launch_tail(d))
@@ -773,16 +783,14 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
         return
 
     with _ProgressBars(unit="seq") as progress:
-        res = verify(checkpoint, states,
-                     wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version),
+        res = verify(checkpoint, states, wiring_options=opts,
                      steps=steps, device=device, dtype=dtype, search=search_wiring,
                      layers=parse_ids(layers) if layers else None, min_accept=min_accept, batch_size=batch_size,
                      max_sequences=max_sequences, save=not no_save, progress=progress,
                      states_layers=parse_ids(states_layers) if states_layers else None, embeddings=embeddings,
                      training_states=training_states, reference_drafter=reference, search_budget=search_budget)
     d = res.to_dict()
-    launch_ok = _verify_launch(d, checkpoint, _wiring_opts(target, trained_on, captured_at, metadata, sglang_version),
-                               launch)
+    launch_ok = _verify_launch(d, checkpoint, opts, launch)
     plot_error = None
     if plot:  # the results are printed whatever happens to the figure
         from eagle3conv.verify.plot import write_plot
