@@ -479,8 +479,7 @@ def launch(path: str | Path, *, options: WiringOptions | None = None, tp: int | 
     (:func:`eagle3conv.spec.launch.build_line`); with ``check``, the user's own launch line (an SGLang or
     ``vllm serve`` command, or vLLM's ``--speculative-config`` JSON) judged for its release."""
     from eagle3conv.checkpoint.quantized import hf_quant_of
-    from eagle3conv.spec.engines import ids_for, parse_engine
-    from eagle3conv.spec.launch import build_line
+    from eagle3conv.spec.launch import build_line, trtllm_capture_ids
 
     opts = options or WiringOptions()
     if tp is not None and tp < 1:
@@ -488,12 +487,7 @@ def launch(path: str | Path, *, options: WiringOptions | None = None, tp: int | 
     index, ev = _launch_inputs(path, opts)
     target = ev.target.hf_repo or ev.target.name if ev.target else opts.target
     trained = ev.truth.layers if ev.truth is not None else None
-    trt = None
-    if trained and ev.target is not None:
-        try:
-            trt = ids_for(parse_engine("tensorrt-llm"), ev.target.family, ev.target.num_hidden_layers, trained)
-        except Eagle3ConvError:
-            trt = None
+    trt = None if ev.target is None else trtllm_capture_ids(ev.target.family, ev.target.num_hidden_layers, trained)
     name = drafter or str(path)
     names = set(index.tensors)
     hf_quant = hf_quant_of(index)
@@ -506,7 +500,7 @@ def launch(path: str | Path, *, options: WiringOptions | None = None, tp: int | 
     if checked is not None and drafter is None and isinstance(checked.draft, str):
         name = checked.draft  # the row is the user's line as it should be: their drafter path
     rows = [build_line(rel, index.config, drafter=name, target=target, tp=tp, tensor_names=names, hf_quant=hf_quant,
-                       capture_ids=trt if rel.engine == "tensorrt-llm" else None) for rel in releases]
+                       capture_ids=trt) for rel in releases]
     notes = list(ev.notes)
     if not in_canonical_names(index.config, index.tensors):
         notes.append(f"{index.root} is not yet in SGLang's names: the engines load it only after "

@@ -444,25 +444,17 @@ def _checks_section(facts: CardFacts) -> list[str]:
 def _launch_section(facts: CardFacts) -> list[str]:
     """The launch lines, one per engine, from the one builder (spec/launch.py): none for an engine whose
     release cannot load the drafter; then what a checked launch line (``push --launch``) was found."""
-    from eagle3conv.errors import Eagle3ConvError
-    from eagle3conv.spec.engines import ids_for, parse_engine
-    from eagle3conv.spec.launch import launch_lines
+    from eagle3conv.spec.engine_rules import engines
+    from eagle3conv.spec.launch import build_line, launch_lines, trtllm_capture_ids
     from eagle3conv.wiring.config_ids import served_releases
 
-    capture = None
-    if facts.layers:
-        try:  # the launch option's ids, by TensorRT-LLM's rule
-            ids = ids_for(parse_engine("tensorrt-llm"), facts.target_family, facts.target_layers, facts.layers)
-            capture = None if ids is None else list(ids)
-        except Eagle3ConvError:
-            capture = None
     repo = facts.repo_id
     out = ["### Launch", ""]
     if not facts.target:
         out += ["Replace `TARGET_MODEL` with the target model this drafter was trained for.", ""]
-    lines = launch_lines(served_releases(()), facts.config, drafter=repo, target=facts.target or "TARGET_MODEL",
-                         capture_ids=capture, tensor_names=(facts.quantization or {}).get("companions", ()))
-    from eagle3conv.spec.engine_rules import engines
+    kw = dict(target=facts.target or "TARGET_MODEL", tensor_names=(facts.quantization or {}).get("companions", ()),
+              capture_ids=trtllm_capture_ids(facts.target_family, facts.target_layers, facts.layers))
+    lines = launch_lines(served_releases(()), facts.config, drafter=repo, **kw)
 
     for engine, line in lines.items():
         title = engines()[engine].title
@@ -470,8 +462,8 @@ def _launch_section(facts: CardFacts) -> list[str]:
             out += [f"{title}: not served ({'; '.join(line.refused)}).", ""]
             continue
         if line.extra_file:
-            drafter_dir = "./drafter"
-            text = line.extra_file.replace(f": {repo}", f": {drafter_dir}")
+            drafter_dir = "./drafter"  # the file names the downloaded folder, not the repo
+            text = build_line(line.release, facts.config, drafter=drafter_dir, **kw).extra_file
             out += [f"{title} (`{line.argv[0]}`, with the drafter downloaded first: "
                     f"`hf download {repo} --local-dir {drafter_dir}`):", "", "```bash", line.text, "```", "",
                     "```yaml", f"# {line.extra_name}", text, "```", ""]

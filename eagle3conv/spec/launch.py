@@ -322,6 +322,22 @@ def _trtllm(rel, rule, cfg, *, drafter, target, tp, steps, quantization, draft_q
     return LaunchLine(rel, tuple(argv), extra_file="\n".join(lines), extra_name=name)
 
 
+def trtllm_capture_ids(family: str | None, num_layers: int | None, layers) -> list[int] | None:
+    """TensorRT-LLM's ``eagle3_layers_to_capture`` for the trained ``layers`` on a ``num_layers``-layer target
+    of ``family`` (its rule: :func:`eagle3conv.spec.engines.ids_for`); None when no layers are known or no
+    id list can be told."""
+    from eagle3conv.errors import Eagle3ConvError
+    from eagle3conv.spec.engines import ids_for, parse_engine
+
+    if not layers:
+        return None
+    try:
+        ids = ids_for(parse_engine("tensorrt-llm"), family, num_layers, layers)
+    except Eagle3ConvError:
+        return None
+    return None if ids is None else list(ids)
+
+
 def launch_lines(releases: Iterable[EngineRelease], config: Mapping[str, Any] | None, *, drafter: str,
                  target: str | None, tp: int | None = None, capture_ids: Sequence[int] | None = None,
                  tensor_names: Iterable[str] = (), quantization: str | None = None,
@@ -333,8 +349,7 @@ def launch_lines(releases: Iterable[EngineRelease], config: Mapping[str, Any] | 
     for rel in releases:
         if rel.engine not in out:
             out[rel.engine] = build_line(rel, config, drafter=drafter, target=target, tp=tp,
-                                         capture_ids=capture_ids if rel.engine == "tensorrt-llm" else None,
-                                         tensor_names=tensor_names, quantization=quantization,
+                                         capture_ids=capture_ids, tensor_names=tensor_names, quantization=quantization,
                                          draft_quantization=draft_quantization, hf_quant=hf_quant)
     return out
 
@@ -489,4 +504,4 @@ def _spec_settings(engine: str, options: Sequence[ParsedOption]) -> dict | None:
 
 
 __all__ = ["LaunchOption", "LaunchRule", "LaunchLine", "OptionNames", "ParsedLine", "ParsedOption", "NUM_STEPS",
-           "SHORTCUTS", "build_line", "launch_lines", "launch_rules", "option_names", "parse_line", "rule_for", "normal"]
+           "SHORTCUTS", "build_line", "trtllm_capture_ids", "launch_lines", "launch_rules", "option_names", "parse_line", "rule_for", "normal"]
