@@ -274,11 +274,10 @@ def _has_scales(tensor_names: set[str]) -> bool:
     return any(n.endswith(("k_scale", "v_scale")) for n in tensor_names)
 
 
-def _draft_quantization(line: _Line, cfg: Mapping, tensor_names: set[str], hf_quant, q, dq) -> None:
+def _draft_quantization(line: _Line, cfg: Mapping, hf_quant, q, dq) -> None:
     """The draft's quantization against the drafter's own (its quantization_config or
     hf_quant_config.json, read by :func:`eagle3conv.spec.quant.launch_quant`; docs/facts.md §14)."""
     from eagle3conv.spec import quant
-    from eagle3conv.spec.engines import drafter_kind
 
     target_q, draft_q = line.value("quantization"), line.value("draft_quantization")
     if line.rel.engine == "vllm":
@@ -310,7 +309,7 @@ def _quantization(line: _Line, cfg: Mapping, tensor_names: set[str], hf_quant: M
     q, dq = rule.role("quantization"), rule.role("draft_quantization")
     if q is not None and dq is not None:
         out.append(f"{dq.name} (unset: " + (f"takes {q.name}" if dq.inherits else "the drafter's own config") + ")")
-        _draft_quantization(line, cfg, tensor_names, hf_quant, q, dq)
+        _draft_quantization(line, cfg, hf_quant, q, dq)
     kv, dkv = rule.role("kv_cache_dtype"), rule.role("draft_kv_cache_dtype")
     if kv is not None and dkv is not None:
         out.append(f"{dkv.name} (unset: follows {kv.name})")
@@ -412,23 +411,22 @@ def _context(line: _Line, cfg: Mapping, target_context: tuple[int, str] | None) 
         return [f"the served context ({o.name} not given, no target context known: not checked)"]
     n, where = served
     mpe = cfg.get("max_position_embeddings")
-    if below["behaviour"] == "refuses":
-        derived = _sglang_context(cfg)
-        if derived is not None and n > derived:
-            env = below.get("override_env")
-            if line.p.env.get(env) in ("1", "true", "True"):
-                line.add("notice", LAUNCH_CONTEXT, f"the served context {n} ({where}) is above the drafter's {derived}; "
-                         f"with {env}=1 it overrides the drafter's max_position_embeddings to {n}",
-                         f"set max_position_embeddings in config.json to at least {n} (the range it was trained for)")
-            else:
-                line.add("error", LAUNCH_CONTEXT,
-                         f"the served context {n} ({where}) is above the drafter's derived context {derived} "
-                         f"(max_position_embeddings {mpe}): the server refuses to start (_derive_context_length)",
-                         f"set max_position_embeddings in the drafter's config.json to at least {n}, or launch with "
-                         f"{env}=1")
-    elif isinstance(mpe, int) and mpe < n and line.spec.get("method", "eagle3") != "draft_model":
-        types = rope_types(cfg)
-        if all(t in below["cache_only_rope_types"] for t in types):
+    what, detail = _context_outcome(below, cfg, n)
+    if what == "refuses":
+        derived, env = detail, below.get("override_env")
+        if line.p.env.get(env) in ("1", "true", "True"):
+            line.add("notice", LAUNCH_CONTEXT, f"the served context {n} ({where}) is above the drafter's {derived}; "
+                     f"with {env}=1 it overrides the drafter's max_position_embeddings to {n}",
+                     f"set max_position_embeddings in config.json to at least {n} (the range it was trained for)")
+        else:
+            line.add("error", LAUNCH_CONTEXT,
+                     f"the served context {n} ({where}) is above the drafter's derived context {derived} "
+                     f"(max_position_embeddings {mpe}): the server refuses to start (_derive_context_length)",
+                     f"set max_position_embeddings in the drafter's config.json to at least {n}, or launch with "
+                     f"{env}=1")
+    elif what is not None and line.spec.get("method", "eagle3") != "draft_model":
+        types = detail
+        if what == "raises":
             line.add("notice", LAUNCH_CONTEXT, f"the drafter's max_position_embeddings {mpe} is below the served "
                      f"{n} ({where}); its RoPE ({', '.join(types)}) only sizes a cache, so vLLM raises it to {n}",
                      None)
@@ -527,20 +525,32 @@ def context_outcomes(cfg: Mapping, served: int) -> list[str]:
             if below is None:
                 continue
             who = _releases_words(engine)
-            if below["behaviour"] == "refuses":
-                derived = _sglang_context(cfg)
-                if derived is not None and served > derived:
-                    out.append(f"{who} refuses to start (the drafter's derived context {derived} is below it) unless "
-                               f"{below.get('override_env')}=1")
-            elif isinstance(mpe, int) and mpe < served:
-                types = rope_types(cfg)
-                if all(t in below["cache_only_rope_types"] for t in types):
-                    out.append(f"{who} raises the drafter's max_position_embeddings to {served} (its RoPE, "
-                               f"{', '.join(types)}, only sizes a cache)")
-                else:
-                    out.append(f"{who} lowers the server's max_model_len to the drafter's {mpe} (its RoPE, "
-                               f"{', '.join(types)}, is not cache-only), with a warning only")
+            what, detail = _context_outcome(below, cfg, served)
+            if what == "refuses":
+                out.append(f"{who} refuses to start (the drafter's derived context {detail} is below it) unless "
+                           f"{below.get('override_env')}=1")
+            elif what == "raises":
+                out.append(f"{who} raises the drafter's max_position_embeddings to {served} (its RoPE, "
+                           f"{', '.join(detail)}, only sizes a cache)")
+            elif what == "lowers":
+                out.append(f"{who} lowers the server's max_model_len to the drafter's {mpe} (its RoPE, "
+                           f"{', '.join(detail)}, is not cache-only), with a warning only")
     return out
+
+
+def _context_outcome(below: Mapping[str, Any], cfg: Mapping, served: int) -> tuple[str | None, Any]:
+    """What a release does (its launch data's ``context_below``) when ``served`` tokens exceed the drafter's
+    context: ``("refuses", derived context)`` (SGLang's derived context is below it), ``("raises", RoPE types)``
+    (a cache-only RoPE: vLLM raises the drafter's positions), ``("lowers", RoPE types)`` (vLLM lowers the
+    server's max_model_len); ``(None, None)`` when the context fits."""
+    if below["behaviour"] == "refuses":
+        derived = _sglang_context(cfg)
+        return ("refuses", derived) if derived is not None and served > derived else (None, None)
+    mpe = cfg.get("max_position_embeddings")
+    if not (isinstance(mpe, int) and mpe < served):
+        return None, None
+    types = rope_types(cfg)
+    return ("raises" if all(t in below["cache_only_rope_types"] for t in types) else "lowers"), types
 
 
 __all__ = ["LaunchCheck", "Edit", "check_line", "context_outcomes", "rope_types"]
