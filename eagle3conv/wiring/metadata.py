@@ -611,9 +611,7 @@ def _opt(obj: dict, key: str, kinds: tuple[type, ...], what: str, path: Path) ->
     v = obj.get(key)
     if v is None:
         return None
-    if isinstance(v, bool) and bool not in kinds:
-        raise CheckpointReadError(f"{path}: field '{key}' must be {what} or null, got {_shown(v)}")
-    if not isinstance(v, kinds):
+    if (isinstance(v, bool) and bool not in kinds) or not isinstance(v, kinds):
         raise CheckpointReadError(f"{path}: field '{key}' must be {what} or null, got {_shown(v)}")
     return v
 
