@@ -491,10 +491,7 @@ def launch(path: str | Path, *, options: WiringOptions | None = None, tp: int | 
     name = drafter or str(path)
     names = set(index.tensors)
     hf_quant = hf_quant_of(index)
-    checked = None if check is None else check_launch_line(check, index.config, names, opts, ev.target,
-                                                            drafter=name, hf_quant=hf_quant)
-    if checked is not None and ev.target is not None:
-        checked = _other_target(checked, ev.target, ev.notes, given=bool(opts.target))
+    checked = None if check is None else _judged(check, index, ev, opts, drafter=name, hf_quant=hf_quant)
     releases = opts.releases() if checked is None else (checked.release,)  # with --check: the line it should be
     target = target or (checked.target if checked is not None else None)
     if checked is not None and drafter is None and isinstance(checked.draft, str):
@@ -506,6 +503,23 @@ def launch(path: str | Path, *, options: WiringOptions | None = None, tp: int | 
         notes.append(f"{index.root} is not yet in SGLang's names: the engines load it only after "
                      f"`eagle3conv fix-keys {path} --out DIR`; launch DIR")
     return LaunchResult(index.root, target, rows, checked, notes=notes)
+
+
+def check_launch(path: str | Path, line: str, *, options: WiringOptions | None = None):
+    """The user's launch line ``line`` judged for the drafter at ``path`` (``verify --launch``, ``push --launch``):
+    :meth:`launch`'s check, without the lines."""
+    from eagle3conv.checkpoint.quantized import hf_quant_of
+
+    opts = options or WiringOptions()
+    index, ev = _launch_inputs(path, opts)
+    return _judged(line, index, ev, opts, drafter=str(path), hf_quant=hf_quant_of(index))
+
+
+def _judged(text: str, index, ev, opts: WiringOptions, *, drafter: str, hf_quant):
+    """``text`` judged against the drafter (``index``), and the target of its evidence ``ev``."""
+    checked = check_launch_line(text, index.config, set(index.tensors), opts, ev.target, drafter=drafter,
+                                hf_quant=hf_quant)
+    return checked if ev.target is None else _other_target(checked, ev.target, ev.notes, given=bool(opts.target))
 
 
 def _other_target(checked, target, notes, *, given: bool):

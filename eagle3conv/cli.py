@@ -817,9 +817,9 @@ def _verify_launch(d: dict, checkpoint: str, opts, launch: str | None) -> bool:
     """verify --launch: the user's launch line judged, put in ``d["launch_check"]``; False on an error."""
     if launch is None:
         return True
-    from eagle3conv.api import launch as launch_for
+    from eagle3conv.api import check_launch
 
-    check = launch_for(checkpoint, options=opts, check=launch).check
+    check = check_launch(checkpoint, launch, options=opts)
     d["launch_check"] = check.to_dict()
     return check.ok
 

@@ -101,15 +101,14 @@ def default_gate(path: Path, engines: tuple[str, ...] = (), launch: str | None =
 def launch_gate_check(path: Path, launch: str, engines: tuple[str, ...] = ()) -> Check:
     """``push --launch LINE``: the line judged for its release, as one gate check (its detail: the release,
     what was looked at, each finding with its fix, the corrected line)."""
-    from eagle3conv.api import launch as launch_lines_for
+    from eagle3conv.api import check_launch
     from eagle3conv.hub.card import LAUNCH_CHECK
     from eagle3conv.wiring.apply import WiringOptions
 
     try:
-        res = launch_lines_for(path, options=WiringOptions(engines=tuple(engines)), check=launch)
+        c = check_launch(path, launch, options=WiringOptions(engines=tuple(engines)))
     except Eagle3ConvError as e:
         return Check(LAUNCH_CHECK, False, e.message)
-    c = res.check
     parts = [f"checked for {c.release}: {', '.join(c.checked)}"]
     parts += [f"{f.level}: {f.message}" + (f" (fix: {f.fix})" if f.fix else "") for f in c.findings]
     if c.corrected:
