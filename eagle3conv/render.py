@@ -553,9 +553,7 @@ def verify_text(d: dict) -> str:
 
 def launch_check_lines(c: dict) -> list[str]:
     """A checked launch line (LaunchCheck.to_dict()): its verdict, each finding with its fix, the corrected line."""
-    levels = [f["level"] for f in c["findings"]]
-    verdict = (f"launch check for {c['label']}: {'passed' if c['ok'] else 'FAILED'} ({_count(c['findings'])})")
-    lines = [verdict]
+    lines = [f"launch check for {c['label']}: {'passed' if c['ok'] else 'FAILED'} ({_count(c['findings'])})"]
     if c.get("option_names_note"):
         lines.append(f"note: {c['option_names_note']}")
     for f in c["findings"]:
@@ -563,7 +561,7 @@ def launch_check_lines(c: dict) -> list[str]:
         lines.append(f"{tag}: {f['message'].removeprefix(c['label'] + ': ')}")
         if f.get("fix"):
             lines.append(f"  fix: {f['fix']}")
-    if not levels:
+    if not c["findings"]:
         lines.append("no problem found")
     lines.append("checked: " + "; ".join(c["checked"]))
     if c.get("corrected"):
@@ -595,9 +593,8 @@ def launch_text(d: dict) -> str:
     row per engine release (its line, or why it cannot serve the drafter), then the check's findings."""
     rows = d["rows"]
     served = [r for r in rows if r["line"]]
-    check = d.get("check")
-    head = (launch_check_lines(check)[0] if check else
-            f"launch: {len(served)} of {len(rows)} engine releases serve this drafter")
+    checked = launch_check_lines(d["check"]) if d.get("check") else None
+    head = checked[0] if checked else f"launch: {len(served)} of {len(rows)} engine releases serve this drafter"
     lines = [head, f"checkpoint: {d['checkpoint']}",
              f"target:     {d['target'] or 'not given (--target): TARGET in the lines'}"]
     for n in d.get("notes") or []:
@@ -613,6 +610,6 @@ def launch_text(d: dict) -> str:
         if r.get("extra_text"):
             lines.append(f"       {r['extra_file']}:")
             lines += [f"         {x}" for x in r["extra_text"].splitlines()]
-    if check:
-        lines += launch_check_lines(check)[1:]
+    if checked:
+        lines += checked[1:]
     return "\n".join(lines)
