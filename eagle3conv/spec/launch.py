@@ -362,7 +362,6 @@ class ParsedOption:
     name: str  # as written
     value: str | None
     index: int  # where in argv
-    with_equals: bool
 
 
 @dataclass(frozen=True)
@@ -382,9 +381,6 @@ class ParsedLine:
         """The last value given to option ``name`` (normalised spelling), or None."""
         found = [o.value for o in self.options if normal(self.engine, o.name) == name]
         return found[-1] if found else None
-
-    def has(self, name: str) -> bool:
-        return any(normal(self.engine, o.name) == name for o in self.options)
 
 
 def normal(engine: str, name: str) -> str:
@@ -455,11 +451,11 @@ def _options(engine: str, argv: Sequence[str], start: int) -> tuple[list[ParsedO
         if tok.startswith("-") and tok != "-" and not _is_number(tok):
             if "=" in tok and tok.startswith("--"):
                 name, value = tok.split("=", 1)
-                options.append(ParsedOption(name, value, i, True))
+                options.append(ParsedOption(name, value, i))
             else:
                 nxt = argv[i + 1] if i + 1 < len(argv) else None
                 takes = nxt is not None and (not nxt.startswith("-") or _is_number(nxt) or nxt == "-")
-                options.append(ParsedOption(tok, nxt if takes else None, i, False))
+                options.append(ParsedOption(tok, nxt if takes else None, i))
                 i += 1 if takes else 0
         else:
             positional.append(tok)
