@@ -366,7 +366,8 @@ class _Verification:
 
     def confirm(self, i: int, cand: Candidate, of: int) -> None:
         """One wiring scored on every position (acceptance per draft step, norms); the first
-        result's time is recorded, and states with nothing to score or not finite refused."""
+        result's time is recorded, and states with nothing to score refused (evaluate refuses states
+        that are not finite)."""
         cb = None
         if self.progress:
             def cb(_stage, done, total):
@@ -382,13 +383,6 @@ class _Verification:
                     f"{self.states_path}: nothing to score: no position has a reference token inside the loss "
                     f"mask ({self.states.num_sequences} sequences, {self.states.num_tokens} real tokens)",
                     hint="capture longer sequences or with --generate N (the generated part is scored)")
-        bad = [j for j, nm in enumerate(self.scores[-1].norms) if nm["median"] is not None
-               and (nm.get("finite") is False or not all(math.isfinite(nm[k]) for k in ("median", "p10", "p90")))]
-        if bad:
-            where = self.states.find_non_finite(cand.layers) or self.states_path
-            raise CheckpointReadError(
-                f"{where}: the hidden states of slot {bad[0]} ({cand.layers[bad[0]]}) are not finite "
-                "(NaN or Inf): the capture went wrong", hint="capture again (a bf16 overflow? try --dtype fp32)")
 
     def harvest(self, res) -> None:
         """Keep a screen's own log score of every wiring it read on every position."""
