@@ -229,22 +229,23 @@ class ProfileView:
 def read_profile(path) -> ProfileView:
     """Read and validate a profile (a file, or a folder holding :data:`PROFILE_FILE`);
     :class:`~eagle3conv.errors.CheckpointReadError` names the file and the field that is wrong."""
-    import json
     import math
     from pathlib import Path
 
     from eagle3conv.errors import CheckpointReadError
+    from eagle3conv.io.jsonfile import read_json_file
 
     p = Path(path)
     if p.is_dir():
         p = p / PROFILE_FILE
     rerun = "run eagle3conv verify CKPT --states STATES again to write it"
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheckpointReadError(f"{p}: no acceptance profile there", hint=rerun) from None
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise CheckpointReadError(f"{p.name}: not a readable JSON file ({err})", hint=rerun) from None
+    if not p.exists():
+        raise CheckpointReadError(f"{p}: no acceptance profile there", hint=rerun)
+    try:  # the project's strict reader: a regular file, bounded, NaN/Infinity refused
+        doc = read_json_file(p, PROFILE_FILE, want_object=False)
+    except CheckpointReadError as err:  # its message starts with the path: the file's name only (cards travel)
+        raise CheckpointReadError(f"{p.name}: not a readable JSON file ({err.message.removeprefix(f'{p}: ')})",
+                                  hint=rerun) from None
 
     def bad(key: str, want: str) -> CheckpointReadError:
         got = doc.get(key) if isinstance(doc, dict) else doc
