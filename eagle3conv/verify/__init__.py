@@ -2,7 +2,7 @@
 
 Data flow::
 
-    drafter folder ──load──▶ Eagle3Drafter (strict)          states (eagle3conv file, vLLM, NeMo,   
+    drafter folder ──load──▶ Eagle3Drafter (strict)          states (eagle3conv file, vLLM, NeMo,
     config + records ──gather/check──▶ the config's wiring    SpecForge, aux dumps) ──batches──▶
     candidates (config, ±1, with embedding, defaults, …) ──evaluate each──▶ Score ──▶ report
 

@@ -200,15 +200,7 @@ def target_num_layers(path: str | os.PathLike) -> int | None:
         cfg = _gguf_target(path).config
         cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
         return getattr(cfg, "num_hidden_layers", None)
-    from eagle3conv.io.jsonfile import read_json_file
-
-    p = Path(path)
-    cfg_file = (p if p.is_dir() else p.parent) / "config.json"
-    try:
-        cfg = read_json_file(cfg_file, "config.json", want_object=False) if cfg_file.is_file() else {}
-    except CheckpointReadError:
-        return None
-    cfg = cfg if isinstance(cfg, dict) else {}
+    cfg = _config_beside(path)
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
     n = text.get("num_hidden_layers")
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None

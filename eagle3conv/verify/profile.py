@@ -111,7 +111,7 @@ def chain_rates(score: Score) -> dict:
     return {
         "conditional_accept_rates": [round(x, 6) for x in conditional],
         "marginal_accept_rates": [round(x, 6) for x in marginal],
-        "mean_accept_length": round(sum((n + 1) * c for n, c in enumerate(hist)) / rounds, 6) if rounds else None,
+        "mean_accept_length": round(score.accept_length, 6) if rounds else None,  # the replay's, as finish() sums it
         "mean_accept_length_per_request": round(sum(per_request) / len(per_request), 6) if per_request else None,
         "acceptance_length_histogram": {str(n + 1): c for n, c in enumerate(hist)},
     }
@@ -153,14 +153,12 @@ def build_profile(result: Any) -> dict:
     s = result.main
     rates = chain_rates(s)
     per_category = None
-    if result.categories is not None:
-        per_category = {}
-        for name, c in category_scores(s, result.categories).items():
-            r = chain_rates(c)
-            per_category[name] = dict(r, sequences=len(c.chains), positions_scored=c.tokens,
-                                      mean_accept_length_ci95=[round(x, 4) for x in c.accept_length_ci],
-                                      acceptance_per_position=[round(a, 5) for a in c.acceptance],
-                                      acceptance_ci95=[[round(lo, 5), round(hi, 5)] for lo, hi in c.acceptance_ci])
+    if result.per_category is not None:  # the report's figures (computed once), in the schema's names
+        per_category = {name: dict({k: f[k] for k in (*rates, "sequences", "positions_scored")},
+                                   mean_accept_length_ci95=f["accept_length_ci95"],
+                                   acceptance_per_position=f["acceptance_per_position"],
+                                   acceptance_ci95=f["acceptance_ci95"])
+                        for name, f in result.per_category.items()}
     states = result.states
     wc = result.wiring_check
     return {
@@ -231,22 +229,23 @@ class ProfileView:
 def read_profile(path) -> ProfileView:
     """Read and validate a profile (a file, or a folder holding :data:`PROFILE_FILE`);
     :class:`~eagle3conv.errors.CheckpointReadError` names the file and the field that is wrong."""
-    import json
     import math
     from pathlib import Path
 
     from eagle3conv.errors import CheckpointReadError
+    from eagle3conv.io.jsonfile import read_json_file
 
     p = Path(path)
     if p.is_dir():
         p = p / PROFILE_FILE
     rerun = "run eagle3conv verify CKPT --states STATES again to write it"
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheckpointReadError(f"{p}: no acceptance profile there", hint=rerun) from None
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise CheckpointReadError(f"{p.name}: not a readable JSON file ({err})", hint=rerun) from None
+    if not p.exists():
+        raise CheckpointReadError(f"{p}: no acceptance profile there", hint=rerun)
+    try:  # the project's strict reader: a regular file, bounded, NaN/Infinity refused
+        doc = read_json_file(p, PROFILE_FILE, want_object=False)
+    except CheckpointReadError as err:  # its message starts with the path: the file's name only (cards travel)
+        raise CheckpointReadError(f"{p.name}: not a readable JSON file ({err.message.removeprefix(f'{p}: ')})",
+                                  hint=rerun) from None
 
     def bad(key: str, want: str) -> CheckpointReadError:
         got = doc.get(key) if isinstance(doc, dict) else doc

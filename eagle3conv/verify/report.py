@@ -46,6 +46,7 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -380,6 +381,11 @@ class VerifyResult:
     def main(self) -> Score:
         return self.scores[0]
 
+    @cached_property
+    def per_category(self) -> dict[str, dict] | None:
+        """The main wiring's figures per prompt category (the report's and the profile's, computed once)."""
+        return category_figures(self.main, self.categories)
+
     @property
     def wiring_check_ok(self) -> bool:
         return bool(self.wiring_check.get("ok", True))
@@ -413,7 +419,7 @@ class VerifyResult:
             "results": [dict(s.to_dict(), norm_comparison=c) for s, c in zip(self.scores, self.comparisons)],
             "verdict": self.verdict.to_dict(),
             "wiring_check": dict(self.wiring_check, engine_scores=[e.to_dict() for e in self.engine_scores]),
-            "per_category": category_figures(self.main, self.categories),
+            "per_category": self.per_category,
             "seconds": self.seconds,
             "saved": None if self.saved is None else str(self.saved),
             "profile": None if self.profile is None else str(self.profile),

@@ -275,7 +275,8 @@ class _Verification:
             if any(engine_serving(r, config, tensors.keys(), target_head_at_hand=True).target_head
                    for r in self.wopts.releases()):
                 head = load_target_head(self.opts.embeddings, dc.vocab_size, dc.hidden_size, table=raw_table)
-                head = None if head is None else head.to(dt)
+        target_read = (raw_table, head)  # as stored: own_tokens takes the head from them, not from disk again
+        head = None if head is None else head.to(dt)
         own = drafter_uses_own_embedding(dc.hidden_size, dc.target_hidden_size)
         self.serving = _Serving(config, tensors, self.states, table, self.wopts, head, raw_table=raw_table,
                                 own_only=own, stored=self.stored)
@@ -285,7 +286,7 @@ class _Verification:
 
             self.check.report.findings += audit_embedding(self.serving.compare(),
                                                           where=f"{self.path}/config.json")
-        self.own_tokens()
+        self.own_tokens(*target_read)
         self.main_fw = self.serving.main()
         ran = self.serving.describe(self.main_fw)
         if self.wopts.asked():
@@ -295,11 +296,12 @@ class _Verification:
             self.notes.append(f"the drafter ran as {self.main_fw.engine} runs it (verify's reference forward)"
                               + "".join(f"; {d}" for d in ran))
 
-    def own_tokens(self) -> None:
+    def own_tokens(self, table=None, head=None) -> None:
         """States without the target's next tokens that hold its last hidden state (SpecForge's
         post-norm ``hidden_state``; a stored output of the last layer, pre-norm): given the
         target's weights, its own greedy next tokens from its final norm and lm_head replace the
-        data's as the reference."""
+        data's as the reference. ``table``, ``head``: the target's, already read from --embeddings
+        (None: not read)."""
         st, where = self.states, self.opts.embeddings
         if st.target_next is not None or where is None:
             return
@@ -310,7 +312,10 @@ class _Verification:
         if fs is None:
             return
         dc = self.dc
-        head = load_target_head(where, dc.vocab_size, dc.target_hidden_size)
+        want = (dc.vocab_size, dc.target_hidden_size)
+        table, head = (t if t is not None and tuple(t.shape) == want else None for t in (table, head))
+        if head is None:  # not read yet (or another width); a tied head is the table already read
+            head = load_target_head(where, *want, table=table)
         norm = load_target_norm(where, dc.target_hidden_size) if fs[0] == "pre-norm" else None
         if head is None or (fs[0] == "pre-norm" and norm is None):
             self.notes.append(f"--embeddings {where}: no lm_head{'' if head is None else ' or final norm'} found: "
@@ -366,7 +371,8 @@ class _Verification:
 
     def confirm(self, i: int, cand: Candidate, of: int) -> None:
         """One wiring scored on every position (acceptance per draft step, norms); the first
-        result's time is recorded, and states with nothing to score or not finite refused."""
+        result's time is recorded, and states with nothing to score refused (evaluate refuses states
+        that are not finite)."""
         cb = None
         if self.progress:
             def cb(_stage, done, total):
@@ -382,13 +388,6 @@ class _Verification:
                     f"{self.states_path}: nothing to score: no position has a reference token inside the loss "
                     f"mask ({self.states.num_sequences} sequences, {self.states.num_tokens} real tokens)",
                     hint="capture longer sequences or with --generate N (the generated part is scored)")
-        bad = [j for j, nm in enumerate(self.scores[-1].norms) if nm["median"] is not None
-               and (nm.get("finite") is False or not all(math.isfinite(nm[k]) for k in ("median", "p10", "p90")))]
-        if bad:
-            where = self.states.find_non_finite(cand.layers) or self.states_path
-            raise CheckpointReadError(
-                f"{where}: the hidden states of slot {bad[0]} ({cand.layers[bad[0]]}) are not finite "
-                "(NaN or Inf): the capture went wrong", hint="capture again (a bf16 overflow? try --dtype fp32)")
 
     def harvest(self, res) -> None:
         """Keep a screen's own log score of every wiring it read on every position."""
