@@ -252,6 +252,20 @@ def _generate(model: Any, rows: list[list[int]], budgets: list[int], pad_id: int
 # --------------------------------------------------------------------------- capture
 
 
+def wanted_layers(layers: Iterable[int] | None, num_layers: int, kept: str) -> list[int]:
+    """The output-of ``layers`` to capture besides the embedding output (None: every layer),
+    ascending; :class:`UsageError` for a layer the target lacks (``kept``: how the message says
+    the embedding output is kept, "stored" or "captured")."""
+    if layers is None:
+        return list(range(num_layers))
+    wanted = sorted({int(i) for i in layers} - {-1})
+    bad = [i for i in wanted if i < 0 or i >= num_layers]
+    if bad:
+        raise UsageError(f"layers {bad} do not exist: the target has {num_layers} layers (0..{num_layers - 1}); "
+                         f"-1 is the embedding output, always {kept}")
+    return wanted
+
+
 def capture_states(
     model: Any,
     tokenizer: Any,
@@ -299,14 +313,7 @@ def capture_states(
     blocks = decoder_layers(model)
     if len(blocks) != n_layers:
         raise UsageError(f"the config says {n_layers} layers but the model has {len(blocks)}")
-    if layers is None:
-        wanted = list(range(n_layers))
-    else:
-        wanted = sorted({int(i) for i in layers} - {-1})
-        bad = [i for i in wanted if i < 0 or i >= n_layers]
-        if bad:
-            raise UsageError(f"layers {bad} do not exist: the target has {n_layers} layers (0..{n_layers - 1}); "
-                             "-1 is the embedding output, always stored")
+    wanted = wanted_layers(layers, n_layers, "stored")
     if device is not None:
         model.to(device)
     dev = next(model.parameters()).device

@@ -146,15 +146,9 @@ class VllmCapturePlan:
 def vllm_ids_for(layers: Iterable[int] | None, num_layers: int) -> tuple[int, ...]:
     """vLLM ids for eagle3conv output-of ``layers`` (None: every layer); the embedding
     output (id 0) is always included. :class:`UsageError` for a layer the target lacks."""
-    if layers is None:
-        wanted = list(range(num_layers))
-    else:
-        wanted = sorted({int(i) for i in layers} - {-1})
-        bad = [i for i in wanted if i < 0 or i >= num_layers]
-        if bad:
-            raise UsageError(f"layers {bad} do not exist: the target has {num_layers} layers (0..{num_layers - 1}); "
-                             "-1 is the embedding output, always captured")
-    return tuple([0] + [i + 1 for i in wanted])
+    from eagle3conv.states.capture import wanted_layers
+
+    return tuple([0] + [i + 1 for i in wanted_layers(layers, num_layers, "captured")])
 
 
 def target_dims(target: str, *, trust_remote_code: bool = False) -> tuple[int, int, int]:
