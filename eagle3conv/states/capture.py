@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from eagle3conv.errors import CheckpointReadError, UsageError
 from eagle3conv.io.devices import resolve_dtype
 from eagle3conv.io.progress import Progress  # stage "generate" or "forward"; counts are sequences
-from eagle3conv.states.format import StatesWriter, category_counts
+from eagle3conv.states.format import StatesWriter, category_counts, known_categories
 from eagle3conv.spec.layers import EMBEDDING, LayerRef
 
 if TYPE_CHECKING:
@@ -359,9 +359,7 @@ def capture_states(
         "last_layer": LAST_LAYER_SOURCE,
         "transformers": _version("transformers"), "torch": torch.__version__,
     }
-    categories = [p.category for p in items]
-    if all(c is None for c in categories):
-        categories = None
+    categories = known_categories(p.category for p in items)
     info.update(dict(capture_info or {}))
     name = target if target is not None else (getattr(cfg, "_name_or_path", None) or
                                               getattr(model.config, "_name_or_path", None) or "")

@@ -375,6 +375,12 @@ def category_problem(categories: Any, sequences: int) -> str | None:
     return None
 
 
+def known_categories(categories: Iterable[str | None]) -> tuple[str | None, ...] | None:
+    """``categories`` (one per sequence) as a tuple, or None when no sequence has one."""
+    cats = tuple(categories)
+    return None if all(c is None for c in cats) else cats
+
+
 def category_counts(categories: Sequence[str | None] | None) -> dict[str, int] | None:
     """Sequences per category (None: the source records no categories), for summaries;
     sequences without one are counted under ``"(none)"``."""

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 from eagle3conv.errors import CheckpointReadError, UsageError, WiringError
 from eagle3conv.io.safetensors import read_safetensors_header
 from eagle3conv.spec.layers import LayerRef, LayerSet, describe
-from eagle3conv.states.format import USER_STATED, CapturedStates, as_layer_refs
+from eagle3conv.states.format import USER_STATED, CapturedStates, as_layer_refs, known_categories
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -245,7 +245,7 @@ class VllmStates(CapturedStates):
         seqs = self._seqs
         self._loss_mask = pad_rows([torch.tensor(s.loss_mask(), dtype=torch.bool) for s in seqs], self.seq_len,
                                    False)
-        self.categories = None if all(s.category is None for s in seqs) else tuple(s.category for s in seqs)
+        self.categories = known_categories(s.category for s in seqs)
         notes = []
         if all(s.generated for s in seqs):  # every scored position has the target's own token
             nxt = [torch.tensor(s.target_next(t.tolist()), dtype=torch.long) for s, t in zip(seqs, ids)]

@@ -231,7 +231,7 @@ def run_vllm_capture(plan: VllmCapturePlan, prompts: Sequence[Any], *, progress=
     from transformers import AutoTokenizer
 
     from eagle3conv.states.capture import Prompt, encode_prompt
-    from eagle3conv.states.format import category_counts
+    from eagle3conv.states.format import category_counts, known_categories
 
     check_out_folder(plan.out)
     vllm = _import_vllm()
@@ -262,10 +262,9 @@ def run_vllm_capture(plan: VllmCapturePlan, prompts: Sequence[Any], *, progress=
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    cats = [s["category"] for s in sequences]
     return VllmCaptureResult(out=plan.out, sequences=len(sequences), tokens=sum(s["tokens"] for s in sequences),
                              generated_tokens=sum(s["generated"] for s in sequences), vllm_ids=plan.vllm_ids,
-                             categories=None if all(c is None for c in cats) else category_counts(cats),
+                             categories=category_counts(known_categories(s["category"] for s in sequences)),
                              sidecar=sidecar)
 
 
@@ -375,8 +374,9 @@ class CaptureRecord:
 
     @property
     def categories(self) -> tuple[str | None, ...] | None:
-        cats = tuple(s.category for s in self.sequences)
-        return None if all(c is None for c in cats) else cats
+        from eagle3conv.states.format import known_categories
+
+        return known_categories(s.category for s in self.sequences)
 
 
 def read_capture_record(folder: str | os.PathLike) -> CaptureRecord | None:
