@@ -49,6 +49,7 @@ from eagle3conv.states.format import USER_STATED, CapturedStates, as_layer_refs,
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from eagle3conv.io.safetensors import TensorInfo
     from eagle3conv.states.vllm_capture import CaptureRecord
 
 HS_FILE = re.compile(r"^hs_(\d+)\.safetensors$")
@@ -142,19 +143,20 @@ class VllmStates(CapturedStates):
                 raise CheckpointReadError(f"{root}: no hs_<i>.safetensors files (vLLM hidden states) in this folder")
         self._files = [p for _, p in files]
         self.num_layers, self.vocab_size, self.target = num_layers, None, None
-        lengths, ids, shape, spans = [], [], None, []
+        lengths, ids, shape, spans, toks = [], [], None, [], []
         for _, p in files:
-            s, n, t, span = self._check_header(p, shape)
-            shape = shape or (n, t)
-            lengths.append(s)
-            spans.append(span)
+            hs, tok_info = self._check_header(p, shape)
+            shape = shape or hs.shape[1:]
+            lengths.append(hs.shape[0])
+            spans.append((hs.start, hs.dtype))
+            toks.append(tok_info)
         self._n, self.hidden_size = shape
         # each file's hidden_states (first byte, dtype) from the header just checked; None when the
         # files' dtypes differ (then rows are read through safetensors and cast to the first's)
         self._spans = spans if len({d for _, d in spans}) == 1 else None
         self.dtype = None
-        for p, s in zip(self._files, lengths):
-            tok = self._read(p, "token_ids")
+        for p, info in zip(self._files, toks):
+            tok = self._read_ids(info)
             if tok.numel() and int(tok.min()) < 0:
                 raise CheckpointReadError(f"{p}: token_ids holds negative ids")
             ids.append(tok.long())
@@ -258,7 +260,8 @@ class VllmStates(CapturedStates):
                          "lm_head over the last slot (verify computes them given the target's weights)")
         self.notes = tuple(notes)
 
-    def _check_header(self, p: Path, shape: tuple[int, int] | None) -> tuple[int, int, int, tuple[int, str]]:
+    def _check_header(self, p: Path, shape: tuple[int, int] | None) -> tuple[TensorInfo, TensorInfo]:
+        """The file's ``hidden_states`` and ``token_ids`` (where their bytes are), checked."""
         header, _ = read_safetensors_header(p)
         if set(header) != VLLM_KEYS:
             raise CheckpointReadError(
@@ -277,7 +280,7 @@ class VllmStates(CapturedStates):
             raise CheckpointReadError(
                 f"{p}: {n} states of width {t}, but {self._files[0].name} holds {shape[0]} of width {shape[1]}: "
                 "the files come from different runs")
-        return s, n, t, (hs.start, hs.dtype)
+        return hs, tok
 
     def _label(self, vllm_ids: Sequence[int] | None, layers: Sequence[LayerRef | int] | None) -> None:
         """The slots' layers, from vLLM ids (sorted: vLLM stacks in layer order) or LayerRefs."""
@@ -312,6 +315,22 @@ class VllmStates(CapturedStates):
     def _no_layers_hint(self) -> str:
         return ("pass the aux layer ids vLLM was launched with (its speculative config's, in vLLM's numbering) "
                 "with --states-layers")
+
+    @staticmethod
+    def _read_ids(info: TensorInfo) -> Tensor:
+        """``token_ids`` read at the bytes its checked header names (no second parse of the header)."""
+        import torch
+
+        from eagle3conv.io import dtypes
+        from eagle3conv.io.pread import pread_into
+
+        out = torch.empty(info.shape, dtype=dtypes.torch_dtype(info.dtype))
+        fd = os.open(info.file, os.O_RDONLY)
+        try:
+            pread_into(fd, out.numpy(), info.start, info.file)
+        finally:
+            os.close(fd)
+        return out
 
     @staticmethod
     def _read(p: Path, name: str) -> Tensor:
