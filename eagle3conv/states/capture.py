@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from eagle3conv.errors import CheckpointReadError, UsageError
 from eagle3conv.io.devices import resolve_dtype
 from eagle3conv.io.progress import Progress  # stage "generate" or "forward"; counts are sequences
-from eagle3conv.states.format import StatesWriter, category_counts, known_categories
+from eagle3conv.states.format import StatesWriter, category_counts, is_category, known_categories
 from eagle3conv.spec.layers import EMBEDDING, LayerRef
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class Prompt:
             return cls(text=item)
         if isinstance(item, Mapping):
             category = item.get("category")
-            if category is not None and (not isinstance(category, str) or not category.strip()):
+            if category is not None and not is_category(category):
                 raise UsageError(f"{where}: \"category\" must be a non-empty string, got {json.dumps(category)[:60]}",
                                  hint="write it as \"category\": \"code\" (or leave it out)")
             if isinstance(item.get("prompt"), str):

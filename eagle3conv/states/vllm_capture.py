@@ -383,6 +383,7 @@ def read_capture_record(folder: str | os.PathLike) -> CaptureRecord | None:
     """The folder's :data:`SIDECAR`, or None when it has none; :class:`CheckpointReadError` naming
     the field when it is not one this eagle3conv reads."""
     from eagle3conv.io.jsonfile import read_json_file
+    from eagle3conv.states.format import is_category
 
     path = Path(folder) / SIDECAR
     if not path.is_file():
@@ -427,7 +428,7 @@ def read_capture_record(folder: str | os.PathLike) -> CaptureRecord | None:
         if nxt is not None:
             nxt = integer(s, "next_token", 0, where)
         cat = s.get("category")
-        if cat is not None and (not isinstance(cat, str) or not cat.strip()):
+        if cat is not None and not is_category(cat):
             raise CheckpointReadError(f"{path}: '{where}category' must be a non-empty string or null")
         out.append(CapturedSequence(file=s["file"], tokens=tokens, prompt_tokens=prompt,
                                     generated=integer(s, "generated", 0, where), next_token=nxt, category=cat))
