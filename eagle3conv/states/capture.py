@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from eagle3conv.errors import CheckpointReadError, UsageError
 from eagle3conv.io.devices import resolve_dtype
 from eagle3conv.io.progress import Progress  # stage "generate" or "forward"; counts are sequences
-from eagle3conv.states.format import StatesWriter, category_counts
+from eagle3conv.states.format import StatesWriter, category_counts, is_category, known_categories
 from eagle3conv.spec.layers import EMBEDDING, LayerRef
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class Prompt:
             return cls(text=item)
         if isinstance(item, Mapping):
             category = item.get("category")
-            if category is not None and (not isinstance(category, str) or not category.strip()):
+            if category is not None and not is_category(category):
                 raise UsageError(f"{where}: \"category\" must be a non-empty string, got {json.dumps(category)[:60]}",
                                  hint="write it as \"category\": \"code\" (or leave it out)")
             if isinstance(item.get("prompt"), str):
@@ -252,6 +252,20 @@ def _generate(model: Any, rows: list[list[int]], budgets: list[int], pad_id: int
 # --------------------------------------------------------------------------- capture
 
 
+def wanted_layers(layers: Iterable[int] | None, num_layers: int, kept: str) -> list[int]:
+    """The output-of ``layers`` to capture besides the embedding output (None: every layer),
+    ascending; :class:`UsageError` for a layer the target lacks (``kept``: how the message says
+    the embedding output is kept, "stored" or "captured")."""
+    if layers is None:
+        return list(range(num_layers))
+    wanted = sorted({int(i) for i in layers} - {-1})
+    bad = [i for i in wanted if i < 0 or i >= num_layers]
+    if bad:
+        raise UsageError(f"layers {bad} do not exist: the target has {num_layers} layers (0..{num_layers - 1}); "
+                         f"-1 is the embedding output, always {kept}")
+    return wanted
+
+
 def capture_states(
     model: Any,
     tokenizer: Any,
@@ -299,14 +313,7 @@ def capture_states(
     blocks = decoder_layers(model)
     if len(blocks) != n_layers:
         raise UsageError(f"the config says {n_layers} layers but the model has {len(blocks)}")
-    if layers is None:
-        wanted = list(range(n_layers))
-    else:
-        wanted = sorted({int(i) for i in layers} - {-1})
-        bad = [i for i in wanted if i < 0 or i >= n_layers]
-        if bad:
-            raise UsageError(f"layers {bad} do not exist: the target has {n_layers} layers (0..{n_layers - 1}); "
-                             "-1 is the embedding output, always stored")
+    wanted = wanted_layers(layers, n_layers, "stored")
     if device is not None:
         model.to(device)
     dev = next(model.parameters()).device
@@ -352,9 +359,7 @@ def capture_states(
         "last_layer": LAST_LAYER_SOURCE,
         "transformers": _version("transformers"), "torch": torch.__version__,
     }
-    categories = [p.category for p in items]
-    if all(c is None for c in categories):
-        categories = None
+    categories = known_categories(p.category for p in items)
     info.update(dict(capture_info or {}))
     name = target if target is not None else (getattr(cfg, "_name_or_path", None) or
                                               getattr(model.config, "_name_or_path", None) or "")

@@ -362,6 +362,11 @@ class CapturedStates:
 # --------------------------------------------------------------------------- categories
 
 
+def is_category(c: Any) -> bool:
+    """A prompt category as the states formats keep it: a non-empty string."""
+    return isinstance(c, str) and bool(c.strip())
+
+
 def category_problem(categories: Any, sequences: int) -> str | None:
     """What is wrong with ``categories`` as one string-or-None per sequence, or None when
     nothing is: a list of exactly ``sequences`` entries, each a non-empty string or null."""
@@ -370,9 +375,15 @@ def category_problem(categories: Any, sequences: int) -> str | None:
     if len(categories) != sequences:
         return f"holds {len(categories)} entries for {sequences} sequences (one per sequence)"
     for i, c in enumerate(categories):
-        if c is not None and (not isinstance(c, str) or not c.strip()):
+        if c is not None and not is_category(c):
             return f"entry {i} must be a non-empty string or null, got {c!r}"
     return None
+
+
+def known_categories(categories: Iterable[str | None]) -> tuple[str | None, ...] | None:
+    """``categories`` (one per sequence) as a tuple, or None when no sequence has one."""
+    cats = tuple(categories)
+    return None if all(c is None for c in cats) else cats
 
 
 def category_counts(categories: Sequence[str | None] | None) -> dict[str, int] | None:

@@ -418,6 +418,7 @@ class SpecForgeStates(CapturedStates):
                     f"{p}: field 'aux_hidden_state' is {a.shape[1]} wide, not a multiple of "
                     f"hidden_state's {h.shape[1]}")
             self.hidden_size, self._aux_width = int(h.shape[1]), int(a.shape[1])
+            self._dtype = a.dtype  # the first record's: pad_rows casts the others' to it
         elif (h.shape[1], a.shape[1]) != (self.hidden_size, self._aux_width):
             raise CheckpointReadError(
                 f"{p}: widths hidden_state {h.shape[1]}, aux_hidden_state {a.shape[1]} differ from "
@@ -455,8 +456,7 @@ class SpecForgeStates(CapturedStates):
         if with_embeddings:
             return None
         cols = None if refs is None or tuple(refs) == tuple(self.layers or ()) else [self.layers.index(r) for r in refs]
-        dtype = self._load(self._files[0])["aux_hidden_state"].dtype  # pad_rows casts to the first record's
-        return SpecForgeRows(self, cols, dtype)
+        return SpecForgeRows(self, cols, self._dtype)  # the first record's dtype, noted when opening
 
     def find_non_finite(self, refs) -> Path | None:
         import torch

@@ -44,11 +44,12 @@ from typing import TYPE_CHECKING
 from eagle3conv.errors import CheckpointReadError, UsageError, WiringError
 from eagle3conv.io.safetensors import read_safetensors_header
 from eagle3conv.spec.layers import LayerRef, LayerSet, describe
-from eagle3conv.states.format import USER_STATED, CapturedStates, as_layer_refs
+from eagle3conv.states.format import USER_STATED, CapturedStates, as_layer_refs, known_categories
 
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from eagle3conv.io.safetensors import TensorInfo
     from eagle3conv.states.vllm_capture import CaptureRecord
 
 HS_FILE = re.compile(r"^hs_(\d+)\.safetensors$")
@@ -142,15 +143,20 @@ class VllmStates(CapturedStates):
                 raise CheckpointReadError(f"{root}: no hs_<i>.safetensors files (vLLM hidden states) in this folder")
         self._files = [p for _, p in files]
         self.num_layers, self.vocab_size, self.target = num_layers, None, None
-        lengths, ids, shape = [], [], None
+        lengths, ids, shape, spans, toks = [], [], None, [], []
         for _, p in files:
-            s, n, t = self._check_header(p, shape)
-            shape = shape or (n, t)
-            lengths.append(s)
+            hs, tok_info = self._check_header(p, shape)
+            shape = shape or hs.shape[1:]
+            lengths.append(hs.shape[0])
+            spans.append((hs.start, hs.dtype))
+            toks.append(tok_info)
         self._n, self.hidden_size = shape
+        # each file's hidden_states (first byte, dtype) from the header just checked; None when the
+        # files' dtypes differ (then rows are read through safetensors and cast to the first's)
+        self._spans = spans if len({d for _, d in spans}) == 1 else None
         self.dtype = None
-        for p, s in zip(self._files, lengths):
-            tok = self._read(p, "token_ids")
+        for p, info in zip(self._files, toks):
+            tok = self._read_ids(info)
             if tok.numel() and int(tok.min()) < 0:
                 raise CheckpointReadError(f"{p}: token_ids holds negative ids")
             ids.append(tok.long())
@@ -229,7 +235,7 @@ class VllmStates(CapturedStates):
                 f"{self.path}: --states-layers {','.join(map(str, vllm_ids))} (vLLM's numbering) conflicts with the "
                 f"ids this capture recorded in {record.path.name}: {','.join(map(str, record.vllm_ids))}",
                 hint="leave --states-layers out: the capture's own record names the layers")
-        if layers is not None and tuple(sorted(as_layer_refs(layers))) != tuple(LayerRef(i - 1) for i in record.vllm_ids):
+        if layers is not None and tuple(sorted(as_layer_refs(layers))) != tuple(map(LayerRef, record.output_of)):
             raise WiringError(f"{self.path}: the layers named conflict with {record.path.name}'s")
         if self.num_layers is not None and self.num_layers != record.num_layers:
             raise WiringError(f"{record.path}: records a target of {record.num_layers} layers, but the target "
@@ -241,7 +247,7 @@ class VllmStates(CapturedStates):
         seqs = self._seqs
         self._loss_mask = pad_rows([torch.tensor(s.loss_mask(), dtype=torch.bool) for s in seqs], self.seq_len,
                                    False)
-        self.categories = None if all(s.category is None for s in seqs) else tuple(s.category for s in seqs)
+        self.categories = known_categories(s.category for s in seqs)
         notes = []
         if all(s.generated for s in seqs):  # every scored position has the target's own token
             nxt = [torch.tensor(s.target_next(t.tolist()), dtype=torch.long) for s, t in zip(seqs, ids)]
@@ -254,7 +260,8 @@ class VllmStates(CapturedStates):
                          "lm_head over the last slot (verify computes them given the target's weights)")
         self.notes = tuple(notes)
 
-    def _check_header(self, p: Path, shape: tuple[int, int] | None) -> tuple[int, int, int]:
+    def _check_header(self, p: Path, shape: tuple[int, int] | None) -> tuple[TensorInfo, TensorInfo]:
+        """The file's ``hidden_states`` and ``token_ids`` (where their bytes are), checked."""
         header, _ = read_safetensors_header(p)
         if set(header) != VLLM_KEYS:
             raise CheckpointReadError(
@@ -273,7 +280,7 @@ class VllmStates(CapturedStates):
             raise CheckpointReadError(
                 f"{p}: {n} states of width {t}, but {self._files[0].name} holds {shape[0]} of width {shape[1]}: "
                 "the files come from different runs")
-        return s, n, t
+        return hs, tok
 
     def _label(self, vllm_ids: Sequence[int] | None, layers: Sequence[LayerRef | int] | None) -> None:
         """The slots' layers, from vLLM ids (sorted: vLLM stacks in layer order) or LayerRefs."""
@@ -310,6 +317,22 @@ class VllmStates(CapturedStates):
                 "with --states-layers")
 
     @staticmethod
+    def _read_ids(info: TensorInfo) -> Tensor:
+        """``token_ids`` read at the bytes its checked header names (no second parse of the header)."""
+        import torch
+
+        from eagle3conv.io import dtypes
+        from eagle3conv.io.pread import pread_into
+
+        out = torch.empty(info.shape, dtype=dtypes.torch_dtype(info.dtype))
+        fd = os.open(info.file, os.O_RDONLY)
+        try:
+            pread_into(fd, out.numpy(), info.start, info.file)
+        finally:
+            os.close(fd)
+        return out
+
+    @staticmethod
     def _read(p: Path, name: str) -> Tensor:
         from safetensors import safe_open
 
@@ -319,26 +342,11 @@ class VllmStates(CapturedStates):
         except Exception as e:  # safetensors raises its own error types for damaged files
             raise CheckpointReadError(f"{p}: cannot read {name} ({type(e).__name__}: {e})") from None
 
-    def _hs_spans(self) -> list[tuple[int, str]] | None:
-        """Each file's ``hidden_states`` (first byte, dtype), from its validated header, read once; None
-        when the files' dtypes differ (then rows are read through safetensors and cast to the first's)."""
-        if getattr(self, "_spans_read", None) is None:
-            spans = []
-            for p, s in zip(self._files, self.lengths):
-                header, _ = read_safetensors_header(p)
-                hs = header.get("hidden_states")
-                if hs is None or tuple(hs.shape) != (s, self._n, self.hidden_size):
-                    raise CheckpointReadError(f"{p}: changed since it was opened (hidden_states is no longer "
-                                              f"[{s}, {self._n}, {self.hidden_size}])")
-                spans.append((hs.start, hs.dtype))
-            self._spans_read = spans if len({d for _, d in spans}) == 1 else []
-        return self._spans_read or None
-
     def row_reader(self, refs: LayerSet | None, with_embeddings: bool = False) -> VllmRows | None:
         """What reads sequence ``i``'s slots ``refs`` (None: as stored), and the embedding output when
         asked, straight from its file into the caller's buffers (:class:`VllmRows`); None when the
         files' dtypes differ."""
-        spans = self._hs_spans()
+        spans = self._spans
         if spans is None:
             return None
         idx = list(range(self._n)) if refs is None else [self.layers.index(r) for r in refs]
@@ -350,7 +358,7 @@ class VllmStates(CapturedStates):
         import torch
 
         t, k = self.hidden_size, len(idx)
-        spans = self._hs_spans()
+        spans = self._spans
         if spans is not None:  # one scatter read per file, straight into the batch
             from eagle3conv.io import dtypes
 

@@ -146,15 +146,9 @@ class VllmCapturePlan:
 def vllm_ids_for(layers: Iterable[int] | None, num_layers: int) -> tuple[int, ...]:
     """vLLM ids for eagle3conv output-of ``layers`` (None: every layer); the embedding
     output (id 0) is always included. :class:`UsageError` for a layer the target lacks."""
-    if layers is None:
-        wanted = list(range(num_layers))
-    else:
-        wanted = sorted({int(i) for i in layers} - {-1})
-        bad = [i for i in wanted if i < 0 or i >= num_layers]
-        if bad:
-            raise UsageError(f"layers {bad} do not exist: the target has {num_layers} layers (0..{num_layers - 1}); "
-                             "-1 is the embedding output, always captured")
-    return tuple([0] + [i + 1 for i in wanted])
+    from eagle3conv.states.capture import wanted_layers
+
+    return tuple([0] + [i + 1 for i in wanted_layers(layers, num_layers, "captured")])
 
 
 def target_dims(target: str, *, trust_remote_code: bool = False) -> tuple[int, int, int]:
@@ -237,7 +231,7 @@ def run_vllm_capture(plan: VllmCapturePlan, prompts: Sequence[Any], *, progress=
     from transformers import AutoTokenizer
 
     from eagle3conv.states.capture import Prompt, encode_prompt
-    from eagle3conv.states.format import category_counts
+    from eagle3conv.states.format import category_counts, known_categories
 
     check_out_folder(plan.out)
     vllm = _import_vllm()
@@ -268,10 +262,9 @@ def run_vllm_capture(plan: VllmCapturePlan, prompts: Sequence[Any], *, progress=
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    cats = [s["category"] for s in sequences]
     return VllmCaptureResult(out=plan.out, sequences=len(sequences), tokens=sum(s["tokens"] for s in sequences),
                              generated_tokens=sum(s["generated"] for s in sequences), vllm_ids=plan.vllm_ids,
-                             categories=None if all(c is None for c in cats) else category_counts(cats),
+                             categories=category_counts(known_categories(s["category"] for s in sequences)),
                              sidecar=sidecar)
 
 
@@ -381,14 +374,16 @@ class CaptureRecord:
 
     @property
     def categories(self) -> tuple[str | None, ...] | None:
-        cats = tuple(s.category for s in self.sequences)
-        return None if all(c is None for c in cats) else cats
+        from eagle3conv.states.format import known_categories
+
+        return known_categories(s.category for s in self.sequences)
 
 
 def read_capture_record(folder: str | os.PathLike) -> CaptureRecord | None:
     """The folder's :data:`SIDECAR`, or None when it has none; :class:`CheckpointReadError` naming
     the field when it is not one this eagle3conv reads."""
     from eagle3conv.io.jsonfile import read_json_file
+    from eagle3conv.states.format import is_category
 
     path = Path(folder) / SIDECAR
     if not path.is_file():
@@ -433,7 +428,7 @@ def read_capture_record(folder: str | os.PathLike) -> CaptureRecord | None:
         if nxt is not None:
             nxt = integer(s, "next_token", 0, where)
         cat = s.get("category")
-        if cat is not None and (not isinstance(cat, str) or not cat.strip()):
+        if cat is not None and not is_category(cat):
             raise CheckpointReadError(f"{path}: '{where}category' must be a non-empty string or null")
         out.append(CapturedSequence(file=s["file"], tokens=tokens, prompt_tokens=prompt,
                                     generated=integer(s, "generated", 0, where), next_token=nxt, category=cat))
