@@ -433,11 +433,7 @@ def engine_quant(engine_name: str, release_version, drafter: str) -> EngineQuant
     none: how it loads quantized drafters was not read)."""
     from eagle3conv.spec.engine_rules import engines, parse_range
 
-    eng = engines()[engine_name]
-    raw = json.loads(eng.path.read_text(encoding="utf-8")).get("quantization")
-    if not raw:
-        return None
-    for entry in raw:
+    for entry in engines()[engine_name].quantization:
         if drafter not in entry["drafters"]:
             continue
         rng = parse_range(entry["releases"])
