@@ -676,7 +676,7 @@ def _check_signature(journal: Path, data: dict) -> None:
         key = journalkey.obtain(create=False)
     except journalkey.NoKey as e:
         raise _journal_unverified(journal, f"the journal key to check it with, {e.where}, {e.why}") from None
-    if not journalkey.same_signature(mac, journalkey.signature(key, signed_part(data))):
+    if not journalkey.same_signature(mac, _signature(data, key)):
         raise _journal_unverified(journal, f"its signature does not match the journal key in "
                                            f"{journalkey.state_dir()}: it was signed with another key, or "
                                            "changed since")
@@ -755,10 +755,16 @@ def _check_state(root: Path, journal: Path, data: dict) -> None:
             raise _journal_refused(journal, f"{n} is still in the folder although new files were moved in")
 
 
-def _sign(journal: dict, key: bytes) -> dict:
+def _signature(journal: dict, key: bytes) -> str:
+    """The signature of a journal's :func:`signed_part` (written by :func:`_sign`, checked by
+    :func:`_check_signature`)."""
     from eagle3conv.io import journalkey
 
-    return dict(journal, signature=journalkey.signature(key, signed_part(journal)))
+    return journalkey.signature(key, signed_part(journal))
+
+
+def _sign(journal: dict, key: bytes) -> dict:
+    return dict(journal, signature=_signature(journal, key))
 
 
 def _journal_key(root: Path) -> bytes:
