@@ -672,8 +672,17 @@ def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine
         path=path,
         forward=forward,
         check_by_default=checked,
-        quantization=tuple(raw.get("quantization") or ()),
+        quantization=_quantization(path, raw.get("quantization")),
     )
+
+
+def _quantization(path: Path, raw: object) -> tuple:
+    """The file's ``quantization`` entries, kept as written for spec/quant.py (a list of objects)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(e, dict) for e in raw):
+        raise _fail(path, "'quantization' must be a list of objects")
+    return tuple(raw)
 
 
 @cache
