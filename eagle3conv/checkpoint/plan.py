@@ -512,9 +512,7 @@ class _Planner:
         from eagle3conv.spec.engines import default_engines
 
         self.quant = QuantStep(self, tuple(releases) if releases else tuple(default_engines()), dequantize)
-        self.quant.run()
-        packed = {n.rsplit(".", 1)[0] + ".weight" for n in self.quant.carried if n.endswith(".weight_packed")}
-        self.quantized_weights |= packed
+        self.quant.run()  # it marks the quantized weights (packed ones too) in quantized_weights
 
     def rename_module(self, module: str) -> str:
         """A module name as the format's rules rename its ``.weight`` (exclusion lists are spelled in the

@@ -166,6 +166,8 @@ class QuantStep:
         return None if o is None or i is None else (o, i)
 
     def _check(self, modules: dict) -> list[str]:
+        from eagle3conv.checkpoint.plan import Output
+
         p, qc = self.p, self.qc
         quantized = []
         for module, parts in sorted(modules.items()):
@@ -185,8 +187,6 @@ class QuantStep:
                     continue
                 name = f"{module}.{leaf}"
                 info = p.index.tensors[src]
-                from eagle3conv.checkpoint.plan import Output
-
                 self.carried[name] = Output(name, info.dtype, tuple(info.shape), src, info.dtype)
             p.quantized_weights.add(module + ".weight")
         # a weight stored in the scheme's dtype with no companion at all: its scale is missing
@@ -215,16 +215,13 @@ class QuantStep:
     def _drafter_modules(self) -> set[str]:
         return {n.removesuffix(".weight") for n in self.p.canon if n.endswith(".weight")}
 
-    def _rename(self, name: str) -> str:
-        return self.p.rename_module(name)
-
     def _exclusions(self, quantized: list[str]) -> None:
         """The exclusion list in the drafter's module names: a pattern naming nothing the drafter has is
         a warning, a quantized module it excludes (or a bf16 one it leaves quantizable) an error."""
         p, qc = self.p, self.qc
         mine = self._drafter_modules()
         linear = {m for m in mine if q.role_of(m) not in (None, "embed_tokens")}
-        normal = {pat: q.normalise_exclusion(pat, self._rename) for pat in qc.exclude}
+        normal = {pat: q.normalise_exclusion(pat, self.p.rename_module) for pat in qc.exclude}
         self.excluded: set[str] = set()
         stray = []
         for pat, forms in normal.items():
@@ -334,8 +331,7 @@ class QuantStep:
                                           "every quantized module was written in bf16 (--dequantize)")
             return ()
         if old is None:  # read from hf_quant_config.json: written into config.json, which vLLM reads
-            old = {"quant_method": "modelopt_fp4" if "FP4" in self.qc.algo else "modelopt",
-                   "quant_algo": self.qc.algo, "producer": {"name": "modelopt"}, "ignore": []}
+            old = {"quant_method": self._modelopt_method(), "quant_algo": self.qc.algo, "producer": {"name": "modelopt"}, "ignore": []}
         bf16 = sorted(set(self.bf16) | set(self.dequantize))
         names: list[str] = []
         for m in bf16:
@@ -361,11 +357,15 @@ class QuantStep:
                "(prefixes stripped, layer names mapped)")
         if self.qc.method == "modelopt" and "quant_method" not in new:
             # Model Optimizer 0.47.0's export writes none; vLLM reads a config without it as unquantized
-            new["quant_method"] = "modelopt_fp4" if "FP4" in self.qc.algo else "modelopt"
+            new["quant_method"] = self._modelopt_method()
             why += f"; quant_method {new['quant_method']} added (vLLM reads a config without it as unquantized)"
         if new != old:
             self.config_edit = ConfigEdit("quantization_config", old, new, why)
         return tuple(names)
+
+    def _modelopt_method(self) -> str:
+        """The quant_method vLLM reads a Model Optimizer config by (modelopt_fp4 for an FP4 algorithm)."""
+        return "modelopt_fp4" if "FP4" in self.qc.algo else "modelopt"
 
 
 __all__ = ["Dequant", "DraftQuantization", "QuantStep", "ReleaseQuant", "hf_quant_of"]

@@ -269,7 +269,8 @@ def _dequantized_chunks(index: CheckpointIndex, o: Output):
     """fix-keys --dequantize: one module dequantized as its scheme defines (checkpoint/dequant.py) and
     written as bf16, a block of rows at a time: the weight's rows read for that block only (with the
     matching rows of a per-row, per-group or per-block scale), so memory stays a few chunks whatever the
-    module's size. A packed-integer module (zero points packed across rows) is dequantized whole."""
+    module's size. A packed-integer module (zero points packed across rows) is dequantized whole; a
+    part that is not row-aligned (a per-tensor scale) is read once."""
     import torch
 
     from eagle3conv.checkpoint.dequant import dequantize
@@ -277,45 +278,53 @@ def _dequantized_chunks(index: CheckpointIndex, o: Output):
     d = o.dequant
     rows, cols = d.shape
     sym = dict(d.symbols)
-    src = dict(d.parts)
-    w_info = index.tensors[src[d.scheme.weight_name]]
+    w_info = index.tensors[dict(d.parts)[d.scheme.weight_name]]
     block = int(sym.get("BO") or 1) if d.scheme.dequant == "scaled" else 1
     step = max(block, (CHUNK // max(1, cols * 4)) // block * block) if d.scheme.dequant != "int_packed" \
         and w_info.start is not None else rows
+    spans = {leaf: _row_span(index.tensors[key], rows, block, leaf == d.scheme.weight_name) for leaf, key in d.parts}
+    whole = {leaf: index.read_torch(key) for leaf, key in d.parts
+             if spans[leaf] is None or index.tensors[key].start is None}
     for r in range(0, rows, step):
         r2 = min(rows, r + step)
-        parts = {leaf: _rows_of(index, index.tensors[key], r, r2, rows, block, leaf == d.scheme.weight_name)
-                 for leaf, key in d.parts}
+        parts = {}
+        for leaf, key in d.parts:
+            if spans[leaf] is None:
+                parts[leaf] = whole[leaf]
+                continue
+            lo, hi = spans[leaf](r, r2)
+            parts[leaf] = whole[leaf][lo:hi] if leaf in whole else _read_rows(index.tensors[key], lo, hi)
         w = dequantize(d.scheme, parts, (r2 - r, cols), sym).to(torch.bfloat16).contiguous()
         flat = w.view(torch.uint8).reshape(-1).numpy()
         for s in range(0, len(flat), CHUNK):
             yield memoryview(flat[s:s + CHUNK])
 
 
-def _rows_of(index: CheckpointIndex, info, r: int, r2: int, rows: int, block: int, is_weight: bool):
-    """Rows [r, r2) of a module's stored tensor as torch: the weight's rows, a per-row scale's rows, a
-    per-block scale's block rows, or the whole of a per-tensor one (and of anything not row-aligned)."""
+def _row_span(info, rows: int, block: int, is_weight: bool):
+    """Which rows of a module's stored tensor rows [r, r2) of the weight need, as a function of (r, r2):
+    the same rows of the weight or a per-row scale, the block rows of a per-block scale; None for a
+    tensor that is not row-aligned (a per-tensor scale, packed zero points): it is used whole."""
+    if not info.shape:
+        return None
+    n = info.shape[0]
+    if is_weight or n == rows:
+        return lambda r, r2: (r, r2)
+    if len(info.shape) == 2 and n == -(-rows // block) and block > 1:
+        return lambda r, r2: (r // block, -(-r2 // block))
+    return None
+
+
+def _read_rows(info, lo: int, hi: int):
+    """Rows [lo, hi) of a tensor stored in a safetensors file, read with one preadv."""
     import torch
 
-    tdt = dtypes.torch_dtype(info.dtype)
-    n = info.shape[0] if info.shape else 1
-    if is_weight or n == rows:
-        lo, hi = r, r2
-    elif len(info.shape) == 2 and n == -(-rows // block) and block > 1:
-        lo, hi = r // block, -(-r2 // block)
-    else:
-        raw = bytearray(index.read_bytes(info.name))
-        return (torch.frombuffer(raw, dtype=tdt) if raw else torch.empty(0, dtype=tdt)).reshape(info.shape)
-    if info.start is None or (lo, hi) == (0, n):
-        whole = bytearray(index.read_bytes(info.name))
-        t = torch.frombuffer(whole, dtype=tdt).reshape(info.shape)
-        return t[lo:hi]
+    n = info.shape[0]
     row_bytes = info.nbytes // n
     raw = bytearray((hi - lo) * row_bytes)
     with open(info.file, "rb", buffering=0) as f:
         if os.preadv(f.fileno(), [raw], info.start + lo * row_bytes) != len(raw):
             raise WriteError(f"{info.file}: source ended early while reading {info.name}")
-    return torch.frombuffer(raw, dtype=tdt).reshape(hi - lo, *info.shape[1:])
+    return torch.frombuffer(raw, dtype=dtypes.torch_dtype(info.dtype)).reshape(hi - lo, *info.shape[1:])
 
 
 # --- writing one folder --------------------------------------------------------------------------
@@ -676,7 +685,7 @@ def _check_signature(journal: Path, data: dict) -> None:
         key = journalkey.obtain(create=False)
     except journalkey.NoKey as e:
         raise _journal_unverified(journal, f"the journal key to check it with, {e.where}, {e.why}") from None
-    if not journalkey.same_signature(mac, journalkey.signature(key, signed_part(data))):
+    if not journalkey.same_signature(mac, _signature(data, key)):
         raise _journal_unverified(journal, f"its signature does not match the journal key in "
                                            f"{journalkey.state_dir()}: it was signed with another key, or "
                                            "changed since")
@@ -755,10 +764,16 @@ def _check_state(root: Path, journal: Path, data: dict) -> None:
             raise _journal_refused(journal, f"{n} is still in the folder although new files were moved in")
 
 
-def _sign(journal: dict, key: bytes) -> dict:
+def _signature(journal: dict, key: bytes) -> str:
+    """The signature of a journal's :func:`signed_part` (written by :func:`_sign`, checked by
+    :func:`_check_signature`)."""
     from eagle3conv.io import journalkey
 
-    return dict(journal, signature=journalkey.signature(key, signed_part(journal)))
+    return journalkey.signature(key, signed_part(journal))
+
+
+def _sign(journal: dict, key: bytes) -> dict:
+    return dict(journal, signature=_signature(journal, key))
 
 
 def _journal_key(root: Path) -> bytes:

@@ -339,6 +339,9 @@ class Engine:
     check_by_default: tuple[str, ...] = ("newest",)
     """The releases a check covers when none is asked for: labels from ``releases``, or
     ``newest`` (the data file says why)."""
+    quantization: tuple = ()
+    """The file's ``quantization`` entries as written (interpreted by
+    :func:`eagle3conv.spec.quant.engine_quant`; read with the rest of the file, once)."""
 
     @property
     def oldest(self) -> str | None:
@@ -669,7 +672,17 @@ def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine
         path=path,
         forward=forward,
         check_by_default=checked,
+        quantization=_quantization(path, raw.get("quantization")),
     )
+
+
+def _quantization(path: Path, raw: object) -> tuple:
+    """The file's ``quantization`` entries, kept as written for spec/quant.py (a list of objects)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(e, dict) for e in raw):
+        raise _fail(path, "'quantization' must be a list of objects")
+    return tuple(raw)
 
 
 @cache

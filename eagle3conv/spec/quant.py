@@ -103,9 +103,8 @@ class QuantData:
     roles: tuple[tuple[re.Pattern, str], ...] = ()
     fused: dict = field(default_factory=dict, hash=False, compare=False)
     prefixes: tuple[str, ...] = ()
-    layer_names: dict = field(default_factory=dict, hash=False, compare=False)
     hf_quant_file: str = "hf_quant_config.json"
-    hf_quant_why: str = ""
+    unschemed: frozenset[str] = frozenset()  # companions no scheme carries (KV-cache scales): tolerated beside any
 
     def scheme(self, name: str) -> Scheme:
         return next(s for s in self.schemes if s.name == name)
@@ -150,8 +149,8 @@ def load_quant_data() -> QuantData:
     roles = tuple((re.compile(r["pattern"]), r["role"]) for r in raw["module_roles"])
     hq = raw["hf_quant_config"]
     return QuantData(frozenset(raw["companions"]), raw["methods"], tuple(schemes), tuple(selects), roles,
-                     raw["fused_aliases"], tuple(raw["exclusion_prefixes"]), raw["exclusion_layer_names"],
-                     hq["file"], hq["why"] + f" ({hq['source']})")
+                     raw["fused_aliases"], tuple(raw["exclusion_prefixes"]), hq["file"],
+                     frozenset(raw["companions"]) - {n for s in schemes for n in s.names()})
 
 
 # --------------------------------------------------------------------------- shapes
@@ -390,7 +389,7 @@ def check_module(module: str, scheme: Scheme, tensors: dict[str, TensorMeta], co
             problems.append(f"{module}.{c.name}: shape {list(t.shape)}, expected {shown}")
     extra = set(tensors) - set(scheme.names()) - {"weight", "bias"}
     for leaf in sorted(extra):
-        if leaf not in ("k_scale", "v_scale", "output_scale"):
+        if leaf not in load_quant_data().unschemed:
             problems.append(f"{module}.{leaf}: not a tensor of {scheme.title}")
     if scheme.weight_name != "weight" and "weight" in tensors:
         problems.append(f"{module}: both weight and {scheme.weight_name}")
@@ -433,11 +432,7 @@ def engine_quant(engine_name: str, release_version, drafter: str) -> EngineQuant
     none: how it loads quantized drafters was not read)."""
     from eagle3conv.spec.engine_rules import engines, parse_range
 
-    eng = engines()[engine_name]
-    raw = json.loads(eng.path.read_text(encoding="utf-8")).get("quantization")
-    if not raw:
-        return None
-    for entry in raw:
+    for entry in engines()[engine_name].quantization:
         if drafter not in entry["drafters"]:
             continue
         rng = parse_range(entry["releases"])
@@ -456,14 +451,6 @@ class LaunchQuant:
 
     value: str | None
     refused: tuple[str, ...] = ()
-
-
-def read_quant_config_or_none(config: dict | None, hf_quant: dict | None) -> QuantConfig | None:
-    """:func:`read_quant_config`, None for an unreadable config too (fix-keys reports that one)."""
-    try:
-        return read_quant_config(config, hf_quant)
-    except InvalidCheckpointError:
-        return None
 
 
 def launch_quant(engine_name: str, release_version, drafter: str, config: dict | None,
@@ -533,6 +520,6 @@ def runtime_name(eq: EngineQuant, module: str, start_layer: int | None) -> str |
     return name
 
 
-__all__ = ["Companion", "EngineQuant", "LaunchQuant", "launch_quant", "read_quant_config_or_none", "QuantConfig", "QuantData", "Scheme", "TensorMeta", "check_module",
+__all__ = ["Companion", "EngineQuant", "LaunchQuant", "launch_quant", "QuantConfig", "QuantData", "Scheme", "TensorMeta", "check_module",
            "engine_quant", "eval_shape", "hf_quant_method_missing", "is_companion", "load_quant_data", "matches",
            "normalise_exclusion", "read_quant_config", "role_of", "runtime_name", "split_name"]
