@@ -32,6 +32,7 @@ from eagle3conv.io.data import data_path
 from eagle3conv.spec.drafter import flag
 from eagle3conv.spec.engine_rules import ReleaseRange, parse_range
 from eagle3conv.spec.engines import EngineRelease, as_release, cannot_load, window_launch_option
+from eagle3conv.spec.variants import Handling
 
 LAUNCH_FILE = "launch.json"
 NUM_STEPS = 3  # the speculative steps every line eagle3conv prints uses (a chain: top-k 1)
@@ -295,7 +296,7 @@ def _vllm(rel, rule, cfg, *, drafter, target, tp, steps, quantization, draft_qua
     needs = []
     pd = rule.role("parallel_drafting")
     if pd is not None and flag(cfg, "parallel_drafting") \
-            and forward_rule(rel, drafter_kind(cfg)).parallel_drafting == "config":
+            and forward_rule(rel, drafter_kind(cfg)).handling("parallel_drafting") is Handling.HONOURED:
         settings[pd.key] = True
         needs.append(f"{pd.name}: true: {rel} drafts a P-EAGLE drafter in parallel only when asked")
     if draft_quantization:

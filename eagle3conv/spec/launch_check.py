@@ -50,6 +50,7 @@ from eagle3conv.findings import (
 from eagle3conv.spec.drafter import flag
 from eagle3conv.spec.engines import EngineRelease, cannot_load, drafter_kind, forward_rule, window_launch_option
 from eagle3conv.spec.launch import SHORTCUTS, LaunchRule, ParsedLine, normal, option_names, rule_for
+from eagle3conv.spec.variants import Handling
 
 UNQUANTIZED_KV = (None, "auto", "bf16", "bfloat16", "fp16", "float16", "half", "float32", "fp32")
 FAILS_TO_START = ("awq", "gptq")  # SGLang looks for the drafter's own awq/gptq config and fails without one
@@ -455,7 +456,7 @@ def _switches(line: _Line, cfg: Mapping) -> list[str]:
         out.append(name)
     pd = line.rule.role("parallel_drafting")
     if pd is not None:
-        if flag(cfg, "parallel_drafting") and forward_rule(line.rel, drafter_kind(cfg)).parallel_drafting == "config" \
+        if flag(cfg, "parallel_drafting") and forward_rule(line.rel, drafter_kind(cfg)).handling("parallel_drafting") is Handling.HONOURED \
                 and line.spec.get(pd.key) is not True:
             line.add("warning", LAUNCH_SWITCH,
                      "the drafter is a P-EAGLE drafter (parallel_drafting) and --speculative-config does not turn "
