@@ -272,3 +272,17 @@ def test_the_variant_checklist_is_in_extending():
     for step in ("mappings/variants.json", "mappings/canonical.json", "mappings/engines/", "Handling",
                  "docs/facts.md", "tests/test_extending.py"):
         assert step in m.group(0), step
+
+
+def test_a_launch_role_named_after_a_switch_says_what_it_is_needed_for():
+    from eagle3conv.spec import launch
+
+    raw = {"key": "parallel_drafting", "default": False, "why": "w", "source": "s"}
+    with pytest.raises(MappingFileError, match="named after a switch"):
+        launch._option("vllm", "parallel_drafting", raw)
+    with pytest.raises(MappingFileError, match="named after a switch"):
+        launch._option("vllm", "steps", {**raw, "needs": "n", "missing": "m"})
+    role = launch._option("vllm", "parallel_drafting", {**raw, "needs": "{rel} n", "missing": "m {key}"})
+    assert role.needs == "{rel} n"
+    rule = launch.rule_for("vllm")
+    assert [s.name for s, _ in rule.switch_roles()] == ["parallel_drafting"]

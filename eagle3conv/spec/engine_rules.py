@@ -284,7 +284,8 @@ under."""
 @dataclass(frozen=True)
 class Forward:
     """How one engine runs one kind of drafter (see :data:`FORWARD_VALUES`); ``switches``: its reading of
-    every switch the engine files record, keyed by switch (mappings/variants.json)."""
+    every switch the engine files record, keyed by switch (mappings/variants.json). ``norm_before_residual``,
+    ``layers`` and ``sliding_window`` are also kept as the data writes them, for :func:`spec.engines.serving`."""
 
     releases: ReleaseRange
     drafters: tuple[str, ...]
