@@ -18,9 +18,10 @@ from typing import Any
 
 from eagle3conv.spec.variants import Switch, switch, switches
 
-__all__ = ["AUX_KEY", "LATER_LAYER_NORMS", "NESTED_AUX_FIELD", "NORM_BEFORE_FC", "NORM_BEFORE_RESIDUAL",
-           "PARALLEL_DRAFTING", "PEAGLE_ARCHITECTURES", "AuxIds", "DrafterSpec", "MLA_ARCHITECTURES", "SWITCH_FIELDS", "architecture_key", "aux_ids", "flag", "read_field", "rope_settings",
-           "switches_set_by", "with_field"]
+__all__ = ["AUX_KEY", "LATER_LAYER_NORMS", "MLA_ARCHITECTURES", "NESTED_AUX_FIELD", "NORM_BEFORE_FC",
+           "NORM_BEFORE_RESIDUAL", "PARALLEL_DRAFTING", "PEAGLE_ARCHITECTURES", "SWITCH_FIELDS", "AuxIds",
+           "DrafterSpec", "architecture_key", "aux_ids", "flag", "read_field", "rope_settings", "switches_set_by",
+           "with_field"]
 
 #: the two norms a decoder layer after the first may normalise its input with: vLLM 0.33.0 reads
 #: ``input_layernorm``, SGLang 0.5.12-0.5.23 ``hidden_norm`` (docs/facts.md §11)
@@ -138,7 +139,9 @@ def architecture_key(config: Mapping[str, Any] | None, keys: Iterable[str] = ())
     return "mla" if any("kv_a_proj_with_mqa" in k for k in keys) else "llama"
 
 
-_DIMENSIONAL = ("aux_states_as_wide_as_hidden", "more_than_one_layer")  # recomputed when dimensions change
+# the on_when.computed properties of the dimensions (spec.variants.COMPUTED less the config's sliding
+# window, read once from the config): recomputed whenever a dimension changes
+_DIMENSIONAL = ("aux_states_as_wide_as_hidden", "more_than_one_layer")
 
 
 def switches_set_by(config: Mapping[str, Any]) -> frozenset[Switch]:

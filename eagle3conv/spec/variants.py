@@ -18,6 +18,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from types import MappingProxyType
 
 from eagle3conv.errors import MappingFileError
@@ -218,7 +219,7 @@ def _switch(path, i: int, raw) -> Switch:
 
 def load_switches(path=None) -> tuple[Switch, ...]:
     """Load and validate a variant table (the shipped one by default). Raises :class:`MappingFileError`."""
-    path = path or data_path("variants.json")
+    path = Path(path) if path is not None else data_path("variants.json")
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
