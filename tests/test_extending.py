@@ -298,3 +298,18 @@ def test_every_computed_condition_is_computed():
                                             "sliding_window": 64}, validate=False)
     assert {s.on_when.computed for s in wide.switches} == set(COMPUTED)
     assert not {s.on_when.computed for s in wide.with_(k=2, L=1).switches} & set(drafter._DIMENSIONAL)
+
+
+@pytest.mark.parametrize("value", [["fc_norm"], {"fields": [], "why": "w"}, {"fields": ["fc_norm", 3], "why": "w"},
+                                   {"fields": ["fc_norm"]}])
+def test_a_format_files_config_top_level_is_validated(tmp_path, value):
+    from eagle3conv.spec.formats import load_format_file
+
+    raw = json.loads((MAPPINGS / "formats" / "speculators.json").read_text())
+    assert load_format_file(MAPPINGS / "formats" / "speculators.json").config_top_level == tuple(
+        raw["config_top_level"]["fields"])
+    raw["config_top_level"] = value
+    path = tmp_path / "speculators.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(MappingFileError, match="config_top_level"):
+        load_format_file(path)
