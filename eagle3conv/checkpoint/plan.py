@@ -27,9 +27,6 @@ from eagle3conv.spec.canonical import (
 from eagle3conv.spec.drafter import LATER_LAYER_NORMS as LATER_NORMS
 from eagle3conv.spec.drafter import PARALLEL_DRAFTING, SWITCH_FIELDS, DrafterSpec
 from eagle3conv.spec.variants import Switch, switch, switches
-
-# the switches a tensor in the source turns on (fix-keys writes them; mappings/variants.json's fix_keys)
-REVEALED = tuple(s.name for s in switches() if s.revealed_by_weights)
 from eagle3conv.spec.quant import is_companion
 from eagle3conv.spec.formats import DetectContext, Format, FormatMatch, detect, get_format, load_formats
 from eagle3conv.checkpoint.index import CheckpointIndex
@@ -775,6 +772,8 @@ class _Planner:
         )
 
 
+# the switches a tensor in the source turns on (fix-keys writes them; mappings/variants.json's fix_keys)
+REVEALED = tuple(s.name for s in switches() if s.revealed_by_weights)
 
 
 def _setting(sw: Switch, config: dict) -> str:
