@@ -279,10 +279,10 @@ def test_a_launch_role_named_after_a_switch_says_what_it_is_needed_for():
 
     raw = {"key": "parallel_drafting", "default": False, "why": "w", "source": "s"}
     with pytest.raises(MappingFileError, match="named after a switch"):
-        launch._option("vllm", "parallel_drafting", raw)
+        launch.read_option("vllm", "parallel_drafting", raw)
     with pytest.raises(MappingFileError, match="named after a switch"):
-        launch._option("vllm", "steps", {**raw, "needs": "n", "missing": "m"})
-    role = launch._option("vllm", "parallel_drafting", {**raw, "needs": "{rel} n", "missing": "m {key}"})
+        launch.read_option("vllm", "steps", {**raw, "needs": "n", "missing": "m"})
+    role = launch.read_option("vllm", "parallel_drafting", {**raw, "needs": "{rel} n", "missing": "m {key}"})
     assert role.needs == "{rel} n"
     rule = launch.rule_for("vllm")
     assert [s.name for s, _ in rule.switch_roles()] == ["parallel_drafting"]
@@ -292,12 +292,12 @@ def test_every_computed_condition_is_computed():
     from eagle3conv.spec import drafter
     from eagle3conv.spec.variants import COMPUTED
 
-    assert set(drafter._DIMENSIONAL) | {"sliding_window"} == set(COMPUTED)
+    assert set(drafter.DIMENSIONAL_CONDITIONS) | {"sliding_window"} == set(COMPUTED)
     wide = drafter.DrafterSpec.from_config({"hidden_size": 192, "target_hidden_size": 64, "num_attention_heads": 4,
                                             "num_hidden_layers": 2, "layer_types": ["sliding_attention"] * 2,
                                             "sliding_window": 64}, validate=False)
     assert {s.on_when.computed for s in wide.switches} == set(COMPUTED)
-    assert not {s.on_when.computed for s in wide.with_(k=2, L=1).switches} & set(drafter._DIMENSIONAL)
+    assert not {s.on_when.computed for s in wide.with_(k=2, L=1).switches} & set(drafter.DIMENSIONAL_CONDITIONS)
 
 
 @pytest.mark.parametrize("value", [["fc_norm"], {"fields": [], "why": "w"}, {"fields": ["fc_norm", 3], "why": "w"},

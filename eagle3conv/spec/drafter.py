@@ -18,8 +18,8 @@ from typing import Any
 
 from eagle3conv.spec.variants import Switch, switch, switches
 
-__all__ = ["AUX_KEY", "LATER_LAYER_NORMS", "MLA_ARCHITECTURES", "NESTED_AUX_FIELD", "NORM_BEFORE_FC",
-           "NORM_BEFORE_RESIDUAL", "PARALLEL_DRAFTING", "PEAGLE_ARCHITECTURES", "SWITCH_FIELDS", "AuxIds",
+__all__ = ["AUX_KEY", "DIMENSIONAL_CONDITIONS", "LATER_LAYER_NORMS", "MLA_ARCHITECTURES", "NESTED_AUX_FIELD",
+           "NORM_BEFORE_FC", "NORM_BEFORE_RESIDUAL", "PARALLEL_DRAFTING", "PEAGLE_ARCHITECTURES", "SWITCH_FIELDS", "AuxIds",
            "DrafterSpec", "architecture_key", "aux_ids", "flag", "read_field", "rope_settings", "switches_set_by",
            "with_field"]
 
@@ -141,7 +141,7 @@ def architecture_key(config: Mapping[str, Any] | None, keys: Iterable[str] = ())
 
 # the on_when.computed properties of the dimensions (spec.variants.COMPUTED less the config's sliding
 # window, read once from the config): recomputed whenever a dimension changes
-_DIMENSIONAL = ("aux_states_as_wide_as_hidden", "more_than_one_layer")
+DIMENSIONAL_CONDITIONS = ("aux_states_as_wide_as_hidden", "more_than_one_layer")
 
 
 def switches_set_by(config: Mapping[str, Any]) -> frozenset[Switch]:
@@ -301,7 +301,7 @@ class DrafterSpec:
 
     def _derived(self) -> DrafterSpec:
         """The switches on: the config's own, then those other switches or the dimensions imply."""
-        on = {s for s in self.switches if not (s.on_when.any_of or s.on_when.computed in _DIMENSIONAL)}
+        on = {s for s in self.switches if not (s.on_when.any_of or s.on_when.computed in DIMENSIONAL_CONDITIONS)}
         computed = {"aux_states_as_wide_as_hidden": bool(self.H and self.T and (self.k or 3) * self.T == self.H),
                     "more_than_one_layer": self.L > 1}
         on |= {s for s in switches() if computed.get(s.on_when.computed)}

@@ -113,7 +113,8 @@ def _fail(message: str) -> MappingFileError:
     return MappingFileError(f"launch data {data_path('engines', LAUNCH_FILE)}: {message}")
 
 
-def _option(engine: str, role: str, raw: Any) -> LaunchOption:
+def read_option(engine: str, role: str, raw: Any) -> LaunchOption:
+    """One role of a launch rule, read and checked (MappingFileError naming the role)."""
     where = f"{engine} option '{role}'"
     if not isinstance(raw, dict) or set(raw) - OPTION_FIELDS:
         raise _fail(f"{where} must be an object with keys among {sorted(OPTION_FIELDS)}")
@@ -144,7 +145,7 @@ def _rule(engine: str, raw: Any) -> LaunchRule:
     for key in ("commands_source", "abbreviations_source"):
         if not isinstance(raw.get(key), str) or not raw[key]:
             raise _fail(f"{engine}: '{key}' must say where it was read")
-    options = {role: _option(engine, role, o) for role, o in (raw.get("options") or {}).items()}
+    options = {role: read_option(engine, role, o) for role, o in (raw.get("options") or {}).items()}
     for role in ("target", "draft", "algorithm", "steps", "tp"):
         if role not in options:
             raise _fail(f"{engine}: no '{role}' option")
@@ -523,4 +524,5 @@ def _spec_settings(engine: str, options: Sequence[ParsedOption]) -> dict | None:
 
 
 __all__ = ["LaunchOption", "LaunchRule", "LaunchLine", "OptionNames", "ParsedLine", "ParsedOption", "NUM_STEPS",
-           "SHORTCUTS", "build_line", "trtllm_capture_ids", "launch_lines", "launch_rules", "option_names", "parse_line", "rule_for", "normal"]
+           "SHORTCUTS", "build_line", "trtllm_capture_ids", "launch_lines", "launch_rules", "option_names", "parse_line", "rule_for", "normal",
+           "read_option", "switch_asked"]
