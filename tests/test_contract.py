@@ -391,7 +391,7 @@ def test_spec_reads_a_config_once():
     assert spec.aux.nested == [1, 14, 26] and spec.aux.top_level == [2, 15, 27] and spec.aux.ids == [1, 14, 26]
     assert spec.aux.fields() == {"eagle_config.eagle_aux_hidden_state_layer_ids": [1, 14, 26],
                                  "eagle_aux_hidden_state_layer_ids": [2, 15, 27]}
-    assert (spec.attention_bias, spec.fc_bias, spec.fc_norm) == (True, True, True)
+    assert (spec.on("attention_bias"), spec.on("fc_bias"), spec.on("fc_norm")) == (True, True, True)
     assert DrafterSpec.from_config(mla_config()).architecture == "mla"
     assert DrafterSpec.from_config(mla_config(architectures=["Eagle3DeepseekV3ForCausalLM"])).architecture == "mla"
     keys = ["midlayer.self_attn.kv_a_proj_with_mqa.weight"]

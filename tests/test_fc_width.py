@@ -11,6 +11,7 @@ import torch
 
 from eagle3conv.example import Dims, write_example
 from eagle3conv.spec.engines import forward_rule, parse_engine, serve_finding, served_without
+from eagle3conv.spec.variants import Handling
 from eagle3conv.states.format import write_states
 from eagle3conv.verify import build_drafter, load_drafter_weights
 from helpers import NEWEST_SGLANG, NEWEST_VLLM, OLDEST_SGLANG, engine_rows, run
@@ -22,9 +23,9 @@ WIDE = Dims(hidden=192, target_hidden=64, heads=4, kv_heads=2, head_dim=48, inte
 def test_the_rules_say_who_dispatches_on_width():
     for rel in (OLDEST_SGLANG, NEWEST_SGLANG):
         for kind in ("llama", "mla"):
-            assert forward_rule(parse_engine(f"sglang=={rel}"), kind).fc == "width_differs"
+            assert forward_rule(parse_engine(f"sglang=={rel}"), kind).handling("fc") is Handling.IGNORED
     for kind in ("llama", "mla"):
-        assert forward_rule(parse_engine(f"vllm=={NEWEST_VLLM}"), kind).fc == "always"
+        assert forward_rule(parse_engine(f"vllm=={NEWEST_VLLM}"), kind).handling("fc") is Handling.HONOURED
 
 
 def test_sglang_rows_say_it_serves_the_drafter_without_fc(tmp_path):

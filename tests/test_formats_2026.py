@@ -203,7 +203,7 @@ def test_the_config_fields_each_variant_needs(tmp_path, fmt):
     if "num_aux_hidden_states" not in fields:
         assert "num_aux_hidden_states" not in config  # written only when k != 3
     spec = DrafterSpec.from_config(config)
-    assert spec.L == layers and spec.parallel_drafting == ("mask_hidden" in VARIANTS[fmt])
+    assert spec.L == layers and spec.on("parallel_drafting") == ("mask_hidden" in VARIANTS[fmt])
 
 
 # aux ids written for every engine: the record each trainer keeps, in output-of-layer terms

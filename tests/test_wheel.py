@@ -34,6 +34,7 @@ def test_mappings_load_from_an_installed_wheel(tmp_path, wheel):
     assert "eagle3conv/_mappings/engines/launch.json" in names
     assert "eagle3conv/_mappings/engines/options/sglang-0.5.23.json" in names
     assert "eagle3conv/_mappings/canonical.json" in names
+    assert "eagle3conv/_mappings/variants.json" in names
     assert any(n.startswith("eagle3conv/_mappings/formats/") for n in names)
     assert any(n.startswith("eagle3conv/_mappings/targets/") for n in names)
     site = tmp_path / "site"

@@ -17,7 +17,16 @@ from typing import Any
 
 from eagle3conv.errors import InvalidCheckpointError, UsageError
 from eagle3conv.findings import CANNOT_SERVE, CONFIG, CONFIG_SOURCE, Finding
-from eagle3conv.spec.drafter import AUX_KEY, PEAGLE_ARCHITECTURES, aux_ids, flag, read_field, with_field
+from eagle3conv.spec.drafter import (
+    NORM_BEFORE_RESIDUAL,
+    PARALLEL_DRAFTING,
+    PEAGLE_ARCHITECTURES,
+    SWITCH_FIELDS,
+    aux_ids,
+    flag,
+    read_field,
+    with_field,
+)
 from eagle3conv.io import dtypes
 
 LLAMA_EAGLE3 = "LlamaForCausalLMEagle3"
@@ -45,10 +54,8 @@ def aux_ids_in(config: dict | None) -> dict[str, list]:
     return aux_ids(config).fields()
 
 
-# the switches a speculators config keeps at its top level (beside transformer_layer_config), carried as
-# the engines read them: speculators 0.9.0 models/eagle3/config.py:27-87, models/peagle/config.py:24-33
-SPECULATORS_TOP_LEVEL = ("draft_vocab_size", "target_hidden_size", "norm_before_residual", "norm_before_fc",
-                         "fc_norm", "norm_output", "mask_token_id", AUX_KEY)
+# the config field that turns on parallel drafting (mappings/variants.json)
+_PARALLEL = SWITCH_FIELDS[PARALLEL_DRAFTING.name]
 # the mask-token fields vLLM 0.33.0 reads for parallel drafting, in its order
 # (v1/spec_decode/llm_base_proposer.py:355-385; docs/facts.md §6)
 def source_drafter_config(fmt, config: dict | None, *, from_override: bool = False,
@@ -66,7 +73,7 @@ def source_drafter_config(fmt, config: dict | None, *, from_override: bool = Fal
         )
     builder = None if from_override else fmt.config_from
     if builder == "speculators":
-        out, said = _from_speculators(config)
+        out, said = _from_speculators(config, fmt.config_top_level)
     elif builder == "eagle_config":
         out, said = _from_eagle_config(config)
     elif builder == "automodel":
@@ -105,18 +112,19 @@ def _named_config(index) -> str:
     return ""
 
 
-def _from_speculators(config: dict) -> tuple[dict, list[str]]:
+def _from_speculators(config: dict, top_level: tuple[str, ...]) -> tuple[dict, list[str]]:
+    """speculators: transformer_layer_config with the top-level fields the format file names carried over."""
     layer = config.get("transformer_layer_config")
     if not isinstance(layer, dict):
         raise InvalidCheckpointError("speculators config.json has no transformer_layer_config object")
     out = copy.deepcopy(layer)
-    for f in SPECULATORS_TOP_LEVEL:
+    for f in top_level:
         if config.get(f) is not None:
             out[f] = copy.deepcopy(config[f])
     said = ["config.json rebuilt from speculators' transformer_layer_config (the decoder layers' settings: "
             "num_hidden_layers, head_dim, model_type) with its top-level switches"]
-    if config.get("speculators_model_type") == "peagle":
-        out["parallel_drafting"] = True
+    if config.get("speculators_model_type") == PARALLEL_DRAFTING.on_when.speculators_model_type:
+        out[_PARALLEL] = True
         said.append("parallel_drafting set: speculators_model_type is peagle (a P-EAGLE drafter; speculators 0.9.0 "
                     "models/peagle/config.py:14-33)")
     verifier = (config.get("speculators_config") or {}).get("verifier") or {}
@@ -125,7 +133,7 @@ def _from_speculators(config: dict) -> tuple[dict, list[str]]:
         "speculators_model_type": config.get("speculators_model_type"),
         "verifier": verifier.get("name_or_path"),
     }
-    if config.get("norm_before_residual"):
+    if config.get(NORM_BEFORE_RESIDUAL.on_when.flags[0]):
         said.append("norm_before_residual is true: vLLM honours it, SGLang behaves as false; acceptance on SGLang "
                     "may differ")
     return out, said
@@ -153,7 +161,7 @@ def _from_automodel(config: dict) -> tuple[dict, list[str]]:
     said = ["config.json is the target's text config with NeMo Automodel's drafter fields on top "
             "(recipes/llm/train_eagle3.py:610-648)"]
     n = out.get("num_hidden_layers")
-    if not flag(out, "parallel_drafting") and n != 1:
+    if not flag(out, _PARALLEL) and n != 1:
         out["num_hidden_layers"] = 1
         said.append(f"num_hidden_layers {n} is the target's: Automodel's EAGLE-3 drafter has one decoder layer "
                     "whatever it says (components/speculative/eagle/draft_llama.py:760-764); the engines would build "
@@ -195,7 +203,7 @@ def _forced(setting, config: dict) -> tuple[dict, list[Finding]]:
 def _mask_token(config: dict) -> list[Finding]:
     """A P-EAGLE drafter without a mask token id: vLLM refuses to serve it."""
     archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
-    parallel = flag(config, "parallel_drafting") or any(a in PEAGLE_ARCHITECTURES for a in archs)
+    parallel = flag(config, _PARALLEL) or any(a in PEAGLE_ARCHITECTURES for a in archs)
     from eagle3conv.spec.engines import mask_token
 
     if not parallel or mask_token("vllm", config) is not None:  # where vLLM reads it (the engine rules)
@@ -238,8 +246,8 @@ def loadable_edits(config: dict, *, architecture: str, draft_vocab: int, vocab: 
          "(the engines build num_hidden_layers layers)")
     archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
     peagle = next((a for a in archs if a in PEAGLE_ARCHITECTURES), None)
-    if peagle and architecture not in PEAGLE_ARCHITECTURES and not flag(config, "parallel_drafting"):
-        want("parallel_drafting", True, f"{peagle} names a P-EAGLE drafter; under the architecture written here only "
+    if peagle and architecture not in PEAGLE_ARCHITECTURES and not flag(config, _PARALLEL):
+        want(_PARALLEL, True, f"{peagle} names a P-EAGLE drafter; under the architecture written here only "
              "parallel_drafting says so (vLLM 0.33.0 serves P-EAGLE as an EAGLE-3 architecture with parallel "
              "drafting on, docs/facts.md §6)")
     if num_aux is not None and num_aux != 3 and config.get("num_aux_hidden_states") != num_aux:

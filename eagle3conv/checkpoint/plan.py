@@ -25,7 +25,8 @@ from eagle3conv.spec.canonical import (
     layer_of,
 )
 from eagle3conv.spec.drafter import LATER_LAYER_NORMS as LATER_NORMS
-from eagle3conv.spec.drafter import SWITCH_FIELDS, DrafterSpec
+from eagle3conv.spec.drafter import PARALLEL_DRAFTING, SWITCH_FIELDS, DrafterSpec
+from eagle3conv.spec.variants import Switch, switch, switches
 from eagle3conv.spec.quant import is_companion
 from eagle3conv.spec.formats import DetectContext, Format, FormatMatch, detect, get_format, load_formats
 from eagle3conv.checkpoint.index import CheckpointIndex
@@ -402,8 +403,8 @@ class _Planner:
         spec = spec.with_(L=self.layers)
         self.fused = {f.name: f for f in self.arch.fused_rows({"L": self.layers})}
         self.switched = _switches_from_weights(self.arch, spec, [n for n in mapped if n not in self.fused])
-        spec = spec.with_(**self.switched)
-        self.parallel = spec.parallel_drafting
+        spec = spec.with_switches(self.switched)
+        self.parallel = PARALLEL_DRAFTING in spec.switches
         fc = index.tensors.get(mapped.get("fc.weight", ""))
         if fc is not None and len(fc.shape) == 2:
             from eagle3conv.checkpoint.quantized import logical_columns
@@ -592,8 +593,9 @@ class _Planner:
         """Step 4c: o_proj's bias, which both engines build when attention_bias or bias is set, written as
         zeros when the source has none (what the drafter was trained with; the engines would serve
         uninitialised memory, docs/facts.md §1)."""
+        zeroed = {s.name: s for s in switches() if s.zeros_when_missing}
         for name, row in self.canon.items():
-            if row.when != "o_bias" or name in self.wanted:
+            if row.when not in zeroed or name in self.wanted:
                 continue
             weight = self.wanted.get(name.replace(".bias", ".weight"))
             dtype = weight.dtype if weight is not None else "F32"
@@ -605,7 +607,7 @@ class _Planner:
                                        if dtypes.DTYPES[dtype][1] is None else np.zeros(h))
             self.notices.append(Finding(
                 "notice", KEYS, O_BIAS_ZEROS,
-                f"{name} written as zeros: config.json sets {'attention_bias' if self.config.get('attention_bias') else 'bias'}, "
+                f"{name} written as zeros: config.json sets {_setting(zeroed[row.when], self.config)}, "
                 "so SGLang and vLLM build o_proj with a bias, and the checkpoint has none (they would serve "
                 "uninitialised memory)", subject=name))
 
@@ -730,9 +732,9 @@ class _Planner:
             out_dtype=self.out_dtype,
         )
         for name, value in self.switched.items():
-            if name in SWITCH_FIELDS:  # qk_norm is the architecture name, written above
+            if name in SWITCH_FIELDS:  # a Qwen3 drafter's is the architecture name, written above
                 edits.append(cfgmod.ConfigEdit(SWITCH_FIELDS[name], cfg.get(SWITCH_FIELDS[name]), value,
-                                               SWITCH_WHY[name]))
+                                               switch(name).fix_keys_why))
         if self.arch.key == "mla":
             edits += _mla_config_edits(cfg, sym, edits, wanted)
         new_config = cfgmod.apply_edits(cfg, edits)
@@ -770,19 +772,14 @@ class _Planner:
         )
 
 
-# why fix-keys sets each config switch (spec.drafter.SWITCH_FIELDS) that the weights reveal
-SWITCH_WHY = {
-    "fc_bias": "the checkpoint has fc.bias; SGLang and vLLM build fc with a bias only when bias is true",
-    "fc_norm": "the checkpoint has fc_norm.* (EAGLE-3.1 per-slot norms before fc); the drafter applies them only "
-               "when fc_norm is true",
-    "attention_bias": "the checkpoint has q/k/v biases; vLLM builds q/k/v with biases only when attention_bias "
-                      "is true (SGLang never does: docs/facts.md §11)",
-    "norm_before_fc": "the checkpoint has input_norm (one RMSNorm over the concatenated aux states); the engines "
-                      "apply it only when norm_before_fc is true",
-    "parallel_drafting": "the checkpoint has mask_hidden (a P-EAGLE drafter); vLLM requires it when parallel "
-                         "drafting is on",
-}
+# the switches a tensor in the source turns on (fix-keys writes them; mappings/variants.json's fix_keys)
+REVEALED = tuple(s.name for s in switches() if s.revealed_by_weights)
 
+
+def _setting(sw: Switch, config: dict) -> str:
+    """The config field that turns on a switch implied by others (o_proj's bias: attention_bias, else bias)."""
+    fields = [f for n in sw.on_when.any_of for f in switch(n).on_when.config_fields]
+    return next((f for f in fields if config.get(f)), fields[-1])
 
 
 def readers_text(readers: dict[str, list[str]]) -> str:
@@ -798,7 +795,7 @@ def _switches_from_weights(arch: Architecture, spec: DrafterSpec, names) -> dict
     out: dict[str, bool] = {}
     for name in names:
         row = arch.gated(name)
-        if row is not None and row.when in (*SWITCH_FIELDS, "qk_norm") and not flags[row.when]:
+        if row is not None and row.when in REVEALED and not flags[row.when]:
             out[row.when] = True
     return out
 

@@ -513,6 +513,7 @@ def _serving_section(c: Mapping) -> list[str]:
     whether it serves it as configured (docs/facts.md §11: later layers' norms, switches a release
     ignores, drafters it cannot load)."""
     from eagle3conv.spec.drafter import DrafterSpec
+    from eagle3conv.spec.variants import switches as variant_table
     from eagle3conv.spec.engines import (
         cannot_load,
         default_engines,
@@ -526,12 +527,7 @@ def _serving_section(c: Mapping) -> list[str]:
         spec = DrafterSpec.from_config(c, validate=False)
     except Exception:  # noqa: BLE001 - a config the gate already reported: no table
         return []
-    switches = [name for name, on in (("fc_norm", spec.fc_norm), ("norm_output", spec.norm_output),
-                                      ("norm_before_fc", spec.norm_before_fc),
-                                      ("norm_before_residual", spec.norm_before_residual),
-                                      ("attention_bias", spec.attention_bias),
-                                      ("Qwen3 q/k norms", spec.qk_norm),
-                                      ("parallel drafting (P-EAGLE)", spec.parallel_drafting)) if on]
+    switches = [s.card for s in variant_table() if s.card and s in spec.switches]  # mappings/variants.json
     out = ["", "### Shape and serving", "",
            f"{spec.L} decoder layer{'s' if spec.L != 1 else ''}, {spec.k or 3} aux states into `fc`"
            + (f"; switches: {', '.join(f'`{s}`' for s in switches)}" if switches else "; no EAGLE-3.1 switches")

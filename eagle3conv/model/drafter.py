@@ -46,6 +46,7 @@ from eagle3conv.errors import InvalidCheckpointError, UsageError
 from eagle3conv.spec.canonical import ExpectedTensor, expected
 from eagle3conv.spec.config_check import layer_count_problem
 from eagle3conv.spec.drafter import AUX_KEY, LATER_LAYER_NORMS, DrafterSpec, flag
+from eagle3conv.spec.variants import switches
 from eagle3conv.findings import (
     LOGITS_SHAPE,
     NONFINITE_HIDDEN,
@@ -72,9 +73,8 @@ __all__ = [
 
 _MAX_LISTED = 20  # offending keys named in an error message before "... and N more"
 
-#: the norms a later decoder layer may apply to its input: vLLM's and SGLang's (docs/facts.md §11)
-#: the config switches a run may ignore, as an engine release that does not read them
-SKIPPABLE = ("fc_norm", "norm_output", "norm_before_fc", "attention_bias", "fc")
+#: the switches a run may leave out, as an engine release that ignores them does (mappings/variants.json)
+SKIPPABLE = tuple(s.name for s in switches() if s.skippable)
 
 
 # --------------------------------------------------------------------------- config
@@ -173,17 +173,17 @@ class DrafterConfig:
             num_aux=num_aux,
             rms_norm_eps=spec.rms_norm_eps,
             hidden_act=spec.hidden_act,
-            fc_bias=spec.fc_bias,
-            fc_norm=spec.fc_norm,
-            norm_output=spec.norm_output,
-            norm_before_residual=spec.norm_before_residual,
+            fc_bias=spec.on("fc_bias"),
+            fc_norm=spec.on("fc_norm"),
+            norm_output=spec.on("norm_output"),
+            norm_before_residual=spec.on("norm_before_residual"),
             draft_vocab_declared=spec.draft_vocab_declared,
-            attention_bias=spec.attention_bias,
+            attention_bias=spec.on("attention_bias"),
             spec=spec,
             num_layers=spec.L,
-            norm_before_fc=spec.norm_before_fc,
-            qk_norm=spec.qk_norm,
-            parallel_drafting=spec.parallel_drafting,
+            norm_before_fc=spec.on("norm_before_fc"),
+            qk_norm=spec.on("qk_norm"),
+            parallel_drafting=spec.on("parallel_drafting"),
             mask_token_id=parallel_drafting_token(config),
         )
 

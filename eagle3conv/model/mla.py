@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from eagle3conv.errors import InvalidCheckpointError
-from eagle3conv.spec.drafter import flag
+from eagle3conv.spec.drafter import NORM_BEFORE_FC, switches_set_by
 from eagle3conv.model.drafter import (
     DrafterConfig,
     Eagle3Drafter,
@@ -80,9 +80,9 @@ class MLAConfig(DrafterConfig):
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> MLAConfig:
-        if flag(config, "norm_before_fc"):
+        if NORM_BEFORE_FC in switches_set_by(config):
             raise InvalidCheckpointError(
-                "config.json: norm_before_fc (one RMSNorm over the concatenated aux states) is "
+                f"config.json: {NORM_BEFORE_FC} (one RMSNorm over the concatenated aux states) is "
                 "applied by neither SGLang's nor vLLM's MLA drafter and is not supported here "
                 "(docs/facts.md §10)"
             )

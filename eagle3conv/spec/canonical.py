@@ -10,9 +10,12 @@ from functools import lru_cache
 from eagle3conv.io.data import data_path
 from eagle3conv.errors import InvalidCheckpointError, MappingFileError
 from eagle3conv.spec.layers import MAX_LAYERS
+from eagle3conv.spec.variants import switches
 from eagle3conv.spec.drafter import MLA_ARCHITECTURES, DrafterSpec, architecture_key  # noqa: F401 (re-exported)
 
 _TERM = re.compile(r"^[A-Za-z][A-Za-z0-9]*$|^[0-9]+$")
+# the shape symbols a "when" may name besides a switch of mappings/variants.json (DrafterSpec.symbols)
+SYMBOLS = ("H", "T", "k", "NH", "NKV", "HD", "I", "V", "Vd", "L", "QL", "KL", "QR", "VH", "QK", "NV")
 
 
 @dataclass(frozen=True)
@@ -168,7 +171,7 @@ def eval_dim(expr: str, symbols: dict) -> int | None:
     return total
 
 
-def _load_arch(key: str, raw: dict, path) -> Architecture:
+def _load_arch(key: str, raw: dict, path, table) -> Architecture:
     tensors, templated, fused = [], [], []
     names = set()
     for t in raw["tensors"]:
@@ -183,6 +186,7 @@ def _load_arch(key: str, raw: dict, path) -> Architecture:
         unknown = set(t) - {"name", "shape", "required", "why", "when", "required_if", "slots", "any_view"}
         if unknown:
             raise MappingFileError(f"{path}: {key} tensor {t['name']!r} has unknown fields {sorted(unknown)}")
+        _check_when(path, key, t["name"], t.get("when"), table)
         ct = CanonicalTensor(t["name"], tuple(t["shape"]), bool(t["required"]), t["why"], t.get("when"),
                              t.get("required_if"), bool(t.get("any_view", False)))
         (templated if "{slot}" in ct.name or "{layer}" in ct.name else tensors).append(ct)
@@ -203,21 +207,55 @@ def _load_arch(key: str, raw: dict, path) -> Architecture:
     for v in raw.get("variant_architectures", []):
         if not isinstance(v, dict) or set(v) != {"when", "architecture", "why"}:
             raise MappingFileError(f"{path}: {key} variant_architectures entries need when, architecture and why")
+        if v["when"] not in {s.name for s in table}:
+            raise MappingFileError(f"{path}: {key} variant_architectures 'when' {v['when']!r} is not a switch of "
+                                   "mappings/variants.json")
         variants.append((v["when"], v["architecture"]))
     return Architecture(key, raw["architecture"], tuple(tensors), tuple(fused), tuple(templated), tuple(defaults),
                         tuple(variants))
 
 
+def _check_when(path, key: str, name: str, when: str | None, table) -> None:
+    """A row's ``when`` names a shape symbol (SYMBOLS) or a switch of mappings/variants.json that lists the
+    row among the tensors it gates."""
+    if when is None or when.lstrip("!") in SYMBOLS:
+        return
+    sw = {s.name: s for s in table}.get(when)
+    if sw is None or name not in sw.tensors:
+        raise MappingFileError(f"{path}: {key} tensor {name!r}: 'when' {when!r} must be a shape symbol or a switch of "
+                               "mappings/variants.json whose 'tensors' list this tensor")
+
+
+def _check_gated(path, archs: dict[str, Architecture], table) -> None:
+    """Every tensor a switch of mappings/variants.json gates is a row of canonical.json gated on it."""
+    rows = {(t.name, t.when) for a in archs.values() for t in a.tensors + a.templated}
+    for s in table:
+        missing = [t for t in s.tensors if (t, s.name) not in rows]
+        if missing:
+            raise MappingFileError(f"{path}: mappings/variants.json's switch {s.name!r} gates {missing}, which no row "
+                                   f"of canonical.json gates on {s.name!r}")
+
+
 @lru_cache(maxsize=1)
 def load_canonical() -> dict[str, Architecture]:
-    path = data_path("canonical.json")
+    """The shipped table (mappings/canonical.json, checked against mappings/variants.json)."""
+    return load_canonical_file(data_path("canonical.json"))
+
+
+def load_canonical_file(path, table=None) -> dict[str, Architecture]:
+    """Load and validate a canonical table against a variant table (``table``: the shipped one by
+    default): a ``when`` names a shape symbol or a switch, and the switches' tensors are its rows.
+    Raises :class:`MappingFileError`."""
+    table = switches() if table is None else table
     try:
         raw = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise MappingFileError(f"{path}: unreadable: {e}") from e
     if raw.get("schema") != 1:
         raise MappingFileError(f"{path}: schema must be 1")
-    return {k: _load_arch(k, v, path) for k, v in raw["architectures"].items()}
+    archs = {k: _load_arch(k, v, path, table) for k, v in raw["architectures"].items()}
+    _check_gated(path, archs, table)
+    return archs
 
 
 def architecture_for(config: dict | None, keys) -> Architecture:

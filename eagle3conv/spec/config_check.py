@@ -17,6 +17,7 @@ from eagle3conv.errors import InvalidCheckpointError
 from eagle3conv.findings import CONFIG, LAYER_COUNT, Finding
 from eagle3conv.spec.drafter import AUX_KEY, NESTED_AUX_FIELD, architecture_key, aux_ids
 from eagle3conv.spec.layers import MAX_LAYERS
+from eagle3conv.spec.variants import switches
 
 # kind: "pos_int" (integer >= 1), "layer_count" (1..MAX_LAYERS), "pos_num" (finite number > 0), "bool", "str", "dict", "str_list",
 # "int_list"; required: the drafter cannot be built without it. null counts as absent (the third column
@@ -43,15 +44,9 @@ FIELDS: dict[str, tuple[str, bool, bool]] = {
     "qk_rope_head_dim": ("pos_int", False, True),
     "v_head_dim": ("pos_int", False, True),
     "tie_word_embeddings": ("bool", False, True),
-    "norm_before_residual": ("bool", False, True),
-    "norm_output": ("bool", False, True),
-    "fc_norm": ("bool", False, True),
-    "use_aux_norm": ("bool", False, True),
-    "norm_before_fc": ("bool", False, True),
-    "bias": ("bool", False, True),
-    "attention_bias": ("bool", False, True),
+    # the config fields that set a switch (mappings/variants.json's on_when flags and fields)
+    **{f: ("bool", False, True) for s in switches() for f in s.on_when.config_fields},
     "num_aux_hidden_states": ("layer_count", False, True),
-    "parallel_drafting": ("bool", False, True),
     "mask_token_id": ("nonneg_int", False, True),
     "mlp_bias": ("bool", False, True),
     "hidden_act": ("str", False, True),

@@ -16,9 +16,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["AUX_KEY", "LATER_LAYER_NORMS", "NESTED_AUX_FIELD", "AuxIds", "DrafterSpec", "MLA_ARCHITECTURES", "PEAGLE_ARCHITECTURES",
-           "QWEN3_ARCHITECTURES", "SWITCH_FIELDS", "architecture_key", "aux_ids", "flag",
-           "read_field", "rope_settings", "with_field"]
+from eagle3conv.spec.variants import Switch, switch, switches
+
+__all__ = ["AUX_KEY", "DIMENSIONAL_CONDITIONS", "LATER_LAYER_NORMS", "MLA_ARCHITECTURES", "NESTED_AUX_FIELD",
+           "NORM_BEFORE_FC", "NORM_BEFORE_RESIDUAL", "PARALLEL_DRAFTING", "PEAGLE_ARCHITECTURES", "SWITCH_FIELDS", "AuxIds",
+           "DrafterSpec", "architecture_key", "aux_ids", "flag", "read_field", "rope_settings", "switches_set_by",
+           "with_field"]
 
 #: the two norms a decoder layer after the first may normalise its input with: vLLM 0.33.0 reads
 #: ``input_layernorm``, SGLang 0.5.12-0.5.23 ``hidden_norm`` (docs/facts.md §11)
@@ -28,13 +31,15 @@ LATER_LAYER_NORMS = ("input_layernorm", "hidden_norm")
 MLA_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
 AUX_KEY = "eagle_aux_hidden_state_layer_ids"
 NESTED_AUX_FIELD = f"eagle_config.{AUX_KEY}"
-# Qwen3-architecture drafters (per-head q/k norms): vLLM 0.33.0 registry.py; P-EAGLE drafters: the names
-# vLLM 0.33.0 and the trainers (speculators 0.9.0, SpecForge 0.2.0) give them (docs/facts.md §11)
-QWEN3_ARCHITECTURES = ("Eagle3Qwen3ForCausalLM", "PeagleQwen3ForCausalLM")
-PEAGLE_ARCHITECTURES = ("PEagleDraftModel", "PeagleLlamaForCausalLM", "PeagleQwen3ForCausalLM")
-# the switches canonical.json's "when" may name (DrafterSpec.flags) -> the config field that sets each
-SWITCH_FIELDS = {"fc_bias": "bias", "fc_norm": "fc_norm", "attention_bias": "attention_bias",
-                 "norm_before_fc": "norm_before_fc", "parallel_drafting": "parallel_drafting"}
+# the switches fix-keys turns on when the weights reveal them -> the config field it writes
+# (mappings/variants.json's fix_keys; a Qwen3 drafter's is its architecture name, not a field)
+SWITCH_FIELDS = {s.name: s.fix_keys_field for s in switches() if s.fix_keys_field}
+# the switches code outside spec/ and model/ asks about by name (the checks written for one of them)
+PARALLEL_DRAFTING = switch("parallel_drafting")
+NORM_BEFORE_RESIDUAL = switch("norm_before_residual")
+NORM_BEFORE_FC = switch("norm_before_fc")
+# P-EAGLE drafters: the architecture names vLLM 0.33.0 and the trainers give them (mappings/variants.json)
+PEAGLE_ARCHITECTURES = PARALLEL_DRAFTING.on_when.architectures
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,36 @@ def architecture_key(config: Mapping[str, Any] | None, keys: Iterable[str] = ())
     return "mla" if any("kv_a_proj_with_mqa" in k for k in keys) else "llama"
 
 
+# the on_when.computed properties of the dimensions (spec.variants.COMPUTED less the config's sliding
+# window, read once from the config): recomputed whenever a dimension changes
+DIMENSIONAL_CONDITIONS = ("aux_states_as_wide_as_hidden", "more_than_one_layer")
+
+
+def switches_set_by(config: Mapping[str, Any]) -> frozenset[Switch]:
+    """The switches a drafter config sets itself (mappings/variants.json's ``on_when``: flags at the top
+    level or in ``eagle_config``, top-level fields, architecture names, speculators_model_type); those
+    other switches or the dimensions imply are :meth:`DrafterSpec.from_config`'s."""
+    archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
+    out = set()
+    for s in switches():
+        w = s.on_when
+        if (any(flag(config, f) for f in w.flags) or any(bool(config.get(f, False)) for f in w.fields)
+                or any(a in w.architectures for a in archs)
+                or (w.speculators_model_type is not None
+                    and config.get("speculators_model_type") == w.speculators_model_type)):
+            out.add(s)
+    return frozenset(out)
+
+
+def _window(config: Mapping[str, Any]) -> frozenset[Switch]:
+    """The switches whose ``on_when.computed`` is the config's sliding window (spec.engines.draft_window)."""
+    from eagle3conv.spec.engines import draft_window
+
+    if draft_window(config) is None:
+        return frozenset()
+    return frozenset(s for s in switches() if s.on_when.computed == "sliding_window")
+
+
 def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
@@ -162,21 +197,13 @@ class DrafterSpec:
     QR: int | None = None
     VH: int | None = None
     aux: AuxIds = AuxIds()
-    fc_bias: bool = False
-    fc_norm: bool = False
-    norm_output: bool = False
-    norm_before_residual: bool = False
-    norm_before_fc: bool = False
-    attention_bias: bool = False
+    switches: frozenset[Switch] = frozenset()
+    """The switches on (mappings/variants.json): set by the config, and those its dimensions imply."""
     rope_interleave: bool = True
     tie_word_embeddings: bool = False
     num_hidden_layers: Any = 1
     L: int = 1
     """Decoder layers (``num_hidden_layers``; layer 0 reads cat(embedding, state), later layers the state)."""
-    qk_norm: bool = False
-    """A Qwen3-architecture drafter: per-head RMSNorm on queries and keys before RoPE."""
-    parallel_drafting: bool = False
-    """A P-EAGLE drafter (vLLM's parallel drafting): carries ``mask_hidden``."""
     hidden_act: str = "silu"
     rms_norm_eps: float = 1e-6
     draft_vocab_declared: bool = False
@@ -209,7 +236,6 @@ class DrafterSpec:
                 VH=_int(c.get("v_head_dim")),
             )
         draft_vocab = c.get("draft_vocab_size")
-        archs = c.get("architectures") if isinstance(c.get("architectures"), list) else []
         layers = c.get("num_hidden_layers", 1)
         num_aux = c.get("num_aux_hidden_states")
         return cls(
@@ -225,25 +251,17 @@ class DrafterSpec:
             V=_int(c.get("vocab_size")),
             Vd=_int(draft_vocab) or _int(c.get("vocab_size")),
             aux=ids,
-            fc_bias=bool(c.get("bias", False)),
-            fc_norm=flag(c, "fc_norm") or flag(c, "use_aux_norm"),
-            norm_output=flag(c, "norm_output"),
-            norm_before_residual=flag(c, "norm_before_residual"),
-            norm_before_fc=flag(c, "norm_before_fc"),
-            attention_bias=bool(c.get("attention_bias", False)),
+            switches=switches_set_by(c) | _window(c),
             rope_interleave=bool(c.get("rope_interleave", True)),
             tie_word_embeddings=bool(c.get("tie_word_embeddings")),
             num_hidden_layers=layers,
             L=layers if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0 else 1,
-            qk_norm=any(a in QWEN3_ARCHITECTURES for a in archs),
-            parallel_drafting=(flag(c, "parallel_drafting") or c.get("speculators_model_type") == "peagle"
-                               or any(a in PEAGLE_ARCHITECTURES for a in archs)),
             hidden_act=str(c.get("hidden_act") or "silu"),
             rms_norm_eps=float(c.get("rms_norm_eps") or 1e-6),
             draft_vocab_declared=draft_vocab is not None,
             target_hidden_declared=bool(c.get("target_hidden_size")),
             **mla,
-        )
+        )._derived()
 
     @property
     def is_mla(self) -> bool:
@@ -264,16 +282,33 @@ class DrafterSpec:
             )
         return sym
 
+    def on(self, name: str) -> bool:
+        """Whether the switch of that name is on (a name the table lacks is a KeyError)."""
+        return switch(name) in self.switches
+
     def flags(self) -> dict[str, bool]:
-        """The switches canonical.json's ``when`` conditions may name."""
-        return {"fc_bias": self.fc_bias, "fc_norm": self.fc_norm, "attention_bias": self.attention_bias,
-                "norm_before_fc": self.norm_before_fc, "qk_norm": self.qk_norm,
-                "parallel_drafting": self.parallel_drafting,
-                "o_bias": (self.attention_bias or self.fc_bias) and not self.qk_norm}
+        """The switches canonical.json's ``when`` conditions may name (those that gate tensors), on or off."""
+        return {s.name: s in self.switches for s in switches() if s.tensors}
 
     def with_(self, **changes: Any) -> DrafterSpec:
-        """A copy with some fields replaced (fix-keys fills in what the weights reveal)."""
-        return replace(self, **changes)
+        """A copy with some fields replaced (fix-keys fills in what the weights reveal); the switches
+        the dimensions or other switches imply follow."""
+        return replace(self, **changes)._derived()
+
+    def with_switches(self, names: Iterable[str]) -> DrafterSpec:
+        """A copy with these switches turned on as well (fix-keys: the switches the weights reveal)."""
+        return self.with_(switches=self.switches | {switch(n) for n in names})
+
+    def _derived(self) -> DrafterSpec:
+        """The switches on: the config's own, then those other switches or the dimensions imply."""
+        on = {s for s in self.switches if not (s.on_when.any_of or s.on_when.computed in DIMENSIONAL_CONDITIONS)}
+        computed = {"aux_states_as_wide_as_hidden": bool(self.H and self.T and (self.k or 3) * self.T == self.H),
+                    "more_than_one_layer": self.L > 1}
+        on |= {s for s in switches() if computed.get(s.on_when.computed)}
+        names = {s.name for s in on}
+        on |= {s for s in switches() if s.on_when.any_of and any(n in names for n in s.on_when.any_of)
+               and s.on_when.unless not in names}
+        return replace(self, switches=frozenset(on))
 
     def inferred_from_fc(self, fc_in: int) -> DrafterSpec:
         """k and T from fc's input width, where the config leaves them out.

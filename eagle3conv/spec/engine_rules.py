@@ -33,6 +33,7 @@ from types import MappingProxyType
 
 from eagle3conv.io.data import data_path
 from eagle3conv.errors import MappingFileError, UsageError
+from eagle3conv.spec.variants import Handling, Switch, switch, switches
 
 SCHEMA = 1
 ENGINE_FILES = ("sglang", "vllm", "tensorrt-llm")
@@ -227,26 +228,31 @@ class FcWidth:
     source: str
 
 
-FORWARD_VALUES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+_SETTINGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         "rope_interleave": ("config", "always"),
-        "norm_before_residual": ("config", "ignored"),
         "embedding": ("target", "own_unless_equal"),
         "head_without_draft_vocab_size": ("target", "own"),
         "later_layer_norm": ("input_layernorm", "hidden_norm"),
-        "layers": ("any", "one"),
         "layers_without_weights": ("uninitialised", "refused"),
         "weights_past_layers": ("skipped", "refused"),
-        "fc_norm": ("config", "ignored"),
-        "norm_output": ("config", "ignored"),
-        "norm_before_fc": ("config", "ignored", "refused"),
-        "qk_norm": ("config", "refused"),
-        "parallel_drafting": ("config", "refused"),
-        "attention_bias": ("config", "ignored"),
-        "sliding_window": ("config", "launch_option", "ignored"),
-        "fc": ("always", "width_differs"),
     }
 )
+# the forward fields that record a switch (mappings/variants.json's engine field), read as a Handling
+def _switch_fields(table: Sequence[Switch]) -> Mapping[str, Switch]:
+    return MappingProxyType({s.engine.field: s for s in table if s.engine})
+
+
+def forward_values(table: Sequence[Switch]) -> Mapping[str, tuple[str, ...]]:
+    """Every forward field and its values: the settings, and each switch's engine field (``table``)."""
+    return MappingProxyType({**_SETTINGS, **{f: tuple(s.engine.values)  # type: ignore[union-attr]
+                                             for f, s in _switch_fields(table).items()}})
+
+
+#: the settings a Forward keeps as text too (spec.engines.serving reads them): each is a switch's field
+_TEXT_SWITCH_FIELDS = ("norm_before_residual", "layers", "sliding_window")
+
+FORWARD_VALUES: Mapping[str, tuple[str, ...]] = forward_values(switches())
 """How an engine runs the drafter where engines differ (null in the data: not applicable
 or not read, and the drafter runs as its config says): ``rope_interleave`` "config"
 (honoured) or "always" (interleaved whatever the flag); ``norm_before_residual``
@@ -255,14 +261,14 @@ or not read, and the drafter runs as its config says): ``rope_interleave`` "conf
 "own_unless_equal" (the drafter's own ``embed_tokens`` when it has one that is not
 identical to the target's); ``head_without_draft_vocab_size`` "target" or "own";
 ``later_layer_norm``: the norm a decoder layer after the first applies to its input
-("input_layernorm" or "hidden_norm"); ``layers``: "any" number of decoder layers or
+("input_layernorm" or "hidden_norm"); ``layers`` (the switch ``later_layers``): "any" number of decoder layers or
 "one" (more is refused at load); ``layers_without_weights``: what a release does with a
 layer it builds (``num_hidden_layers``) that the weights do not hold, "uninitialised" (served with
 the values it was allocated with) or "refused", and ``weights_past_layers``: what it does with the
 weights of a layer past ``num_hidden_layers``, "skipped" (silently: the drafter is served without
-them) or "refused" (``layers_source``: where both were read); the EAGLE-3.1 switches ``fc_norm``, ``norm_output``,
-``norm_before_fc`` and the variants ``qk_norm`` (a Qwen3 drafter's per-head q/k norms) and
-``parallel_drafting`` (P-EAGLE), and ``attention_bias`` (the q/k/v biases): "config" (honoured), "ignored" (the flag and its tensors are
+them) or "refused" (``layers_source``: where both were read); each switch of mappings/variants.json
+with an engine field (``fc_norm``, ``norm_output``, ...): the values that table maps to a
+:class:`~eagle3conv.spec.variants.Handling`, "config" (honoured), "ignored" (the flag and its tensors are
 skipped silently: the drafter is served without them) or "refused" (the release cannot load
 the drafter). ``sliding_window``: what the release does with a drafter whose config gives
 layers a sliding window (``layer_types`` "sliding_attention" with ``sliding_window``):
@@ -277,7 +283,9 @@ under."""
 
 @dataclass(frozen=True)
 class Forward:
-    """How one engine runs one kind of drafter (see :data:`FORWARD_VALUES`)."""
+    """How one engine runs one kind of drafter (see :data:`FORWARD_VALUES`); ``switches``: its reading of
+    every switch the engine files record, keyed by switch (mappings/variants.json). ``norm_before_residual``,
+    ``layers`` and ``sliding_window`` are also kept as the data writes them, for :func:`spec.engines.serving`."""
 
     releases: ReleaseRange
     drafters: tuple[str, ...]
@@ -292,19 +300,23 @@ class Forward:
     layers_without_weights: str | None = None
     weights_past_layers: str | None = None
     layers_source: str | None = None
-    fc_norm: str | None = None
-    norm_output: str | None = None
-    norm_before_fc: str | None = None
-    qk_norm: str | None = None
-    parallel_drafting: str | None = None
-    attention_bias: str | None = None
     architectures: tuple[str, ...] | None = None
     mask_token_fields: tuple[str, ...] | None = None
     """Where a release that drafts in parallel reads the mask token id, in order (None: not read)."""
     sliding_window: str | None = None
     sliding_window_option: str | None = None
     """The launch option that sets the drafter's window where ``sliding_window`` is "launch_option"."""
-    fc: str | None = None
+    readings: tuple[tuple[Switch, Handling], ...] = ()
+    """(switch, how this release reads it) for every switch the engine files record, in the table's order."""
+
+    @property
+    def switches(self) -> Mapping[Switch, Handling]:
+        """This release's reading of each switch, keyed by switch."""
+        return MappingProxyType(dict(self.readings))
+
+    def handling(self, name: str) -> Handling:
+        """How this release reads the switch of that name when it is on."""
+        return self.switches[switch(name)]
 
 
 @dataclass(frozen=True)
@@ -521,14 +533,15 @@ def _parse_fc(path: Path, i: int, raw: object) -> FcWidth:
                    _text(path, raw, "why", where), _text(path, raw, "source", where))
 
 
-def _parse_forward(path: Path, i: int, raw: object) -> Forward:
+def _parse_forward(path: Path, i: int, raw: object, table: Sequence[Switch]) -> Forward:
     where = f"forward {i}"
-    raw = _keys(path, raw, where, {"releases", "drafters", "why", "source", "architectures", *FORWARD_VALUES},
+    values = forward_values(table)
+    raw = _keys(path, raw, where, {"releases", "drafters", "why", "source", "architectures", *values},
                 {"mask_token_fields", "sliding_window_option", "layers_source"})
     drafters = _strings(path, raw["drafters"], f"{where} 'drafters'", empty=False)
     if not set(drafters) <= set(DRAFTER_KINDS):
         raise _fail(path, f"{where}: drafters must be among {list(DRAFTER_KINDS)}")
-    for key, allowed in FORWARD_VALUES.items():
+    for key, allowed in values.items():
         if raw[key] is not None and raw[key] not in allowed:
             raise _fail(path, f"{where}: '{key}' must be one of {list(allowed)} or null (not read)")
     archs = None if raw["architectures"] is None else _strings(path, raw["architectures"],
@@ -542,8 +555,10 @@ def _parse_forward(path: Path, i: int, raw: object) -> Forward:
     return Forward(_range(path, raw, where), drafters, raw["rope_interleave"], raw["norm_before_residual"],
                    raw["embedding"], raw["head_without_draft_vocab_size"],
                    _text(path, raw, "why", where), _text(path, raw, "source", where),
-                   **{k: raw[k] for k in FORWARD_VALUES if k not in (
+                   **{k: raw[k] for k in (*_SETTINGS, *_TEXT_SWITCH_FIELDS) if k not in (
                        "rope_interleave", "norm_before_residual", "embedding", "head_without_draft_vocab_size")},
+                   readings=tuple((s, s.engine.handling(raw[f]))  # type: ignore[union-attr]
+                                  for f, s in _switch_fields(table).items()),
                    architectures=archs,
                    mask_token_fields=None if raw.get("mask_token_fields") is None else _strings(
                        path, raw["mask_token_fields"], f"{where} 'mask_token_fields'", empty=False),
@@ -589,9 +604,12 @@ def _parse_rule(path: Path, i: int, raw: object, families: Mapping[str, Family])
                 _text(path, raw, "why", where), _text(path, raw, "source", where))
 
 
-def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine:
-    """Load and validate one engine's rules against the family table.
+def load_engine_file(path: str | Path, families: Mapping[str, Family],
+                     table: Sequence[Switch] | None = None) -> Engine:
+    """Load and validate one engine's rules against the family table and the variant table (``table``:
+    mappings/variants.json's by default): every forward entry says how the release reads every switch.
     Raises :class:`MappingFileError`."""
+    table = switches() if table is None else table
     path = Path(path)
     raw = _keys(
         path,
@@ -631,7 +649,7 @@ def load_engine_file(path: str | Path, families: Mapping[str, Family]) -> Engine
     sources = tuple(_parse_ids_source(path, i, s, runners) for i, s in enumerate(raw["capture_ids"]))
     fc = tuple(_parse_fc(path, i, f) for i, f in enumerate(raw["fc_width"]))
     rules = tuple(_parse_rule(path, i, r, families) for i, r in enumerate(raw["rules"]))
-    forward = tuple(_parse_forward(path, i, f) for i, f in enumerate(raw["forward"]))
+    forward = tuple(_parse_forward(path, i, f, table) for i, f in enumerate(raw["forward"]))
     if not releases and any(x.releases.text != ANY for x in (*rules, *sources, *fc, *forward)):
         raise _fail(path, "an engine with no releases read can only have '*' release ranges")
     for runner in tuple(runners) or (None,):

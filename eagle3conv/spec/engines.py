@@ -72,6 +72,7 @@ from eagle3conv.spec.engine_rules import (  # noqa: F401 (re-exported: the rules
     parse_version,
     shown,
 )
+from eagle3conv.spec.variants import Handling, Switch, switch, switches
 from eagle3conv.spec.layers import LayerRef, LayerSet, check_num_layers, describe, validate_refs
 
 # --------------------------------------------------------------------------- releases
@@ -694,15 +695,17 @@ def _layers(cfg: Mapping[str, Any]) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
 
 
-def _switches_on(cfg: Mapping[str, Any], names: Iterable[str] = ()) -> dict[str, bool]:
+def _switches_on(cfg: Mapping[str, Any], names: Iterable[str] = ()) -> frozenset[Switch]:
+    """The switches on for this drafter (:attr:`DrafterSpec.switches`; k aux states as wide as the drafter
+    turn on ``fc``: an engine that dispatches on width skips it)."""
     from eagle3conv.spec.drafter import DrafterSpec
 
-    spec = DrafterSpec.from_config(cfg, names, validate=False)
-    return {"fc_norm": spec.fc_norm, "norm_output": spec.norm_output, "norm_before_fc": spec.norm_before_fc,
-            "attention_bias": spec.attention_bias, "qk_norm": spec.qk_norm,
-            "parallel_drafting": spec.parallel_drafting, "layers": spec.L > 1,
-            # k aux states as wide as the drafter: an engine that dispatches on width skips fc
-            "fc": bool(spec.H and spec.T and (spec.k or 3) * spec.T == spec.H)}
+    return DrafterSpec.from_config(cfg, names, validate=False).switches
+
+
+def _read(fw: Forward, on: frozenset[Switch], handling: Handling) -> list[Switch]:
+    """The switches on that ``fw`` reads with ``handling``, in the table's order."""
+    return [s for s in switches() if s in on and s.engine is not None and fw.switches[s] is handling]
 
 
 def draft_window(cfg: Mapping[str, Any] | None) -> tuple[int, tuple[int, ...]] | None:
@@ -755,18 +758,9 @@ def window_note(engine: EngineRelease | str, config: Mapping[str, Any] | None) -
             f"option {fw.sliding_window_option} and attends over the whole context without it{every}")
 
 
-_SWITCH_TEXT = {
-    "fc_norm": "fc_norm (EAGLE-3.1 per-slot norms before fc)",
-    "norm_output": "norm_output (the post-norm state fed to the next step)",
-    "norm_before_fc": "norm_before_fc (input_norm over the concatenated aux states)",
-    "attention_bias": "the q/k/v biases (attention_bias)",
-    "qk_norm": "a Qwen3 drafter (per-head q/k norms)",
-    "parallel_drafting": "a P-EAGLE drafter (parallel drafting, mask_hidden)",
-}
-
-
-_FC_WORDS = ("the drafter's k aux states add up to its hidden_size (k x target_hidden_size), and {rel} applies fc "
-             "only when its input is not hidden_size wide: it serves the drafter without fc at step 1")
+def _ignored_sentence(s: Switch, rel: EngineRelease) -> str | None:
+    """The sentence of its own a switch has for a release that ignores it (None: it is listed by its words)."""
+    return s.engine.ignored.format(rel=rel) if s.engine and s.engine.ignored else None
 
 
 def cannot_load(engine: EngineRelease | str, config: Mapping[str, Any] | None,
@@ -778,14 +772,10 @@ def cannot_load(engine: EngineRelease | str, config: Mapping[str, Any] | None,
     cfg = config or {}
     fw = forward_rule(rel, drafter_kind(cfg))
     on = _switches_on(cfg, tensor_names)
-    out = []
-    if on["layers"] and fw.layers == "one":
-        out.append(f"{rel} builds one decoder layer for this drafter and refuses num_hidden_layers "
-                   f"{cfg.get('num_hidden_layers')}")
-    for switch in ("qk_norm", "parallel_drafting", "norm_before_fc"):
-        if on[switch] and getattr(fw, switch) == "refused":
-            out.append(f"{rel} cannot serve {_SWITCH_TEXT[switch]}")
-    if on["parallel_drafting"] and fw.parallel_drafting == "config" and fw.mask_token_fields \
+    out = [s.engine.refused.format(rel=rel, words=s.words, num_hidden_layers=cfg.get("num_hidden_layers"))
+           for s in _read(fw, on, Handling.REFUSED)]  # type: ignore[union-attr]
+    parallel = switch("parallel_drafting")  # a release that drafts it in parallel needs its mask token
+    if parallel in on and fw.switches[parallel] is Handling.HONOURED and fw.mask_token_fields \
             and _mask_token(fw, cfg) is None:
         out.append(f"{rel} drafts a P-EAGLE drafter in parallel and needs its mask token id in config.json "
                    f"({' or '.join(fw.mask_token_fields)}); there is none")
@@ -808,13 +798,12 @@ def serve_finding(engine: EngineRelease | str, config: Mapping[str, Any] | None,
         other = [r.label for r in default_engines() if r.engine != rel.engine and not cannot_load(r, config, tensor_names)]
         return Finding("error" if asked else "warning", CONFIG, CANNOT_SERVE, "; ".join(refused),
                        fix=f"serve it with {', '.join(other)}" if other else None, subject=rel.spec)
-    without = served_without(rel, config, tensor_names)
-    parts = []
-    if "fc" in without:
-        parts.append(_FC_WORDS.format(rel=rel) + " (verify's row for this release scores what that costs)")
-        without = tuple(w for w in without if w != "fc")
-    if without:
-        parts.append(f"{rel} ignores {', '.join(_SWITCH_TEXT[w] for w in without)} and serves the drafter without "
+    ignored = [s for s in switches() if s.name in served_without(rel, config, tensor_names)]
+    parts = [own + " (verify's row for this release scores what that costs)"
+             for s in ignored if (own := _ignored_sentence(s, rel))]
+    listed = [s.words for s in ignored if not _ignored_sentence(s, rel)]
+    if listed:
+        parts.append(f"{rel} ignores {', '.join(listed)} and serves the drafter without "
                      "it (verify's row for this release scores what that costs)")
     window = window_note(rel, config)
     if window:
@@ -834,9 +823,7 @@ def served_without(engine: EngineRelease | str, config: Mapping[str, Any] | None
     cfg = config or {}
     fw = forward_rule(rel, drafter_kind(cfg))
     on = _switches_on(cfg, tensor_names)
-    out = tuple(sw for sw in ("fc_norm", "norm_output", "norm_before_fc", "attention_bias")
-                if on[sw] and getattr(fw, sw) == "ignored")
-    return out + (("fc",) if on["fc"] and fw.fc == "width_differs" else ())
+    return tuple(s.name for s in _read(fw, on, Handling.IGNORED) if s.skippable)
 
 
 @dataclass(frozen=True)
@@ -937,18 +924,14 @@ def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
             if f"layers.{i}.{later}.weight" not in names:
                 diffs.append(f"layers.{i}.{later}.weight is missing: {rel} normalises layer {i}'s input with it and "
                              "serves it untrained (weight 1)")
-    if on["layers"] and fw.later_layer_norm is None and fw.layers != "one":
+    if switch("later_layers") in on and fw.later_layer_norm is None and fw.layers != "one":
         not_read.append(f"which norm {who} applies to a later decoder layer's input")
     without = served_without(rel, cfg, names)
-    for sw in without:
-        diffs.append(_FC_WORDS.format(rel=rel) if sw == "fc" else
-                     f"{_SWITCH_TEXT[sw]} is set in config.json, but {rel} ignores it and serves the drafter "
-                     "without it")
-    for sw in ("fc_norm", "norm_output", "norm_before_fc", "attention_bias", "qk_norm", "parallel_drafting"):
-        if on[sw] and getattr(fw, sw) is None:
-            not_read.append(f"whether {who} honours {_SWITCH_TEXT[sw]}")
-    if on["fc"] and fw.fc is None:
-        not_read.append(f"whether {who} applies fc to aux states as wide as the drafter")
+    for sw in (s for s in switches() if s.name in without):
+        diffs.append(_ignored_sentence(sw, rel) or f"{sw.words} is set in config.json, but {rel} ignores it and "
+                     "serves the drafter without it")
+    not_read += [s.engine.not_read.format(who=who, words=s.words)  # type: ignore[union-attr]
+                 for s in _read(fw, on, Handling.NOT_READ) if s.engine.not_read]  # type: ignore[union-attr]
     win = draft_window(cfg)
     if win is not None and fw.sliding_window == "config":
         missing.append(f"{rel} applies the drafter's {_window_words(win)}; verify attends over the whole context, "
@@ -959,7 +942,8 @@ def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
     elif win is not None and fw.sliding_window is None:
         not_read.append(f"whether {who} applies the drafter's sliding window")
     refused = cannot_load(rel, cfg, names)
-    mask = _mask_token(fw, cfg) if on["parallel_drafting"] and fw.parallel_drafting == "config" else None
+    parallel = switch("parallel_drafting")
+    mask = _mask_token(fw, cfg) if parallel in on and fw.switches[parallel] is Handling.HONOURED else None
     return Serving(rel, kind, rope, nbr, own, tuple(diffs), tuple(missing), tuple(not_read), fw.why, fw.source,
                    target_head, later, without, refused, None if refused else mask)
 

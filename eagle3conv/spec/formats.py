@@ -142,6 +142,9 @@ class Format:
     """The norm this trainer applies to a later decoder layer's input (multi-layer drafters):
     ``input_layernorm`` or ``hidden_norm``; None: unknown."""
     config_set: tuple[ConfigSetting, ...] = ()
+    config_top_level: tuple[str, ...] = ()
+    """The top-level fields ``config_from`` carries into the drafter's config (speculators: beside
+    transformer_layer_config)."""
     findings: tuple[FormatFinding, ...] = ()
     record: RecordSpec | None = None
 
@@ -308,7 +311,7 @@ def load_format_file(path: Path) -> Format:
     if raw.get("schema") != SCHEMA:
         _fail(path, f"schema must be {SCHEMA}")
     known = {"schema", "name", "title", "priority", "detect", "rules", "extracts", "config_from", "config_required",
-             "description", "aux_ids", "later_layer_norm", "config_set", "findings", "record"}
+             "description", "aux_ids", "later_layer_norm", "config_set", "findings", "record", "config_top_level"}
     extra = set(raw) - known
     if extra:
         _fail(path, f"unknown fields {sorted(extra)}")
@@ -340,6 +343,12 @@ def load_format_file(path: Path) -> Format:
         if (not isinstance(aux, dict) or set(aux) != {"numbering", "why"} or aux["numbering"] not in ("output", "input")
                 or not isinstance(aux["why"], str) or not aux["why"].strip()):
             _fail(path, "aux_ids must be {\"numbering\": \"output\"|\"input\", \"why\": \"...\"}")
+    top = raw.get("config_top_level")
+    if top is not None and (not isinstance(top, dict) or set(top) != {"fields", "why"} or not top["fields"]
+                            or not isinstance(top["fields"], list)
+                            or not all(isinstance(f, str) and f for f in top["fields"])
+                            or not isinstance(top["why"], str) or not top["why"].strip()):
+        _fail(path, "config_top_level must be {\"fields\": [field, ...], \"why\": \"...\"}")
     later = raw.get("later_layer_norm")
     if later is not None and (not isinstance(later, dict) or set(later) != {"norm", "why"}
                               or later["norm"] not in LATER_LAYER_NORMS
@@ -359,6 +368,7 @@ def load_format_file(path: Path) -> Format:
         config_required=raw.get("config_required"),
         later_layer_norm=later["norm"] if later else None,
         config_set=_parse_config_set(path, raw.get("config_set")),
+        config_top_level=tuple(top["fields"]) if top else (),
         findings=_parse_findings(path, raw.get("findings")),
         record=_parse_record(path, raw.get("record")),
     )

@@ -32,13 +32,14 @@ from eagle3conv.io.data import data_path
 from eagle3conv.spec.drafter import flag
 from eagle3conv.spec.engine_rules import ReleaseRange, parse_range
 from eagle3conv.spec.engines import EngineRelease, as_release, cannot_load, window_launch_option
+from eagle3conv.spec.variants import Handling, Switch, switches
 
 LAUNCH_FILE = "launch.json"
 NUM_STEPS = 3  # the speculative steps every line eagle3conv prints uses (a chain: top-k 1)
 SHORTCUTS = {"--spec-method": "method", "--spec-model": "model", "--spec-tokens": "num_speculative_tokens"}
 """vLLM 0.33.0's shortcut options, merged into the speculative settings (engine/arg_utils.py:1869-1873, 2108-2121)."""
 OPTION_FIELDS = {"option", "key", "positional", "value", "default", "why", "source", "wrong", "opt_out",
-                 "fix_value", "reaches_drafter", "case"}
+                 "fix_value", "reaches_drafter", "case", "needs", "missing"}
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,11 @@ class LaunchOption:
     fix_value: str | None = None
     reaches_drafter: bool | None = None
     case: str | None = None  # "upper": the value is read upper-cased
+    needs: str | None = None
+    """A role named after a switch (mappings/variants.json): why a line for a drafter with the switch carries
+    it (``{rel}``) ..."""
+    missing: str | None = None
+    """... and what a user's line without it does (``{key}``)."""
 
     @property
     def name(self) -> str:
@@ -88,24 +94,45 @@ class LaunchRule:
     def role(self, name: str) -> LaunchOption | None:
         return self.options.get(name)
 
+    def switch_roles(self) -> list[tuple[Switch, LaunchOption]]:
+        """The roles that turn on a drafter switch (named after a switch of mappings/variants.json), in the
+        table's order."""
+        return [(s, role) for s in switches() if (role := self.options.get(s.name)) is not None]
+
+
+def switch_asked(rel: EngineRelease, cfg: Mapping[str, Any], sw: Switch) -> bool:
+    """Whether a launch line for this drafter must turn ``sw`` on: its config sets the switch's flag and the
+    release honours it (only when the line asks, the launch role says)."""
+    from eagle3conv.spec.engines import drafter_kind, forward_rule
+
+    return any(flag(cfg, f) for f in sw.on_when.flags) \
+        and forward_rule(rel, drafter_kind(cfg)).switches.get(sw) is Handling.HONOURED
+
 
 def _fail(message: str) -> MappingFileError:
     return MappingFileError(f"launch data {data_path('engines', LAUNCH_FILE)}: {message}")
 
 
-def _option(engine: str, role: str, raw: Any) -> LaunchOption:
+def read_option(engine: str, role: str, raw: Any) -> LaunchOption:
+    """One role of a launch rule, read and checked (MappingFileError naming the role)."""
     where = f"{engine} option '{role}'"
     if not isinstance(raw, dict) or set(raw) - OPTION_FIELDS:
         raise _fail(f"{where} must be an object with keys among {sorted(OPTION_FIELDS)}")
     for key in ("why", "source"):
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise _fail(f"{where} needs a non-empty '{key}'")
+    named = role in {s.name for s in switches()}
+    if named != all(isinstance(raw.get(k), str) and raw[k].strip() for k in ("needs", "missing")) \
+            or (not named and ({"needs", "missing"} & set(raw))):
+        raise _fail(f"{where}: a role named after a switch of mappings/variants.json (and only such a role) says "
+                    "what a line 'needs' it for and what a line 'missing' it does")
     ways = [bool(raw.get("option")), bool(raw.get("key")), bool(raw.get("positional"))]
     if sum(ways) != 1:
         raise _fail(f"{where} needs exactly one of 'option', 'key' or 'positional'")
     return LaunchOption(role, raw.get("option"), raw.get("key"), bool(raw.get("positional")), raw.get("value"),
                         raw.get("default"), raw["why"], raw["source"], MappingProxyType(dict(raw.get("wrong") or {})),
-                        raw.get("opt_out"), raw.get("fix_value"), raw.get("reaches_drafter"), raw.get("case"))
+                        raw.get("opt_out"), raw.get("fix_value"), raw.get("reaches_drafter"), raw.get("case"),
+                        raw.get("needs"), raw.get("missing"))
 
 
 def _rule(engine: str, raw: Any) -> LaunchRule:
@@ -118,7 +145,7 @@ def _rule(engine: str, raw: Any) -> LaunchRule:
     for key in ("commands_source", "abbreviations_source"):
         if not isinstance(raw.get(key), str) or not raw[key]:
             raise _fail(f"{engine}: '{key}' must say where it was read")
-    options = {role: _option(engine, role, o) for role, o in (raw.get("options") or {}).items()}
+    options = {role: read_option(engine, role, o) for role, o in (raw.get("options") or {}).items()}
     for role in ("target", "draft", "algorithm", "steps", "tp"):
         if role not in options:
             raise _fail(f"{engine}: no '{role}' option")
@@ -288,16 +315,13 @@ def _sglang(rel, rule, cfg, *, drafter, target, tp, steps, quantization, draft_q
 
 
 def _vllm(rel, rule, cfg, *, drafter, target, tp, steps, quantization, draft_quantization, capture_ids):
-    from eagle3conv.spec.engines import forward_rule, drafter_kind
-
     settings: dict[str, Any] = {_opt(rule, "algorithm").key: _opt(rule, "algorithm").value,
                                 _opt(rule, "draft").key: drafter, _opt(rule, "steps").key: steps}
     needs = []
-    pd = rule.role("parallel_drafting")
-    if pd is not None and flag(cfg, "parallel_drafting") \
-            and forward_rule(rel, drafter_kind(cfg)).parallel_drafting == "config":
-        settings[pd.key] = True
-        needs.append(f"{pd.name}: true: {rel} drafts a P-EAGLE drafter in parallel only when asked")
+    for sw, role in rule.switch_roles():
+        if switch_asked(rel, cfg, sw):
+            settings[role.key] = True
+            needs.append(f"{role.name}: true: {role.needs.format(rel=rel)}")
     if draft_quantization:
         settings[_opt(rule, "draft_quantization").key] = draft_quantization
     argv = [*rule.command, target, _opt(rule, "spec_config").option, _spec_json(settings)]
@@ -500,4 +524,5 @@ def _spec_settings(engine: str, options: Sequence[ParsedOption]) -> dict | None:
 
 
 __all__ = ["LaunchOption", "LaunchRule", "LaunchLine", "OptionNames", "ParsedLine", "ParsedOption", "NUM_STEPS",
-           "SHORTCUTS", "build_line", "trtllm_capture_ids", "launch_lines", "launch_rules", "option_names", "parse_line", "rule_for", "normal"]
+           "SHORTCUTS", "build_line", "trtllm_capture_ids", "launch_lines", "launch_rules", "option_names", "parse_line", "rule_for", "normal",
+           "read_option", "switch_asked"]

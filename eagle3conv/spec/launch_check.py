@@ -47,9 +47,8 @@ from eagle3conv.findings import (
     LAUNCH_UNKNOWN_OPTION,
     Finding,
 )
-from eagle3conv.spec.drafter import flag
-from eagle3conv.spec.engines import EngineRelease, cannot_load, drafter_kind, forward_rule, window_launch_option
-from eagle3conv.spec.launch import SHORTCUTS, LaunchRule, ParsedLine, normal, option_names, rule_for
+from eagle3conv.spec.engines import EngineRelease, cannot_load, drafter_kind, window_launch_option
+from eagle3conv.spec.launch import SHORTCUTS, LaunchRule, ParsedLine, normal, option_names, rule_for, switch_asked
 
 UNQUANTIZED_KV = (None, "auto", "bf16", "bfloat16", "fp16", "float16", "half", "float32", "fp32")
 FAILS_TO_START = ("awq", "gptq")  # SGLang looks for the drafter's own awq/gptq config and fails without one
@@ -453,15 +452,10 @@ def _switches(line: _Line, cfg: Mapping) -> list[str]:
                      f"the release reads the window only from that option",
                      _fix_option(line, name, value))
         out.append(name)
-    pd = line.rule.role("parallel_drafting")
-    if pd is not None:
-        if flag(cfg, "parallel_drafting") and forward_rule(line.rel, drafter_kind(cfg)).parallel_drafting == "config" \
-                and line.spec.get(pd.key) is not True:
-            line.add("warning", LAUNCH_SWITCH,
-                     "the drafter is a P-EAGLE drafter (parallel_drafting) and --speculative-config does not turn "
-                     f"on \"{pd.key}\": vLLM drafts it one token at a time, which it was not trained for",
-                     line.fix("parallel_drafting", True))
-        out.append(pd.name)
+    for sw, role in line.rule.switch_roles():
+        if switch_asked(line.rel, cfg, sw) and line.spec.get(role.key) is not True:
+            line.add("warning", LAUNCH_SWITCH, role.missing.format(key=role.key), line.fix(role.role, True))
+        out.append(role.name)
     return out
 
 

@@ -17,7 +17,7 @@ of its tensors and the target, and returns warnings (area ``config``):
   transformers 5.24, which converts it itself;
 * ``max_position_embeddings`` below the context served (``--max-context``, default the
   target's own ``max_position_embeddings``; a notice when neither is known);
-* flags only one engine honours: ``norm_before_fc`` on an MLA drafter (neither),
+* flags only one engine honours: the input norm before fc on an MLA drafter (neither),
   ``rope_interleave: false`` (SGLang only), an ``fc.bias`` tensor (vLLM ignores it);
   ``norm_before_residual: true`` (vLLM only) is reported by the config reader;
 * ``use_cache: false`` (strict Hub config validation refuses it);
@@ -48,7 +48,9 @@ from eagle3conv.findings import (
     Finding,
 )
 from eagle3conv.spec.canonical import architecture_for, drafter_uses_own_embedding
-from eagle3conv.spec.drafter import AUX_KEY, architecture_key
+from eagle3conv.spec.drafter import AUX_KEY, NORM_BEFORE_FC, architecture_key
+
+_NBF = NORM_BEFORE_FC.on_when.flags[0]  # the config field of the input norm before fc
 
 
 def _w(code: str, message: str, fix: str) -> Finding:
@@ -127,10 +129,10 @@ def audit_config(
                            f"max_position_embeddings was not checked against the served context: {context_unknown}",
                            "pass --max-context N (the longest context you serve)"))
     # norm_before_residual: true (vLLM only) is reported by the config reader (checkpoint/config.py)
-    if mla and cfg.get("norm_before_fc"):
+    if mla and cfg.get(_NBF):  # the engine rules: neither SGLang's nor vLLM's MLA drafter applies it
         out.append(_w(AUDIT_ONE_ENGINE_FLAG,
-                      "norm_before_fc on an MLA drafter is honoured by neither SGLang nor vLLM",
-                      f"drop norm_before_fc from {where} (the engines ignore it) or retrain without it"))
+                      f"{_NBF} on an MLA drafter is honoured by neither SGLang nor vLLM",
+                      f"drop {_NBF} from {where} (the engines ignore it) or retrain without it"))
     if cfg.get("rope_interleave") is False:
         out.append(_w(AUDIT_ONE_ENGINE_FLAG,
                       "rope_interleave: false is honoured by SGLang only; vLLM always applies interleaved RoPE, "
@@ -188,7 +190,7 @@ def _engine_defaults(cfg: Mapping[str, Any], tensor_names, where: str) -> list[F
         out.append(_w(AUDIT_EAGLE_CONFIG_NULL,
                       f"{where} has eagle_config: null: SGLang and vLLM read it as no eagle_config at all, so "
                       "SGLang captures its default aux layers (it reads ids only from eagle_config) and no switch "
-                      "is read from it (use_aux_hidden_state stays true, norm_before_fc comes from the top level)",
+                      f"is read from it (use_aux_hidden_state stays true, {_NBF} comes from the top level)",
                       f"remove eagle_config from {where}, or write it as an object with {AUX_KEY} "
                       "(eagle3conv config does)"))
     return out
