@@ -49,8 +49,8 @@ def aux_ids_in(config: dict | None) -> dict[str, list]:
 # the engines read them: speculators 0.9.0 models/eagle3/config.py:27-87, models/peagle/config.py:24-33
 SPECULATORS_TOP_LEVEL = ("draft_vocab_size", "target_hidden_size", "norm_before_residual", "norm_before_fc",
                          "fc_norm", "norm_output", "mask_token_id", AUX_KEY)
-# the mask-token fields vLLM 0.33.0 reads for parallel drafting, in its order
-# (v1/spec_decode/llm_base_proposer.py:355-385; docs/facts.md §6)
+
+
 def source_drafter_config(fmt, config: dict | None, *, from_override: bool = False,
                           index=None) -> tuple[dict, list[Finding]]:
     """The drafter's own config as the source describes it (before loadability edits), and what
@@ -65,14 +65,7 @@ def source_drafter_config(fmt, config: dict | None, *, from_override: bool = Fal
             hint="pass the drafter's config with --config path/to/config.json" + _named_config(index),
         )
     builder = None if from_override else fmt.config_from
-    if builder == "speculators":
-        out, said = _from_speculators(config)
-    elif builder == "eagle_config":
-        out, said = _from_eagle_config(config)
-    elif builder == "automodel":
-        out, said = _from_automodel(config)
-    else:
-        out, said = copy.deepcopy(config), []
+    out, said = CONFIG_BUILDERS[builder](config) if builder is not None else (copy.deepcopy(config), [])
     notes += [Finding("notice", CONFIG, CONFIG_SOURCE, n) for n in said]
     for setting in fmt.config_set:
         out, found = _forced(setting, out)
@@ -174,6 +167,10 @@ def _from_automodel(config: dict) -> tuple[dict, list[str]]:
                     "drafter's weights are not quantized, and vLLM 0.33.0 builds a drafter with the drafter config's "
                     "quantization (model_executor/models/llama_eagle3.py:106-108)")
     return out, said
+
+
+# a format's ``config_from`` (spec/formats.py CONFIG_FROM) -> the drafter config it implies, and what it said
+CONFIG_BUILDERS = {"speculators": _from_speculators, "eagle_config": _from_eagle_config, "automodel": _from_automodel}
 
 
 def _forced(setting, config: dict) -> tuple[dict, list[Finding]]:
