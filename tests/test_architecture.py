@@ -335,5 +335,9 @@ def test_the_front_door_has_every_commands_operation():
             elif op not in imported:
                 missing.append(f"`{command}` does not call eagle3conv.{op}")
     assert not missing, missing
+    import eagle3conv.verify  # the subpackage is then the attribute `verify`: it still runs verify()
+    from eagle3conv import api
+
+    assert callable(eagle3conv.verify) and eagle3conv.verify.verify is api.verify
     assert eagle3conv.SmokeResult.__dataclass_params__.frozen and eagle3conv.smoke.__annotations__["return"] in (
         "SmokeResult", eagle3conv.SmokeResult)
