@@ -1,4 +1,4 @@
-"""The library's front door: ``inspect`` and ``fix_keys`` return result objects.
+"""The library's front door: every command's operation, each returning a result object.
 
 The CLI is a thin layer over these; a Python user gets the same behaviour::
 
@@ -6,14 +6,18 @@ The CLI is a thin layer over these; a Python user gets the same behaviour::
     result = fix_keys("ckpt/", out="ckpt-sglang/")
     print(result.plan.format.name, result.written.files)
 
-``configure`` writes (or checks) the aux-layer wiring of a fixed drafter.
+``configure`` writes (or checks) the aux-layer wiring of a fixed drafter; ``launch`` and
+``check_launch`` print or judge its launch lines; ``capture`` saves a target's hidden states,
+``verify`` scores the drafter on them and ``smoke`` runs its forward on random inputs (``verify``
+and ``smoke`` are :mod:`eagle3conv.verify`'s, re-exported here); ``push`` is
+:func:`eagle3conv.publish.push`.
 """
 
 from __future__ import annotations
 
 import os
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from eagle3conv.io.progress import Progress
@@ -30,7 +34,7 @@ from eagle3conv.checkpoint.writer import (
 )
 from eagle3conv.errors import Eagle3ConvError, InvalidCheckpointError, UsageError, WiringError
 from eagle3conv.findings import AUDIT_D2T_MISSING, AUX_LAYERS, EVIDENCE_NOTE, NO_D2T, Finding
-from eagle3conv.spec.canonical import in_canonical_names
+from eagle3conv.spec.canonical import D2T, FC, in_canonical_names
 from eagle3conv.wiring import apply as wiring
 from eagle3conv.wiring.apply import WiringOptions
 
@@ -121,7 +125,7 @@ def _wired(plan: Plan, opts: WiringOptions, ckpt: str, served: str | None = None
     """The plan with the trained aux layers written into its config (for every engine release) and
     the wiring check's errors, warnings and notices (:meth:`Plan.with_wiring`); ``served``: the folder
     the launch lines name (fix-keys' output; default the checkpoint's)."""
-    fc = next((o for o in plan.outputs if o.name == "fc.weight"), None)
+    fc = next((o for o in plan.outputs if o.name == FC), None)
     fc_in = int(fc.shape[1]) if fc is not None and len(fc.shape) == 2 else None
     if fc_in is not None and plan.quantization is not None and fc.dequant is None and fc.source in plan.index.tensors:
         from eagle3conv.checkpoint.quantized import logical_columns
@@ -132,7 +136,7 @@ def _wired(plan: Plan, opts: WiringOptions, ckpt: str, served: str | None = None
     flags = opts.flags()
     fix = f"eagle3conv fix-keys {ckpt}{' ' + flags if flags else ''} --rewire"
     outs = {o.name: o for o in plan.outputs}
-    d2t = outs.get("d2t")
+    d2t = outs.get(D2T)
     w = wiring.wire(plan.config, ev, opts, fc_in=fc_in, target_hidden=t,
                     source_format=plan.format.name, fix_command=fix, tensor_names=set(outs),
                     read_d2t=None if d2t is None else (
@@ -343,7 +347,7 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
     if fc_in is not None:
         from eagle3conv.checkpoint.quantized import logical_columns
 
-        fc_in = logical_columns(index, index.tensors["fc.weight"], index.config)  # a packed NVFP4 fc: two per byte
+        fc_in = logical_columns(index, index.tensors[FC], index.config)  # a packed NVFP4 fc: two per byte
     t = plan.symbols.get("T") or plan.symbols.get("H")
     ev = wiring.gather(root, index.extras, index.config, opts)
     flags = opts.flags()
@@ -351,7 +355,7 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
     kw = dict(fc_in=fc_in, target_hidden=t, source_format="sglang", fix_command=fix)
     if check:
         w = wiring.check_only(index.config, ev, opts=opts, tensor_names=set(index.tensors),
-                              read_d2t=lambda: index.read_array("d2t"), **kw)
+                              read_d2t=lambda: index.read_array(D2T), **kw)
         return ConfigResult(root, "check", w, ev, [], index.config, recovered)
     if ev.truth is None:
         raise UsageError(
@@ -359,7 +363,7 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
             hint="give them: --trained-on 3,31,59 --captured-at input (or output), --metadata FILE, or --dumps DIR",
         )
     w = wiring.wire(index.config, ev, opts, force_write=True, tensor_names=set(index.tensors),
-                    read_d2t=lambda: index.read_array("d2t"), **kw)
+                    read_d2t=lambda: index.read_array(D2T), **kw)
     if w.report.errors:
         first, *rest = w.report.errors
         raise WiringError(f"{root}: {first.message}; nothing was written", details=[f.message for f in rest],
@@ -391,14 +395,14 @@ def _check_unconverted(path, root: Path, plan: Plan, opts: WiringOptions, recove
     write (the plan's config and tensor names, the trainer's numbering of its ids); nothing is written."""
     index = plan.index
     outputs = {o.name: o for o in plan.outputs}
-    fc = outputs.get("fc.weight")
+    fc = outputs.get(FC)
     fc_in = int(fc.shape[1]) if fc is not None and len(fc.shape) == 2 else None
     t = plan.symbols.get("T") or plan.symbols.get("H")
     ev = wiring.gather(root, index.extras, plan.config, opts, plan.format)
     flags = opts.flags()
     fix = f"eagle3conv fix-keys {path}{' ' + flags if flags else ''}"
-    read_d2t = (lambda: outputs["d2t"].data if outputs["d2t"].data is not None else index.read_array(
-        outputs["d2t"].source)) if "d2t" in outputs else None
+    read_d2t = (lambda: outputs[D2T].data if outputs[D2T].data is not None else index.read_array(
+        outputs[D2T].source)) if D2T in outputs else None
     w = wiring.check_only(plan.config, ev, opts=opts, tensor_names=set(outputs), read_d2t=read_d2t, fc_in=fc_in,
                           target_hidden=t, source_format=plan.format.name, fix_command=fix)
     w.report.findings += [f for f in plan.findings if f.level == "error"]  # what fix-keys would refuse
@@ -570,3 +574,36 @@ def check_launch_line(text: str, config: dict, tensor_names, opts: WiringOptions
         (mpe, f"{target.name}'s max_position_embeddings") if mpe else None)
     return check_line(parsed, release, config, tensor_names=tensor_names, drafter=drafter, target_context=context,
                       hf_quant=hf_quant)
+
+
+# verify's operations, re-exported lazily (importing the front door stays cheap for the CLI)
+_VERIFY = ("verify", "smoke", "VerifyResult", "SmokeResult")
+
+
+def __getattr__(name):
+    if name in _VERIFY:
+        from eagle3conv.verify import run
+
+        return getattr(run, name)
+    raise AttributeError(name)
+
+
+def capture(target: str | os.PathLike, prompts, out: str | os.PathLike, *, layers=None, generate: int = 0,
+            max_length: int = 512, batch_size: int = 4, chat_template: bool = True, dtype: str = "bf16",
+            device: str | None = None, progress: Progress | None = None, on_size=None, capture_info=None):
+    """``capture`` (transformers, one device): load ``target`` offline (a model folder, a ``.gguf`` file
+    or a built-in name such as ``smollm2-135m``), run it on ``prompts`` (a .txt / .jsonl file, or the
+    prompts themselves) and save its hidden states to ``out``
+    (:func:`eagle3conv.states.capture.capture_states`, whose keywords these are;
+    ``generate`` = ``generate_tokens``). Returns the :class:`~eagle3conv.states.capture.CaptureResult`,
+    with ``target_load_seconds`` set."""
+    from eagle3conv.states.capture import capture_states, read_prompts
+    from eagle3conv.states.target_model import load_target_model
+
+    items = read_prompts(prompts) if isinstance(prompts, (str, os.PathLike)) else prompts
+    t = load_target_model(target, device=device)
+    res = capture_states(t.model, t.tokenizer, items, out, layers=layers, max_length=max_length,
+                         batch_size=batch_size, generate_tokens=generate, chat_template=chat_template,
+                         dtype=dtype, device=device, target=t.name, progress=progress,
+                         capture_info=capture_info, on_size=on_size)
+    return replace(res, target_load_seconds=t.load_seconds)

@@ -775,10 +775,11 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
     if states is None:
         from eagle3conv.render import smoke_text
 
-        d = smoke(checkpoint, device=device, dtype=dtype, wiring_options=opts)
+        r = smoke(checkpoint, device=device, dtype=dtype, wiring_options=opts)
+        d = r.to_dict()
         launch_ok = _verify_launch(d, checkpoint, opts, launch)
-        _emit(json_, d, smoke_text(d) + _launch_tail(d))
-        if not d["ok"] or not launch_ok:
+        _emit(json_, d, smoke_text(r) + _launch_tail(d))
+        if not r.ok or not launch_ok:
             click.get_current_context().exit(EXIT_INVALID)
         return
 
@@ -895,9 +896,8 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
                         ("--vllm-arg", bool(vllm_args)), ("--dry-run", dry_run)):
         if given:
             raise UsageError(f"{flag} is for --engine vllm", hint="add --engine vllm, or leave it out")
+    from eagle3conv.api import capture
     from eagle3conv.render import human_bytes
-    from eagle3conv.states.capture import capture_states, read_prompts
-    from eagle3conv.states.target_model import load_target_model
     from eagle3conv.spec.layers import parse_ids
 
     from pathlib import Path
@@ -912,16 +912,13 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
                              hint="write the states to a new file")
     if not out_p.parent.is_dir():
         raise UsageError(f"--out {out}: the folder {out_p.parent} does not exist")
-    t = load_target_model(target, device=dev)
     with _ProgressBars(unit="seq") as progress:
-        res = capture_states(t.model, t.tokenizer, read_prompts(prompts), out,
-                             layers=parse_ids(layers) if layers else None, max_length=max_length,
-                             batch_size=batch_size, generate_tokens=generate, chat_template=not no_chat_template,
-                             dtype=dtype, device=dev, target=t.name, progress=progress,
-                             capture_info={"prompts_file": str(prompts)},
-                             on_size=lambda n, how: click.echo(
-                                 f"capture: {out} will be about {human_bytes(n)} ({how})", err=True))
-    d = dict(res.to_dict(), target_load_seconds=round(t.load_seconds, 3))
+        res = capture(target, prompts, out, layers=parse_ids(layers) if layers else None, max_length=max_length,
+                      batch_size=batch_size, generate=generate, chat_template=not no_chat_template,
+                      dtype=dtype, device=dev, progress=progress, capture_info={"prompts_file": str(prompts)},
+                      on_size=lambda n, how: click.echo(
+                          f"capture: {out} will be about {human_bytes(n)} ({how})", err=True))
+    d = dict(res.to_dict(), target_load_seconds=round(res.target_load_seconds, 3))
     _emit(json_, d, "\n".join(f"{k}: {v}" for k, v in d.items()))
 
 

@@ -128,19 +128,20 @@ def smoke_check(index) -> Check:
 
 
 def _smoke_checked(index) -> Check:
-    from eagle3conv.model import drafter, is_mla_config
+    from eagle3conv.verify.run import smoke_forward
 
-    cfg = index.config or {}
     try:
         state = {name: index.read_torch(name) for name in index.tensors}
-        r = drafter.smoke_test(cfg, state)  # Llama-style or MLA: the class follows the architecture
+        # verify's own smoke forward (Llama-style or MLA: the class follows the architecture), in fp32
+        r = smoke_forward(index.root, index.config or {}, state, device="cpu", dtype="fp32")
     except Eagle3ConvError as e:
         return Check("smoke-test", False, e.message)
     except Exception as e:  # noqa: BLE001 - a forward that crashes is a failed check
         return Check("smoke-test", False, f"{type(e).__name__}: {e}")
     if not r.ok:
         return Check("smoke-test", False, "; ".join(r.problems))
-    kind = "MLA drafter forward: " if is_mla_config(cfg, index.tensors) else ""
-    notes = "; engine notes: " + " | ".join(r.engine_notes) if r.engine_notes else ""
-    return Check("smoke-test", True, f"{kind}step 1 reads {r.step1_input_width} wide, step 2 {r.step2_input_width}, "
-                                     f"{r.logits_width} draft logits{notes}")
+    f = r.forward
+    kind = "MLA drafter forward: " if r.mla else ""
+    notes = "; engine notes: " + " | ".join(f.engine_notes) if f.engine_notes else ""
+    return Check("smoke-test", True, f"{kind}step 1 reads {f.step1_input_width} wide, step 2 {f.step2_input_width}, "
+                                     f"{f.logits_width} draft logits{notes}")

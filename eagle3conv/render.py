@@ -158,24 +158,25 @@ def wiring_lines(w: dict | None, *, verbose: bool = False) -> list[str]:
     return lines
 
 
-def smoke_text(d: dict) -> str:
-    """``verify`` without states: the smoke test's fields, then the wiring report."""
-    lines = []
-    for k, v in d.items():
-        if k in ("wiring", "forward_ok", "wiring_ok"):
-            continue
-        if k == "ok" and not v:
-            why = [what for what, good in (("the forward", d.get("forward_ok")), ("the wiring", d.get("wiring_ok")))
-                   if good is False]
-            if why:
-                clean = "; the forward itself ran clean" if "the forward" not in why else ""
-                v = f"False ({' and '.join(why)} failed{clean})"
-        elif k == "problems":
-            k, v = "forward problems", ", ".join(v) if v else "none"
-        lines.append(f"{k}: {v}")
-    if d.get("wiring"):
+def smoke_text(r) -> str:
+    """``verify`` without states (an :class:`eagle3conv.verify.run.SmokeResult`): the smoke test's
+    fields, then the wiring report."""
+    f = r.forward
+    ok = str(r.ok)
+    if not r.ok:
+        why = [what for what, good in (("the forward", r.forward_ok), ("the wiring", r.wiring_ok)) if good is False]
+        clean = "; the forward itself ran clean" if "the forward" not in why else ""
+        ok = f"False ({' and '.join(why)} failed{clean})"
+    lines = [f"checkpoint: {r.checkpoint}", f"ok: {ok}",
+             f"forward problems: {', '.join(f.problems) if f.problems else 'none'}", f"device: {r.device}",
+             f"dtype: {r.dtype}", f"step1_input_width: {f.step1_input_width}",
+             f"step2_input_width: {f.step2_input_width}", f"logits_width: {f.logits_width}",
+             f"vocab_size: {f.vocab_size}", f"embedding: {f.embedding_source}", f"seconds: {round(r.seconds, 3)}"]
+    if r.kind:
+        lines += [f"kind: {r.kind}", f"engine_notes: {list(f.engine_notes)}"]
+    if r.wiring:
         lines.append("wiring:")
-        lines += ["  " + line for line in wiring_lines(d["wiring"])]
+        lines += ["  " + line for line in wiring_lines(r.wiring)]
     return "\n".join(lines)
 
 

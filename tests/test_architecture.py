@@ -266,3 +266,78 @@ def test_orchestrators_are_short_lists_of_named_steps():
         if lines > ORCHESTRATOR_MAX_LINES:
             long.append(f"{rel}:{found[0].lineno} {name}() is {lines} lines")
     assert not long, "orchestrators grown past their steps:\n" + "\n".join(long)
+
+
+# The canonical names the code spells are constants of spec/canonical.py, checked against
+# mappings/canonical.json when it loads (review 3 B8): a literal of one elsewhere in the package is a
+# second spelling a rename in the data would miss. The example writes each trainer's own names byte
+# for byte (a canonical rename must not change what a trainer wrote), and verify/inputs.py's *_NAMES
+# are the names of a target model's weights, not the drafter's.
+CANONICAL_LITERALS_ALLOWED = {
+    "eagle3conv/example.py": None,  # None: the whole module
+    "eagle3conv/verify/inputs.py": {"EMBED_NAMES", "HEAD_NAMES", "NORM_NAMES"},
+}
+
+
+def _named_literals(tree: ast.AST, names: set[str], allowed_targets: set[str]) -> list[int]:
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in allowed_targets
+                                                for t in node.targets):
+            skip |= {id(n) for n in ast.walk(node.value)}
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+            and id(node) not in skip]
+
+
+def test_canonical_names_are_spelled_once():
+    from eagle3conv.spec.canonical import NAMED
+
+    names = set(NAMED)
+    bad = []
+    for path, module, is_pkg in _modules():
+        rel = str(path.relative_to(PKG.parent))
+        if rel.startswith("eagle3conv/spec/"):
+            continue
+        allowed = CANONICAL_LITERALS_ALLOWED.get(rel, set())
+        if allowed is None:
+            continue
+        for line in _named_literals(ast.parse(path.read_text(), rel), names, allowed):
+            bad.append(f"{rel}:{line}")
+    assert not bad, ("canonical tensor names spelled as literals (use the constants of "
+                     "eagle3conv/spec/canonical.py):\n" + "\n".join(bad))
+
+
+# Every command's operation is on the library's front door (review 3 B10): `from eagle3conv import X`
+# gives a Python user what the command runs, and the command itself calls that same function.
+COMMAND_OPERATIONS = {
+    "inspect": ("inspect",), "fix-keys": ("fix_keys",), "config": ("configure",), "launch": ("launch",),
+    "verify": ("verify", "smoke"), "capture": ("capture",), "push": ("push",), "example": ("write_example",),
+    "formats": ("load_formats",), "targets": ("list_targets",),
+}
+
+
+def test_the_front_door_has_every_commands_operation():
+    import eagle3conv
+    from eagle3conv.cli import main
+
+    assert set(main.commands) == set(COMMAND_OPERATIONS), "a command without its front-door operation named here"
+    tree = ast.parse((PKG / "cli.py").read_text())
+    bodies = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    missing = []
+    for command, ops in COMMAND_OPERATIONS.items():
+        fn = bodies[main.commands[command].callback.__name__]
+        imported = {a.asname or a.name for n in ast.walk(fn) if isinstance(n, ast.ImportFrom)
+                    and (n.module or "").startswith("eagle3conv") for a in n.names}
+        for op in ops:
+            if op not in eagle3conv.__all__ or not callable(getattr(eagle3conv, op)):
+                missing.append(f"eagle3conv.{op} ({command})")
+            elif op not in imported:
+                missing.append(f"`{command}` does not call eagle3conv.{op}")
+    assert not missing, missing
+    import eagle3conv.verify  # the subpackage is then the attribute `verify`: it still runs verify()
+    from eagle3conv import api
+
+    assert callable(eagle3conv.verify) and eagle3conv.verify.verify is api.verify
+    assert eagle3conv.SmokeResult.__dataclass_params__.frozen and eagle3conv.smoke.__annotations__["return"] in (
+        "SmokeResult", eagle3conv.SmokeResult)

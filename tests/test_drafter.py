@@ -671,3 +671,17 @@ def test_plain_drafter_does_not_import_transformers():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_shape_matches_is_the_one_reading_of_a_rows_shape() -> None:
+    """mask_hidden (canonical.json any_view) in another shape of k*T elements fits, a wrong size does
+    not; the planner and the loader both ask spec.canonical.shape_matches (test_formats_2026's
+    any_view test runs both on a real checkpoint)."""
+    from eagle3conv.spec.canonical import load_canonical, shape_matches
+
+    row = next(t for t in load_canonical()["llama"].tensors if t.name == "mask_hidden")
+    assert shape_matches(row, (1, 1, 12), {"k": 3, "T": 4}) and shape_matches(row, (12,), {"k": 3, "T": 4})
+    assert not shape_matches(row, (1, 13), {"k": 3, "T": 4})
+    assert shape_matches(row, (5,), {"k": 3})  # a size the config leaves unknown matches any
+    fc = next(t for t in load_canonical()["llama"].tensors if t.name == "fc.weight")
+    assert not shape_matches(fc, (12, 2), {"H": 2, "k": 3, "T": 4})  # no any_view: the dims, in order

@@ -313,3 +313,58 @@ def test_a_format_files_config_top_level_is_validated(tmp_path, value):
     path.write_text(json.dumps(raw))
     with pytest.raises(MappingFileError, match="config_top_level"):
         load_format_file(path)
+@pytest.mark.parametrize("rename", [("d2t", "draft_to_target"), ("midlayer.", "layers.0.")])
+def test_a_canonical_rename_in_the_data_without_the_code_fails_at_load(tmp_path, monkeypatch, rename):
+    """The names the code spells (spec/canonical.py's constants) are checked against canonical.json's
+    rows when it loads: renaming one in the data only is a MappingFileError naming it, not a loader
+    that silently looks for a name no row has."""
+    from eagle3conv.errors import MappingFileError
+    from eagle3conv.spec import canonical
+
+    old, new = rename
+    text = (MAPPINGS / "canonical.json").read_text().replace(f'"{old}', f'"{new}')  # every row (and fused part) so named
+    (tmp_path / "canonical.json").write_text(text)
+    monkeypatch.setattr(canonical, "data_path", lambda *parts: tmp_path.joinpath(*parts))
+    canonical.load_canonical.cache_clear()
+    try:
+        with pytest.raises(MappingFileError, match=re.escape(repr(old))):
+            canonical.load_canonical()
+    finally:
+        canonical.load_canonical.cache_clear()
+
+
+@pytest.mark.parametrize("kind", sorted(E.EXPLICIT_KINDS))
+def test_every_id_rule_kind_has_its_inverse_in_ids_for(kind, monkeypatch):
+    """docs/extending.md (a new engine release, step 7): for every wiring a rule kind can capture (found
+    by trying every id list), ``ids_for`` finds ids that capture it; a kind whose inverse ids_for lacks
+    makes config and fix-keys refuse with a false "no id list ... makes ... capture"."""
+    import dataclasses
+    import itertools
+
+    from eagle3conv.spec.drafter import with_field
+    from eagle3conv.spec.layers import LayerRef
+
+    rel = E.as_release("sglang")
+    rule = dataclasses.replace(E.rule_for(rel, None), explicit=kind, supported=True)
+    monkeypatch.setattr(E, "rule_for", lambda engine, family: rule)
+    n, interpret, field = 8, E.EXPLICIT_KINDS[kind], E.id_field(rel)
+    assert field.in_config
+    lost = []
+    for outs in itertools.combinations(range(n - 1), 3):  # neither the embedding nor the last layer's output
+        boundaries = tuple(o + 1 for o in outs)
+        if not any(interpret(ids, n) == boundaries for ids in itertools.product(range(-1, n + 2), repeat=3)):
+            continue  # no id list captures it under this kind: ids_for rightly finds none
+        ids = E.ids_for(rel, None, n, [LayerRef(o) for o in outs])
+        got = E.capture(rel, with_field({}, field.name, list(ids)), None, n).layers if ids is not None else None
+        if got != tuple(LayerRef(o) for o in outs):
+            lost.append((outs, ids, got))
+    assert not lost, f"{kind}: ids_for finds no (or wrong) ids for wirings it can capture: {lost[:3]}"
+
+
+def test_every_config_shape_a_format_may_name_has_its_builder():
+    """docs/extending.md (a new trainer format, step 2): a ``config_from`` name the format loader accepts
+    (spec/formats.py CONFIG_FROM) has its builder in checkpoint/config.py, and no builder is unreachable."""
+    from eagle3conv.checkpoint.config import CONFIG_BUILDERS
+    from eagle3conv.spec.formats import CONFIG_FROM
+
+    assert set(CONFIG_BUILDERS) == set(CONFIG_FROM)

@@ -860,3 +860,28 @@ def test_the_hub_client_names_eagle3conv(hub, ckpt, repo):
     # URLs send their own agents)
     for route in ("create", "commit"):
         assert any(f"eagle3conv/{__version__}" in a for a in by_route.get(route, ())), (route, by_route)
+
+
+def test_a_bug_in_the_card_raises_instead_of_dropping_a_section(ckpt, repo, monkeypatch):
+    """The card's catches name the errors that mean "no such section" (an unknown target, a config the
+    gate reported); any other error is a bug and surfaces, instead of a published card silently short
+    of its layer count, its target's Hub id or its serving table."""
+    from eagle3conv.hub.card import gather_facts, render_block
+    from eagle3conv.spec import targets
+    from eagle3conv.spec.drafter import DrafterSpec
+
+    assert gather_facts(ckpt, repo, base_model="org/not-a-profile").target == "org/not-a-profile"  # no section
+    assert "### Shape and serving" in render_block(gather_facts(ckpt, repo, base_model="smollm2-135m"))
+
+    def bug(*args, **kwargs):
+        raise RuntimeError("a bug in the profile lookup")
+
+    with monkeypatch.context() as m:
+        m.setattr(targets, "get_target", bug)
+        with pytest.raises(RuntimeError, match="a bug"):
+            gather_facts(ckpt, repo, base_model="smollm2-135m")
+    facts = gather_facts(ckpt, repo, base_model="smollm2-135m")
+    with monkeypatch.context() as m:
+        m.setattr(DrafterSpec, "from_config", classmethod(lambda cls, *a, **k: bug()))
+        with pytest.raises(RuntimeError, match="a bug"):
+            render_block(facts)

@@ -311,7 +311,7 @@ def test_card_states_the_precision_and_smoke_and_config_run(quantized, tmp_path)
     assert "| sglang 0.5.23 | **no**: it builds fc unquantized" in card
     assert "Cost of quantization: not measured" in card
     assert "### Precision" not in render_card(gather_facts(FIXTURE, "me/smol"))
-    assert smoke(out)["forward_ok"]
+    assert smoke(out).forward_ok
     configure(out, options=VLLM, check=True)
     with pytest.raises(InvalidCheckpointError):  # SGLang 0.5.23 cannot serve its fc: the check says so
         configure(out, options=SGLANG, check=True)

@@ -217,6 +217,26 @@ def test_smoke_without_states(world):
     assert d["logits_width"] == 300 and d["device"] == "cpu"
 
 
+def test_smoke_is_a_typed_result_whose_json_is_the_commands(world):
+    """`eagle3conv.smoke` returns a frozen SmokeResult (not a dict); `verify` without states prints its
+    to_dict(), and render's text reads the same object."""
+    import dataclasses
+
+    from eagle3conv import SmokeResult, WiringOptions, smoke
+    from eagle3conv.render import smoke_text
+
+    _, _, drafter = world
+    assert smoke(drafter, device="cpu").wiring_ok is None  # no wiring options: the forward alone
+    r = smoke(drafter, device="cpu", wiring_options=WiringOptions())  # as the command runs it
+    assert isinstance(r, SmokeResult) and r.ok and r.forward_ok and r.wiring_ok and r.problems == ()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.device = "cuda"  # type: ignore[misc]
+    d = json.loads(run("verify", drafter, "--json").stdout)
+    untimed = lambda doc: {k: v for k, v in doc.items() if k != "seconds"}  # noqa: E731
+    assert untimed(r.to_dict()) == untimed(d) and list(r.to_dict()) == list(d)
+    assert "ok: True" in smoke_text(r) and "forward problems: none" in smoke_text(r)
+
+
 def _data_labelled(world, name: str) -> Path:
     """The captured states with target_next = the data's next token, and each sequence's last
     token left out of the loss mask (the data has no token after it): what verify must

@@ -72,14 +72,7 @@ def source_drafter_config(fmt, config: dict | None, *, from_override: bool = Fal
             hint="pass the drafter's config with --config path/to/config.json" + _named_config(index),
         )
     builder = None if from_override else fmt.config_from
-    if builder == "speculators":
-        out, said = _from_speculators(config, fmt.config_top_level)
-    elif builder == "eagle_config":
-        out, said = _from_eagle_config(config)
-    elif builder == "automodel":
-        out, said = _from_automodel(config)
-    else:
-        out, said = copy.deepcopy(config), []
+    out, said = CONFIG_BUILDERS[builder](config, fmt) if builder is not None else (copy.deepcopy(config), [])
     notes += [Finding("notice", CONFIG, CONFIG_SOURCE, n) for n in said]
     for setting in fmt.config_set:
         out, found = _forced(setting, out)
@@ -182,6 +175,12 @@ def _from_automodel(config: dict) -> tuple[dict, list[str]]:
                     "drafter's weights are not quantized, and vLLM 0.33.0 builds a drafter with the drafter config's "
                     "quantization (model_executor/models/llama_eagle3.py:106-108)")
     return out, said
+
+
+# a format's ``config_from`` (spec/formats.py CONFIG_FROM) -> the drafter config it implies, and what it said
+CONFIG_BUILDERS = {"speculators": lambda c, fmt: _from_speculators(c, fmt.config_top_level),
+                   "eagle_config": lambda c, fmt: _from_eagle_config(c),
+                   "automodel": lambda c, fmt: _from_automodel(c)}
 
 
 def _forced(setting, config: dict) -> tuple[dict, list[Finding]]:

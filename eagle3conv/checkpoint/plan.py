@@ -7,7 +7,6 @@ bytes except the small vocab maps (`d2t`, `t2d`). ``inspect`` and
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,12 +16,19 @@ import numpy as np
 from eagle3conv.io import dtypes
 from eagle3conv.spec.config_check import layer_count_problem, validate_drafter_config
 from eagle3conv.spec.canonical import (
+    D2T,
+    EMBED,
+    FC,
+    LM_HEAD,
+    T2D,
+    VOCAB_MAPS,
     Architecture,
     architecture_for,
     drafter_uses_own_embedding,
     eval_dim,
     expected,
     layer_of,
+    shape_matches,
 )
 from eagle3conv.spec.drafter import LATER_LAYER_NORMS as LATER_NORMS
 from eagle3conv.spec.drafter import PARALLEL_DRAFTING, SWITCH_FIELDS, DrafterSpec
@@ -67,7 +73,6 @@ from eagle3conv.findings import QUANT_ENGINE, QUANT_EXCLUSION, QUANT_DEQUANTIZED
 
 QUANT_CODES = (QUANT_ENGINE, QUANT_EXCLUSION, QUANT_DEQUANTIZED)
 
-EMBED = "embed_tokens.weight"
 # a mixture-of-experts MLP's tensors: a router (mlp.gate / mlp.router) and experts, one by one or stacked
 _MOE_KEY = re.compile(r"\.(mlp|block_sparse_moe)\.(experts\.|shared_experts?\.|gate\.|router\.|"
                       r"(gate|up|down|gate_up)_(weight|proj)s?$|w[123]$)")
@@ -405,13 +410,13 @@ class _Planner:
         self.switched = _switches_from_weights(self.arch, spec, [n for n in mapped if n not in self.fused])
         spec = spec.with_switches(self.switched)
         self.parallel = PARALLEL_DRAFTING in spec.switches
-        fc = index.tensors.get(mapped.get("fc.weight", ""))
+        fc = index.tensors.get(mapped.get(FC, ""))
         if fc is not None and len(fc.shape) == 2:
             from eagle3conv.checkpoint.quantized import logical_columns
 
             spec = spec.inferred_from_fc(logical_columns(index, fc, self.config))
         self.sym = spec.symbols()
-        head = index.tensors.get(mapped.get("lm_head.weight", ""))
+        head = index.tensors.get(mapped.get(LM_HEAD, ""))
         if head is not None and len(head.shape) == 2 and not self.config.get("draft_vocab_size"):
             self.sym["Vd"] = head.shape[0]
         if self.arch.key == "mla":
@@ -660,15 +665,13 @@ class _Planner:
             if name in self.quantized_weights:
                 continue  # checked against its scheme (packed shapes, codes' dtype) by the quantization step
             ct = self.canon[name]
-            expect = [eval_dim(d, self.sym) for d in ct.shape]
-            if ct.any_view and None not in expect and math.prod(expect) == math.prod(o.shape):
-                pass  # the engine reads any shape of this many elements (mask_hidden: [1, 1, k*T] or [k*T])
-            elif len(expect) != len(o.shape) or any(e is not None and e != s for e, s in zip(expect, o.shape)):
+            if not shape_matches(ct, o.shape, self.sym):
+                expect = [eval_dim(d, self.sym) for d in ct.shape]
                 shown = "[" + ", ".join(f"{d}={e}" for d, e in zip(ct.shape, expect)) + "]"
                 self.errors.append(Finding("error", SHAPES, SHAPE_MISMATCH,
                                            f"{name}: shape {list(o.shape)} but the config implies {shown}",
                                            subject=name))
-            if name not in ("d2t", "t2d") and o.dtype not in dtypes.FLOAT_DTYPES:
+            if name not in VOCAB_MAPS and o.dtype not in dtypes.FLOAT_DTYPES:
                 self.errors.append(Finding("error", SHAPES, WEIGHT_DTYPE,
                                            f"{name}: dtype {o.dtype}, expected a floating-point weight", subject=name))
 
@@ -677,29 +680,29 @@ class _Planner:
         wanted, index = self.wanted, self.index
         vocab = self.config.get("vocab_size")
         d2t = None
-        if "lm_head.weight" in wanted:
-            vd = wanted["lm_head.weight"].shape[0]
-            bad = [(n, wanted[n].dtype) for n in ("d2t", "t2d") if n in wanted
-                   and wanted[n].dtype not in dtypes.INT_DTYPES | ({"BOOL"} if n == "t2d" else set())]
+        if LM_HEAD in wanted:
+            vd = wanted[LM_HEAD].shape[0]
+            bad = [(n, wanted[n].dtype) for n in VOCAB_MAPS if n in wanted
+                   and wanted[n].dtype not in dtypes.INT_DTYPES | ({"BOOL"} if n == T2D else set())]
             for n, dt in bad:
                 self.errors.append(Finding("error", VOCAB, VOCAB_MAP_DTYPE,
                                            f"{n} has dtype {dt}; it must hold integer "
-                                           f"{'offsets' if n == 'd2t' else 'flags'}", subject=n))
+                                           f"{'offsets' if n == D2T else 'flags'}", subject=n))
                 wanted.pop(n)
-            d2t = index.read_array(wanted["d2t"].source) if "d2t" in wanted else None
-            t2d = index.read_array(wanted["t2d"].source) if "t2d" in wanted else None
+            d2t = index.read_array(wanted[D2T].source) if D2T in wanted else None
+            t2d = index.read_array(wanted[T2D].source) if T2D in wanted else None
             vr = check_vocab(d2t, t2d, vocab, vd) if not bad else check_vocab(None, None, None, vd)
             self.errors += [f for f in vr.findings if f.level == "error"]
             self.notices += [f for f in vr.findings if f.level != "error"]
             if vr.d2t is not None and vr.d2t_changed:
-                src = wanted["d2t"].source
-                wanted["d2t"] = Output("d2t", "I64", vr.d2t.shape, src, wanted["d2t"].source_dtype, data=vr.d2t)
-            if vr.t2d is not None and (vr.t2d_changed or "t2d" not in wanted):
-                src = wanted["t2d"].source if "t2d" in wanted else None
-                wanted["t2d"] = Output("t2d", "BOOL", vr.t2d.shape, src, wanted["t2d"].source_dtype if src else None,
+                src = wanted[D2T].source
+                wanted[D2T] = Output(D2T, "I64", vr.d2t.shape, src, wanted[D2T].source_dtype, data=vr.d2t)
+            if vr.t2d is not None and (vr.t2d_changed or T2D not in wanted):
+                src = wanted[T2D].source if T2D in wanted else None
+                wanted[T2D] = Output(T2D, "BOOL", vr.t2d.shape, src, wanted[T2D].source_dtype if src else None,
                                        data=vr.t2d)
-        if self.arch.key == "mla" and vocab is not None and "lm_head.weight" in wanted \
-                and wanted["lm_head.weight"].shape[0] == vocab:
+        if self.arch.key == "mla" and vocab is not None and LM_HEAD in wanted \
+                and wanted[LM_HEAD].shape[0] == vocab:
             self.decisions = _mla_full_vocab_maps(wanted, self.decisions, d2t, self.errors, self.notices)
         if vocab is None:
             self.errors.append(Finding("error", CONFIG, NO_VOCAB_SIZE, "config.json has no vocab_size (the target's vocab)"))
@@ -725,10 +728,10 @@ class _Planner:
             architecture=self.arch.name_for(flags),
             layers=self.layers,
             num_aux=sym.get("k"),
-            draft_vocab=wanted["lm_head.weight"].shape[0] if "lm_head.weight" in wanted else (sym["Vd"] or 0),
+            draft_vocab=wanted[LM_HEAD].shape[0] if LM_HEAD in wanted else (sym["Vd"] or 0),
             vocab=cfg.get("vocab_size"),
             target_hidden=sym["T"] or sym["H"],
-            has_lm_head="lm_head.weight" in wanted,
+            has_lm_head=LM_HEAD in wanted,
             out_dtype=self.out_dtype,
         )
         for name, value in self.switched.items():
@@ -850,10 +853,10 @@ def _mla_full_vocab_maps(wanted: dict, decisions: list, d2t, errors: list, notic
         errors.append(Finding(
             "error", VOCAB, FULL_VOCAB_D2T,
             "d2t: the draft vocab is the full vocab but d2t moves tokens (non-zero offsets): no engine serves "
-            "an MLA drafter with a permuted full vocab", subject="d2t"))
+            "an MLA drafter with a permuted full vocab", subject=D2T))
         return decisions
     dropped = {}
-    for name in ("d2t", "t2d"):
+    for name in VOCAB_MAPS:
         o = wanted.pop(name, None)
         if o is not None and o.source is not None:
             dropped[o.source] = name
@@ -861,7 +864,7 @@ def _mla_full_vocab_maps(wanted: dict, decisions: list, d2t, errors: list, notic
         notices.append(Finding(
             "notice", VOCAB, FULL_VOCAB_D2T,
             f"{', '.join(sorted(dropped.values()))} dropped: the draft vocab is the full vocab (d2t is the identity); "
-            "SGLang would read d2t as hot-token ids and vLLM refuses an identity d2t", subject="d2t"))
+            "SGLang would read d2t as hot-token ids and vLLM refuses an identity d2t", subject=D2T))
     why = "the draft vocab is the full vocab: d2t/t2d are written only when the vocab is reduced"
     return [Decision(d.source, "dropped", (), why) if d.source in dropped else d for d in decisions]
 
@@ -874,7 +877,7 @@ def _mla_config_edits(config: dict, sym: dict, edits: list, wanted: dict) -> lis
     if config.get("q_lora_rank") is None and sym.get("QL"):
         out.append(cfgmod.ConfigEdit("q_lora_rank", config.get("q_lora_rank"), sym["QL"],
                                      "the rows of q_a_proj; SGLang's Eagle3 MLA layer requires q_lora_rank"))
-    head = wanted.get("lm_head.weight")
+    head = wanted.get(LM_HEAD)
     if head is not None and "draft_vocab_size" not in done and config.get("draft_vocab_size") != head.shape[0]:
         out.append(cfgmod.ConfigEdit("draft_vocab_size", config.get("draft_vocab_size"), head.shape[0],
                                      "without draft_vocab_size SGLang serves the MLA drafter with the target's "

@@ -57,6 +57,7 @@ from eagle3conv.io import dtypes
 from eagle3conv.checkpoint.index import BIN_INDEX, SAFETENSORS_INDEX, CheckpointIndex
 from eagle3conv.checkpoint.links import safe_member
 from eagle3conv.checkpoint.plan import Output, Plan
+from eagle3conv.spec.canonical import D2T
 from eagle3conv.io.progress import Progress
 from eagle3conv.io import testhooks
 from eagle3conv.io.files import folder_lock, umask, write_json_file
@@ -130,7 +131,7 @@ def plan_shards(plan: Plan, max_shard_size: int | None = None) -> list[tuple[str
                 homeless.append(o)
             else:
                 by_file.setdefault(order.get(src.file, 0), []).append(o)
-        d2t = plan.index.tensors.get(next((o.source for o in outs if o.name == "d2t"), None) or "")
+        d2t = plan.index.tensors.get(next((o.source for o in outs if o.name == D2T), None) or "")
         home = order.get(d2t.file, 0) if d2t else min(by_file, default=0)
         by_file.setdefault(home, []).extend(homeless)
         groups = [by_file[k] for k in sorted(by_file)]

@@ -139,10 +139,11 @@ class CardFacts:
 def _target_layers(target: str | None, config: Mapping) -> int | None:
     if target:
         try:
+            from eagle3conv.errors import UsageError
             from eagle3conv.spec.targets import get_target
 
             return get_target(target).num_hidden_layers
-        except Exception:  # noqa: BLE001 - an unknown target just means no layer count
+        except UsageError:  # not a built-in profile: no layer count from it
             pass
     spec = config.get("speculators_config") or {}
     verifier = spec.get("verifier") if isinstance(spec, Mapping) else None
@@ -154,10 +155,11 @@ def _target_layers(target: str | None, config: Mapping) -> int | None:
 def _target_family(target: str | None) -> str | None:
     if target:
         try:
+            from eagle3conv.errors import UsageError
             from eagle3conv.spec.targets import get_target
 
             return get_target(target).family
-        except Exception:  # noqa: BLE001 - an unknown target: the rules for most families apply
+        except UsageError:  # not a built-in profile: the rules for most families apply
             pass
     return None
 
@@ -166,11 +168,12 @@ def _hub_id(target: str | None) -> str | None:
     """A built-in profile's name or alias (``smollm2-135m``) → its Hub repo id; else unchanged."""
     if not target:
         return target
-    try:
-        from eagle3conv.spec.targets import get_target
+    from eagle3conv.errors import UsageError
+    from eagle3conv.spec.targets import get_target
 
+    try:
         return get_target(target).hf_repo or target
-    except Exception:  # noqa: BLE001 - not a profile: keep what the user or trainer wrote
+    except UsageError:  # not a built-in profile: keep what the user or trainer wrote
         return target
 
 
@@ -523,9 +526,11 @@ def _serving_section(c: Mapping) -> list[str]:
         window_note,
     )
 
-    try:
-        spec = DrafterSpec.from_config(c, validate=False)
-    except Exception:  # noqa: BLE001 - a config the gate already reported: no table
+    from eagle3conv.errors import Eagle3ConvError
+
+    try:  # validated first (as fix-keys does): a config with a field of the wrong type is an error here
+        spec = DrafterSpec.from_config(c)
+    except Eagle3ConvError:  # a config the gate already reported: no table
         return []
     switches = [s.card for s in variant_table() if s.card and s in spec.switches]  # mappings/variants.json
     out = ["", "### Shape and serving", "",

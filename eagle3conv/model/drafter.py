@@ -33,7 +33,6 @@ Two entry points:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -43,7 +42,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from eagle3conv.errors import InvalidCheckpointError, UsageError
-from eagle3conv.spec.canonical import ExpectedTensor, expected
+from eagle3conv.spec.canonical import (
+    D2T, EMBED, FC, FC_BIAS, FIRST_LAYER, LM_HEAD, MASK_HIDDEN, NORM, T2D, ExpectedTensor, expected, shape_matches,
+)
 from eagle3conv.spec.config_check import layer_count_problem
 from eagle3conv.spec.drafter import AUX_KEY, LATER_LAYER_NORMS, DrafterSpec, flag
 from eagle3conv.spec.variants import switches
@@ -78,11 +79,6 @@ SKIPPABLE = tuple(s.name for s in switches() if s.skippable)
 
 
 # --------------------------------------------------------------------------- config
-
-
-def config_flag(config: Mapping[str, Any], name: str) -> bool:
-    """A boolean drafter option (:func:`eagle3conv.spec.drafter.flag`)."""
-    return flag(config, name)
 
 
 def parallel_drafting_token(config: Mapping[str, Any]) -> int | None:
@@ -193,7 +189,7 @@ def expected_shapes(config: Mapping[str, Any] | DrafterConfig) -> dict[str, tupl
 
     From mappings/canonical.json (:func:`eagle3conv.spec.canonical.expected`). Optional tensors
     (``t2d``, ``embed_tokens.weight``, and ``d2t`` when the draft vocab is the full vocab) are
-    included; :class:`Eagle3Drafter` tells them apart (:func:`optional_keys`).
+    included; the loader tells them apart by the rows' ``required`` (:func:`check_tensors`).
     """
     c = config if isinstance(config, DrafterConfig) else DrafterConfig.from_config(config)
     return _shapes(c.expected())
@@ -210,25 +206,23 @@ def _shapes(table: Mapping[str, ExpectedTensor]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def optional_keys(c: DrafterConfig) -> set[str]:
-    """The expected tensors the loader does not require (canonical.json's ``required``)."""
-    return {name for name, e in c.expected().items() if not e.required}
-
-
 def check_tensors(
     state_dict: Mapping[str, Tensor],
-    shapes: Mapping[str, tuple[int, ...]],
-    optional: set[str],
+    table: Mapping[str, ExpectedTensor],
+    symbols: Mapping[str, Any],
     what: str,
 ) -> None:
-    """Raise one InvalidCheckpointError naming every missing, unexpected or misshapen key."""
-    missing = sorted(k for k in shapes if k not in state_dict and k not in optional)
+    """Raise one InvalidCheckpointError naming every missing, unexpected or misshapen key.
+
+    ``table``: the tensors the config implies (:func:`eagle3conv.spec.canonical.expected`, with
+    ``symbols`` its shape symbols); a shape fits as the planner reads it (``shape_matches``)."""
+    shapes = _shapes(table)
+    missing = sorted(k for k, e in table.items() if k not in state_dict and e.required)
     unexpected = sorted(k for k in state_dict if k not in shapes)
     wrong = [
         f"{k}: expected {list(shape)}, got {list(state_dict[k].shape)}"
         for k, shape in shapes.items()
-        if k in state_dict and tuple(state_dict[k].shape) != shape
-        and not (k in _any_view() and state_dict[k].numel() == math.prod(shape))
+        if k in state_dict and not shape_matches(table[k].row, tuple(state_dict[k].shape), symbols)
     ]
     details = (
         [f"missing: {k}" for k in missing]
@@ -257,17 +251,10 @@ def check_tensors(
     )
 
 
-def _any_view() -> frozenset[str]:
-    """The tensors an engine reads in any shape of their element count (canonical.json ``any_view``)."""
-    from eagle3conv.spec.canonical import load_canonical
-
-    return frozenset(t.name for a in load_canonical().values() for t in a.tensors if t.any_view)
-
-
 def _check_vocab_maps(vocab_size: int, state_dict: Mapping[str, Tensor]) -> None:
     """d2t must be integral and map every draft id into the target vocab; t2d is a mask."""
     problems: list[str] = []
-    d2t = state_dict.get("d2t")
+    d2t = state_dict.get(D2T)
     if d2t is not None:
         if d2t.dtype.is_floating_point or d2t.dtype == torch.bool:
             problems.append(f"d2t has dtype {d2t.dtype}; expected an integer dtype")
@@ -280,7 +267,7 @@ def _check_vocab_maps(vocab_size: int, state_dict: Mapping[str, Tensor]) -> None
                     f"d2t maps {bad.numel()} draft ids outside the target vocab "
                     f"[0, {vocab_size}) (draft ids {shown})"
                 )
-    t2d = state_dict.get("t2d")
+    t2d = state_dict.get(T2D)
     if t2d is not None and t2d.dtype.is_floating_point:
         problems.append(f"t2d has dtype {t2d.dtype}; expected bool")
     if problems:
@@ -379,8 +366,8 @@ class Eagle3Drafter:
         if layers is not None:
             raise InvalidCheckpointError(f"drafter checkpoint: {layers.message}", hint=layers.fix)
         c = self._parse_config(config)
-        if not c.draft_vocab_declared and "lm_head.weight" in state_dict:
-            rows = state_dict["lm_head.weight"].shape[0]
+        if not c.draft_vocab_declared and LM_HEAD in state_dict:
+            rows = state_dict[LM_HEAD].shape[0]
             if rows != c.vocab_size:
                 raise InvalidCheckpointError(
                     f"config.json has no draft_vocab_size but lm_head.weight has {rows} rows "
@@ -415,12 +402,12 @@ class Eagle3Drafter:
         self._names = frozenset(state_dict)
         #: tensors this run's engine reads that the checkpoint lacks: run as initialised (norms: ones)
         self.untrained: list[str] = []
-        self.fc_weight = w("fc.weight")
-        self.fc_bias = w("fc.bias") if c.fc_bias else None
+        self.fc_weight = w(FC)
+        self.fc_bias = w(FC_BIAS) if c.fc_bias else None
         use = self.uses
         self.fc_norm = [w(f"fc_norm.{i}.weight") for i in range(c.num_aux)] if use("fc_norm") else []
         self.input_norm = w("input_norm.weight") if use("norm_before_fc") else None
-        p = "midlayer."
+        p = FIRST_LAYER
         self._load_attention(w)
         self.gate_proj, self.up_proj, self.down_proj = (
             w(f"{p}mlp.{n}_proj.weight") for n in ("gate", "up", "down")
@@ -430,10 +417,10 @@ class Eagle3Drafter:
         self.post_attention_layernorm = w(f"{p}post_attention_layernorm.weight")
         #: decoder layers 1..L-1 (a multi-layer drafter), each a dict of its weights
         self.later: list[dict[str, Any]] = [self._load_later_layer(w, f"layers.{i}.") for i in range(1, c.num_layers)]
-        self.norm = w("norm.weight")
-        self.lm_head = w("lm_head.weight")
-        self.mask_hidden = w("mask_hidden").reshape(-1) if "mask_hidden" in state_dict else None
-        d2t = state_dict.get("d2t")
+        self.norm = w(NORM)
+        self.lm_head = w(LM_HEAD)
+        self.mask_hidden = w(MASK_HIDDEN).reshape(-1) if MASK_HIDDEN in state_dict else None
+        d2t = state_dict.get(D2T)
         self.d2t = (
             d2t.to(device=self.device, dtype=torch.long)
             if d2t is not None
@@ -448,8 +435,8 @@ class Eagle3Drafter:
                 )
             self.embed_tokens = embed_tokens.to(device=self.device, dtype=dtype)
             self.embedding_source = "caller"
-        elif "embed_tokens.weight" in state_dict:
-            self.embed_tokens = w("embed_tokens.weight")
+        elif EMBED in state_dict:
+            self.embed_tokens = w(EMBED)
             self.embedding_source = "checkpoint"
         else:
             raise UsageError(
@@ -483,10 +470,10 @@ class Eagle3Drafter:
         return DrafterConfig.from_config(config)
 
     def _check_state(self, state_dict: Mapping[str, Tensor], c: DrafterConfig) -> None:
-        check_tensors(state_dict, expected_shapes(c), optional_keys(c), "drafter checkpoint")
+        check_tensors(state_dict, c.expected(), c.spec.symbols(), "drafter checkpoint")
 
     def _load_attention(self, w: Any) -> None:
-        att = self._load_llama_attention(w, "midlayer.")
+        att = self._load_llama_attention(w, FIRST_LAYER)
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = (att[n] for n in ("q", "k", "v", "o"))
         self.q_bias, self.k_bias, self.v_bias, self.o_bias = (att[f"{n}_bias"] for n in "qkvo")
         self.q_norm, self.k_norm = att["q_norm"], att["k_norm"]
@@ -954,7 +941,7 @@ def smoke_test(
     c = cls._parse_config(config)
     gen = torch.Generator().manual_seed(seed)
     source = None
-    if embed_tokens is None and "embed_tokens.weight" not in state_dict:
+    if embed_tokens is None and EMBED not in state_dict:
         embed_tokens = torch.randn(c.vocab_size, c.hidden_size, generator=gen) * 0.02
         source = "random"
     drafter = cls(config, state_dict, device=device, dtype=dtype, embed_tokens=embed_tokens)
@@ -1026,8 +1013,8 @@ def check_mla_shapes(config: Mapping[str, Any], state_dict: Mapping[str, Tensor]
     draft vocab is the full vocab (SGLang's MLA loader accepts its absence).
     Raises InvalidCheckpointError naming the offending keys.
     """
-    shapes = expected_mla_shapes(config)
+    expected_mla_shapes(config)  # the config's required fields checked first
     vocab = int(config["vocab_size"])
-    optional = {name for name, e in _mla_table(config).items() if not e.required}
-    check_tensors(state_dict, shapes, optional, "MLA drafter checkpoint")
+    spec = DrafterSpec.from_config(config, validate=False, architecture="mla")
+    check_tensors(state_dict, _mla_table(config), spec.with_(k=spec.k or 3).symbols(), "MLA drafter checkpoint")
     _check_vocab_maps(vocab, state_dict)

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from eagle3conv.errors import InvalidCheckpointError
+from eagle3conv.spec.canonical import FIRST_LAYER
 from eagle3conv.spec.drafter import NORM_BEFORE_FC, switches_set_by
 from eagle3conv.model.drafter import (
     DrafterConfig,
@@ -260,12 +261,7 @@ class Eagle3MLADrafter(Eagle3Drafter):
     def _check_state(self, state_dict: Mapping[str, Tensor], c: DrafterConfig) -> None:
         assert isinstance(c, MLAConfig)
         try:
-            check_tensors(
-                state_dict,
-                expected_mla_tensors(c),
-                {name for name, e in c.expected().items() if not e.required},
-                "MLA drafter checkpoint",
-            )
+            check_tensors(state_dict, c.expected(), c.spec.symbols(), "MLA drafter checkpoint")
         except InvalidCheckpointError as err:
             if _FUSED_QKV_A not in state_dict:
                 raise
@@ -281,7 +277,7 @@ class Eagle3MLADrafter(Eagle3Drafter):
             ) from None
 
     def _load_attention(self, w: Any) -> None:
-        att = self._load_mla_attention(w, "midlayer.")
+        att = self._load_mla_attention(w, FIRST_LAYER)
         self.q_proj, self.q_a_proj, self.q_a_layernorm, self.q_b_proj = (
             att[n] for n in ("q_proj", "q_a_proj", "q_a_layernorm", "q_b_proj"))
         self.kv_a_proj_with_mqa, self.kv_a_layernorm = att["kv_a_proj_with_mqa"], att["kv_a_layernorm"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -16,6 +17,24 @@ from eagle3conv.spec.drafter import MLA_ARCHITECTURES, DrafterSpec, architecture
 _TERM = re.compile(r"^[A-Za-z][A-Za-z0-9]*$|^[0-9]+$")
 # the shape symbols a "when" may name besides a switch of mappings/variants.json (DrafterSpec.symbols)
 SYMBOLS = ("H", "T", "k", "NH", "NKV", "HD", "I", "V", "Vd", "L", "QL", "KL", "QR", "VH", "QK", "NV")
+
+# The canonical names the code itself spells (everything else it reads from mappings/canonical.json).
+# Each is checked against the table's rows when it loads (:func:`_check_named`): a rename in the data
+# without one here fails loudly instead of leaving the code looking for a name no row has.
+FC = "fc.weight"
+FC_BIAS = "fc.bias"
+EMBED = "embed_tokens.weight"
+LM_HEAD = "lm_head.weight"
+NORM = "norm.weight"
+D2T = "d2t"
+T2D = "t2d"
+VOCAB_MAPS = (D2T, T2D)  # the integer (d2t) and boolean (t2d) vocab maps: no weights
+MASK_HIDDEN = "mask_hidden"
+FIRST_LAYER = "midlayer."  # the prefix of the first decoder layer's tensors (later ones: layers.{i}.)
+# name -> the architectures whose rows must hold it (a prefix: some row starts with it)
+NAMED = {FC: ("llama", "mla"), FC_BIAS: ("llama", "mla"), EMBED: ("llama", "mla"), LM_HEAD: ("llama", "mla"),
+         NORM: ("llama", "mla"), D2T: ("llama", "mla"), T2D: ("llama", "mla"), MASK_HIDDEN: ("llama",),
+         FIRST_LAYER: ("llama", "mla")}
 
 
 @dataclass(frozen=True)
@@ -133,7 +152,7 @@ def layer_of(name: str) -> int | None:
     None for the rest (fc, norms around the layers, the head, vocab maps). An index of more than 18
     digits (past any count a file can hold, and past what Python reads from text at 4,300) is read
     as 10^18: callers bound indices by the tensor count long before."""
-    if name.startswith("midlayer."):
+    if name.startswith(FIRST_LAYER):
         return 0
     m = re.match(r"layers\.([0-9]+)\.", name)
     if not m:
@@ -149,6 +168,17 @@ def holds(condition: str, values: dict) -> bool:
         return a is not None and b is not None and a != b
     present = values.get(condition.lstrip("!")) not in (None, 0, False)
     return present != condition.startswith("!")
+
+
+def shape_matches(row: CanonicalTensor, shape, symbols: dict) -> bool:
+    """Whether a tensor of ``shape`` fits its canonical row for a config's ``symbols``: the row's
+    dimensions (one whose symbol the config leaves unknown matches any size), or, for an ``any_view``
+    row whose size is known, any shape of that many elements. The one reading of the rule: the
+    planner (fix-keys, inspect) and the strict loader (verify, push's gate) both ask here."""
+    expect = [eval_dim(d, symbols) for d in row.shape]
+    if row.any_view and None not in expect and math.prod(expect) == math.prod(shape):
+        return True  # the engine reads any shape of this many elements (mask_hidden: [1, 1, k*T] or [k*T])
+    return len(expect) == len(shape) and all(e is None or e == s for e, s in zip(expect, shape))
 
 
 def eval_dim(expr: str, symbols: dict) -> int | None:
@@ -253,9 +283,24 @@ def load_canonical_file(path, table=None) -> dict[str, Architecture]:
         raise MappingFileError(f"{path}: unreadable: {e}") from e
     if raw.get("schema") != 1:
         raise MappingFileError(f"{path}: schema must be 1")
+    _check_named(raw["architectures"], path)  # first: a renamed row fails as the rename it is
     archs = {k: _load_arch(k, v, path, table) for k, v in raw["architectures"].items()}
     _check_gated(path, archs, table)
     return archs
+
+
+def _check_named(architectures: dict, path) -> None:
+    """Every name the code spells (:data:`NAMED`) is a row of the architectures that must hold it."""
+    for name, keys in NAMED.items():
+        for key in keys:
+            raw = architectures.get(key)
+            rows = [t.get("name") for t in raw.get("tensors", []) if isinstance(t, dict)] if isinstance(raw, dict) else []
+            rows = [r for r in rows if isinstance(r, str)]
+            if not any(r == name or (name.endswith(".") and r.startswith(name)) for r in rows):
+                raise MappingFileError(
+                    f"{path}: the {key} architecture has no row {'starting with ' if name.endswith('.') else ''}"
+                    f"{name!r}, a name eagle3conv's code spells (eagle3conv/spec/canonical.py NAMED); "
+                    "rename it in both places")
 
 
 def architecture_for(config: dict | None, keys) -> Architecture:
@@ -311,7 +356,7 @@ def in_canonical_names(config: dict | None, tensor_names) -> bool:
     deepest = max((i for n in names if (i := layer_of(n)) is not None), default=0)
     if isinstance(spec.L, int) and spec.L > deepest + 1:
         spec = spec.with_(L=deepest + 1)
-    return "fc.weight" in names and names <= set(expected(spec))
+    return FC in names and names <= set(expected(spec))
 
 
 def drafter_uses_own_embedding(hidden_size: int | None, target_hidden_size: int | None) -> bool:

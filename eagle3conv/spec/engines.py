@@ -39,6 +39,7 @@ from eagle3conv.findings import (
     SERVED_WITHOUT,
     Finding,
 )
+from eagle3conv.spec.canonical import EMBED, LM_HEAD
 from eagle3conv.spec.drafter import LATER_LAYER_NORMS, architecture_key, read_field
 from eagle3conv.spec.engine_rules import (  # noqa: F401 (re-exported: the rules' public types)
     ANY,
@@ -900,12 +901,12 @@ def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
         elif fw.norm_before_residual is None:
             not_read.append(f"whether {who} honours norm_before_residual")
     own = "never"
-    if fw.embedding == "own_unless_equal" and "embed_tokens.weight" in names:
+    if fw.embedding == "own_unless_equal" and EMBED in names:
         own = "unless_equal"
     elif fw.embedding is None:
         not_read.append(f"which embedding {who} uses")
     target_head = False
-    if cfg.get("draft_vocab_size") is None and "lm_head.weight" in names:
+    if cfg.get("draft_vocab_size") is None and LM_HEAD in names:
         if fw.head_without_draft_vocab_size == "target":
             if target_head_at_hand:
                 target_head = True

@@ -143,6 +143,7 @@ class CaptureResult:
     seconds: float
     capture: dict = field(default_factory=dict)
     categories: dict | None = None  # sequences per prompt category; None: the prompts named none
+    target_load_seconds: float | None = None  # loading the target (eagle3conv.api.capture sets it)
 
     def to_dict(self) -> dict:
         return {

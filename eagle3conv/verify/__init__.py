@@ -62,6 +62,9 @@ The package, bottom up (each module imports only those above it)::
 
 from __future__ import annotations
 
+import sys
+import types
+
 from eagle3conv.io.progress import Progress
 from eagle3conv.verify.evaluate import Candidate, Score, evaluate
 from eagle3conv.io.devices import resolve_device, resolve_dtype
@@ -91,3 +94,15 @@ __all__ = [
     "data_labels", "decide", "evaluate", "load_drafter_weights", "load_target_embeddings", "norm_comparison",
     "paired_difference", "read_profile", "build_profile", "replay", "resolve_device", "resolve_dtype", "smoke", "verify", "wilson",
 ]
+
+
+class _Package(types.ModuleType):
+    """This package, callable as :func:`verify`: once imported, a package's subpackage is the
+    attribute of its name (``eagle3conv.verify``), which would otherwise shadow the front door's
+    ``from eagle3conv import verify`` (eagle3conv/__init__.py) with a module."""
+
+    def __call__(self, *args, **kwargs):
+        return verify(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3conv.errors import CheckpointReadError, UsageError, WiringError
+from eagle3conv.spec.canonical import EMBED, LM_HEAD, VOCAB_MAPS
 
 
 def load_drafter_weights(root: Path) -> tuple[dict, dict]:
@@ -264,16 +265,16 @@ def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings
     from eagle3conv.spec.canonical import drafter_uses_own_embedding
 
     if target_head is not None:
-        tensors = {k: v for k, v in tensors.items() if k not in ("d2t", "t2d")}
-        tensors["lm_head.weight"] = target_head
+        tensors = {k: v for k, v in tensors.items() if k not in VOCAB_MAPS}
+        tensors[LM_HEAD] = target_head
         config = {**config, "draft_vocab_size": int(target_head.shape[0])}
     cls = drafter_class(config, tensors.keys())
     c = drafter_config(config, tensors.keys())
     if rope_interleave is not None and hasattr(c, "rope_interleave"):
         config = {**config, "rope_interleave": rope_interleave}
     own = drafter_uses_own_embedding(c.hidden_size, c.target_hidden_size) or (
-        own_embedding and "embed_tokens.weight" in tensors)
-    if own and "embed_tokens.weight" not in tensors:
+        own_embedding and EMBED in tensors)
+    if own and EMBED not in tensors:
         raise InvalidCheckpointError("the drafter's hidden size differs from the target's, so SGLang embeds tokens with the "
                          "drafter's own embed_tokens, which this checkpoint lacks",
                          hint="convert it keeping the embedding: eagle3conv fix-keys SRC --keep-embed --out DIR")
@@ -284,14 +285,14 @@ def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings
             "the checkpoint is not in SGLang's names (fc, midlayer.*, norm, lm_head): verify runs fixed drafters",
             hint="eagle3conv fix-keys CKPT --out FIXED, then eagle3conv verify FIXED")
     if not own and embeddings is not None:
-        sd = {k: v for k, v in tensors.items() if k != "embed_tokens.weight"}
+        sd = {k: v for k, v in tensors.items() if k != EMBED}
         return cls(config, sd, device=device, dtype=dtype, embed_tokens=embeddings,
                    norm_before_residual=norm_before_residual, later_layer_norm=later_layer_norm,
                    without=without, parallel_mask_token=parallel_mask_token), False
     placeholder = None
     if not own:  # the captured embedding output is used, indexed by position; no V x H copy
         placeholder = torch.zeros(1, c.hidden_size, dtype=dtype, device=device).expand(c.vocab_size, c.hidden_size)
-    sd = {k: v for k, v in tensors.items() if not (k == "embed_tokens.weight" and not own)}
+    sd = {k: v for k, v in tensors.items() if not (k == EMBED and not own)}
     return cls(config, sd, device=device, dtype=dtype, embed_tokens=placeholder,
                norm_before_residual=norm_before_residual, later_layer_norm=later_layer_norm,
                without=without, parallel_mask_token=parallel_mask_token), not own

@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eagle3conv.errors import CheckpointReadError, FolderBusyError, UsageError, VerifyFailedError, WiringError
 from eagle3conv.verify.evaluate import Candidate, Score, evaluate
@@ -47,9 +48,12 @@ from eagle3conv.verify.search import (
     screen_dtype,
     set_members,
 )
-from eagle3conv.spec.canonical import drafter_uses_own_embedding
+from eagle3conv.spec.canonical import D2T, EMBED, FC, LM_HEAD, drafter_uses_own_embedding
 from eagle3conv.spec.layers import LayerRef, LayerSet, describe, to_refs
 from eagle3conv.states.format import NO_NEXT_TOKENS
+
+if TYPE_CHECKING:
+    from eagle3conv.model.drafter import SmokeTestResult
 
 
 @dataclass(frozen=True)
@@ -199,7 +203,7 @@ class _Verification:
         _check_layers_exist(self.states, self.n, states_path)
         self.wiring_checked = self.states.layers is not None
         self.family = ev.target.family if ev.target else None
-        fc = self.tensors.get("fc.weight")
+        fc = self.tensors.get(FC)
         self.dc = dc = DrafterConfig.from_config(self.config)
         self.check = check_only(self.config, ev, fc_in=int(fc.shape[1]) if fc is not None else None,
                                 target_hidden=dc.target_hidden_size, source_format="sglang",
@@ -268,7 +272,7 @@ class _Verification:
             raise UsageError(f"{self.states_path}: these states hold no embedding output, and the drafter embeds "
                              "with the target's table", hint="pass the target's weights: --embeddings TARGET_DIR")
         head = None
-        if self.opts.embeddings is not None and config.get("draft_vocab_size") is None and "lm_head.weight" in tensors:
+        if self.opts.embeddings is not None and config.get("draft_vocab_size") is None and LM_HEAD in tensors:
             # an engine that serves the target's head in place of the drafter's (no draft_vocab_size) is run with it
             from eagle3conv.spec.engines import serving as engine_serving
 
@@ -281,7 +285,7 @@ class _Verification:
         self.serving = _Serving(config, tensors, self.states, table, self.wopts, head, raw_table=raw_table,
                                 own_only=own, stored=self.stored)
         self.table = table
-        if "embed_tokens.weight" in tensors and not own:
+        if EMBED in tensors and not own:
             from eagle3conv.wiring.audit import audit_embedding
 
             self.check.report.findings += audit_embedding(self.serving.compare(),
@@ -660,10 +664,10 @@ class _Serving:
     def compare(self) -> dict | None:
         """The drafter's own embed_tokens against the target's (computed once)."""
         if (self.embedding_comparison is None and self.tensors is not None and not self.own_only
-                and "embed_tokens.weight" in self.tensors):
+                and EMBED in self.tensors):
             from eagle3conv.verify.inputs import compare_embeddings
 
-            self.embedding_comparison = compare_embeddings(self.tensors["embed_tokens.weight"], self.states,
+            self.embedding_comparison = compare_embeddings(self.tensors[EMBED], self.states,
                                                            table=self.raw_table)
         return self.embedding_comparison
 
@@ -786,7 +790,54 @@ def _score_engines(rows, scores: list[Score], drafter, states, *, serving: _Serv
     return out
 
 
-def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto", wiring_options=None) -> dict:
+@dataclass(frozen=True)
+class SmokeResult:
+    """What ``verify`` without states found (:func:`smoke`): the drafter's forward on random inputs
+    (:class:`~eagle3conv.model.drafter.SmokeTestResult`) and, where a target is known, the wiring
+    check. ``ok``: the forward ran clean and the wiring check (if any) found no error."""
+
+    checkpoint: str
+    forward: SmokeTestResult
+    device: str
+    dtype: str  # torch's name: float32, bfloat16, float16
+    seconds: float
+    mla: bool  # an MLA drafter (Eagle3DeepseekV2ForCausalLM): the report says which forward ran
+    wiring: dict | None = None  # the wiring check's report, when one ran
+    wiring_ok: bool | None = None  # None: no wiring check
+
+    @property
+    def forward_ok(self) -> bool:
+        return self.forward.ok
+
+    @property
+    def ok(self) -> bool:
+        return self.forward.ok and self.wiring_ok is not False
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        return self.forward.problems
+
+    @property
+    def kind(self) -> str | None:
+        """Which forward ran, where it is not the Llama-style one."""
+        return "MLA drafter (Eagle3DeepseekV2ForCausalLM): its forward ran" if self.mla else None
+
+    def to_dict(self) -> dict:
+        r = self.forward
+        d = {"checkpoint": self.checkpoint, "ok": self.ok, "forward_ok": r.ok, "problems": list(r.problems),
+             "device": self.device, "dtype": self.dtype, "step1_input_width": r.step1_input_width,
+             "step2_input_width": r.step2_input_width, "logits_width": r.logits_width,
+             "vocab_size": r.vocab_size, "embedding": r.embedding_source, "seconds": round(self.seconds, 3)}
+        if self.mla:
+            d["kind"] = self.kind
+            d["engine_notes"] = list(r.engine_notes)
+        if self.wiring is not None:
+            d["wiring"] = self.wiring
+            d["wiring_ok"] = self.wiring_ok
+        return d
+
+
+def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto", wiring_options=None) -> SmokeResult:
     """The structural smoke test (no states): strict load, random inputs at step 1
     (k*T wide) and step 2 (H wide), finite outputs, logits Vd wide, d2t in range.
     With ``wiring_options`` naming a target (or a record naming one), the wiring check
@@ -796,25 +847,26 @@ def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto",
     from eagle3conv.verify.inputs import dequantize_drafter
 
     config, tensors, _ = dequantize_drafter(config, tensors)  # a quantized drafter: its weights as the scheme defines
-    d = _smoke_forward(path, config, tensors, device, dtype)
-    if wiring_options is not None:
-        from eagle3conv.wiring.apply import check_only, gather
+    r = smoke_forward(path, config, tensors, device=device, dtype=dtype)
+    if wiring_options is None:
+        return r
+    from eagle3conv.wiring.apply import check_only, gather
 
-        ev = gather(Path(path), None, config, wiring_options)
-        fc = tensors.get("fc.weight")
-        t = config.get("target_hidden_size") or config.get("hidden_size")
-        w = check_only(config, ev, fc_in=int(fc.shape[1]) if fc is not None and fc.dim() == 2 else None,
-                       target_hidden=t if isinstance(t, int) else None, source_format="sglang",
-                       fix_command=f"eagle3conv config {path}", opts=wiring_options,
-                       tensor_names=set(tensors),
-                       read_d2t=lambda: tensors["d2t"].tolist())
-        d["wiring"] = w.to_dict(str(path))
-        d["wiring_ok"] = bool(w.report.ok)
-        d["ok"] = bool(d["forward_ok"] and w.report.ok)
-    return d
+    ev = gather(Path(path), None, config, wiring_options)
+    fc = tensors.get(FC)
+    t = config.get("target_hidden_size") or config.get("hidden_size")
+    w = check_only(config, ev, fc_in=int(fc.shape[1]) if fc is not None and fc.dim() == 2 else None,
+                   target_hidden=t if isinstance(t, int) else None, source_format="sglang",
+                   fix_command=f"eagle3conv config {path}", opts=wiring_options,
+                   tensor_names=set(tensors),
+                   read_d2t=lambda: tensors[D2T].tolist())
+    return replace(r, wiring=w.to_dict(str(path)), wiring_ok=bool(w.report.ok))
 
 
-def _smoke_forward(path, config: dict, tensors: dict, device: str, dtype: str) -> dict:
+def smoke_forward(path, config: dict, tensors: dict, *, device: str = "auto", dtype: str = "auto") -> SmokeResult:
+    """The drafter's forward on random inputs (:func:`eagle3conv.model.drafter.smoke_test`) on
+    ``device`` in ``dtype`` (``auto``: bf16 on GPU, fp32 on CPU), timed: the one smoke wrapper,
+    for ``verify`` without states and push's gate alike. Loading errors are raised."""
     from eagle3conv.model import is_mla_config
     from eagle3conv.model.drafter import smoke_test
 
@@ -822,12 +874,5 @@ def _smoke_forward(path, config: dict, tensors: dict, device: str, dtype: str) -
     dt = resolve_dtype(dtype, dev)
     t0 = time.perf_counter()
     r = smoke_test(config, tensors, dev, dtype=dt)
-    d = {"checkpoint": str(path), "ok": r.ok, "forward_ok": r.ok, "problems": list(r.problems), "device": dev,
-         "dtype": str(dt).removeprefix("torch."), "step1_input_width": r.step1_input_width,
-         "step2_input_width": r.step2_input_width, "logits_width": r.logits_width,
-         "vocab_size": r.vocab_size, "embedding": r.embedding_source,
-         "seconds": round(time.perf_counter() - t0, 3)}
-    if is_mla_config(config, tensors.keys()):
-        d["kind"] = "MLA drafter (Eagle3DeepseekV2ForCausalLM): its forward ran"
-        d["engine_notes"] = list(r.engine_notes)
-    return d
+    return SmokeResult(checkpoint=str(path), forward=r, device=dev, dtype=str(dt).removeprefix("torch."),
+                       seconds=time.perf_counter() - t0, mla=is_mla_config(config, tensors.keys()))

@@ -19,6 +19,7 @@ from eagle3conv.wiring import metadata as meta
 from eagle3conv.wiring.check import WiringReport, check_wiring
 from eagle3conv.checkpoint.config import apply_edits
 from eagle3conv.wiring.config_ids import WiringEdits, provenance_record, wiring_edits
+from eagle3conv.spec.canonical import FC
 from eagle3conv.spec.layers import describe
 from eagle3conv.spec.targets import TargetProfile, get_target, target_from_config
 
@@ -187,7 +188,7 @@ def gather(root: Path | None, extras: dict | None, config: dict | None, opts: Wi
     return ev
 
 
-def fc_width(tensors: dict, name: str = "fc.weight") -> int | None:
+def fc_width(tensors: dict, name: str = FC) -> int | None:
     t = tensors.get(name)
     shape = getattr(t, "shape", None)
     return int(shape[1]) if shape is not None and len(shape) == 2 else None

@@ -47,7 +47,7 @@ from eagle3conv.findings import (
     CONFIG,
     Finding,
 )
-from eagle3conv.spec.canonical import architecture_for, drafter_uses_own_embedding
+from eagle3conv.spec.canonical import D2T, EMBED, FC_BIAS, LM_HEAD, architecture_for, drafter_uses_own_embedding
 from eagle3conv.spec.drafter import AUX_KEY, NORM_BEFORE_FC, architecture_key
 
 _NBF = NORM_BEFORE_FC.on_when.flags[0]  # the config field of the input norm before fc
@@ -86,12 +86,12 @@ def audit_config(
     draft_vocab = cfg.get("draft_vocab_size")
     mla = architecture_key(cfg, tensor_names) == "mla"  # the one MLA decision (spec.drafter)
 
-    if "lm_head.weight" in tensor_names and draft_vocab is None:
+    if LM_HEAD in tensor_names and draft_vocab is None:
         out.append(_w(AUDIT_DRAFT_VOCAB,
                       f"{where} has no draft_vocab_size but the drafter ships its own lm_head: SGLang then "
                       "uses the target's lm_head instead of the drafter's",
                       f"set draft_vocab_size in {where} to lm_head.weight's row count"))
-    if "d2t" in tensor_names and read_d2t is not None and _is_int(vocab):
+    if D2T in tensor_names and read_d2t is not None and _is_int(vocab):
         vd = draft_vocab if _is_int(draft_vocab) else None
         try:
             d2t = [int(x) for x in read_d2t()]
@@ -102,13 +102,13 @@ def audit_config(
                           f"d2t maps every draft token to itself and the draft vocab equals the target's "
                           f"({vocab}): vLLM refuses such a d2t at load; SGLang does not need it",
                           "drop d2t (and t2d) from the weights: the full vocab needs no map"))
-    if "d2t" not in tensor_names and _is_int(vocab) and _is_int(draft_vocab) and draft_vocab < vocab:
+    if D2T not in tensor_names and _is_int(vocab) and _is_int(draft_vocab) and draft_vocab < vocab:
         out.append(Finding("error", CONFIG, AUDIT_D2T_MISSING,
                            f"{where} has draft_vocab_size {draft_vocab} below the vocab {vocab} but the weights hold "
                            "no d2t: SGLang and vLLM then read draft id i as target id i, and acceptance collapses",
                            "add the d2t of the training run (the trainer's vocab mapping), or convert again with "
                            "eagle3conv fix-keys, which checks and repairs the vocab maps"))
-    if "embed_tokens.weight" in tensor_names and not drafter_uses_own_embedding(
+    if EMBED in tensor_names and not drafter_uses_own_embedding(
             cfg.get("hidden_size"), cfg.get("target_hidden_size")):
         out += audit_embedding(embedding_comparison, where=where)
     out += _rope_fields(cfg, where)
@@ -138,7 +138,7 @@ def audit_config(
                       "rope_interleave: false is honoured by SGLang only; vLLM always applies interleaved RoPE, "
                       "so one of the two serves the drafter with the RoPE layout it was not trained with",
                       "keep the layout the drafter was trained with, and serve it on the engine that honours it"))
-    if "fc.bias" in tensor_names:
+    if FC_BIAS in tensor_names:
         out.append(_w(AUDIT_ONE_ENGINE_FLAG,
                       "the drafter has an fc.bias: vLLM ignores .bias tensors silently, SGLang adds it",
                       "serve on SGLang, or fold the bias away and retrain"))
@@ -220,7 +220,7 @@ def audit_embedding(comparison: Mapping[str, Any] | None, *, where: str = "confi
                         "compared: vLLM embeds with the drafter's table unless the whole table is identical to the "
                         "target's, SGLang always uses the target's",
                         "run eagle3conv verify with --embeddings TARGET_DIR (it compares the whole table), or drop "
-                        "embed_tokens.weight")]
+                        + EMBED)]
     why = cmp.get("how") or "the target's embedding is not at hand"
     return [Finding("notice", CONFIG, AUDIT_EMBED_UNCOMPARED,
                     f"the weights hold an embed_tokens; whether it is the target's was not checked ({why}): vLLM "
