@@ -385,11 +385,10 @@ def global_search_bench(folder: Path, d: dict, dev: str, work: Path, seqs: int, 
             aux = torch.cat([hidden[o][a:b].to(dev) for o in (2, 30, 58)], dim=-1)
             emb = hidden[-1][a:b].to(dev)
             n = b - a
-            drafter.embed_tokens = emb.reshape(n * S, T)
-            ids = torch.arange(n * S, device=dev).view(n, S)
+            ids = torch.arange(n * S, device=dev).view(n, S)  # the embedding outputs, by position
             tokens = torch.zeros_like(ids)
             tokens[:, :S - 1] = ids[:, 1:]
-            guess = drafter.forward(aux, tokens).target_ids  # step 1 at t guesses target_next[t+1]
+            guess = drafter.forward(aux, tokens, embeddings=emb.reshape(n * S, T)).target_ids  # step 1 at t guesses target_next[t+1]
             target_next[a:b, 1:] = guess[:, :-1]
         del drafter, aux, emb
         if dev == "cuda":

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from eagle3conv.example import Dims, write_example
+from eagle3conv.spec.engines import Run
 from eagle3conv.spec.layers import LayerRef
 from eagle3conv.states.format import write_states
 from eagle3conv.states.readers import open_states
@@ -171,7 +172,7 @@ def test_screen_runs_the_step_the_chain_runs(tmp_path, variant):
         for n, width in (("q", dims.heads * dims.head_dim), ("k", dims.kv_heads * dims.head_dim),
                          ("v", dims.kv_heads * dims.head_dim), ("o", dims.hidden)):
             tensors[f"midlayer.self_attn.{n}_proj.bias"] = (0.2 * torch.randn(width, generator=g)).to(dt_)
-    drafter, target_embeds = build_drafter(config, tensors, "cpu", torch.float32, without=without)
+    drafter, target_embeds = build_drafter(config, tensors, "cpu", torch.float32, run=Run(without=frozenset(without)))
     assert (drafter.input_norm is not None) == (variant == "norm_before_fc")
     path = _variant_states(tmp_path, drafter, T, target_embeds)
     states = open_states(path)
