@@ -494,9 +494,8 @@ class _SplitStep:
         projection through ``W_h w``): the drafter's output at the ``flat`` positions scored
         (row-major over rows x scored columns), ``wirings`` rows of them."""
         import torch
-        import torch.nn.functional as F
 
-        from eagle3conv.model.ops import apply_rope, rms_norm
+        from eagle3conv.model.ops import apply_rope
 
         c = drafter.config
         B, S, H = g.shape
