@@ -710,15 +710,15 @@ def _score_engines(rows, scores: list[Score], drafter, states, *, serving: _Serv
     out: list[EngineScore] = []
     for row in rows:
         rel = row.release
-        fw = serving.of(rel) if serving is not None else None  # its Run: equal Runs run the drafter alike
-        info = {"run": fw, "emulated": tuple(serving.describe(fw)) if fw is not None else ()}
+        run = serving.of(rel) if serving is not None else None
+        info = {"run": run, "emulated": tuple(serving.describe(run)) if run is not None else ()}
         if row.layers is None:
             why = (row.capture.error.message if row.capture.error else row.capture.unknown
                    or "the engine captures nothing usable from this config")
             out.append(EngineScore(rel.spec, str(rel), not_scored=why, **info))
             continue
-        if fw is not None and fw.refused:
-            out.append(EngineScore(rel.spec, str(rel), not_scored="; ".join(fw.refused), **info))
+        if run is not None and run.refused:
+            out.append(EngineScore(rel.spec, str(rel), not_scored="; ".join(run.refused), **info))
             continue
         k = drafter.config.num_aux
         if len(row.layers) != k:
@@ -727,7 +727,7 @@ def _score_engines(rows, scores: list[Score], drafter, states, *, serving: _Serv
                                    "what to write or launch with)", **info))
             continue
         refs = row.layers
-        key = fw
+        key = run  # a Run is its own key: releases that run the drafter alike share one build and score
         s = done.get((refs, key))
         if s is None:
             try:
@@ -742,9 +742,9 @@ def _score_engines(rows, scores: list[Score], drafter, states, *, serving: _Serv
                                                                           "before this engine's forward was built",
                                            **info))
                     continue
-                config, tensors = serving.tensors_for(fw)
+                config, tensors = serving.tensors_for(run)
                 built[key] = build_drafter(config, tensors, device, dtype, embeddings=serving.table,
-                                           head=serving.head, run=fw)
+                                           head=serving.head, run=run)
             runner, embeds = built[key]
             s = evaluate(runner, states, Candidate(f"engine {rel.spec}", refs,
                                                    f"what {rel} captures from this config, run as it "
