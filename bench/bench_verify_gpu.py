@@ -245,7 +245,7 @@ def ttt_attention_flash_lse(self, q, keys, values, chunk_size):
     return out.to(q.dtype)
 
 
-def mla_qkv_with_cat(self, g, input_ids, position_offset):
+def mla_qkv_with_cat(self, g, input_ids, position_offset, embeddings=None):
     """The MLA step's q/k/v as eagle3conv built them before 2026-12-01 (kept here to time the change
     side by side): q = cat(q_nope, q_pe), k = cat(k_nope, k_pe expanded), v made contiguous."""
     from eagle3conv.model.mla import mla_rotate
@@ -253,7 +253,7 @@ def mla_qkv_with_cat(self, g, input_ids, position_offset):
 
     c = self.config
     eps = c.rms_norm_eps
-    residual, x = self._layer_input(g, input_ids)
+    residual, x = self._layer_input(g, input_ids, embeddings)
     b, s, _ = x.shape
     nh, nope, rope = c.num_heads, c.qk_nope_head_dim, c.qk_rope_head_dim
     c_q = rms_norm(F.linear(x, self.q_a_proj), self.q_a_layernorm, eps)
@@ -319,7 +319,7 @@ def flash_lse_chain_keys():
     return FlashLseChainKeys
 
 
-def qkv_no_cat(self, g, input_ids, position_offset):
+def qkv_no_cat(self, g, input_ids, position_offset, embeddings=None):
     """_qkv with fused RMSNorms written straight into the two halves of x (no cat)."""
     from eagle3conv.model.ops import apply_rope
 
@@ -327,7 +327,7 @@ def qkv_no_cat(self, g, input_ids, position_offset):
     eps = c.rms_norm_eps
     b, s, h = g.shape
     x = torch.empty(b, s, 2 * h, device=g.device, dtype=g.dtype)
-    embeds = F.embedding(input_ids.to(self.device), self.embed_tokens)
+    embeds = self.embed(input_ids, embeddings)
     torch.mul(F.rms_norm(embeds, (h,), eps=eps), self.input_layernorm, out=x[..., :h])
     torch.mul(F.rms_norm(g, (h,), eps=eps), self.hidden_norm, out=x[..., h:])
     normed_g = x[..., h:]
@@ -385,11 +385,10 @@ def global_search_bench(folder: Path, d: dict, dev: str, work: Path, seqs: int, 
             aux = torch.cat([hidden[o][a:b].to(dev) for o in (2, 30, 58)], dim=-1)
             emb = hidden[-1][a:b].to(dev)
             n = b - a
-            drafter.embed_tokens = emb.reshape(n * S, T)
-            ids = torch.arange(n * S, device=dev).view(n, S)
+            ids = torch.arange(n * S, device=dev).view(n, S)  # the embedding outputs, by position
             tokens = torch.zeros_like(ids)
             tokens[:, :S - 1] = ids[:, 1:]
-            guess = drafter.forward(aux, tokens).target_ids  # step 1 at t guesses target_next[t+1]
+            guess = drafter.forward(aux, tokens, embeddings=emb.reshape(n * S, T)).target_ids  # step 1 at t guesses target_next[t+1]
             target_next[a:b, 1:] = guess[:, :-1]
         del drafter, aux, emb
         if dev == "cuda":

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from eagle3conv.errors import InvalidCheckpointError, UsageError
+from eagle3conv.spec.engines import Run
 from eagle3conv.model.drafter import (
     DrafterConfig,
     Eagle3Drafter,
@@ -330,7 +331,7 @@ def test_norm_before_residual_changes_output_and_can_be_overridden() -> None:
     config = make_config(norm_before_residual=True)
     sd = make_state_dict(config, embed=True)
     vllm_style = Eagle3Drafter(config, sd, dtype=torch.float32)
-    sglang_style = Eagle3Drafter(config, sd, dtype=torch.float32, norm_before_residual=False)
+    sglang_style = Eagle3Drafter(config, sd, dtype=torch.float32, run=Run(norm_before_residual=False))
     plain = Eagle3Drafter(make_config(), sd, dtype=torch.float32)
     aux, ids = rand_inputs(plain)
     assert not torch.allclose(vllm_style.forward(aux, ids).logits, plain.forward(aux, ids).logits)

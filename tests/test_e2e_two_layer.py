@@ -27,6 +27,7 @@ import pytest
 import torch
 
 from eagle3conv.verify import verify
+from eagle3conv.spec.engines import Run
 from eagle3conv.verify.stats import paired_difference
 from helpers import NEWEST_VLLM, run
 from test_e2e_smollm2 import heldout_states  # noqa: F401 (the 60 held-out conversations, captured fresh)
@@ -98,13 +99,15 @@ def test_two_layer_training_module_is_saved_as_multi_layer_trainers_save_it_and_
     ids = torch.randint(0, common.VOCAB, (2, 19), generator=g)
     with torch.no_grad():
         mine = model.chain(aux, [common.shifted(ids, k + 1) for k in range(3)])
-    as_vllm = Eagle3Drafter(config, sd, embed_tokens=embed, dtype=torch.float32, later_layer_norm="input_layernorm")
+    as_vllm = Eagle3Drafter(config, sd, embed_tokens=embed, dtype=torch.float32,
+                            run=Run(later_layer_norm="input_layernorm"))
     assert as_vllm.untrained == []
     chain = as_vllm.draft_chain(aux, ids, 3, return_logits=True)
     scale = float(chain.logits.abs().max())
     for k in range(3):
         assert torch.allclose(chain.logits[k], mine[k], atol=1e-4 * max(1.0, scale)), k
-    as_sglang = Eagle3Drafter(config, sd, embed_tokens=embed, dtype=torch.float32, later_layer_norm="hidden_norm")
+    as_sglang = Eagle3Drafter(config, sd, embed_tokens=embed, dtype=torch.float32,
+                              run=Run(later_layer_norm="hidden_norm"))
     assert as_sglang.untrained == [NORMS[1]]
     other = as_sglang.draft_chain(aux, ids, 3, return_logits=True)
     assert float((other.logits[0] - chain.logits[0]).abs().max()) > 1e-2 * scale

@@ -128,13 +128,9 @@ from eagle3conv.spec.engine_rules import load_engine_file, load_families_file  #
 from eagle3conv.spec.variants import Handling, load_switches, switches  # noqa: E402
 
 # where a switch's name may stand as a string literal outside spec/ and model/ (the ast scan below):
-# example.py writes other tools' files (trainer configs) in their own field names; the two verify
-# entries are the forward's keywords and verify --json's "forward" field, which the Run value of issue
-# 27 (bullet 2) replaces -- drop them when it lands
+# example.py writes other tools' files (trainer configs) in their own field names
 SPELLED_ELSEWHERE = {
     "eagle3conv/example.py": None,
-    "eagle3conv/verify/run.py": {"norm_before_residual": 2},
-    "eagle3conv/verify/evaluate.py": {"fc": 1},
 }
 
 

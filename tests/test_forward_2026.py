@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from eagle3conv.errors import UsageError
 from eagle3conv.model.drafter import Eagle3Drafter, expected_shapes
 from eagle3conv.model.mla import Eagle3MLADrafter
+from eagle3conv.spec.engines import Run
 
 H, T, NH, NKV, HD, INTER, V, VD = 64, 48, 4, 2, 16, 128, 256, 96
 TOL = {"atol": 1e-5, "rtol": 1e-5}
@@ -104,8 +105,11 @@ def make_state_dict(config: dict[str, Any], *, seed: int = 0) -> dict[str, torch
     return sd
 
 
-def drafter(config: dict[str, Any], sd: dict[str, torch.Tensor], **kwargs: Any) -> Eagle3Drafter:
-    return Eagle3Drafter(config, sd, dtype=torch.float32, **kwargs)
+def drafter(config: dict[str, Any], sd: dict[str, torch.Tensor], **run: Any) -> Eagle3Drafter:
+    """The drafter run as ``run`` (:class:`Run`'s fields) says."""
+    if "without" in run:
+        run["without"] = frozenset(run["without"])
+    return Eagle3Drafter(config, sd, dtype=torch.float32, run=Run(**run))
 
 
 def inputs(width: int, batch: int = 2, seq: int = 12, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -679,7 +683,7 @@ def test_two_layer_mla_matches_transformers_deepseek_v3(variant: dict[str, Any],
     config = mla_config(num_hidden_layers=2, **variant)
     sd = mla_state_dict(config)
     assert sd["layers.1.self_attn.kv_a_proj_with_mqa.weight"].shape[1] == config["hidden_size"]
-    mine = Eagle3MLADrafter(config, sd, dtype=torch.float32, later_layer_norm=later_norm)
+    mine = Eagle3MLADrafter(config, sd, dtype=torch.float32, run=Run(later_layer_norm=later_norm))
     ref = MLAReference(config, sd, later_norm)
     aux, ids = inputs(3 * config["hidden_size"], seq=10)
     want = ref.chain(aux, ids, 3)

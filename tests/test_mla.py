@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from eagle3conv.errors import InvalidCheckpointError
 from eagle3conv.model import build_drafter, drafter_class
 from eagle3conv.model.drafter import Eagle3Drafter, smoke_test
+from eagle3conv.spec.engines import Run
 from eagle3conv.model.mla import (
     Eagle3MLADrafter,
     MLAConfig,
@@ -489,7 +490,7 @@ def test_no_q_lora_loads_but_notes_that_sglang_refuses_it() -> None:
 )
 def test_engine_notes_name_what_one_engine_ignores(overrides: dict, expected: str) -> None:
     config = make_config(**overrides)
-    drafter = Eagle3MLADrafter(config, make_state_dict(config), norm_before_residual=False)
+    drafter = Eagle3MLADrafter(config, make_state_dict(config), run=Run(norm_before_residual=False))
     assert len(drafter.engine_notes) == 1 and expected in drafter.engine_notes[0]
 
 

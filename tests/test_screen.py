@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from eagle3conv.example import Dims, write_example
+from eagle3conv.spec.engines import Run
 from eagle3conv.spec.layers import LayerRef
 from eagle3conv.states.format import write_states
 from eagle3conv.states.readers import open_states
@@ -144,7 +145,8 @@ def _variant_states(root, drafter, T: int, target_embeds: bool, wiring=(1, 3, 4)
 
 
 @pytest.mark.parametrize("variant", ["norm_before_fc", "sglang without fc (k x T == H)",
-                                     "fc and attention biases, norm_before_residual"])
+                                     "fc and attention biases, norm_before_residual", "eagle-3.1 fc_norm",
+                                     "fc_norm ignored (run without it)"])
 def test_screen_runs_the_step_the_chain_runs(tmp_path, variant):
     """The screen composes step 1 from per-slot projections; for an EAGLE-3.1 drafter with
     input_norm over the concatenation (norm_before_fc), for SGLang's width dispatch (k x T ==
@@ -163,6 +165,12 @@ def test_screen_runs_the_step_the_chain_runs(tmp_path, variant):
         g = torch.Generator().manual_seed(3)
         tensors["input_norm.weight"] = (1 + 0.4 * torch.randn(3 * T, generator=g)).to(tensors["fc.weight"].dtype)
         config["norm_before_fc"] = True
+    if "fc_norm" in variant:
+        g = torch.Generator().manual_seed(4)
+        for i in range(3):
+            tensors[f"fc_norm.{i}.weight"] = (1 + 0.4 * torch.randn(T, generator=g)).to(tensors["fc.weight"].dtype)
+        config["fc_norm"] = True
+        without = ("fc_norm",) if "ignored" in variant else ()
     if variant.startswith("fc and attention biases"):
         g = torch.Generator().manual_seed(5)
         config.update(bias=True, attention_bias=True, norm_before_residual=True)
@@ -171,8 +179,9 @@ def test_screen_runs_the_step_the_chain_runs(tmp_path, variant):
         for n, width in (("q", dims.heads * dims.head_dim), ("k", dims.kv_heads * dims.head_dim),
                          ("v", dims.kv_heads * dims.head_dim), ("o", dims.hidden)):
             tensors[f"midlayer.self_attn.{n}_proj.bias"] = (0.2 * torch.randn(width, generator=g)).to(dt_)
-    drafter, target_embeds = build_drafter(config, tensors, "cpu", torch.float32, without=without)
+    drafter, target_embeds = build_drafter(config, tensors, "cpu", torch.float32, run=Run(without=frozenset(without)))
     assert (drafter.input_norm is not None) == (variant == "norm_before_fc")
+    assert bool(drafter.fc_norm) == (variant == "eagle-3.1 fc_norm")
     path = _variant_states(tmp_path, drafter, T, target_embeds)
     states = open_states(path)
     refs = sorted(states.layers, key=lambda r: r.output_of)

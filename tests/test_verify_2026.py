@@ -20,6 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from eagle3conv.spec.canonical import expected
 from eagle3conv.spec.drafter import DrafterSpec
+from eagle3conv.spec.engines import Run
 from eagle3conv.spec.layers import outputs
 from eagle3conv.states.format import StatesFile, write_states
 from eagle3conv.verify import load_drafter_weights
@@ -62,7 +63,7 @@ def extend(drafter: Path, dest: Path, *, seed: int = 1, differ: bool = True, dro
 
 def labelled(drafter: Path, captured: Path, out: Path, **run_as) -> Path:
     """The captured states with target_next replaced by ``drafter``'s own step-1 guesses under the
-    trained layers, run with ``run_as`` (Eagle3Drafter's engine arguments): independent of verify."""
+    trained layers, run with ``run_as`` (:class:`Run`'s fields): independent of verify."""
     from eagle3conv.model import build_drafter
 
     config, tensors = load_drafter_weights(drafter)
@@ -71,7 +72,7 @@ def labelled(drafter: Path, captured: Path, out: Path, **run_as) -> Path:
         emb = st.embeddings()
         table = torch.zeros(config["vocab_size"], config["hidden_size"])
         table[ids[mask]] = emb[mask].float()
-        d = build_drafter(config, tensors, dtype=torch.float32, embed_tokens=table, **run_as)
+        d = build_drafter(config, tensors, dtype=torch.float32, embed_tokens=table, run=Run(**run_as))
         nxt = torch.zeros_like(ids)
         nxt[:, :-1] = ids[:, 1:]
         guess = d.forward(st.aux(outputs(*TRAINED)).float(), nxt).target_ids

@@ -217,7 +217,7 @@ class TrainableDrafter(nn.Module):
     0.9.0 and vLLM 0.33.0 run them: ``h = h + attn(input_layernorm(h))``, then the MLP, on the
     previous layer's output h; no ``hidden_norm``. Each layer's output feeds the next, the last
     one's feeds ``norm``/``lm_head`` and is the next step's state. ``Eagle3Drafter(...,
-    later_layer_norm="input_layernorm")`` computes the same.
+    run=Run(later_layer_norm="input_layernorm"))`` computes the same.
 
     :meth:`chain` is EAGLE-3's training-time test, laid out as
     ``Eagle3Drafter.draft_chain`` with teacher forcing: step k at index t reads

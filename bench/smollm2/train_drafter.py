@@ -79,6 +79,8 @@ sys.path.insert(0, str(REPO))
 import common  # noqa: E402
 from common import EMBEDDING, NUM_LAYERS, TRAINED_ON, VOCAB, WIRINGS, state_key  # noqa: E402
 
+from eagle3conv.spec.engines import Run  # noqa: E402
+
 TOPICS = [
     "photosynthesis", "black holes", "the French Revolution", "sorting algorithms", "coffee",
     "volcanoes", "the immune system", "jazz music", "the Roman Empire", "climate change",
@@ -451,13 +453,13 @@ def save_fixture(model, config, d2t, t2d, states, folder: Path, args, label_coun
 def later_norm_kwargs(config: dict) -> dict:
     """``Eagle3Drafter`` arguments that run a multi-layer fixture's later layers as it was trained
     (``input_layernorm``, as speculators and vLLM); nothing for a 1-layer drafter."""
-    return {"later_layer_norm": "input_layernorm"} if int(config.get("num_hidden_layers", 1)) > 1 else {}
+    return {"run": Run(later_layer_norm="input_layernorm")} if int(config.get("num_hidden_layers", 1)) > 1 else {}
 
 
 def check_strict_load(model, folder: Path, embed: torch.Tensor, states: dict, layers=TRAINED_ON) -> float:
     """Load the saved files strictly into Eagle3Drafter; compare its draft_chain logits with the
     trained module's (weights rounded to bf16 in both). Returns the max abs difference. A multi-layer
-    drafter runs its later layers with ``later_layer_norm="input_layernorm"`` (:func:`later_norm_kwargs`)."""
+    drafter runs its later layers with ``Run(later_layer_norm="input_layernorm")`` (:func:`later_norm_kwargs`)."""
     from safetensors.torch import load_file
 
     from eagle3conv.model.drafter import Eagle3Drafter
@@ -501,7 +503,8 @@ def check_later_layers(folder: Path, embed: torch.Tensor) -> dict:
     assert got == want, {"extra": sorted(got - want), "missing": sorted(want - got)}
     for i in range(1, n):
         assert sd[f"layers.{i}.self_attn.q_proj.weight"].shape[1] == h  # reads the previous layer's output
-    as_sglang = Eagle3Drafter(config, sd, embed_tokens=embed, dtype=torch.float32, later_layer_norm="hidden_norm")
+    as_sglang = Eagle3Drafter(config, sd, embed_tokens=embed, dtype=torch.float32,
+                              run=Run(later_layer_norm="hidden_norm"))
     untrained = list(as_sglang.untrained)
     assert untrained == [f"layers.{i}.hidden_norm.weight" for i in range(1, n)], untrained
     norms = {k: [round(float(sd[k].float().mean()), 4), round(float(sd[k].float().std()), 4)]
@@ -614,7 +617,8 @@ def evaluate_later_norms(folder: Path, embed: torch.Tensor, heldout: dict, steps
     for name, norm in (("vllm: input_layernorm (trained)", "input_layernorm"),
                        ("sglang: hidden_norm (absent: ones)", "hidden_norm")):
         t = time.time()
-        d = Eagle3Drafter(config, sd, embed_tokens=embed, dtype=torch.float32, device=device, later_layer_norm=norm)
+        d = Eagle3Drafter(config, sd, embed_tokens=embed, dtype=torch.float32, device=device,
+                          run=Run(later_layer_norm=norm))
         r = acceptance(d, heldout, layers, steps)
         runs[name] = (r.pop("_step1"), r.pop("_lengths"))
         r.update({"later_layer_norm": norm, "untrained": list(d.untrained), "seconds": round(time.time() - t, 1)})

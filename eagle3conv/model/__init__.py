@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from eagle3conv.model.drafter import DrafterConfig, Eagle3Drafter
+    from eagle3conv.spec.engines import Run
 
 __all__ = ["FORWARDS", "build_drafter", "drafter_class", "drafter_config", "is_mla_config"]
 
@@ -59,11 +60,12 @@ def drafter_config(config: Mapping[str, Any], keys: Any = ()) -> DrafterConfig:
 
 
 def build_drafter(
-    config: Mapping[str, Any], state_dict: Mapping[str, Tensor], **kwargs: Any
+    config: Mapping[str, Any], state_dict: Mapping[str, Tensor], *, run: Run | None = None, **kwargs: Any
 ) -> Eagle3Drafter:
-    """Load a drafter strictly with the class its architecture needs.
+    """Load a drafter strictly with the class its architecture needs, run as ``run`` says (how an
+    engine release runs it: :func:`eagle3conv.spec.engines.serving`; None: as config.json says).
 
     ``kwargs`` are :class:`~eagle3conv.model.drafter.Eagle3Drafter`'s (``device``,
-    ``dtype``, ``embed_tokens``, ``norm_before_residual``).
+    ``dtype``, ``embed_tokens``).
     """
-    return drafter_class(config, state_dict.keys())(config, state_dict, **kwargs)
+    return drafter_class(config, state_dict.keys())(config, state_dict, run=run, **kwargs)

@@ -48,6 +48,7 @@ from eagle3conv.spec.canonical import (
 from eagle3conv.spec.config_check import layer_count_problem
 from eagle3conv.spec.drafter import AUX_KEY, LATER_LAYER_NORMS, DrafterSpec, flag
 from eagle3conv.spec.variants import switches
+from eagle3conv.spec.engines import Run
 from eagle3conv.findings import (
     LOGITS_SHAPE,
     NONFINITE_HIDDEN,
@@ -341,8 +342,10 @@ class Eagle3Drafter:
         embed_tokens: ``[V, H]`` token embedding, normally the target's (SGLang replaces
             the drafter's own). Defaults to the checkpoint's ``embed_tokens.weight``.
         device, dtype: where and in which float dtype to run. ``d2t`` stays int64.
-        norm_before_residual: override the config's value; pass ``False`` to run
-            a drafter as SGLang does (SGLang has no such option).
+        run: how an engine release runs the drafter (:class:`~eagle3conv.spec.engines.Run`, from
+            :func:`eagle3conv.spec.engines.serving`), read here once: the residual norm, the later
+            layers' input norm, the switches it ignores, whose embedding, P-EAGLE's mask token, the
+            RoPE layout (MLA). Default: as config.json says.
 
     Raises:
         InvalidCheckpointError: the config or tensors break a rule.
@@ -357,10 +360,7 @@ class Eagle3Drafter:
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.bfloat16,
         embed_tokens: Tensor | None = None,
-        norm_before_residual: bool | None = None,
-        later_layer_norm: str = "hidden_norm",
-        without: Iterable[str] = (),
-        parallel_mask_token: int | None = None,
+        run: Run | None = None,
     ) -> None:
         layers = layer_count_problem(config, state_dict)  # before the key lists: one error naming the field
         if layers is not None:
@@ -377,22 +377,23 @@ class Eagle3Drafter:
                 )
         self._check_state(state_dict, c)
         _check_vocab_maps(c.vocab_size, state_dict)
-        if norm_before_residual is not None:
-            c = replace(c, norm_before_residual=norm_before_residual)
-        if later_layer_norm not in LATER_LAYER_NORMS:
-            raise UsageError(f"later_layer_norm must be one of {LATER_LAYER_NORMS}, got {later_layer_norm!r}")
-        unknown = set(without) - set(SKIPPABLE)
+        run = Run() if run is None else run
+        if run.later_layer_norm not in LATER_LAYER_NORMS:
+            raise UsageError(f"later_layer_norm must be one of {LATER_LAYER_NORMS}, got {run.later_layer_norm!r}")
+        unknown = set(run.without) - set(SKIPPABLE)
         if unknown:
             raise UsageError(f"cannot run without {sorted(unknown)}; only without {SKIPPABLE}")
-        if "fc" in without and c.fc_in_features != c.hidden_size:
+        if "fc" in run.without and c.fc_in_features != c.hidden_size:
             raise UsageError("only a drafter whose k aux states are hidden_size wide can run without fc")
+        #: how this drafter is run (an engine release's reading of it; Run(): as config.json says)
+        self.run = run
         #: the switches this run ignores as an engine release does (their tensors are loaded, unused)
-        self.without = frozenset(without)
+        self.without = frozenset(run.without)
         #: the norm a later decoder layer applies to its input (vLLM: input_layernorm, SGLang: hidden_norm)
-        self.later_layer_norm = later_layer_norm
+        self.later_layer_norm = run.later_layer_norm
         #: P-EAGLE run as vLLM drafts in parallel: the mask token of draft positions 2.. (None: chained)
-        self.parallel_mask_token = parallel_mask_token
-        self.config = c
+        self.parallel_mask_token = run.parallel_mask_token
+        self.config = c = self._run_config(c, run)
         self.device = torch.device(device)
         self.dtype = dtype
 
@@ -427,7 +428,11 @@ class Eagle3Drafter:
             else torch.zeros(c.draft_vocab_size, dtype=torch.long, device=self.device)
         )
 
-        if embed_tokens is not None:
+        if run.own_embedding != "never" and EMBED in state_dict:
+            # the drafter's own table (an engine that keeps it: "unless_equal" runs the same numbers either way)
+            self.embed_tokens = w(EMBED)
+            self.embedding_source = "checkpoint"
+        elif embed_tokens is not None:
             if tuple(embed_tokens.shape) != (c.vocab_size, c.hidden_size):
                 raise UsageError(
                     f"embed_tokens has shape {list(embed_tokens.shape)}; the drafter needs "
@@ -453,6 +458,10 @@ class Eagle3Drafter:
                 raise InvalidCheckpointError(f"config.json: unknown hidden_act {c.hidden_act!r}")
             self._act = ACT2FN[c.hidden_act]
         self._init_rope(config)
+
+    def _run_config(self, c: DrafterConfig, run: Run) -> DrafterConfig:
+        """The parsed config as ``run`` runs it (the residual norm; MLA: the RoPE layout too)."""
+        return c if run.norm_before_residual is None else replace(c, norm_before_residual=run.norm_before_residual)
 
     def uses(self, switch: str) -> bool:
         """Whether this run applies a config switch: set in config.json and not ignored (``without``)."""
@@ -537,6 +546,67 @@ class Eagle3Drafter:
             )
         return F.linear(hidden, self.fc_weight, self.fc_bias)
 
+    # Step 1 factored per aux slot, for a caller that sums many wirings' slots (verify's screen):
+    # combine(slot_projection(x_s, s) for each slot s, slot_sq_mean(x_s) for each s) is step 1's
+    # output (_project_aux's; run without fc, the aux states themselves) up to rounding (the sums
+    # are reassociated: tests/test_step1_pieces.py holds the two together for every variant).
+
+    @property
+    def step1_factors(self) -> bool:
+        """Whether step 1 is a sum of per-slot linear maps scaled once per position (False with both
+        norm_before_fc and fc_norm: the concatenation's norm does not factor through fc_norm)."""
+        return not (self.input_norm is not None and self.fc_norm and "fc" not in self.without)
+
+    @property
+    def step1_bias(self) -> Tensor | None:
+        """What step 1 adds after the per-slot sum: fc's bias (None: no bias, or run without fc)."""
+        return None if "fc" in self.without else self.fc_bias
+
+    def slot_projection(self, state: Tensor, slot: int, *, out: Tensor | None = None) -> Tensor:
+        """Step 1's linear part of aux slot ``slot`` holding ``state`` ``[..., T]`` -> ``[..., H]``: fc's
+        columns of that slot over the slot's fc_norm (EAGLE-3.1) and input_norm's weight
+        (norm_before_fc; its 1/rms is :meth:`combine`'s); run without fc (SGLang's width dispatch),
+        the state in the slot's place. ``out``: written there."""
+        T = self.config.target_hidden_size
+        cols = slice(slot * T, (slot + 1) * T)
+        if "fc" in self.without:
+            res = state.new_zeros(*state.shape[:-1], self.config.hidden_size) if out is None else out.zero_()
+            res[..., cols] = state
+            return res
+        x = state
+        if self.fc_norm:
+            x = self.fc_norm[slot] * F.rms_norm(x, (T,), eps=self.config.rms_norm_eps)
+        if self.input_norm is not None:
+            x = x * self.input_norm[cols]
+        return torch.matmul(x, self.fc_weight[:, cols].t(), out=out)
+
+    def slot_sq_mean(self, state: Tensor) -> Tensor | None:
+        """What :meth:`combine` needs of a slot's ``state`` for input_norm's 1/rms over the
+        concatenation: its mean square ``[...]`` in fp32; None when step 1 has no such norm."""
+        if self.input_norm is None or "fc" in self.without:
+            return None
+        return state.float().pow(2).mean(-1)
+
+    def combine(self, parts: Iterable[Tensor], sq_means: Iterable[Tensor] | None = None, *,
+                bias: Tensor | None | str = "step1") -> Tensor:
+        """Step 1's output from its slots' :meth:`slot_projection` (``parts``, summed in order): times
+        input_norm's 1/rms of the concatenation, ``rsqrt(mean over the slots' sq_means + eps)``
+        (``sq_means``: their :meth:`slot_sq_mean`, None when that is None), plus :attr:`step1_bias`.
+        Parts taken further through a linear map L (and their bias through it) are combined with
+        ``bias=L(step1_bias)`` (None where :attr:`step1_bias` is None)."""
+        it = iter(parts)
+        g = next(it)
+        for p in it:
+            g = g + p
+        if sq_means is not None:
+            it = iter(sq_means)
+            ms, n = next(it), 1
+            for m in it:
+                ms, n = ms + m, n + 1
+            g = (g.float() * torch.rsqrt(ms / n + self.config.rms_norm_eps)[..., None]).to(g.dtype)
+        b = self.step1_bias if isinstance(bias, str) else bias
+        return g if b is None else g + b
+
     def _input_state(self, hidden: Tensor) -> Tensor:
         """Dispatch on width as SGLang does: H wide -> own state, else fc over aux states."""
         c = self.config
@@ -552,7 +622,18 @@ class Eagle3Drafter:
             f"or {c.hidden_size} (the drafter's own state) at later steps"
         )
 
-    def _layer_input(self, g: Tensor, input_ids: Tensor) -> tuple[Tensor, Tensor]:
+    def embed(self, input_ids: Tensor, embeddings: Tensor | None = None) -> Tensor:
+        """The token embeddings of ``input_ids``: rows of ``embeddings`` when given (a table the ids
+        index instead: verify's captured embedding outputs, indexed by position), else of the
+        drafter's table."""
+        return F.embedding(input_ids.to(self.device), self.embed_tokens if embeddings is None else embeddings)
+
+    def layer0_residual(self, g: Tensor) -> Tensor:
+        """The residual layer 0 adds its attention output to: ``g``, or ``hidden_norm(g)`` where the
+        run norms the residual (norm_before_residual)."""
+        return rms_norm(g, self.hidden_norm, self.config.rms_norm_eps) if self.config.norm_before_residual else g
+
+    def _layer_input(self, g: Tensor, input_ids: Tensor, embeddings: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """The residual (``g``, or ``hidden_norm(g)`` with ``norm_before_residual``) and the
         attention input ``cat(input_layernorm(embed(ids)), hidden_norm(g))``, 2H wide, embedding
         first: the same for every attention the drafter may have (Llama, MLA)."""
@@ -560,7 +641,7 @@ class Eagle3Drafter:
         eps = c.rms_norm_eps
         h = g.shape[-1]
         x = g.new_empty(*g.shape[:-1], 2 * h)  # the norms are written into its halves: no cat
-        embeds = F.embedding(input_ids.to(self.device), self.embed_tokens)
+        embeds = self.embed(input_ids, embeddings)
         rms_norm(embeds, self.input_layernorm, eps, out=x[..., :h])
         normed_g = rms_norm(g, self.hidden_norm, eps, out=x[..., h:])
         residual = normed_g if c.norm_before_residual else g
@@ -581,10 +662,10 @@ class Eagle3Drafter:
         return apply_rope(q.transpose(1, 2), cos, sin), apply_rope(k.transpose(1, 2), cos, sin), v
 
     def _qkv(
-        self, g: Tensor, input_ids: Tensor, position_offset: int
+        self, g: Tensor, input_ids: Tensor, position_offset: int, embeddings: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Residual, then RoPE'd q [B,nh,S,hd] and k, v [B,nkv,S,hd] from cat(embeds, hidden)."""
-        residual, x = self._layer_input(g, input_ids)
+        residual, x = self._layer_input(g, input_ids, embeddings)
         att = {"q": self.q_proj, "k": self.k_proj, "v": self.v_proj, "q_bias": self.q_bias, "k_bias": self.k_bias,
                "v_bias": self.v_bias, "q_norm": self.q_norm, "k_norm": self.k_norm}
         return (residual, *self._project(x, att, position_offset))
@@ -629,6 +710,13 @@ class Eagle3Drafter:
     def _causal(self, i: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.gqa, scale=self._attn_scale)
 
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+        """Layer 0's attention of ``q`` over ``k``, ``v`` (SDPA with this drafter's key/value heads and
+        softmax scale): under the boolean ``mask`` ``[Sq, Sk]``, causal without one."""
+        if mask is None:
+            return self._causal(0, q, k, v)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.gqa, scale=self._attn_scale)
+
     def _finish(self, residual: Tensor, attn: Tensor, position_offset: int = 0) -> StepOutput:
         """o_proj + residual, SwiGLU MLP + residual, any later layers (causal attention), head, d2t."""
         return self._head(self._layers(residual, attn, position_offset, self._causal))
@@ -646,7 +734,8 @@ class Eagle3Drafter:
     # ------------------------------------------------------------------ public
 
     @torch.inference_mode()
-    def forward(self, hidden: Tensor, input_ids: Tensor, *, position_offset: int = 0) -> StepOutput:
+    def forward(self, hidden: Tensor, input_ids: Tensor, *, position_offset: int = 0,
+                embeddings: Tensor | None = None) -> StepOutput:
         """One draft step over whole sequences with plain causal attention.
 
         Args:
@@ -657,6 +746,7 @@ class Eagle3Drafter:
                 that follows the state ``hidden[:, t]`` (SGLang's draft-extend layout:
                 tokens shifted left by one against the states).
             position_offset: RoPE position of index 0.
+            embeddings: a table ``input_ids`` index instead of the drafter's (:meth:`embed`).
 
         ``logits[:, t]`` guesses the token after ``input_ids[:, t]``. Right-padded
         batches are fine: attention is causal, so padding only affects its own rows.
@@ -664,7 +754,7 @@ class Eagle3Drafter:
         previous layer's output).
         """
         g = self._input_state(hidden)
-        residual, q, k, v = self._qkv(g, input_ids, position_offset)
+        residual, q, k, v = self._qkv(g, input_ids, position_offset, embeddings)
         return self._finish(residual, self._causal(0, q, k, v), position_offset)
 
     __call__ = forward
@@ -682,14 +772,14 @@ class Eagle3Drafter:
         return self._rope_scale
 
     def attention_inputs(
-        self, hidden: Tensor, input_ids: Tensor, *, position_offset: int = 0
+        self, hidden: Tensor, input_ids: Tensor, *, position_offset: int = 0, embeddings: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """The first half of :meth:`forward`: residual, then layer 0's RoPE'd q ``[B,nh,S,d]``, k and v.
 
         ``hidden`` is ``[B, S, k*T]`` aux states (``fc`` applied) or ``[B, S, H]`` the
-        drafter's own state, as in :meth:`forward`.
+        drafter's own state, as in :meth:`forward` (``embeddings`` too).
         """
-        return self._qkv(self._input_state(hidden), input_ids, position_offset)
+        return self._qkv(self._input_state(hidden), input_ids, position_offset, embeddings)
 
     def finish(self, residual: Tensor, attn: Tensor, *, position_offset: int = 0) -> StepOutput:
         """The second half of :meth:`forward`: o_proj + residual, MLP, any later layers (with causal
@@ -708,6 +798,7 @@ class Eagle3Drafter:
         return_logits: bool = False,
         chunk_size: int = 512,
         parallel: bool | None = None,
+        embeddings: Tensor | None = None,
     ) -> DraftChain:
         """Run ``num_steps`` draft steps over whole sequences, as EAGLE-3's training-time test.
 
@@ -744,6 +835,9 @@ class Eagle3Drafter:
         mask token (``parallel_mask_token``, else config.json's ``mask_token_id``) and
         ``fc(mask_hidden)`` at position ``t+k-1``, attending step 1's keys at ``0..t`` and the mask
         slots before it, as vLLM's proposer lays them out.
+
+        ``embeddings``: a table the ids index instead of the drafter's (:meth:`embed`; verify: the
+        captured embedding outputs, the ids being positions).
         """
         c = self.config
         if num_steps < 1:
@@ -800,7 +894,7 @@ class Eagle3Drafter:
                 cache.add(k, v)
                 return cache.attention(q, enable_gqa=self.gqa, scale=self._attn_scale)
 
-            residual, q, k, v = self._qkv(state, tokens, position_offset=step)
+            residual, q, k, v = self._qkv(state, tokens, step, embeddings)
             out = self._head(self._layers(residual, attend(0, q, k, v), step, attend))
             target_ids.append(out.target_ids)
             if return_logits:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import torch
@@ -37,6 +37,7 @@ from torch import Tensor
 from eagle3conv.errors import InvalidCheckpointError
 from eagle3conv.spec.canonical import FIRST_LAYER
 from eagle3conv.spec.drafter import NORM_BEFORE_FC, switches_set_by
+from eagle3conv.spec.engines import Run
 from eagle3conv.model.drafter import (
     DrafterConfig,
     Eagle3Drafter,
@@ -251,12 +252,16 @@ class Eagle3MLADrafter(Eagle3Drafter):
     def __init__(self, config: Mapping[str, Any], state_dict: Mapping[str, Tensor], **kwargs: Any):
         super().__init__(config, state_dict, **kwargs)
         #: where SGLang and vLLM differ on this config (SGLang refuses q_lora_rank: null);
-        #: read from the config itself, whatever norm_before_residual override was passed
+        #: read from the config itself, whatever the run overrides
         self.engine_notes: list[str] = MLAConfig.from_config(config).engine_notes()
 
     @staticmethod
     def _parse_config(config: Mapping[str, Any]) -> MLAConfig:
         return MLAConfig.from_config(config)
+
+    def _run_config(self, c: DrafterConfig, run: Run) -> DrafterConfig:
+        c = super()._run_config(c, run)
+        return c if run.rope_interleave is None else replace(c, rope_interleave=run.rope_interleave)
 
     def _check_state(self, state_dict: Mapping[str, Tensor], c: DrafterConfig) -> None:
         assert isinstance(c, MLAConfig)
@@ -317,10 +322,10 @@ class Eagle3MLADrafter(Eagle3Drafter):
         return cos, sin
 
     def _qkv(
-        self, g: Tensor, input_ids: Tensor, position_offset: int
+        self, g: Tensor, input_ids: Tensor, position_offset: int, embeddings: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Residual, q and k ``[B, nh, S, nope+rope]``, v ``[B, nh, S, v_head_dim]`` of layer 0."""
-        residual, x = self._layer_input(g, input_ids)
+        residual, x = self._layer_input(g, input_ids, embeddings)
         att = {"q_proj": self.q_proj, "q_a_proj": self.q_a_proj, "q_a_layernorm": self.q_a_layernorm,
                "q_b_proj": self.q_b_proj, "kv_a_proj_with_mqa": self.kv_a_proj_with_mqa,
                "kv_a_layernorm": self.kv_a_layernorm, "kv_b": self._kv_b}

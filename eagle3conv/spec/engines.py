@@ -16,7 +16,7 @@ unknown, and then the result says what cannot be known), :func:`ids_for` (layers
 that make a release capture them), :func:`plan_ids` (layers -> the id list each config
 field should hold so that every release asked captures them), :class:`EngineRow` (one
 release's reading of one config, the row every report shows) and :func:`serving` (how a
-release runs the drafter). Pure Python, no torch.
+release runs the drafter: one frozen :class:`Run`). Pure Python, no torch.
 """
 
 from __future__ import annotations
@@ -828,43 +828,57 @@ def served_without(engine: EngineRelease | str, config: Mapping[str, Any] | None
 
 
 @dataclass(frozen=True)
-class Serving:
-    """How one engine release runs one drafter config, where engines differ (docs/facts.md §9).
+class Run:
+    """How one engine release runs one drafter, where engines differ (docs/facts.md §9): the one
+    value the forward reads at construction (:func:`eagle3conv.model.build_drafter`'s ``run``).
 
-    ``rope_interleave``: the RoPE layout it runs (MLA drafters; None for Llama drafters,
-    whose RoPE no engine changes). ``norm_before_residual``: whether it norms the
-    residual. ``own_embedding``: "never" (the target's table), or "unless_equal" (the
-    drafter's own ``embed_tokens``, which it ships, unless identical to the target's: the
-    caller compares). ``differences``: where it runs the drafter otherwise than its
-    config.json says; ``not_emulated``: differences a run on captured states cannot show;
-    ``not_read``: what the rules do not record for this engine (run as SGLang does).
-    ``target_head``: it replaces the drafter's ``lm_head`` with the target's (no
-    ``draft_vocab_size`` in config.json) and the target's head is at hand, so the run
-    uses it."""
+    The fields before ``engine`` are what the forward runs: two Runs that are equal run the drafter
+    alike (the rest is the report's and does not compare), so a Run is its own cache key.
+    ``Run()`` runs the drafter as its config.json says, with the caller's embedding table."""
 
-    engine: EngineRelease
-    drafter: str
-    rope_interleave: bool | None
-    norm_before_residual: bool
-    own_embedding: str
-    differences: tuple[str, ...]
-    not_emulated: tuple[str, ...]
-    not_read: tuple[str, ...]
-    why: str
-    source: str
+    rope_interleave: bool | None = None
+    """The RoPE layout an MLA drafter runs (None: its config's; Llama drafters: no engine changes it)."""
+    norm_before_residual: bool | None = None
+    """Whether layer 0 norms the residual (None: as config.json says)."""
+    own_embedding: str = "never"
+    """Whose token embedding it uses: "never" (the target's, the caller's table), "always" (the drafter's
+    own ``embed_tokens``, where it ships one) or "unless_equal" (its own unless identical to the target's,
+    as vLLM compares them: verify settles it with :meth:`settled`)."""
     target_head: bool = False
+    """It replaces the drafter's ``lm_head`` with the target's (no ``draft_vocab_size`` in config.json)
+    and the target's head is at hand, so the run uses it."""
     later_layer_norm: str = "hidden_norm"
     """The norm a later decoder layer applies to its input (``input_layernorm`` or ``hidden_norm``)."""
-    without: tuple[str, ...] = ()
+    without: frozenset[str] = frozenset()
     """The config switches this release ignores on this drafter: the run leaves them out."""
-    refused: tuple[str, ...] = ()
-    """Why this release cannot load the drafter at all (then nothing is scored for it)."""
     parallel_mask_token: int | None = None
     """A P-EAGLE drafter this release drafts in parallel: the mask token id it reads (None: chained)."""
+    raw_modules: tuple[str, ...] = ()
+    """A quantized drafter's modules this release loads as plain Linears, their codes unscaled
+    (docs/facts.md §14; set by the caller, who holds the stored tensors: :meth:`settled`)."""
+    engine: EngineRelease | None = field(default=None, compare=False)
+    drafter: str = field(default="", compare=False)
+    differences: tuple[str, ...] = field(default=(), compare=False)
+    """Where it runs the drafter otherwise than its config.json says."""
+    not_emulated: tuple[str, ...] = field(default=(), compare=False)
+    """Differences a run on captured states cannot show."""
+    not_read: tuple[str, ...] = field(default=(), compare=False)
+    """What the rules do not record for this engine (run as SGLang does)."""
+    why: str = field(default="", compare=False)
+    source: str = field(default="", compare=False)
+    refused: tuple[str, ...] = field(default=(), compare=False)
+    """Why this release cannot load the drafter at all (then nothing is scored for it)."""
+
+    def settled(self, *, own: bool | None = None, raw_modules: tuple[str, ...] | None = None) -> Run:
+        """This run with what only the caller can tell: whether the drafter's own embedding is used
+        (``own``: "always" or "never") and the quantized modules it loads unscaled."""
+        out = self if own is None else replace(self, own_embedding="always" if own else "never")
+        return out if raw_modules is None else replace(out, raw_modules=tuple(raw_modules))
+
 
 
 def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
-            tensor_names: Iterable[str] = (), *, target_head_at_hand: bool = False) -> Serving:
+            tensor_names: Iterable[str] = (), *, target_head_at_hand: bool = False) -> Run:
     """How ``engine`` runs the drafter with ``config`` and tensors ``tensor_names``.
     ``target_head_at_hand``: the target's ``lm_head`` was given (verify ``--embeddings``),
     so an engine that would use it instead of the drafter's is run with it."""
@@ -945,8 +959,10 @@ def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
     refused = cannot_load(rel, cfg, names)
     parallel = switch("parallel_drafting")
     mask = _mask_token(fw, cfg) if parallel in on and fw.switches[parallel] is Handling.HONOURED else None
-    return Serving(rel, kind, rope, nbr, own, tuple(diffs), tuple(missing), tuple(not_read), fw.why, fw.source,
-                   target_head, later, without, refused, None if refused else mask)
+    return Run(rope_interleave=rope, norm_before_residual=nbr, own_embedding=own, target_head=target_head,
+               later_layer_norm=later, without=frozenset(without), parallel_mask_token=None if refused else mask,
+               engine=rel, drafter=kind, differences=tuple(diffs), not_emulated=tuple(missing),
+               not_read=tuple(not_read), why=fw.why, source=fw.source, refused=refused)
 
 
 def _mask_token(fw: Forward, cfg: Mapping[str, Any]) -> int | None:

@@ -169,12 +169,12 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
             emb = emb_b[:take].to(dev, non_blocking=True).to(dt)
             if check_finite:  # a token's sum is NaN or Inf when one of its values is: one reduction
                 finite[k_slots:] &= _finite_at(emb.sum(-1, dtype=torch.float32)[..., None, None], mask)
-            drafter.embed_tokens = emb.reshape(B * S, T)
+            table = emb.reshape(B * S, T)
             run_ids = torch.arange(B * S, device=dev).view(B, S)
         else:
-            run_ids = ids
+            table, run_ids = None, ids
         with torch.inference_mode():
-            chain = drafter.draft_chain(aux, run_ids, steps)
+            chain = drafter.draft_chain(aux, run_ids, steps, embeddings=table)
         guesses = chain.target_ids  # [K, B, S] target vocab, on the device
         scored = torch.zeros(steps, B, S, dtype=torch.bool, device=dev)
         hit = torch.zeros(steps, B, S, dtype=torch.bool, device=dev)
@@ -433,7 +433,9 @@ class _SplitStep:
         self.w_hid = (w[:, H:].float() * drafter.hidden_norm.float()).to(w.dtype).contiguous()
         self.bias = (torch.cat([drafter.q_bias, drafter.k_bias, drafter.v_bias])
                      if drafter.q_bias is not None else None)
-        self.fc_bias = (drafter.fc_bias @ self.w_hid.t()) if drafter.fc_bias is not None else None
+        b = drafter.step1_bias  # step 1's bias through W_h w: the sums' share of it (combine's bias=)
+        self.fc_bias = (b @ self.w_hid.t()) if b is not None else None
+        self.fc_bias_at = None
         self.eps = c.rms_norm_eps
         self.config = c
         self.emb = self.cos = self.sin = self.qi = None
@@ -472,14 +474,15 @@ class _SplitStep:
             part = lin[..., a:b].unflatten(-1, (heads, c.head_dim))
             part.copy_(apply_rope(part, self.cos[:lead[-1], None, :], self.sin[:lead[-1], None, :]))
 
-    def begin(self, drafter, tokens, qi, roped: bool) -> None:
+    def begin(self, drafter, tokens, qi, roped: bool, embeddings=None) -> None:
         """A group: the embedding half of q, k, v at every column (``tokens``: the ids step 1
-        reads; RoPE'd when the slot-layer projections are), for the columns ``qi`` scored."""
+        reads, rows of ``embeddings`` where given; RoPE'd when the slot-layer projections are),
+        for the columns ``qi`` scored."""
         import torch.nn.functional as F
 
         from eagle3conv.model.ops import rms_norm
 
-        embeds = F.embedding(tokens, drafter.embed_tokens)
+        embeds = drafter.embed(tokens, embeddings)
         self.emb = F.linear(rms_norm(embeds, drafter.input_layernorm, self.eps), self.w_emb, self.bias)
         if roped:
             self.rope(self.emb)
@@ -491,9 +494,8 @@ class _SplitStep:
         projection through ``W_h w``): the drafter's output at the ``flat`` positions scored
         (row-major over rows x scored columns), ``wirings`` rows of them."""
         import torch
-        import torch.nn.functional as F
 
-        from eagle3conv.model.ops import apply_rope, rms_norm
+        from eagle3conv.model.ops import apply_rope
 
         c = drafter.config
         B, S, H = g.shape
@@ -509,11 +511,8 @@ class _SplitStep:
         if not self.roped:
             q = apply_rope(q, self.cos[qi], self.sin[qi])
             k = apply_rope(k, self.cos, self.sin)
-        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=qmask, enable_gqa=drafter.gqa,
-                                              scale=drafter.attn_scale)  # [B, nh, Sq, hd]
-        residual = g[:, qi]
-        if c.norm_before_residual:
-            residual = rms_norm(residual, drafter.hidden_norm, self.eps)
+        attn = drafter.attention(q, k, v, qmask)  # [B, nh, Sq, hd]
+        residual = drafter.layer0_residual(g[:, qi])
         residual = residual.reshape(wirings, -1, H).index_select(1, flat)
         attn = attn.transpose(1, 2).reshape(wirings, -1, nh, attn.shape[-1]).index_select(1, flat).transpose(1, 2)
         out = drafter.finish(residual, attn)
@@ -635,19 +634,10 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     refs = sorted({r for s in sets for r in s}, key=lambda r: r.output_of)
     col = {r: j for j, r in enumerate(refs)}
     wiring_cols = torch.tensor([[col[r] for r in ls] for ls in sets], dtype=torch.long)
-    w = drafter.fc_weight
-    H = w.shape[0]
-    # step 1's fc is linear per slot; what comes before it, as the drafter runs it:
-    # * SGLang's width dispatch ("fc" in without: k x T == H): no fc, the slots side by side (identity)
-    # * input_norm (norm_before_fc) over the concatenation: its weight per slot goes into the slot's
-    #   projection, and 1/rms of the concatenation -- sqrt(mean over slots of each layer's mean
-    #   square + eps), one scalar per position and wiring -- scales the sum after fc (fc is linear;
-    #   the chain rounds to the drafter's dtype before the weight, the screen after fc)
-    no_fc = "fc" in getattr(drafter, "without", ())
-    if no_fc:
-        w = torch.eye(H, dtype=w.dtype, device=w.device)
-    in_norm = getattr(drafter, "input_norm", None)
-    if in_norm is not None and drafter.fc_norm:
+    H = c.hidden_size
+    # step 1 is linear per slot: the drafter's own pieces (slot_projection once per slot and layer;
+    # combine per wiring: the sum, a scale per position and wiring where a norm spans the slots, the bias)
+    if not drafter.step1_factors:
         from eagle3conv.errors import UsageError
 
         raise UsageError("the global search cannot screen a drafter with both norm_before_fc and fc_norm (the "
@@ -748,26 +738,24 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             qkvp = torch.empty(k_slots, len(used), g, Sg, split.width, dtype=dt, device=dev) if pre else None
             if split is not None:
                 split.positions(drafter, Sg, dev)
-            msq = torch.empty(len(used), g, Sg, dtype=torch.float32, device=dev) if in_norm is not None else None
+            msq = None
             lo, hi = grp[0], grp[-1] + 1  # rows are consecutive
             for j in used:
                 hcap = states.aux([refs[j]], slice(lo, hi))[:, :Sg].to(dev).to(dt)
-                if msq is not None:
-                    msq[ucol[j]] = hcap.float().pow(2).mean(-1)
+                m = drafter.slot_sq_mean(hcap)
+                if m is not None:
+                    if msq is None:
+                        msq = torch.empty(len(used), g, Sg, dtype=torch.float32, device=dev)
+                    msq[ucol[j]] = m
                 for s in range(k_slots):
-                    x = hcap
-                    if drafter.fc_norm:
-                        x = drafter.fc_norm[s] * F.rms_norm(x, (T,), eps=c.rms_norm_eps)
-                    if in_norm is not None:
-                        x = x * in_norm[s * T:(s + 1) * T]
-                    torch.matmul(x, w[:, s * T:(s + 1) * T].t(), out=proj[s, ucol[j]])
+                    drafter.slot_projection(hcap, s, out=proj[s, ucol[j]])
                     if pre:  # and its share of the attention input's hidden half, RoPE'd
                         torch.matmul(proj[s, ucol[j]], split.w_hid.t(), out=qkvp[s, ucol[j]])
                         split.rope(qkvp[s, ucol[j]])
                 del hcap
+            table = None
             if target_embeds:  # the captured embedding output at (b, t) is embed(x_t): index it by position
-                emb = states.embeddings(slice(lo, hi))[:, :Sg].to(dev).to(dt)
-                drafter.embed_tokens = emb.reshape(g * Sg, T)
+                table = states.embeddings(slice(lo, hi))[:, :Sg].to(dev).to(dt).reshape(g * Sg, T)
                 run_ids = torch.arange(g * Sg, device=dev).view(g, Sg)
             else:
                 run_ids = ids_all[sel, :Sg].to(dev)
@@ -798,30 +786,15 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             ref_d_flat, ref_t_flat = ref_d.flatten()[flat], ref_t.flatten()[flat]
             lp_parts, hit_parts = [], []
             if split is not None:  # what no wiring changes, once per group
-                split.begin(drafter, tokens, qi, roped=pre)
+                split.begin(drafter, tokens, qi, roped=pre, embeddings=table)
             for a in range(0, len(alive), per):
                 part = alive_cols[a:a + per]
                 P = part.shape[0]
-                gg = proj[0, part[:, 0]]
-                for s in range(1, k_slots):
-                    gg = gg + proj[s, part[:, s]]
+                sq = None if msq is None else [msq[part[:, s]] for s in range(k_slots)]
+                gg = drafter.combine((proj[s, part[:, s]] for s in range(k_slots)), sq)
                 lin = None
-                if pre:
-                    lin = qkvp[0, part[:, 0]]
-                    for s in range(1, k_slots):
-                        lin = lin + qkvp[s, part[:, s]]
-                if msq is not None:  # input_norm's 1/rms of the concatenation, per wiring and position
-                    ms = msq[part[:, 0]]
-                    for s in range(1, k_slots):
-                        ms = ms + msq[part[:, s]]
-                    scale = torch.rsqrt(ms / k_slots + c.rms_norm_eps)[..., None]
-                    gg = (gg.float() * scale).to(dt)
-                    if lin is not None:
-                        lin = (lin.float() * scale).to(dt)
-                if drafter.fc_bias is not None and not no_fc:
-                    gg = gg + drafter.fc_bias
-                    if lin is not None:
-                        lin = lin + split.fc_bias_at
+                if pre:  # the same through W_h w (and RoPE), its bias too
+                    lin = drafter.combine((qkvp[s, part[:, s]] for s in range(k_slots)), sq, bias=split.fc_bias_at)
                 if split is not None and lin is None:
                     lin = F.linear(gg, split.w_hid)
                 with torch.inference_mode():
@@ -829,12 +802,11 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
                         out = split.finish(drafter, gg.view(P * g, Sg, H), lin.view(P * g, Sg, -1), qmask, flat, P)
                         logits, target_ids = out.logits, out.target_ids
                     elif Sq == Sg:
-                        out = drafter.forward(gg.reshape(P * g, Sg, -1), tokens_rep[:P * g])
+                        out = drafter.forward(gg.reshape(P * g, Sg, -1), tokens_rep[:P * g], embeddings=table)
                     else:
                         residual, q, kk, vv = drafter.attention_inputs(gg.reshape(P * g, Sg, -1),
-                                                                       tokens_rep[:P * g])
-                        attn = F.scaled_dot_product_attention(q[:, :, qi], kk, vv, attn_mask=qmask,
-                                                              enable_gqa=drafter.gqa, scale=drafter.attn_scale)
+                                                                       tokens_rep[:P * g], embeddings=table)
+                        attn = drafter.attention(q[:, :, qi], kk, vv, qmask)
                         out = drafter.finish(residual[:, qi], attn)
                         del residual, q, kk, vv, attn
                     if split is None:

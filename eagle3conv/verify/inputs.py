@@ -17,6 +17,7 @@ from typing import Any
 
 from eagle3conv.errors import CheckpointReadError, UsageError, WiringError
 from eagle3conv.spec.canonical import EMBED, LM_HEAD, VOCAB_MAPS
+from eagle3conv.spec.engines import Run
 
 
 def load_drafter_weights(root: Path) -> tuple[dict, dict]:
@@ -238,64 +239,53 @@ def target_next_from_head(states, head, norm=None, *, device="cpu", rows: int = 
     return out
 
 
-def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings=None,
-                  rope_interleave: bool | None = None, norm_before_residual: bool = False,
-                  own_embedding: bool = False, target_head=None, later_layer_norm: str = "hidden_norm",
-                  without=(), parallel_mask_token: int | None = None) -> tuple[Any, bool]:
+def build_drafter(config: dict, tensors: dict, device: str, dtype, *, embeddings=None, head=None,
+                  run: Run | None = None) -> tuple[Any, bool]:
     """The drafter, and whether it embeds from the captured embedding output (SGLang
     uses the target's table unless ``target_hidden_size`` differs from
     ``hidden_size``). ``embeddings``: the target's ``[V, H]`` table, for states
     that hold no embedding output. The class follows the architecture
     (:func:`eagle3conv.model.drafter_class`): Llama-style or MLA
-    (``Eagle3DeepseekV2ForCausalLM``, docs/facts.md §10).
+    (``Eagle3DeepseekV2ForCausalLM``, docs/facts.md §9-10).
 
-    Per-engine serving (docs/facts.md §9): ``rope_interleave`` runs an MLA drafter with
-    that RoPE layout whatever its config says; ``norm_before_residual`` norms the
-    residual (vLLM honours the flag, SGLang does not); ``later_layer_norm`` is the norm a later
-    decoder layer applies to its input (SGLang hidden_norm, vLLM input_layernorm); ``without``
-    the switches the engine ignores (run without them); ``own_embedding`` embeds with the
-    drafter's own ``embed_tokens`` (vLLM, when it differs from the target's);
-    ``target_head`` (``[V, H]``) replaces the drafter's ``lm_head`` and its vocab map, as
-    SGLang does for a config without ``draft_vocab_size``."""
+    ``run``: how an engine release runs it (:func:`eagle3conv.spec.engines.serving`, its embedding
+    settled: :meth:`~eagle3conv.spec.engines.Run.settled`); None: as config.json says, the residual
+    un-normed (SGLang ignores norm_before_residual, docs/facts.md §9). A run that
+    uses the target's head (``run.target_head``) is given it as ``head`` (``[V, H]``): it replaces
+    the drafter's ``lm_head`` and its vocab map, as SGLang does for a config without
+    ``draft_vocab_size``."""
     import torch
 
     from eagle3conv.errors import InvalidCheckpointError
-    from eagle3conv.model import drafter_class, drafter_config
+    from eagle3conv.model import build_drafter as build
+    from eagle3conv.model import drafter_config
+    from eagle3conv.spec.canonical import drafter_uses_own_embedding, in_canonical_names
 
-    from eagle3conv.spec.canonical import drafter_uses_own_embedding
-
-    if target_head is not None:
+    run = Run(norm_before_residual=False) if run is None else run
+    if run.target_head:
+        if head is None:
+            raise UsageError("this run uses the target's lm_head, and none was given",
+                             hint="pass the target's weights with --embeddings")
         tensors = {k: v for k, v in tensors.items() if k not in VOCAB_MAPS}
-        tensors[LM_HEAD] = target_head
-        config = {**config, "draft_vocab_size": int(target_head.shape[0])}
-    cls = drafter_class(config, tensors.keys())
+        tensors[LM_HEAD] = head
+        config = {**config, "draft_vocab_size": int(head.shape[0])}
     c = drafter_config(config, tensors.keys())
-    if rope_interleave is not None and hasattr(c, "rope_interleave"):
-        config = {**config, "rope_interleave": rope_interleave}
-    own = drafter_uses_own_embedding(c.hidden_size, c.target_hidden_size) or (
-        own_embedding and EMBED in tensors)
-    if own and EMBED not in tensors:
-        raise InvalidCheckpointError("the drafter's hidden size differs from the target's, so SGLang embeds tokens with the "
-                         "drafter's own embed_tokens, which this checkpoint lacks",
-                         hint="convert it keeping the embedding: eagle3conv fix-keys SRC --keep-embed --out DIR")
-    from eagle3conv.spec.canonical import in_canonical_names
-
+    if drafter_uses_own_embedding(c.hidden_size, c.target_hidden_size):
+        if EMBED not in tensors:
+            raise InvalidCheckpointError("the drafter's hidden size differs from the target's, so SGLang embeds tokens "
+                                         "with the drafter's own embed_tokens, which this checkpoint lacks",
+                                         hint="convert it keeping the embedding: eagle3conv fix-keys SRC --keep-embed "
+                                              "--out DIR")
+        run = run.settled(own=True)
     if not in_canonical_names(config, tensors.keys()):
         raise InvalidCheckpointError(
             "the checkpoint is not in SGLang's names (fc, midlayer.*, norm, lm_head): verify runs fixed drafters",
             hint="eagle3conv fix-keys CKPT --out FIXED, then eagle3conv verify FIXED")
-    if not own and embeddings is not None:
-        sd = {k: v for k, v in tensors.items() if k != EMBED}
-        return cls(config, sd, device=device, dtype=dtype, embed_tokens=embeddings,
-                   norm_before_residual=norm_before_residual, later_layer_norm=later_layer_norm,
-                   without=without, parallel_mask_token=parallel_mask_token), False
-    placeholder = None
-    if not own:  # the captured embedding output is used, indexed by position; no V x H copy
-        placeholder = torch.zeros(1, c.hidden_size, dtype=dtype, device=device).expand(c.vocab_size, c.hidden_size)
-    sd = {k: v for k, v in tensors.items() if not (k == EMBED and not own)}
-    return cls(config, sd, device=device, dtype=dtype, embed_tokens=placeholder,
-               norm_before_residual=norm_before_residual, later_layer_norm=later_layer_norm,
-               without=without, parallel_mask_token=parallel_mask_token), not own
+    table = embeddings
+    if table is None:  # the captured embedding output, indexed by position (the forward's embeddings=): no V x H copy
+        table = torch.zeros(1, c.hidden_size, dtype=dtype, device=device).expand(c.vocab_size, c.hidden_size)
+    drafter = build(config, tensors, device=device, dtype=dtype, embed_tokens=table, run=run)
+    return drafter, embeddings is None and drafter.embedding_source == "caller"
 
 
 def _max_abs_diff(a, b, rows: int = 4096) -> float:

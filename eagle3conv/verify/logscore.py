@@ -75,12 +75,12 @@ def log_scores(drafter, states, sets: list[LayerSet], *, steps: int, batch_size:
             B, S = ids.shape
             if target_embeds:
                 emb = emb_b[:take].to(dev).to(dt)
-                drafter.embed_tokens = emb.reshape(B * S, -1)
+                table = emb.reshape(B * S, -1)  # the captured embedding output, indexed by position
                 run_ids = torch.arange(B * S, device=dev).view(B, S)
             else:
-                run_ids = ids
+                table, run_ids = None, ids
             with torch.inference_mode():
-                chain = drafter.draft_chain(aux, run_ids, steps, return_logits=True)
+                chain = drafter.draft_chain(aux, run_ids, steps, return_logits=True, embeddings=table)
                 lp_b = torch.zeros(steps, B, dtype=torch.float64, device=dev)
                 n_b = torch.zeros(steps, B, dtype=torch.long, device=dev)
                 for k in range(1, steps + 1):

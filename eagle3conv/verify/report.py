@@ -51,6 +51,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from eagle3conv.errors import CheckpointReadError
+from eagle3conv.spec.drafter import NORM_BEFORE_RESIDUAL
+from eagle3conv.spec.engines import Run
 from eagle3conv.verify.evaluate import Score
 from eagle3conv.verify.profile import category_figures
 from eagle3conv.verify.search import Verdict
@@ -318,30 +320,41 @@ _KIND_NAMES = {list: "list", dict: "object", int: "integer", str: "string", bool
 # --------------------------------------------------------------------------- the result in memory
 
 
+def _forward(r: Run) -> dict:
+    """A Run as the report shows it."""
+    from eagle3conv.model.drafter import SKIPPABLE
+
+    return {"rope": None if r.rope_interleave is None else ("interleaved" if r.rope_interleave else "half-split (neox)"),
+            NORM_BEFORE_RESIDUAL.name: r.norm_before_residual,  # the report's field is the switch's name
+            "embedding": "drafter's own" if r.own_embedding == "always" else "target's",
+            "head": "target's" if r.target_head else "drafter's own",
+            "later_layer_norm": r.later_layer_norm, "without": [s for s in SKIPPABLE if s in r.without],
+            "parallel_mask_token": r.parallel_mask_token, "why": r.why, "source": r.source}
+
+
 @dataclass(frozen=True)
 class EngineScore:
     """One engine release's serving emulation: the layers its row says it captures, run the way
-    that release runs the drafter (RoPE layout, norm_before_residual, whose embedding and head:
-    docs/facts.md §9). ``score`` is None when it could not be scored (``not_scored`` says why);
-    ``emulated`` / ``not_emulated`` / ``not_read``: the release's differences from config.json
-    that were run, that captured states cannot show, and that the rules do not record;
+    that release runs the drafter (``run``: RoPE layout, norm_before_residual, whose embedding and
+    head: docs/facts.md §9). ``score`` is None when it could not be scored (``not_scored`` says why);
+    ``emulated``: the release's differences from config.json that were run (the run's
+    ``not_emulated`` and ``not_read``: those captured states cannot show, those the rules do not record);
     ``paired_vs_main``: its accept length minus verify's main score's, with the paired 95%
     interval."""
 
     engine: str  # the release as --engine spells it
     release: str  # as reports name it
-    forward: dict | None
+    run: Run | None  # how the release runs the drafter (None: not known)
     emulated: tuple[str, ...] = ()
-    not_emulated: tuple[str, ...] = ()
-    not_read: tuple[str, ...] = ()
     score: Score | None = None
     not_scored: str | None = None
     paired_vs_main: dict | None = None
 
     def to_dict(self) -> dict:
-        out: dict = {"engine": self.engine, "release": self.release, "forward": self.forward,
-                     "emulated": list(self.emulated), "not_emulated": list(self.not_emulated),
-                     "not_read": list(self.not_read)}
+        r = self.run
+        out: dict = {"engine": self.engine, "release": self.release, "forward": None if r is None else _forward(r),
+                     "emulated": list(self.emulated), "not_emulated": list(r.not_emulated) if r else [],
+                     "not_read": list(r.not_read) if r else []}
         if self.score is None:
             out["not_scored"] = self.not_scored
             return out

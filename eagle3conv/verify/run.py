@@ -49,6 +49,7 @@ from eagle3conv.verify.search import (
     set_members,
 )
 from eagle3conv.spec.canonical import D2T, EMBED, FC, LM_HEAD, drafter_uses_own_embedding
+from eagle3conv.spec.engines import Run
 from eagle3conv.spec.layers import LayerRef, LayerSet, describe, to_refs
 from eagle3conv.states.format import NO_NEXT_TOKENS
 
@@ -339,13 +340,12 @@ class _Verification:
         """The drafter as the reference forward runs it; for a search on a CPU with native bf16
         matmul, a bf16 copy the screen ranks with. The weights are let go where no engine row
         needs them again."""
-        kw = self.serving.kwargs(self.main_fw)
-        self.drafter, self.target_embeds = build_drafter(self.config, self.tensors, self.dev, self.dt,
-                                                         embeddings=self.table, **kw)
+        kw = {"embeddings": self.table, "head": self.serving.head, "run": self.main_fw.settled(raw_modules=())}
+        self.drafter, self.target_embeds = build_drafter(self.config, self.tensors, self.dev, self.dt, **kw)
         self.screener = self.drafter
         sdt = screen_dtype(self.dev, self.dt)
         if self.search and sdt is not self.dt:  # the screen only ranks: bf16 where the CPU has it
-            self.screener, _ = build_drafter(self.config, self.tensors, self.dev, sdt, embeddings=self.table, **kw)
+            self.screener, _ = build_drafter(self.config, self.tensors, self.dev, sdt, **kw)
         if not self.serving.needs_tensors(self.check.report.rows, self.main_fw):
             self.tensors = self.table = None  # no engine runs the drafter otherwise: the weights are not needed again
             self.serving.release()
@@ -611,15 +611,15 @@ def _refine(scores: list[Score], confirm, screener, states, screened, avail, log
 
 
 class _Serving:
-    """Per engine release, how it runs this drafter (docs/facts.md §9: RoPE layout,
-    norm_before_residual, whose embedding) and the build arguments that emulate it.
-    The drafter's own embed_tokens is compared with the target's once, when an engine
-    would use it."""
+    """Per engine release, how it runs this drafter: its :class:`~eagle3conv.spec.engines.Run`
+    (docs/facts.md §9: RoPE layout, norm_before_residual, whose embedding, ...), settled with what
+    only verify can tell (the drafter's own embed_tokens compared with the target's once, when an
+    engine would use it; a quantized drafter's modules the release loads unscaled)."""
 
     def __init__(self, config: dict, tensors: dict, states, table, opts, head=None, *, raw_table=None,
                  own_only: bool = False, stored=None) -> None:
         self.stored = stored  # a quantized drafter's config and stored tensors: each release's own dequantization
-        self._raw: dict = {}  # forward -> the quantized modules its release loads unscaled (SGLang's fc)
+        self._raw: dict = {}  # release -> the quantized modules it loads unscaled (SGLang's fc)
         self.config, self.tensors, self.states, self.table, self.opts = config, tensors, states, table, opts
         self.raw_table = raw_table  # the target's table as stored, for the comparison (table: cast to verify's dtype)
         self.own_only = own_only  # the drafter is narrower/wider than the target: every engine uses its own table
@@ -631,27 +631,26 @@ class _Serving:
     def release(self) -> None:
         self.tensors = self.table = self.head = self.raw_table = self.stored = None
 
-    def of(self, rel):
+    def of(self, rel) -> Run:
         from eagle3conv.spec.engines import serving
 
-        fw = serving(rel, self.config, self.names, target_head_at_hand=self.head_at_hand)
-        if self.stored is not None and fw not in self._raw:
+        run = serving(rel, self.config, self.names, target_head_at_hand=self.head_at_hand)
+        if self.stored is not None and rel not in self._raw:
             from eagle3conv.verify.inputs import raw_modules_for
 
-            self._raw[fw] = raw_modules_for(rel, self.stored[0], self.stored[1].keys())
-        return fw
+            self._raw[rel] = raw_modules_for(rel, self.stored[0], self.stored[1].keys())
+        return run.settled(own=self._own(run), raw_modules=self._raw.get(rel, ()))
 
-    def tensors_for(self, fw) -> tuple[dict, dict]:
+    def tensors_for(self, run: Run) -> tuple[dict, dict]:
         """The config and tensors a release runs: a quantized drafter dequantized as that release loads it."""
-        raw = self._raw.get(fw, ())
-        if not raw:
+        if not run.raw_modules:
             return self.config, self.tensors
         from eagle3conv.verify.inputs import dequantize_drafter
 
-        config, tensors, _ = dequantize_drafter(self.stored[0], dict(self.stored[1]), raw_modules=raw)
+        config, tensors, _ = dequantize_drafter(self.stored[0], dict(self.stored[1]), raw_modules=run.raw_modules)
         return config, tensors
 
-    def main(self):
+    def main(self) -> Run:
         """verify's own forward: the first --engine release that can serve the drafter, else the first
         default release that can (SGLang's newest first), else SGLang's newest as configured."""
         from eagle3conv.spec.engines import default_engines, parse_engine
@@ -659,7 +658,7 @@ class _Serving:
         asked = self.opts.releases() if self.opts.asked() else ()
         newest = parse_engine("sglang")
         order = [*asked, newest, *(r for r in default_engines() if r != newest)]
-        return next((fw for fw in map(self.of, order) if not fw.refused), self.of(asked[0] if asked else newest))
+        return next((run for run in map(self.of, order) if not run.refused), self.of(asked[0] if asked else newest))
 
     def compare(self) -> dict | None:
         """The drafter's own embed_tokens against the target's (computed once)."""
@@ -671,46 +670,33 @@ class _Serving:
                                                            table=self.raw_table)
         return self.embedding_comparison
 
-    def own_embedding(self, fw) -> bool:
+    def _own(self, run: Run) -> bool:
         if self.own_only:  # a table of the target's width cannot feed the drafter: every engine uses its own
             return True
-        if fw.own_embedding != "unless_equal":
-            return False
+        if run.own_embedding != "unless_equal":
+            return run.own_embedding == "always"
         cmp = self.compare() or {}
         return cmp.get("identical") is not True  # not shown identical: the engine keeps its own
 
-    def kwargs(self, fw) -> dict:
-        return {"rope_interleave": fw.rope_interleave, "norm_before_residual": fw.norm_before_residual,
-                "own_embedding": self.own_embedding(fw), "target_head": self.head if fw.target_head else None,
-                "later_layer_norm": fw.later_layer_norm, "without": fw.without,
-                "parallel_mask_token": fw.parallel_mask_token}
-
-    def key(self, fw, main: bool = False) -> tuple:
-        """What makes two releases' forwards differ (``main``: verify's own score, which dequantizes a
-        quantized drafter as its scheme defines, whatever the release)."""
-        return (fw.rope_interleave, fw.norm_before_residual, self.own_embedding(fw), fw.target_head,
-                fw.later_layer_norm, fw.without, fw.parallel_mask_token, () if main else self._raw.get(fw, ()))
-
-    def describe(self, fw) -> list[str]:
+    def describe(self, run: Run) -> list[str]:
         """The emulated differences from what config.json says (the embedding decision included)."""
-        out = list(fw.differences)
-        for m in self._raw.get(fw, ()):
-            out.append(f"{fw.engine} builds {m} as a plain bf16 Linear: run with {m}'s stored codes unscaled (or "
+        out = list(run.differences)
+        for m in run.raw_modules:
+            out.append(f"{run.engine} builds {m} as a plain bf16 Linear: run with {m}'s stored codes unscaled (or "
                        "its random init, for a packed weight it skips), as it loads them (docs/facts.md §14)")
-        if fw.own_embedding == "unless_equal" and not self.own_only:
+        if run.own_embedding == "always" and not self.own_only:  # settled from "unless_equal": the tables differ
             cmp = self.embedding_comparison or {}
             seen = (f"{cmp['rows']} of {cmp['of']} rows compared ({cmp['how']}), max difference "
                     f"{cmp['max_abs_diff']:.3g}" if cmp.get("max_abs_diff") is not None else cmp.get("how", ""))
-            if self.own_embedding(fw):
-                out.append(f"{fw.engine} embeds with the drafter's own embed_tokens, which differs from the "
-                           f"target's ({seen})" if cmp.get("identical") is False else
-                           f"{fw.engine} embeds with the drafter's own embed_tokens (not compared with the "
-                           f"target's: {seen})")
+            out.append(f"{run.engine} embeds with the drafter's own embed_tokens, which differs from the "
+                       f"target's ({seen})" if cmp.get("identical") is False else
+                       f"{run.engine} embeds with the drafter's own embed_tokens (not compared with the "
+                       f"target's: {seen})")
         return out
 
-    def needs_tensors(self, rows, main_fw) -> bool:
-        mine = self.key(main_fw, main=True)
-        return any(self.key(self.of(r.release)) != mine for r in rows if r.layers)
+    def needs_tensors(self, rows, main_run: Run) -> bool:
+        mine = main_run.settled(raw_modules=())
+        return any(self.of(r.release) != mine for r in rows if r.layers)
 
 
 def _score_engines(rows, scores: list[Score], drafter, states, *, serving: _Serving | None = None,
@@ -722,33 +708,21 @@ def _score_engines(rows, scores: list[Score], drafter, states, *, serving: _Serv
     One :class:`EngineScore` per row, beside the row (never written into it)."""
     from eagle3conv.verify.stats import paired_difference
 
-    main_key = serving.key(main_fw, main=True) if serving is not None else None
+    main_key = main_fw.settled(raw_modules=()) if serving is not None else None  # verify's own dequantization
     done = {(s.candidate.layers, main_key): s for s in scores}
     built = {main_key: (drafter, kw.get("target_embeds"))}
     out: list[EngineScore] = []
     for row in rows:
         rel = row.release
-        fw = serving.of(rel) if serving is not None else None
-        info = {}
-        if fw is not None:
-            info = dict(forward={"rope": None if fw.rope_interleave is None else
-                                 ("interleaved" if fw.rope_interleave else "half-split (neox)"),
-                                 "norm_before_residual": fw.norm_before_residual,
-                                 "embedding": "drafter's own" if serving.own_embedding(fw) else "target's",
-                                 "head": "target's" if fw.target_head else "drafter's own",
-                                 "later_layer_norm": fw.later_layer_norm, "without": list(fw.without),
-                                 "parallel_mask_token": fw.parallel_mask_token,
-                                 "why": fw.why, "source": fw.source},
-                        emulated=tuple(serving.describe(fw)), not_emulated=tuple(fw.not_emulated),
-                        not_read=tuple(fw.not_read))
-        info.setdefault("forward", None)
+        run = serving.of(rel) if serving is not None else None
+        info = {"run": run, "emulated": tuple(serving.describe(run)) if run is not None else ()}
         if row.layers is None:
             why = (row.capture.error.message if row.capture.error else row.capture.unknown
                    or "the engine captures nothing usable from this config")
             out.append(EngineScore(rel.spec, str(rel), not_scored=why, **info))
             continue
-        if fw is not None and fw.refused:
-            out.append(EngineScore(rel.spec, str(rel), not_scored="; ".join(fw.refused), **info))
+        if run is not None and run.refused:
+            out.append(EngineScore(rel.spec, str(rel), not_scored="; ".join(run.refused), **info))
             continue
         k = drafter.config.num_aux
         if len(row.layers) != k:
@@ -757,7 +731,7 @@ def _score_engines(rows, scores: list[Score], drafter, states, *, serving: _Serv
                                    "what to write or launch with)", **info))
             continue
         refs = row.layers
-        key = serving.key(fw) if fw is not None else None
+        key = run  # a Run is its own key: releases that run the drafter alike share one build and score
         s = done.get((refs, key))
         if s is None:
             try:
@@ -772,9 +746,9 @@ def _score_engines(rows, scores: list[Score], drafter, states, *, serving: _Serv
                                                                           "before this engine's forward was built",
                                            **info))
                     continue
-                config, tensors = serving.tensors_for(fw)
+                config, tensors = serving.tensors_for(run)
                 built[key] = build_drafter(config, tensors, device, dtype, embeddings=serving.table,
-                                           **serving.kwargs(fw))
+                                           head=serving.head, run=run)
             runner, embeds = built[key]
             s = evaluate(runner, states, Candidate(f"engine {rel.spec}", refs,
                                                    f"what {rel} captures from this config, run as it "
