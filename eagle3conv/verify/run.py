@@ -32,7 +32,7 @@ from eagle3conv.verify.inputs import (
 )
 from eagle3conv.verify.report import REPORT_FILE, EngineScore, VerifyResult
 from eagle3conv.verify.search import (
-    LISTED,
+    Coverage,
     MIN_SEARCH_SEQUENCES,
     REFINE_CONFIRM,
     REFINE_ROUNDS,
@@ -210,7 +210,8 @@ class _Verification:
         self.search = opts.search
         self.scores: list[Score] = []
         self.first_result: float | None = None
-        self.coverage: dict | None = None
+        self.found = None  # what the global search found (search.ScreenSearch), None: no global search
+        self.refinement: tuple[dict, list] | None = None  # local refinement's record and what it left unconfirmed
         self.screened = None  # the global screen's ScreenResult, until the verdict is decided
         self.got_log: dict = {}
         self.screened_logs: dict = {}  # layers -> the screens' own log score, for wirings they read everywhere
@@ -358,7 +359,7 @@ class _Verification:
             cands = candidates(base, truth, self.avail, self.n, wide=False, family=self.family)
             if not cands or cands[0] is not base:
                 states.check_refs(base.layers)  # explains what is missing
-            cands, self.coverage, self.screened = global_search(
+            cands, self.found, self.screened = global_search(
                 self.screener, states, cands, self.avail, self.dc.num_aux, self.n, target_embeds=self.target_embeds,
                 labels=self.labels, max_sequences=self.opts.max_sequences, progress=self.progress,
                 bound=replace(SCREEN_BOUND, seconds=self.opts.search_budget))
@@ -416,15 +417,12 @@ class _Verification:
     def refine(self) -> None:
         """A global search on enough sequences: local refinement (:func:`_refine`); what the
         screen and refinement kept but did not confirm is counted (and listed up to a cap)."""
-        cov = self.coverage
-        if cov is not None and cov.get("global") and self.scores[0].effective_sequences >= MIN_SEARCH_SEQUENCES:
-            cov["refinement"] = _refine(self.scores, self.confirm, self.screener, self.states, self.screened,
-                                        self.avail, self.log_score, self.harvest, target_embeds=self.target_embeds,
-                                        labels=self.labels, max_sequences=self.opts.max_sequences,
-                                        progress=self.progress)
-            pending = cov["refinement"].pop("pending")
-            cov["unconfirmed_count"] = len(pending)
-            cov["unconfirmed"] = [describe(x) for x in pending[:LISTED]]
+        found = self.found
+        if found is not None and found.is_global and self.scores[0].effective_sequences >= MIN_SEARCH_SEQUENCES:
+            rec = _refine(self.scores, self.confirm, self.screener, self.states, self.screened, self.avail,
+                          self.log_score, self.harvest, target_embeds=self.target_embeds, labels=self.labels,
+                          max_sequences=self.opts.max_sequences, progress=self.progress)
+            self.refinement = (rec, rec.pop("pending"))
         self.screened = None
 
     def decide(self) -> VerifyResult:
@@ -450,12 +448,13 @@ class _Verification:
                                             or len(t_layers) == len(s.candidate.layers))
             comparisons.append(norm_comparison(s, t_norms) if same else None)
         ev = self.ev
+        coverage = None if self.found is None else Coverage.of(self.found, *(self.refinement or ()))
         verdict = decide(scores, comparisons, self.search, self.path, ev.target.name if ev.target else None,
-                         coverage=self.coverage,
+                         coverage=coverage,
                          config_names_layers=o.layers is not None or names_layers(self.config),
-                         log_score=self.log_score, capture=self._capture_record())
-        if verdict.log_score is not None:  # the screen's dtype: bf16 on a CPU with native bf16 matmul
-            verdict.log_score["dtype"] = str(self.screener.dtype).removeprefix("torch.")
+                         log_score=self.log_score, capture=self._capture_record(),
+                         # the screen's dtype: bf16 on a CPU with native bf16 matmul
+                         log_dtype=str(self.screener.dtype).removeprefix("torch."))
         self.screener = None
         t_end = time.perf_counter()
         return VerifyResult(
