@@ -133,12 +133,11 @@ def _wired(plan: Plan, opts: WiringOptions, ckpt: str, served: str | None = None
     fix = f"eagle3conv fix-keys {ckpt}{' ' + flags if flags else ''} --rewire"
     outs = {o.name: o for o in plan.outputs}
     d2t = outs.get("d2t")
-    w = wiring.wire(plan.config, ev, opts, fc_in=fc_in, target_hidden=t,
+    said = frozenset({AUDIT_D2T_MISSING} if NO_D2T in {f.code for f in plan.findings} else ())  # the vocab check
+    w = wiring.wire(plan.config, ev, opts, fc_in=fc_in, target_hidden=t,  # named the missing d2t: no second message
                     source_format=plan.format.name, fix_command=fix, tensor_names=set(outs),
                     read_d2t=None if d2t is None else (
-                        lambda: d2t.data if d2t.data is not None else plan.index.read_array(d2t.source)))
-    if NO_D2T in {f.code for f in plan.findings}:  # the vocab check named the missing d2t: no second message
-        w.report.findings = [f for f in w.report.findings if f.code != AUDIT_D2T_MISSING]
+                        lambda: d2t.data if d2t.data is not None else plan.index.read_array(d2t.source)), said=said)
     config, edits, hint = None, (), None
     if w.conflicts:
         found = list(w.conflicts)
@@ -350,8 +349,8 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
     fix = f"eagle3conv config {path}{' ' + flags if flags else ''}"
     kw = dict(fc_in=fc_in, target_hidden=t, source_format="sglang", fix_command=fix)
     if check:
-        w = wiring.check_only(index.config, ev, opts=opts, tensor_names=set(index.tensors),
-                              read_d2t=lambda: index.read_array("d2t"), **kw)
+        w = wiring.check_fixed(index.config, index.tensors, opts, ev=ev, path=path,
+                               read_d2t=lambda: index.read_array("d2t"), **kw)
         return ConfigResult(root, "check", w, ev, [], index.config, recovered)
     if ev.truth is None:
         raise UsageError(
@@ -399,13 +398,12 @@ def _check_unconverted(path, root: Path, plan: Plan, opts: WiringOptions, recove
     fix = f"eagle3conv fix-keys {path}{' ' + flags if flags else ''}"
     read_d2t = (lambda: outputs["d2t"].data if outputs["d2t"].data is not None else index.read_array(
         outputs["d2t"].source)) if "d2t" in outputs else None
-    w = wiring.check_only(plan.config, ev, opts=opts, tensor_names=set(outputs), read_d2t=read_d2t, fc_in=fc_in,
-                          target_hidden=t, source_format=plan.format.name, fix_command=fix)
-    w.report.findings += [f for f in plan.findings if f.level == "error"]  # what fix-keys would refuse
-    w.report.findings.insert(0, Finding(
-        "notice", AUX_LAYERS, EVIDENCE_NOTE,
-        f"{root} is not yet in SGLang's names ({plan.format.name} format): checked as fix-keys would write it "
-        "(its config and tensor names); nothing was written", fix))
+    note = Finding("notice", AUX_LAYERS, EVIDENCE_NOTE,
+                   f"{root} is not yet in SGLang's names ({plan.format.name} format): checked as fix-keys would "
+                   "write it (its config and tensor names); nothing was written", fix)
+    w = wiring.check_fixed(plan.config, outputs, opts, ev=ev, path=path, read_d2t=read_d2t, fc_in=fc_in,
+                           target_hidden=t, source_format=plan.format.name, fix_command=fix, before=(note,),
+                           extra=[f for f in plan.findings if f.level == "error"])  # what fix-keys would refuse
     return ConfigResult(root, "check", w, ev, [], index.config, recovered)
 
 

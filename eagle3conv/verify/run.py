@@ -157,7 +157,7 @@ class _Verification:
     def __init__(self, path, states_path, opts: VerifyOptions, progress: Progress | None, t_start: float) -> None:
         from eagle3conv.model.drafter import DrafterConfig
         from eagle3conv.states.readers import open_states
-        from eagle3conv.wiring.apply import WiringOptions, check_only, gather
+        from eagle3conv.wiring.apply import WiringOptions, gather
 
         self.path, self.states_path, self.opts, self.progress = path, states_path, opts, progress
         self.t_start = t_start
@@ -199,11 +199,8 @@ class _Verification:
         _check_layers_exist(self.states, self.n, states_path)
         self.wiring_checked = self.states.layers is not None
         self.family = ev.target.family if ev.target else None
-        fc = self.tensors.get("fc.weight")
         self.dc = dc = DrafterConfig.from_config(self.config)
-        self.check = check_only(self.config, ev, fc_in=int(fc.shape[1]) if fc is not None else None,
-                                target_hidden=dc.target_hidden_size, source_format="sglang",
-                                fix_command=f"eagle3conv config {path}", opts=self.wopts)
+        self.check = self.checked()
         if self.states.hidden_size != dc.target_hidden_size:
             raise WiringError(f"the states are {self.states.hidden_size} wide but the drafter reads target states "
                               f"of width {dc.target_hidden_size}: they come from another target")
@@ -215,6 +212,14 @@ class _Verification:
         self.screened = None  # the global screen's ScreenResult, until the verdict is decided
         self.got_log: dict = {}
         self.screened_logs: dict = {}  # layers -> the screens' own log score, for wirings they read everywhere
+
+    def checked(self, extra=()):
+        """The wiring check of this drafter as it is, completed by ``extra`` (the embedding audit,
+        once the forwards are built: the check is made again, the same, with it)."""
+        from eagle3conv.wiring.apply import check_fixed
+
+        return check_fixed(self.config, self.tensors, self.wopts, ev=self.ev, path=self.path,
+                           target_hidden=self.dc.target_hidden_size, audit=False, extra=extra)
 
     def choose_wiring(self) -> None:
         """The wiring scored first: ``--layers``, else what the first ``--engine`` captures from
@@ -285,8 +290,7 @@ class _Verification:
         if "embed_tokens.weight" in tensors and not own:
             from eagle3conv.wiring.audit import audit_embedding
 
-            self.check.report.findings += audit_embedding(self.serving.compare(),
-                                                          where=f"{self.path}/config.json")
+            self.check = self.checked(audit_embedding(self.serving.compare(), where=f"{self.path}/config.json"))
         self.own_tokens(*target_read)
         self.main_fw = self.serving.main()
         ran = self.serving.describe(self.main_fw)
@@ -797,16 +801,12 @@ def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto",
     config, tensors, _ = dequantize_drafter(config, tensors)  # a quantized drafter: its weights as the scheme defines
     d = _smoke_forward(path, config, tensors, device, dtype)
     if wiring_options is not None:
-        from eagle3conv.wiring.apply import check_only, gather
+        from eagle3conv.wiring.apply import check_fixed, gather
 
-        ev = gather(Path(path), None, config, wiring_options)
-        fc = tensors.get("fc.weight")
         t = config.get("target_hidden_size") or config.get("hidden_size")
-        w = check_only(config, ev, fc_in=int(fc.shape[1]) if fc is not None and fc.dim() == 2 else None,
-                       target_hidden=t if isinstance(t, int) else None, source_format="sglang",
-                       fix_command=f"eagle3conv config {path}", opts=wiring_options,
-                       tensor_names=set(tensors),
-                       read_d2t=lambda: tensors["d2t"].tolist())
+        w = check_fixed(config, tensors, wiring_options, ev=gather(Path(path), None, config, wiring_options),
+                        path=path, target_hidden=t if isinstance(t, int) else None,
+                        read_d2t=lambda: tensors["d2t"].tolist())
         d["wiring"] = w.to_dict(str(path))
         d["wiring_ok"] = bool(w.report.ok)
         d["ok"] = bool(d["forward_ok"] and w.report.ok)

@@ -21,7 +21,7 @@ name or an id shift (docs/facts.md §5, §9).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from eagle3conv.errors import UsageError, WiringError
@@ -73,9 +73,10 @@ def _f(level: str, code: str, message: str, fix: str | None = None, subject: str
     return Finding(level, AUX_LAYERS, code, message, fix, subject)  # type: ignore[arg-type]
 
 
-@dataclass
+@dataclass(frozen=True)
 class WiringReport:
-    """The result of :func:`check_wiring`."""
+    """The result of :func:`check_wiring` (its findings completed once, by
+    :func:`eagle3conv.wiring.apply.assembled`)."""
 
     layers: LayerSet | None
     """What the drafter was trained on (the first training record naming layers)."""
@@ -84,7 +85,7 @@ class WiringReport:
     """``fc``'s in-features / T, when the weights are known."""
     num_layers: int | None
     target: str | None
-    findings: list[Finding] = field(default_factory=list)
+    findings: tuple[Finding, ...] = ()
     rows: tuple[EngineRow, ...] = ()
     """Per engine release asked: what it captures from this config (see :func:`engine_rows`)."""
 
@@ -400,15 +401,15 @@ def check_wiring(
     (default: :func:`~eagle3conv.spec.engines.default_engines`; ``explicit_engines``: the user
     named them with --engine) gets a row, with or without the target's layer count."""
     config = config or {}
-    rep = WiringReport(None, None, None, num_layers, target)
-    rep.num_aux = fc_slots(fc_in, target_hidden, rep.findings)
-    rep.record = training_record(records, num_layers, rep.num_aux, fc_in, target_hidden, rep.findings)
-    rep.layers = rep.record.layers if rep.record else None
-    id_lists(config, rep.num_aux, fc_in, target_hidden, fix_command, rep.findings)
+    found: list[Finding] = []
+    num_aux = fc_slots(fc_in, target_hidden, found)
+    record = training_record(records, num_layers, num_aux, fc_in, target_hidden, found)
+    layers = record.layers if record else None
+    id_lists(config, num_aux, fc_in, target_hidden, fix_command, found)
     releases = tuple(engines) if engines else default_engines()
-    rep.rows = engine_rows(config, rep.layers, rep.record.source if rep.record else None, family, num_layers,
-                           releases, explicit=bool(engines) and explicit_engines, fix_command=fix_command,
-                           num_aux=rep.num_aux)
-    rep.findings += [f for r in rep.rows for f in (r.finding, r.serve) if f is not None]
-    rep.findings += summary(config, rep.rows, rep.layers, source_format, num_layers, fix_command)
-    return rep
+    rows = engine_rows(config, layers, record.source if record else None, family, num_layers,
+                       releases, explicit=bool(engines) and explicit_engines, fix_command=fix_command,
+                       num_aux=num_aux)
+    found += [f for r in rows for f in (r.finding, r.serve) if f is not None]
+    found += summary(config, rows, layers, source_format, num_layers, fix_command)
+    return WiringReport(layers, record, num_aux, num_layers, target, tuple(found), tuple(rows))
