@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 from eagle3conv.io.progress import Progress
@@ -31,6 +32,7 @@ from eagle3conv.checkpoint.writer import (
 from eagle3conv.errors import Eagle3ConvError, InvalidCheckpointError, UsageError, WiringError
 from eagle3conv.findings import AUDIT_D2T_MISSING, AUX_LAYERS, EVIDENCE_NOTE, NO_D2T, Finding
 from eagle3conv.spec.canonical import in_canonical_names
+from eagle3conv.spec.layers import describe
 from eagle3conv.wiring import apply as wiring
 from eagle3conv.wiring.apply import WiringOptions
 
@@ -268,6 +270,39 @@ def _fix_keys(path, recovered: str | None, *, out, source_format, config, keep_e
     return FixResult(plan, "in-place", index.root, False, result, recovered, shards)
 
 
+class ConfigOutcome(str, Enum):
+    """What ``config`` did (or, with ``--check``, found): :class:`ConfigVerdict`'s code."""
+
+    PASSED = "passed"  # --check: no error
+    FAILED = "failed"  # --check: errors
+    REFUSED = "refused"  # the config's ids contradict the training record: nothing written
+    ALREADY_WIRED = "already-wired"  # the record's layers are already written: no changes
+    WROTE = "wrote"  # the record's layers written into config.json (with --dry-run: would be)
+    NO_RECORD = "no-record"  # no training record names the layers: nothing to write
+
+
+@dataclass(frozen=True)
+class ConfigVerdict:
+    """``config``'s verdict in codes and values (the text's first line and ``--json``'s ``verdict``):
+    ``layers``, the wiring written (described); ``except_releases``, the releases checked that read
+    the written field otherwise, so one id list cannot serve them as trained (see their rows)."""
+
+    outcome: ConfigOutcome
+    mode: str
+    errors: int
+    warnings: int
+    layers: str | None = None
+    except_releases: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is not ConfigOutcome.FAILED
+
+    def to_dict(self) -> dict:
+        return {"outcome": self.outcome.value, "ok": self.ok, "errors": self.errors, "warnings": self.warnings,
+                "layers": self.layers, "except_releases": list(self.except_releases)}
+
+
 @dataclass
 class ConfigResult:
     checkpoint: Path
@@ -277,6 +312,24 @@ class ConfigResult:
     written: list[str]
     config_before: dict
     recovered: str | None
+
+    def verdict(self) -> ConfigVerdict:
+        """What ``config`` did, or with ``--check`` found (codes and counts; render says it)."""
+        w, rep = self.wiring, self.wiring.report
+        counts = dict(mode=self.mode, errors=len(rep.errors), warnings=len(rep.warnings))
+        edits = w.edits
+        layers = None if edits is None else describe(edits.layers)
+        if self.mode == "check":
+            return ConfigVerdict(ConfigOutcome.PASSED if rep.ok else ConfigOutcome.FAILED, **counts)
+        if w.conflicts:
+            return ConfigVerdict(ConfigOutcome.REFUSED, **counts)
+        if edits is not None and not edits.config_edits:
+            return ConfigVerdict(ConfigOutcome.ALREADY_WIRED, layers=layers, **counts)
+        if edits is not None:
+            # releases that read the same field otherwise (one id list cannot serve both numberings)
+            miss = tuple(str(r.release) for r in rep.rows if r.as_trained is False)
+            return ConfigVerdict(ConfigOutcome.WROTE, layers=layers, except_releases=miss, **counts)
+        return ConfigVerdict(ConfigOutcome.NO_RECORD, **counts)
 
     def to_dict(self) -> dict:
         ev = self.evidence
@@ -292,6 +345,7 @@ class ConfigResult:
             "wiring": self.wiring.to_dict(str(self.checkpoint)),
             "written": self.written,
             "recovered": self.recovered,
+            "verdict": self.verdict().to_dict(),
         }
 
 

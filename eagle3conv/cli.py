@@ -527,8 +527,7 @@ def config_cmd(checkpoint, target, trained_on, captured_at, metadata, sglang_ver
     res = configure(checkpoint, options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version,
                                                      dumps=dumps),
                     check=check, dry_run=dry_run, write_metadata=not no_metadata)
-    d = res.to_dict()
-    _emit(json_, d, config_text(d, verbose=_flag("verbose")))
+    _emit(json_, res.to_dict(), config_text(res, verbose=_flag("verbose")))
     if check and not res.wiring.report.ok:
         click.get_current_context().exit(EXIT_INVALID)
 

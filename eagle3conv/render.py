@@ -1,6 +1,12 @@
-"""Result objects → text for people. (JSON is each result's ``to_dict``.)"""
+"""Result objects → text for people. (JSON is each result's ``to_dict``; a result's verdict is typed
+data, its ``verdict()``, which both use: the words for it are made here.)"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the result types, imported where their codes are read (render loads fast for --help)
+    from eagle3conv.api import ConfigResult, ConfigVerdict
 
 
 def human_bytes(n: int) -> str:
@@ -180,30 +186,37 @@ def smoke_text(d: dict) -> str:
 
 
 def _count(findings: list[dict]) -> str:
-    n_err = sum(f["level"] == "error" for f in findings)
-    n_warn = sum(f["level"] == "warning" for f in findings)
-    return f"{n_err} error{'s' * (n_err != 1)}, {n_warn} warning{'s' * (n_warn != 1)}"
+    return _counted(sum(f["level"] == "error" for f in findings), sum(f["level"] == "warning" for f in findings))
 
 
-def config_text(d: dict, *, verbose: bool = False) -> str:
+def _counted(errors: int, warnings: int) -> str:
+    return f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}"
+
+
+def config_verdict_words(v: ConfigVerdict) -> str:
+    """``config``'s verdict (:meth:`~eagle3conv.api.ConfigResult.verdict`) in one line."""
+    from eagle3conv.api import ConfigOutcome
+
+    if v.outcome in (ConfigOutcome.PASSED, ConfigOutcome.FAILED):
+        return f"check: {'passed' if v.ok else 'FAILED'} ({_counted(v.errors, v.warnings)})"
+    if v.outcome is ConfigOutcome.REFUSED:
+        return "config: refused: the config's ids contradict the training record; nothing written"
+    if v.outcome is ConfigOutcome.ALREADY_WIRED:
+        return f"config: already wired for {v.layers}; no changes"
+    if v.outcome is ConfigOutcome.WROTE:
+        miss = v.except_releases
+        return (f"config: {'would write' if v.mode == 'dry-run' else 'wrote'} {v.layers} into config.json "
+                + (f"for every engine release checked except {', '.join(miss)} (see "
+                   f"{'its row' if len(miss) == 1 else 'their rows'})" if miss else "for every engine"))
+    return "config: no training record names the layers; nothing to write"
+
+
+def config_text(res: ConfigResult, *, verbose: bool = False) -> str:
+    """``config`` (a :class:`~eagle3conv.api.ConfigResult`) for people: its verdict, then the wiring."""
+    d = res.to_dict()
     w = d["wiring"]
     wr = w.get("written")
-    if d["mode"] == "check":
-        verdict = f"check: {'passed' if w['ok'] else 'FAILED'} ({_count(w.get('findings', []))})"
-    elif w.get("refused"):
-        verdict = "config: refused: the config's ids contradict the training record; nothing written"
-    elif wr and not wr["config_edits"]:
-        verdict = f"config: already wired for {wr['described']}; no changes"
-    elif wr:
-        # releases that read the same field otherwise (one id list cannot serve both numberings)
-        miss = [r["release"] for r in w.get("engines") or [] if r.get("as_trained") is False]
-        verdict = (f"config: {'would write' if d['mode'] == 'dry-run' else 'wrote'} {wr['described']} into "
-                   "config.json " + (f"for every engine release checked except {', '.join(miss)} (see "
-                                     f"{'its row' if len(miss) == 1 else 'their rows'})" if miss
-                                     else "for every engine"))
-    else:
-        verdict = "config: no training record names the layers; nothing to write"
-    lines = [verdict, f"checkpoint: {d['checkpoint']}"]
+    lines = [config_verdict_words(res.verdict()), f"checkpoint: {d['checkpoint']}"]
     if d.get("recovered"):
         lines.append(f"recovered:  {d['recovered']}")
     t = d.get("target")

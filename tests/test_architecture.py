@@ -31,7 +31,7 @@ ALLOWED: dict[str, set[str]] = {
     "example": {"errors", "io", "spec"},
     "api": {"errors", "version", "io", "spec", "findings", "checkpoint", "model", "wiring", "states", "verify", "hub"},
     "publish": {"errors", "io", "spec", "findings", "checkpoint", "model", "wiring", "verify", "hub", "api"},
-    "render": {"errors", "version", "io", "spec", "findings", "wiring"},
+    "render": {"errors", "version", "io", "spec", "findings", "checkpoint", "wiring", "verify", "api"},
     "cli": {"*"},
     "__main__": {"console"},
     "console": {"cli", "errors", "io"},  # the read-ahead validates headers with io/safetensors.py

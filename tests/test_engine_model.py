@@ -141,3 +141,28 @@ def test_the_config_verdict_names_a_release_the_written_ids_do_not_serve(make_ck
     first = res.stdout.splitlines()[0]
     assert missed, d["engines"]  # the older SGLang numbering reads [3, 31, 59] as other layers
     assert "for every engine release checked except" in first and all(m in first for m in missed), first
+
+
+def test_every_config_json_carries_its_verdict_as_codes(make_ckpt, tmp_path):
+    """issue 27: ``config --json`` carries the verdict its text leads with, as codes and values CI reads
+    (``--check`` had none): the outcome, the counts, the layers written and the releases they do not serve."""
+    target = tmp_path / "ds.json"
+    target.write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+                                  "hidden_size": 32, "num_hidden_layers": 61, "vocab_size": 1024,
+                                  "num_attention_heads": 4, "num_key_value_heads": 4}))
+    ck = make_ckpt("sglang")
+    dry = json.loads(run("config", ck, "--target", target, "--trained-on", "3,31,59", "--captured-at", "input",
+                         "--dry-run", "--json").stdout)
+    missed = [r["release"] for r in dry["wiring"]["engines"] if r["as_trained"] is False]
+    assert missed and dry["verdict"] == {"outcome": "wrote", "ok": True, "errors": 0, "warnings": len(missed),
+                                         "layers": "outputs of layers 2, 30, 58", "except_releases": missed}
+    run("config", ck, "--target", target, "--trained-on", "3,31,59", "--captured-at", "input")
+    again = json.loads(run("config", ck, "--target", target, "--json").stdout)["verdict"]
+    assert again["outcome"] == "already-wired" and again["layers"] == "outputs of layers 2, 30, 58"
+    check = run("config", ck, "--target", target, "--check", "--json")
+    v, w = json.loads(check.stdout)["verdict"], json.loads(check.stdout)["wiring"]
+    assert v["outcome"] == ("passed" if w["ok"] else "failed") and v["ok"] is w["ok"]
+    assert v["errors"] == sum(f["level"] == "error" for f in w["findings"])
+    assert v["warnings"] == sum(f["level"] == "warning" for f in w["findings"])
+    text = run("config", ck, "--target", target, "--check").stdout.splitlines()[0]
+    assert text == f"check: passed ({v['errors']} errors, {v['warnings']} warning{'s' * (v['warnings'] != 1)})"
