@@ -9,6 +9,9 @@ if TYPE_CHECKING:  # the result types, imported where their codes are read (rend
     from eagle3conv.api import ConfigResult, ConfigVerdict
 
 
+from eagle3conv.spec.alike import alike, releases_label
+
+
 def human_bytes(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
@@ -93,8 +96,9 @@ def edit_line(e: dict) -> str:
 _MARK = {"error": "BAD ", "warning": "warn", None: "ok  "}
 
 
-def _row_line(r: dict) -> str:
-    """One engine release's row: what it reads and captures from this config."""
+def _row_line(r: dict, label: str | None = None) -> str:
+    """One engine release's row (``label``: the releases sharing it): what it reads and captures from
+    this config."""
     if r.get("unknown"):
         what = r["unknown"]
     elif r.get("error"):
@@ -112,7 +116,7 @@ def _row_line(r: dict) -> str:
     levels = {(r.get(k) or {}).get("level") for k in ("finding", "serve")}
     worst = next((lv for lv in ("error", "warning") if lv in levels), None)
     mark = "?   " if r.get("unknown") and worst is None else _MARK.get(worst, "ok  ")
-    return f"{mark} {r['release']}: {what}"
+    return f"{mark} {label or r['release']}: {what}"
 
 
 def wiring_lines(w: dict | None, *, verbose: bool = False) -> list[str]:
@@ -135,8 +139,11 @@ def wiring_lines(w: dict | None, *, verbose: bool = False) -> list[str]:
     shared_fix = fixes[0] if len({f for f in fixes if f}) == 1 and sum(bool(f) for f in fixes) > 1 else None
     if rows:
         lines.append("per engine release (what each captures from this config):")
+    shared = [r for r in rows if r["release"] == (r.get("releases") or [r["release"]])[0]]  # one row per group
     for r, fix in zip(rows, fixes):
-        lines.append("  " + _row_line(r))
+        if r not in shared:
+            continue
+        lines.append("  " + _row_line(r, releases_label(r.get("releases") or [r["release"]])))
         if r.get("release_note"):
             lines.append(f"       note: {r['release_note']}")
         if r.get("runner_assumed") and verbose:
@@ -428,6 +435,26 @@ def category_lines(per: dict | None) -> list[str]:
     return out
 
 
+def _scored_block(r: dict, row: dict, unchecked: bool) -> list[str]:
+    """One engine release's scored row (its label a placeholder, the NUL character) and the lines under it."""
+    mark = _MARK.get((row.get("finding") or {}).get("level"), "ok  ")
+    if unchecked and mark == "ok  ":
+        mark = "n/a "  # the slots were labelled with the config's own ids: nothing here checks them
+    if "accept_length" in r:
+        lines = [f"  {mark} \0: {row.get('captures')}: accept length {r['accept_length']:.3f}, "
+                 f"step-1 acceptance {r['acceptance'][0]:.3f}"]
+    else:  # not scored: its config row may be fine, but these states say nothing of how it serves
+        mark = mark if mark != "ok  " else "?   "
+        lines = [f"  {mark} \0: not scored: {r['not_scored']}"]
+    for e in r.get("emulated") or []:
+        lines.append(f"    runs differently: {e}")
+    for e in r.get("not_emulated") or []:
+        lines.append(f"    not emulated: {e}")
+    if r.get("not_read"):
+        lines.append(f"    not in the engine rules ({'; '.join(r['not_read'])}): run as SGLang does")
+    return lines
+
+
 def verify_text(d: dict) -> str:
     """A verify report (VerifyResult.to_dict()) for people."""
     st = d["states"]
@@ -463,23 +490,13 @@ def verify_text(d: dict) -> str:
     scored = w.get("engine_scores") or []
     if scored:
         lines.append("per engine release (what each captures from this config, scored on these states):")
-    for r in scored:
-        row = rows.get(r["engine"]) or {}
-        mark = _MARK.get((row.get("finding") or {}).get("level"), "ok  ")
-        if unchecked and mark == "ok  ":
-            mark = "n/a "  # the slots were labelled with the config's own ids: nothing here checks them
-        if "accept_length" in r:
-            lines.append(f"  {mark} {r['release']}: {row.get('captures')}: accept length {r['accept_length']:.3f}, "
-                         f"step-1 acceptance {r['acceptance'][0]:.3f}")
-        else:  # not scored: its config row may be fine, but these states say nothing of how it serves
-            mark = mark if mark != "ok  " else "?   "
-            lines.append(f"  {mark} {r['release']}: not scored: {r['not_scored']}")
-        for e in r.get("emulated") or []:
-            lines.append(f"    runs differently: {e}")
-        for e in r.get("not_emulated") or []:
-            lines.append(f"    not emulated: {e}")
-        if r.get("not_read"):
-            lines.append(f"    not in the engine rules ({'; '.join(r['not_read'])}): run as SGLang does")
+    blocks = [_scored_block(r, rows.get(r["engine"]) or {}, unchecked) for r in scored]
+    for group in alike(zip(scored, blocks), lambda x: x[0]["release"].split(" ")[0],
+                       lambda x: (tuple((rows.get(x[0]["engine"]) or {}).get("releases") or ()) or x[0]["release"],
+                                  x[1])):
+        head, *rest = group[0][1]
+        lines.append(head.replace("\0", releases_label([x[0]["release"] for x in group]), 1))
+        lines += rest
     for f in w.get("findings", []):
         if f["level"] != "ok":
             lines.append(f"wiring {f['level']}: {f['message']}")

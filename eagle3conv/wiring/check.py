@@ -20,6 +20,7 @@ name or an id shift (docs/facts.md §5, §9).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,7 @@ from eagle3conv.findings import (
     UNVERIFIED_IDS,
     Finding,
 )
+from eagle3conv.spec.alike import alike
 from eagle3conv.spec.drafter import aux_ids
 from eagle3conv.spec.engines import (
     KIND_WORDS,
@@ -121,6 +123,22 @@ class WiringReport:
                     f"fails: {cap.error.message}" if cap.error else f"not known: {cap.unknown}")
         return out
 
+    def engine_rows(self) -> list[dict]:
+        """The rows for the report, each with ``releases``: the releases whose rows read alike with it
+        (neighbours of one engine; itself included), which the text shows as one row."""
+        rows = [(r, r.to_dict()) for r in self.rows]
+
+        def body(x) -> str:  # every field but the release's name (an error's leading name set aside)
+            d = x[1]
+            return json.dumps({**{k: v for k, v in d.items() if k not in ("engine", "release")},
+                               "error": d["error"] and d["error"].removeprefix(f"{d['release']} ")},
+                              sort_keys=True, default=str)
+
+        for group in alike(rows, lambda x: x[0].release.engine, body):
+            for _, d in group:
+                d["releases"] = [g[1]["release"] for g in group]
+        return [d for _, d in rows]
+
     def to_dict(self) -> dict:
         return {
             "ok": self.ok,
@@ -133,7 +151,7 @@ class WiringReport:
             "target": self.target,
             "target_num_layers": self.num_layers,
             "config_reads": self.reads(),
-            "engines": [r.to_dict() for r in self.rows],
+            "engines": self.engine_rows(),
             "findings": [{"level": f.level, "code": f.code, "message": f.message, "fix": f.fix,
                           "subject": f.subject} for f in self.findings],
         }
