@@ -20,7 +20,7 @@ from pathlib import Path
 from eagle3conv.io.progress import Progress
 from eagle3conv.checkpoint.index import CheckpointIndex, open_checkpoint
 from eagle3conv.checkpoint.links import following
-from eagle3conv.checkpoint.plan import Plan, WiringOutcome, build_plan, load_config_file
+from eagle3conv.checkpoint.plan import Plan, PlanOutcome, PlanVerdict, WiringOutcome, build_plan, load_config_file
 from eagle3conv.checkpoint.writer import (
     WriteResult,
     parse_size,
@@ -44,6 +44,10 @@ class InspectResult:
     plan_error: Exception | None  # a plan that could not even be built (e.g. no config)
     recovered: str | None
 
+    def verdict(self) -> PlanVerdict:
+        """What fix-keys would do to this checkpoint (or that it cannot plan it)."""
+        return self.plan.verdict() if self.plan is not None else PlanVerdict(PlanOutcome.CANNOT_PLAN, 1)
+
     def to_dict(self) -> dict:
         idx = self.index
         d = {
@@ -59,6 +63,7 @@ class InspectResult:
             "config": _config_summary(idx.config),
             "other_files": [p.name for p in idx.other_files],
             "recovered": self.recovered,
+            "verdict": self.verdict().to_dict(),
         }
         if self.plan is not None:
             d["plan"] = self.plan.to_dict()
@@ -81,6 +86,10 @@ class FixResult:
     shards: list
     followed_symlinks: list = field(default_factory=list)  # (link, target) read through --follow-symlinks
 
+    def verdict(self) -> PlanVerdict:
+        """What fix-keys does to this checkpoint (``mode`` and ``unchanged`` say whether it wrote)."""
+        return self.plan.verdict()
+
     def to_dict(self) -> dict:
         return {
             "mode": self.mode,
@@ -93,6 +102,7 @@ class FixResult:
             "shards": [{"file": f, "tensors": [o.name for o in outs]} for f, outs in self.shards],
             "plan": self.plan.to_dict(),
             "followed_symlinks": [{"path": a, "target": b} for a, b in self.followed_symlinks],
+            "verdict": self.verdict().to_dict(),
         }
 
 

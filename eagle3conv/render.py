@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the result types, imported where their codes are read (render loads fast for --help)
-    from eagle3conv.api import ConfigResult, ConfigVerdict
+    from eagle3conv.api import ConfigResult, ConfigVerdict, FixResult, InspectResult
+    from eagle3conv.checkpoint.plan import Plan, PlanVerdict
 
 
 from eagle3conv.spec.alike import alike, releases_label
@@ -20,7 +21,9 @@ def human_bytes(n: int) -> str:
     return str(n)
 
 
-def _plan_lines(plan: dict, *, verbose: bool = True) -> list[str]:
+def _plan_lines(plan: dict, typed: Plan, *, verbose: bool = True) -> list[str]:
+    """The plan (its ``to_dict``, and the :class:`~eagle3conv.checkpoint.plan.Plan` for its findings'
+    lines) key by key."""
     lines = []
     why = "; ".join(plan["format_reasons"])
     lines.append(f"format:   {plan['format']} — {plan['format_title']}")
@@ -74,9 +77,9 @@ def _plan_lines(plan: dict, *, verbose: bool = True) -> list[str]:
         for s in plan["shards"]:
             lines.append(f"  {s['file']}: {len(s['tensors'])} tensors")
     lines.append(f"output:   {len(plan['outputs'])} tensors, {human_bytes(plan['output_bytes'])}")
-    for n in plan["notices"]:
+    for n in typed.notices:
         lines.append(f"note:     {n}")
-    for e in plan["errors"]:
+    for e in typed.errors:
         lines.append(f"ERROR:    {e}")
     return lines
 
@@ -284,35 +287,35 @@ def targets_text(data: list[dict], *, detail: bool) -> str:
     return "\n".join(lines)
 
 
-def _plan_verdict(plan: dict) -> str:
-    """What fix-keys does (or would do) to this checkpoint, in one clause."""
-    from eagle3conv.findings import LAYER_COUNT
+def plan_verdict_words(v: PlanVerdict) -> str:
+    """What fix-keys does (or would do) to this checkpoint (:meth:`~eagle3conv.checkpoint.plan.Plan.verdict`),
+    in one clause."""
+    from eagle3conv.checkpoint.plan import PlanOutcome, line
 
-    layer = [f for f in plan.get("findings", ()) if f["code"] == LAYER_COUNT and f["level"] == "error"]
-    if layer and len(plan["errors"]) == 1:  # the folder's one error, which fix-keys' config edit repairs
-        return f"no engine serves it as it is: {layer[0]['message']}; fix-keys would rewrite num_hidden_layers"
-    if plan["errors"]:
-        return f"fix-keys would refuse it: {plan['errors'][0]}"
-    if plan["identity"]:
+    if v.outcome is PlanOutcome.LAYER_COUNT:  # the folder's one error, which fix-keys' config edit repairs
+        return (f"no engine serves it as it is: {v.first_error.message}; fix-keys would rewrite "
+                "num_hidden_layers")
+    if v.outcome is PlanOutcome.REFUSED:
+        return f"fix-keys would refuse it: {line(v.first_error)}"
+    if v.outcome is PlanOutcome.READY:
         return "already SGLang-ready: fix-keys would change nothing"
-    counts: dict[str, int] = {}
-    for dec in plan["decisions"]:
-        counts[dec["action"]] = counts.get(dec["action"], 0) + 1
     verbs = {"renamed": "rename", "split": "split", "dropped": "drop"}
-    keys = ", ".join(f"{verbs[a]} {n}" for a, n in sorted(counts.items()) if a in verbs)
-    edits = len(plan["config_edits"])
-    what = [f"{keys} key{'s' * (sum(counts.get(a, 0) for a in verbs) != 1)}"] if keys else []
-    if edits:
-        what.append(f"edit {edits} config.json field{'s' * (edits != 1)}")
+    keys = ", ".join(f"{verbs[a]} {n}" for a, n in v.keys)
+    what = [f"{keys} key{'s' * (sum(n for _, n in v.keys) != 1)}"] if keys else []
+    if v.config_edits:
+        what.append(f"edit {v.config_edits} config.json field{'s' * (v.config_edits != 1)}")
     return f"fix-keys would {' and '.join(what) or 'rewrite the vocab maps only'}"
 
 
-def inspect_text(d: dict, *, verbose: bool = False) -> str:
+def inspect_text(res: InspectResult, *, verbose: bool = False) -> str:
+    """``inspect`` (an :class:`~eagle3conv.api.InspectResult`) for people."""
+    d = res.to_dict()
     plan = d.get("plan")
     if "plan_error" in d:  # the error leads the report, whatever else was read
         verdict = f"inspect: fix-keys cannot plan: {d['plan_error'].get('message')}"
     elif plan is not None:
-        verdict = f"inspect: a {plan['format']} checkpoint ({plan['format_title']}); {_plan_verdict(plan)}"
+        verdict = (f"inspect: a {plan['format']} checkpoint ({plan['format_title']}); "
+                   f"{plan_verdict_words(res.verdict())}")
     else:
         verdict = "inspect: read"
     lines = [verdict, f"checkpoint: {d['checkpoint']}",
@@ -343,7 +346,7 @@ def inspect_text(d: dict, *, verbose: bool = False) -> str:
         lines += ["  " + line for line in wiring_lines(plan.get("wiring"), verbose=verbose)]
         lines.append("")
         lines.append("what fix-keys would do:")
-        lines += ["  " + line for line in _plan_lines(plan, verbose=verbose)]
+        lines += ["  " + line for line in _plan_lines(plan, res.plan, verbose=verbose)]
     if "plan_error" in d:
         pe = d["plan_error"]
         if pe.get("hint"):
@@ -366,15 +369,17 @@ def quantization_lines(q: dict | None) -> list[str]:
     return lines
 
 
-def fix_text(d: dict, *, verbose: bool = False) -> str:
-    """fix-keys: what it did in one line, then the summary; the per-key plan with --verbose or --dry-run
-    (inspect shows it before)."""
+def fix_text(res: FixResult, *, verbose: bool = False) -> str:
+    """fix-keys (a :class:`~eagle3conv.api.FixResult`): what it did in one line, then the summary; the
+    per-key plan with --verbose or --dry-run (inspect shows it before)."""
+    d = res.to_dict()
     plan = dict(d["plan"], shards=d["shards"])
     if d["mode"] == "dry-run":
-        lines = [f"fix-keys (dry run, nothing written): {_plan_verdict(plan).removeprefix('fix-keys ')}"]
+        lines = [f"fix-keys (dry run, nothing written): "
+                 f"{plan_verdict_words(res.verdict()).removeprefix('fix-keys ')}"]
         if d.get("recovered"):
             lines.append(f"recovered: {d['recovered']}")
-        lines += _plan_lines(plan)
+        lines += _plan_lines(plan, res.plan)
         return "\n".join(lines)
     if d["unchanged"]:
         lines = [f"fix-keys: {d['output']} is already SGLang-ready; left byte-for-byte unchanged"]
@@ -384,7 +389,7 @@ def fix_text(d: dict, *, verbose: bool = False) -> str:
     if d.get("recovered"):
         lines.append(f"recovered: {d['recovered']}")
     if verbose:
-        lines += _plan_lines(plan)
+        lines += _plan_lines(plan, res.plan)
         return "\n".join(lines)
     lines.append(f"format:   {plan['format']} — {plan['format_title']}")
     counts: dict[str, int] = {}
@@ -399,7 +404,7 @@ def fix_text(d: dict, *, verbose: bool = False) -> str:
     for e in plan["config_edits"]:
         lines.append("config.json: " + edit_line(e))
     lines += quantization_lines(plan.get("quantization"))
-    for n in plan["notices"]:
+    for n in res.plan.notices:
         lines.append(f"note:     {n}")
     return "\n".join(lines)
 
