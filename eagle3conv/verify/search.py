@@ -41,6 +41,7 @@ from eagle3conv.verify.stats import (
 )
 from eagle3conv.spec.layers import EMBEDDING, LayerRef, LayerSet, describe, to_ids, to_refs
 from eagle3conv.spec.drafter import aux_ids
+from eagle3conv.verify.words import statistic_words
 
 MIN_SEARCH_SEQUENCES = 10  # below this, sequence-bootstrap intervals are not worth naming a wiring on
 LOG_SCORE_STEP = 0  # the log score that separates wirings acceptance ties: draft step 1's (0-based index)
@@ -577,6 +578,43 @@ def norm_mismatch(cmp: list[dict] | None) -> float | None:
 # --------------------------------------------------------------------------- the verdict
 
 
+@dataclass(frozen=True)
+class Grounds:
+    """What decided a verdict, as codes and values; :func:`eagle3conv.verify.words.verdict_words`
+    makes its sentences (``decided_by``, ``advice``) from them and the verdict's own fields.
+
+    ``by``: the statistics that narrowed the set, in order; ``size``: its members (``unconfirmed``
+    of them kept by the screen, not confirmed); ``standing``: ``training-record`` or ``config``
+    where that wiring stands (``standing_in_line``: its norms match training); ``chosen``: the
+    wiring the data points at (``chosen_ids`` its output ids); ``best``: the best by acceptance;
+    ``config``: the config's (or given) wiring, ``config_gap`` the best's paired difference with
+    it; ``neighbourhood``: one wiring separated, but the search was not global."""
+
+    path: str
+    target: str | None
+    sequences: int  # of the main wiring, with full chains
+    min_sequences: int = MIN_SEARCH_SEQUENCES
+    log_step: int = LOG_SCORE_STEP
+    leaders: int = SET_LEADERS
+    by: tuple[str, ...] = ()
+    size: int = 0
+    unconfirmed: int = 0
+    tied: int = 0
+    standing: str | None = None
+    standing_in_line: bool = False
+    statistic: str | None = None
+    chosen: str | None = None
+    chosen_ids: tuple[int, ...] = ()
+    best: str | None = None
+    best_ids: tuple[int, ...] = ()
+    config: str | None = None
+    config_gap: tuple[float, float, float] | None = None
+    config_names_layers: bool = True
+    chosen_is_config: bool = False
+    neighbourhood: bool = False
+    capture: dict | None = None
+
+
 @dataclass
 class Verdict:
     """What the scores say about the wiring. ``status``: see the module docstring."""
@@ -584,7 +622,6 @@ class Verdict:
     config_accept_length: float
     status: Status | None = None
     norm_flags: list[str] = field(default_factory=list)  # the config's slots whose norms are out of line
-    decided_by: str | None = None  # for people: which evidence decided (never parsed)
     config_is_best: bool | None = None
     paired_differences: list[dict] = field(default_factory=list)  # the leader vs every other wiring
     best: str | None = None  # the wiring named (None unless named or stands)
@@ -593,7 +630,6 @@ class Verdict:
     tied: int | None = None  # wirings acceptance cannot separate from the leader (itself included)
     separated: bool | None = None
     runner_up: str | None = None
-    advice: str | None = None  # the command that writes the named wiring, when it is not the config's
     coverage: Coverage | None = None  # what the search covered, None: no global search
     best_found: str | None = None  # the leader on acceptance, named or not
     tied_set: list[str] = field(default_factory=list)  # the wirings acceptance cannot separate (leader first)
@@ -605,10 +641,27 @@ class Verdict:
     set_statistic: str | None = None  # the statistics that narrowed the set, in order
     to_separate: Separation | None = None  # what would separate the set (its reason, factor, sequences)
     positions: int | None = None  # the positions every confirmed wiring was scored on (coverage's summary)
+    grounds: Grounds | None = None  # what decided, as values (the words are made from them)
+    said: tuple[str | None, str | None] = (None, None)  # decided_by and advice of a report read back
 
     def __post_init__(self) -> None:
         if self.status is not None and self.status not in STATUSES:
             raise ValueError(f"verdict status {self.status!r} is not one of {STATUSES}")
+
+    @property
+    def decided_by(self) -> str | None:
+        """For people: which evidence decided (:func:`eagle3conv.verify.words.verdict_words`; never parsed)."""
+        from eagle3conv.verify.words import verdict_words
+
+        return verdict_words(self)[0] if self.grounds is not None else self.said[0]
+
+    @property
+    def advice(self) -> str | None:
+        """For people: what to do (the command that writes the named wiring, when it is not the config's;
+        what to capture to separate a set)."""
+        from eagle3conv.verify.words import verdict_words
+
+        return verdict_words(self)[1] if self.grounds is not None else self.said[1]
 
     def to_dict(self) -> dict:
         """The report's ``verdict`` object (keys present only where they apply)."""
@@ -653,6 +706,8 @@ class Verdict:
         kw["paired_differences"] = list(kw.get("paired_differences") or [])
         kw["tied_set"] = list(kw.get("tied_set") or [])
         kw["confidence_set"] = list(kw.get("confidence_set") or [])
+        kw.pop("grounds", None)
+        kw["said"] = (d.get("decided_by"), d.get("advice"))
         if kw.get("coverage") is not None:
             kw["coverage"] = Coverage.from_dict(kw["coverage"])
         if kw.get("to_separate") is not None:
@@ -732,11 +787,6 @@ def _separation(members: list[int], lead: int, acc: dict, logs: dict, comparison
     return max(1.0, max(need))
 
 
-def _set_words(names: list[str], limit: int = 6, total: int | None = None) -> str:
-    total = len(names) if total is None else total
-    return "; ".join(names[:limit]) + (f"; and {total - min(limit, len(names))} more" if total > limit else "")
-
-
 def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search: bool, path,
            target: str | None, *, coverage: Coverage | None = None, config_names_layers: bool = True,
            log_score=None, capture: dict | None = None, log_dtype: str | None = None) -> Verdict:
@@ -771,8 +821,7 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
         return out
     if main.effective_sequences < MIN_SEARCH_SEQUENCES:
         out.status = "undecided"
-        out.decided_by = (f"not decided: a wiring search needs at least {MIN_SEARCH_SEQUENCES} "
-                          f"sequences with full chains (these states have {main.effective_sequences}); capture more")
+        out.grounds = Grounds(str(path), target, main.effective_sequences)
         return out
     complete = bool(coverage is not None and coverage.is_global)
     names = [describe(s.candidate.layers) for s in scores]
@@ -831,9 +880,7 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
     anchors = [i for i in members if scores[i].candidate.name == "training record"] + (
         [0] if 0 in members and config_names_layers else [])
     anchor = next((i for i in anchors if in_line(i) is not False), None)
-    stat_words = {"acceptance": "acceptance", "log-score": f"the step-{LOG_SCORE_STEP + 1} log score",
-                  "norm-fingerprint": "the norm fingerprint"}
-    how = ", then ".join(stat_words[b] for b in by)
+    how = statistic_words(by, LOG_SCORE_STEP)
     out.set_statistic = how
     out.confidence_set = [
         {"wiring": scores[i].candidate.name, "layers": names[i], "confirmed": True,
@@ -842,33 +889,12 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
          **({"log_score_gap": [_finite(x, 5) for x in log_diffs[i]]} if i in log_diffs else {})}
         for i in members] + [{"layers": u, "confirmed": False} for u in unconfirmed]
     size = len(members) + n_unconfirmed
-    chosen, status, statistic = lead, "ambiguous", None
+    chosen, status, statistic, standing = lead, "ambiguous", None, None
     if anchor is not None:
         chosen, status = anchor, "stands"
-        rec = scores[anchor].candidate.name == "training record"
-        statistic = "training-record" if rec else "config"
-        who = "the training record's" if rec else "the config's"
-        verb = " leaves" if len(by) == 1 else ", leave"
-        out.decided_by = ((f"{how}{verb} {size} wirings within 95% of the best and {who} wiring is among them"
-                           if size > 1 else f"{how}{verb} only {who} wiring within 95% of the best")
-                          + (" (its norms match training)" if in_line(anchor) else "") + ", so it stands")
-        if size > 1 and out.log_score and out.log_score["leader"] != names[anchor] and out.log_score["separated"]:
-            out.decided_by += f" (the log score prefers {out.log_score['leader']}: see verdict.log_score)"
+        statistic = standing = "training-record" if scores[anchor].candidate.name == "training record" else "config"
     elif size == 1:
         status, statistic = "named", by[-1]
-        if statistic == "acceptance":
-            out.decided_by = "acceptance"
-        elif statistic == "log-score":
-            nxt = out.log_score["differences"][0]
-            out.decided_by = (f"log score: acceptance cannot separate {len(tied)} wirings; the log-probability the "
-                              f"drafter gives the target's token at draft step {LOG_SCORE_STEP + 1} (a proper "
-                              f"scoring rule, on {out.log_score['positions']} positions) separates this one from "
-                              f"every wiring acceptance leaves tied with it (closest: {nxt['layers']}, "
-                              f"{nxt['log_score_gap']:+.4f} nats [{nxt['ci95'][0]:+.4f}, {nxt['ci95'][1]:+.4f}] "
-                              "paired)")
-        else:
-            out.decided_by = ("norm fingerprint: acceptance cannot separate the leaders, and of them only this "
-                              "wiring's norms are in line with training")
     # what would separate the set: from the log-score leader where the log score was consulted (it is
     # the finer statistic), else from the best by acceptance
     sep_lead = lead_ls if log_bounds and lead_ls in members else ranked[0]
@@ -888,150 +914,31 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
             out.to_separate = Separation(size, SeparationReason.CAPPED if capped and n_unconfirmed else
                                          SeparationReason.UNCONFIRMED if n_unconfirmed else SeparationReason.NO_GAP,
                                          main.effective_sequences, how)
-    if status == "ambiguous":
-        what = f"{size} wirings" + (f" ({n_unconfirmed} of them kept by the screen, not confirmed)"
-                                    if n_unconfirmed else "")
-        if size > 1:
-            more = out.to_separate
-            if more.reason is SeparationReason.FACTOR:
-                sep = f"about {more.sequences} sequences like these ({more.sequences_now} now) would separate them"
-            elif more.reason is SeparationReason.CAPPED:
-                scr = coverage.screen
-                fin = scr.get("to_finish") or {}
-                what_cap = "its time budget" if scr.get("stopped_by") == "seconds" else "its work cap"
-                sep = (f"the screen stopped at {what_cap} with {n_unconfirmed} of them not excluded, after "
-                       f"{scr['read']['positions']} of {scr['read']['of']} positions: the work, not the data, ran "
-                       f"out; about {fin.get('seconds')} s more (verify --search-budget {fin.get('budget')}) would "
-                       "read every position for them, or a training record would decide" + _leaders_words(coverage))
-            elif more.reason is SeparationReason.UNCONFIRMED:
-                sep = (f"the screen read all {more.sequences_now} sequences and could not exclude "
-                       f"{n_unconfirmed} of them" + (_leaders_words(coverage) or
-                                                     ": more data may (capture more and search again)"))
-            else:
-                sep = ("no amount of data like this separates them at the gaps seen (some show none); a training "
-                       "record would")
-            verb = " leaves" if len(by) == 1 else ", leave"
-            listed = _set_words([c["layers"] for c in out.confidence_set], total=size)
-            out.decided_by = (f"the data cannot tell which of {what} the drafter was trained on ({how}{verb} "
-                              f"them all within 95% of the best: {listed}); {sep}" + _not_global(coverage))
-    if status == "named" and not complete:
+    neighbourhood = status == "named" and not complete
+    if neighbourhood:
         status = "ambiguous"
-        where = ("only the wirings near the evidence were scored" if coverage is None else
-                 f"the states hold {coverage.layers} of the target's layers (missing: "
-                 + ", ".join(map(str, coverage.missing_layers[:8]))
-                 + (" ..." if len(coverage.missing_layers) > 8 else "") + ")")
-        out.decided_by = (f"best in the searched neighbourhood: {names[chosen]}, separated from the wirings "
-                          f"scored, but not a global search ({where}); capture every layer (eagle3conv capture "
-                          "without --layers) and search again")
     win = scores[chosen]
     out.status, out.statistic = status, statistic if status != "ambiguous" else None
     out.best, out.best_layers = win.candidate.name, names[chosen]
     out.best_accept_length = round(win.accept_length, 4)
     out.runner_up = second.candidate.name if chosen == ranked[0] else best.candidate.name
     out.config_is_best = win is main
-    tgt = f" --target {target}" if target else ""
-
-    def command(layers) -> str:
-        return (f"eagle3conv config {path}{tgt} --trained-on {','.join(map(str, to_ids(layers, 'output')))} "
-                "--captured-at output")
-
-    one = size == 1  # the data points at one wiring (named, or the best of a neighbourhood)
     if status == "ambiguous":
         out.best = out.best_layers = None
-    elif win is not main or not config_names_layers:
-        out.advice = (f"the drafter was most likely trained on {names[chosen]}; write it: "
-                      f"{command(win.candidate.layers)}")
-    capture_advice = _capture_advice(out, capture, target) if status == "ambiguous" and size > 1 else None
-    if out.config_worse:  # said first, whether or not a wiring is named
-        d, lo, hi = diffs[0]
-        what = "the config's wiring" if config_names_layers else "the engines' default (config.json names no layers)"
-        first = (f"{what} ({names[0]}) is clearly worse than the best by accept length "
-                 f"({names[ranked[0]]}: +{d:.3f} [{lo:+.3f}, {hi:+.3f}] paired)")
-        if out.advice is not None:
-            out.advice = f"{first}; {out.advice}"
-        elif one:
-            out.advice = f"{first}; the best found is not named (see the verdict); to write it: {command(best.candidate.layers)}"
-        else:
-            out.advice = f"{first}; {capture_advice}"
-    elif status == "ambiguous" and not config_names_layers:
-        out.advice = ("config.json names no aux layers and the search names none; "
-                      + (f"the best found: {names[ranked[0]]}, to write it: {command(best.candidate.layers)}" if one
-                         else capture_advice))
-    elif capture_advice is not None:
-        out.advice = capture_advice
+    out.grounds = Grounds(
+        str(path), target, main.effective_sequences, by=tuple(by), size=size, unconfirmed=n_unconfirmed,
+        tied=len(tied), standing=standing, standing_in_line=bool(anchor is not None and in_line(anchor)),
+        statistic=statistic, chosen=names[chosen], chosen_ids=tuple(to_ids(win.candidate.layers, "output")),
+        best=names[ranked[0]], best_ids=tuple(to_ids(best.candidate.layers, "output")), config=names[0],
+        config_gap=diffs.get(0), config_names_layers=config_names_layers, chosen_is_config=win is main,
+        neighbourhood=neighbourhood, capture=capture)
     return out
-
-
-def _leaders_words(coverage: Coverage | None) -> str:
-    """The screen's survivors for people: the few that lead them (step-1 log score gap to the
-    best) and how many sequences like these would leave at most 3, and one (``screen_ranking``)."""
-    ss = coverage.screen_set if coverage is not None else None
-    if not ss:
-        return ""
-    lead = ss["ranked"][:SET_LEADERS]
-    words = "; ".join(f"{r['layers']}" + (f" ({-r['gap']:+.4f} nats)" if j else "") for j, r in enumerate(lead))
-    out = f"; the screen's {ss['size']} survivors are led by {words} (step-1 log score on {ss['positions']} positions)"
-    tl = ss.get("to_leave") or {}
-    sep = [f"about {tl[k]} would leave at most {k}" for k in ("3", "1") if tl.get(k)]
-    if sep:
-        out += f"; of sequences like these ({ss['sequences']} read), " + ", ".join(sep)
-    return out
-
-
-def _not_global(coverage: Coverage | None) -> str:
-    """The words a set needs when the search did not cover every layer: wirings reading the missing
-    ones were never scored, so the set speaks only for the layers held."""
-    if coverage is None or coverage.is_global:
-        return ""
-    miss = coverage.missing_layers
-    return (f"; and the states lack {len(miss)} of the target's layers ("
-            + ", ".join(map(str, miss[:8])) + (" ..." if len(miss) > 8 else "")
-            + "), so wirings reading them were never scored: capture every layer (eagle3conv capture without "
-            "--layers) and search again")
-
-
-def _capture_advice(v: Verdict, capture: dict | None, target: str | None) -> str:
-    """What to do when the set has several members: the set, and what to capture."""
-    from eagle3conv.verify.words import SEPARATION_WHY
-
-    members = [c["layers"] for c in v.confidence_set]
-    sep = v.to_separate
-    cap = capture or {}
-    gen = cap.get("generate_tokens")
-    cmd = (f"eagle3conv capture --target {target or 'TARGET'} --prompts PROMPTS --out more-states.safetensors"
-           + (f" --generate {gen}" if gen else ""))
-    if sep.reason is SeparationReason.FACTOR:
-        how = (f"capture about {sep.sequences} sequences like these ({sep.sequences_now} now) and verify "
-               f"again ({cmd}, with that many prompts)")
-    elif sep.reason is SeparationReason.CAPPED:
-        fin = (v.coverage.screen or {}).get("to_finish") or {}
-        how = ("keep the training record (training_metadata.json) beside the drafter: the screen stopped at its "
-               "work cap after its first positions, so more sequences like these would not finish it"
-               + (f"; or give the screen about {fin['seconds']:.0f} s more: verify --search-budget {fin['budget']}"
-                  if fin.get("seconds") is not None else ""))
-    elif sep.reason is SeparationReason.UNCONFIRMED:
-        tl = (v.coverage.screen_set or {}).get("to_leave") or {}
-        few = next(((k, tl[k]) for k in ("3", "1") if tl.get(k)), None)
-        how = ((f"capture about {few[1]} sequences like these ({sep.sequences_now} now; the screen's estimate "
-                f"to leave at most {few[0]} of its survivors) and verify again ({cmd}), or keep the training record "
-                "(training_metadata.json) beside the drafter") if few else
-               (f"capture several times the {sep.sequences_now} sequences these states hold and verify again "
-                f"({cmd}), or keep the training record (training_metadata.json) beside the drafter"))
-    else:
-        how = (f"more data like this may not separate them ({SEPARATION_WHY[sep.reason.value]}); keep the training "
-               f"record (training_metadata.json) beside the drafter, or capture other prompts ({cmd})")
-    if cap.get("max_sequences"):  # the data at hand was not all read
-        how = (f"first verify without --max-sequences (it read {cap['max_sequences']} of the "
-               f"{cap['sequences_held']} sequences these states hold); then, if they still cannot, {how}")
-    size = sep.members
-    return (f"the data cannot tell {size} wirings apart ({_set_words(members, total=size)}): no config is written "
-            f"for any one of them; to separate them, {how}" + _not_global(v.coverage))
 
 
 __all__ = [
     "Coverage", "LISTED", "LOG_SCORE_STEP", "MAX_CONFIRM", "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "REFINE_CONFIRM",
     "REFINE_OPEN", "REFINE_ROUNDS", "SET_ALPHA", "SET_LEADERS", "ScreenSearch", "Separation", "SeparationReason",
-    "SCREEN_BOUND", "STATUSES", "Status", "Verdict", "acceptance_set", "all_wirings", "candidates", "config_candidate",
+    "SCREEN_BOUND", "STATUSES", "Status", "Verdict", "Grounds", "acceptance_set", "all_wirings", "candidates", "config_candidate",
     "decide", "global_search", "log_score_exclusions", "names_layers", "neighbours",
     "norm_comparison", "norm_mismatch", "refine", "screen_dtype", "screen_ranking", "screen_record", "set_members",
 ]
