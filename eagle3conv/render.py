@@ -10,6 +10,7 @@ if TYPE_CHECKING:  # the result types, imported where their codes are read (rend
     from eagle3conv.checkpoint.plan import Plan, PlanVerdict
 
 
+from eagle3conv.findings import CANNOT_SERVE
 from eagle3conv.spec.alike import alike, releases_label
 
 
@@ -155,7 +156,7 @@ def wiring_lines(w: dict | None, *, verbose: bool = False) -> list[str]:
             lines.append(f"       fix: {fix}")
         serve = r.get("serve")
         if serve:
-            lines.append(f"       {'CANNOT SERVE' if serve['code'] == 'cannot-serve' else 'serves'}: {serve['message']}"
+            lines.append(f"       {'CANNOT SERVE' if serve['code'] == CANNOT_SERVE else 'serves'}: {serve['message']}"
                          + (f" ({serve['fix']})" if serve.get("fix") else ""))
         if verbose:
             for note in r.get("notes") or []:

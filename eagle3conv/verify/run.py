@@ -180,12 +180,13 @@ class _Verification:
             raise CheckpointReadError(
                 f"{states_path}: these states hold no token ids; verify compares drafts with the target's tokens",
                 hint="capture with eagle3conv capture, or add input_ids.pt and target_next.pt to the dumps")
-        self.labels, self.reference = None, "target"
+        self.labels, self.reference, self.data_note = None, "target", None
         if self.states.target_next is None:
             self.labels = data_labels(self.states.input_ids, self.states.attention_mask)
             self.reference = "data"
-            self.notes.append("these states hold no target next tokens: drafts are scored against the data's next "
+            self.data_note = ("these states hold no target next tokens: drafts are scored against the data's next "
                               "tokens (a lower bound on acceptance unless the data is the target's own output)")
+            self.notes.append(self.data_note)
         self.ev = ev = gather(self.root, None, self.config, self.wopts)
         if ev.target is None and self.states.num_layers is not None:
             from eagle3conv.spec.targets import TargetProfile
@@ -329,7 +330,7 @@ class _Verification:
         st.final_state = fs
         self.labels = target_next_from_head(st, head, norm, device=self.dev)
         self.reference = "target"
-        self.notes[:] = [n for n in self.notes if "hold no target next tokens" not in n]
+        self.notes[:] = [n for n in self.notes if n is not self.data_note]  # that note no longer holds
         st.notes = tuple(n for n in st.notes if NO_NEXT_TOKENS not in n)  # the reader's "cannot" no longer holds
         self.notes.append("scored against the target's own next tokens, computed from "
                           + ("its lm_head over the stored post-norm last hidden state" if fs[0] == "post-norm" else

@@ -41,7 +41,7 @@ from eagle3conv.verify.stats import (
 )
 from eagle3conv.spec.layers import EMBEDDING, LayerRef, LayerSet, describe, to_ids, to_refs
 from eagle3conv.spec.drafter import aux_ids
-from eagle3conv.verify.words import statistic_words
+from eagle3conv.verify.words import norm_flag_words, statistic_words
 
 MIN_SEARCH_SEQUENCES = 10  # below this, sequence-bootstrap intervals are not worth naming a wiring on
 LOG_SCORE_STEP = 0  # the log score that separates wirings acceptance ties: draft step 1's (0-based index)
@@ -815,8 +815,7 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
     main = scores[0]
     out = Verdict(config_accept_length=round(main.accept_length, 4), coverage=coverage)
     flagged = [c for c in (comparisons[0] or []) if c["flagged"]]
-    out.norm_flags = [f"slot {c['slot']} ({c['layer']}): inference median {c['inference_median']:.3g} vs "
-                      f"training {c['training_median']:.3g} ({c['ratio']:.2f}x)" for c in flagged]
+    out.norm_flags = norm_flag_words(flagged)
     if not search or len(scores) < 2:
         return out
     if main.effective_sequences < MIN_SEARCH_SEQUENCES:

@@ -26,6 +26,13 @@ def coverage_summary(v) -> str | None:
             + (f", {cov.refined} more by local refinement" if cov.refined else ""))
 
 
+def norm_flag_words(flagged: list[dict]) -> list[str]:
+    """The config's slots whose norms are out of line with training (:func:`~eagle3conv.verify.search.norm_comparison`
+    rows), one sentence each."""
+    return [f"slot {c['slot']} ({c['layer']}): inference median {c['inference_median']:.3g} vs "
+            f"training {c['training_median']:.3g} ({c['ratio']:.2f}x)" for c in flagged]
+
+
 def statistic_words(by, log_step: int) -> str:
     """The statistics that narrowed the set, in order, for people (``acceptance, then the step-1 log score``)."""
     words = {"acceptance": "acceptance", "log-score": f"the step-{log_step + 1} log score",
@@ -202,4 +209,4 @@ def _capture_advice(v, g) -> str:
             f"for any one of them; to separate them, {how}" + _not_global(v.coverage))
 
 
-__all__ = ["SEPARATION_WHY", "coverage_summary", "set_words", "statistic_words", "verdict_words"]
+__all__ = ["SEPARATION_WHY", "coverage_summary", "norm_flag_words", "set_words", "statistic_words", "verdict_words"]
