@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import os
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 from eagle3conv.io.progress import Progress
 from eagle3conv.checkpoint.index import CheckpointIndex, open_checkpoint
 from eagle3conv.checkpoint.links import following
-from eagle3conv.checkpoint.plan import Plan, WiringOutcome, build_plan, load_config_file
+from eagle3conv.checkpoint.plan import Plan, PlanOutcome, PlanVerdict, WiringOutcome, build_plan, load_config_file
 from eagle3conv.checkpoint.writer import (
     WriteResult,
     parse_size,
@@ -35,6 +36,7 @@ from eagle3conv.checkpoint.writer import (
 from eagle3conv.errors import Eagle3ConvError, InvalidCheckpointError, UsageError, WiringError
 from eagle3conv.findings import AUDIT_D2T_MISSING, AUX_LAYERS, EVIDENCE_NOTE, NO_D2T, Finding
 from eagle3conv.spec.canonical import D2T, FC, in_canonical_names
+from eagle3conv.spec.layers import describe
 from eagle3conv.wiring import apply as wiring
 from eagle3conv.wiring.apply import WiringOptions
 
@@ -45,6 +47,10 @@ class InspectResult:
     plan: Plan | None
     plan_error: Exception | None  # a plan that could not even be built (e.g. no config)
     recovered: str | None
+
+    def verdict(self) -> PlanVerdict:
+        """What fix-keys would do to this checkpoint (or that it cannot plan it)."""
+        return self.plan.verdict() if self.plan is not None else PlanVerdict(PlanOutcome.CANNOT_PLAN, 1)
 
     def to_dict(self) -> dict:
         idx = self.index
@@ -61,6 +67,7 @@ class InspectResult:
             "config": _config_summary(idx.config),
             "other_files": [p.name for p in idx.other_files],
             "recovered": self.recovered,
+            "verdict": self.verdict().to_dict(),
         }
         if self.plan is not None:
             d["plan"] = self.plan.to_dict()
@@ -83,6 +90,10 @@ class FixResult:
     shards: list
     followed_symlinks: list = field(default_factory=list)  # (link, target) read through --follow-symlinks
 
+    def verdict(self) -> PlanVerdict:
+        """What fix-keys does to this checkpoint (``mode`` and ``unchanged`` say whether it wrote)."""
+        return self.plan.verdict()
+
     def to_dict(self) -> dict:
         return {
             "mode": self.mode,
@@ -95,6 +106,7 @@ class FixResult:
             "shards": [{"file": f, "tensors": [o.name for o in outs]} for f, outs in self.shards],
             "plan": self.plan.to_dict(),
             "followed_symlinks": [{"path": a, "target": b} for a, b in self.followed_symlinks],
+            "verdict": self.verdict().to_dict(),
         }
 
 
@@ -137,12 +149,11 @@ def _wired(plan: Plan, opts: WiringOptions, ckpt: str, served: str | None = None
     fix = f"eagle3conv fix-keys {ckpt}{' ' + flags if flags else ''} --rewire"
     outs = {o.name: o for o in plan.outputs}
     d2t = outs.get(D2T)
-    w = wiring.wire(plan.config, ev, opts, fc_in=fc_in, target_hidden=t,
+    said = frozenset({AUDIT_D2T_MISSING} if NO_D2T in {f.code for f in plan.findings} else ())  # the vocab check
+    w = wiring.wire(plan.config, ev, opts, fc_in=fc_in, target_hidden=t,  # named the missing d2t: no second message
                     source_format=plan.format.name, fix_command=fix, tensor_names=set(outs),
                     read_d2t=None if d2t is None else (
-                        lambda: d2t.data if d2t.data is not None else plan.index.read_array(d2t.source)))
-    if NO_D2T in {f.code for f in plan.findings}:  # the vocab check named the missing d2t: no second message
-        w.report.findings = [f for f in w.report.findings if f.code != AUDIT_D2T_MISSING]
+                        lambda: d2t.data if d2t.data is not None else plan.index.read_array(d2t.source)), said=said)
     config, edits, hint = None, (), None
     if w.conflicts:
         found = list(w.conflicts)
@@ -273,6 +284,39 @@ def _fix_keys(path, recovered: str | None, *, out, source_format, config, keep_e
     return FixResult(plan, "in-place", index.root, False, result, recovered, shards)
 
 
+class ConfigOutcome(str, Enum):
+    """What ``config`` did (or, with ``--check``, found): :class:`ConfigVerdict`'s code."""
+
+    PASSED = "passed"  # --check: no error
+    FAILED = "failed"  # --check: errors
+    REFUSED = "refused"  # the config's ids contradict the training record: nothing written
+    ALREADY_WIRED = "already-wired"  # the record's layers are already written: no changes
+    WROTE = "wrote"  # the record's layers written into config.json (with --dry-run: would be)
+    NO_RECORD = "no-record"  # no training record names the layers: nothing to write
+
+
+@dataclass(frozen=True)
+class ConfigVerdict:
+    """``config``'s verdict in codes and values (the text's first line and ``--json``'s ``verdict``):
+    ``layers``, the wiring written (described); ``except_releases``, the releases checked that read
+    the written field otherwise, so one id list cannot serve them as trained (see their rows)."""
+
+    outcome: ConfigOutcome
+    mode: str
+    errors: int
+    warnings: int
+    layers: str | None = None
+    except_releases: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is not ConfigOutcome.FAILED
+
+    def to_dict(self) -> dict:
+        return {"outcome": self.outcome.value, "ok": self.ok, "errors": self.errors, "warnings": self.warnings,
+                "layers": self.layers, "except_releases": list(self.except_releases)}
+
+
 @dataclass
 class ConfigResult:
     checkpoint: Path
@@ -282,6 +326,24 @@ class ConfigResult:
     written: list[str]
     config_before: dict
     recovered: str | None
+
+    def verdict(self) -> ConfigVerdict:
+        """What ``config`` did, or with ``--check`` found (codes and counts; render says it)."""
+        w, rep = self.wiring, self.wiring.report
+        counts = dict(mode=self.mode, errors=len(rep.errors), warnings=len(rep.warnings))
+        edits = w.edits
+        layers = None if edits is None else describe(edits.layers)
+        if self.mode == "check":
+            return ConfigVerdict(ConfigOutcome.PASSED if rep.ok else ConfigOutcome.FAILED, **counts)
+        if w.conflicts:
+            return ConfigVerdict(ConfigOutcome.REFUSED, **counts)
+        if edits is not None and not edits.config_edits:
+            return ConfigVerdict(ConfigOutcome.ALREADY_WIRED, layers=layers, **counts)
+        if edits is not None:
+            # releases that read the same field otherwise (one id list cannot serve both numberings)
+            miss = tuple(str(r.release) for r in rep.rows if r.as_trained is False)
+            return ConfigVerdict(ConfigOutcome.WROTE, layers=layers, except_releases=miss, **counts)
+        return ConfigVerdict(ConfigOutcome.NO_RECORD, **counts)
 
     def to_dict(self) -> dict:
         ev = self.evidence
@@ -297,6 +359,7 @@ class ConfigResult:
             "wiring": self.wiring.to_dict(str(self.checkpoint)),
             "written": self.written,
             "recovered": self.recovered,
+            "verdict": self.verdict().to_dict(),
         }
 
 
@@ -354,8 +417,8 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
     fix = f"eagle3conv config {path}{' ' + flags if flags else ''}"
     kw = dict(fc_in=fc_in, target_hidden=t, source_format="sglang", fix_command=fix)
     if check:
-        w = wiring.check_only(index.config, ev, opts=opts, tensor_names=set(index.tensors),
-                              read_d2t=lambda: index.read_array(D2T), **kw)
+        w = wiring.check_fixed(index.config, index.tensors, opts, ev=ev, path=path,
+                               read_d2t=lambda: index.read_array(D2T), **kw)
         return ConfigResult(root, "check", w, ev, [], index.config, recovered)
     if ev.truth is None:
         raise UsageError(
@@ -403,13 +466,12 @@ def _check_unconverted(path, root: Path, plan: Plan, opts: WiringOptions, recove
     fix = f"eagle3conv fix-keys {path}{' ' + flags if flags else ''}"
     read_d2t = (lambda: outputs[D2T].data if outputs[D2T].data is not None else index.read_array(
         outputs[D2T].source)) if D2T in outputs else None
-    w = wiring.check_only(plan.config, ev, opts=opts, tensor_names=set(outputs), read_d2t=read_d2t, fc_in=fc_in,
-                          target_hidden=t, source_format=plan.format.name, fix_command=fix)
-    w.report.findings += [f for f in plan.findings if f.level == "error"]  # what fix-keys would refuse
-    w.report.findings.insert(0, Finding(
-        "notice", AUX_LAYERS, EVIDENCE_NOTE,
-        f"{root} is not yet in SGLang's names ({plan.format.name} format): checked as fix-keys would write it "
-        "(its config and tensor names); nothing was written", fix))
+    note = Finding("notice", AUX_LAYERS, EVIDENCE_NOTE,
+                   f"{root} is not yet in SGLang's names ({plan.format.name} format): checked as fix-keys would "
+                   "write it (its config and tensor names); nothing was written", fix)
+    w = wiring.check_fixed(plan.config, outputs, opts, ev=ev, path=path, read_d2t=read_d2t, fc_in=fc_in,
+                           target_hidden=t, source_format=plan.format.name, fix_command=fix, before=(note,),
+                           extra=[f for f in plan.findings if f.level == "error"])  # what fix-keys would refuse
     return ConfigResult(root, "check", w, ev, [], index.config, recovered)
 
 

@@ -380,8 +380,7 @@ def inspect_cmd(checkpoint, source_format, config, keep_embed, later_norm, targe
 
     res = inspect(checkpoint, source_format=source_format, config=config, keep_embed=keep_embed, later_norm=later_norm,
                   wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version))
-    d = res.to_dict()
-    _emit(json_, d, inspect_text(d, verbose=_flag("verbose")))
+    _emit(json_, res.to_dict(), inspect_text(res, verbose=_flag("verbose")))
     if res.plan is not None and not res.plan.ok:
         click.get_current_context().exit(EXIT_INVALID)
     if res.plan_error is not None:
@@ -442,8 +441,7 @@ def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_
                        follow_symlinks=follow_symlinks, accept_journal=accept_journal)
     for link, target_path in res.followed_symlinks:
         click.echo(f"followed symlink {link} -> {target_path} (--follow-symlinks)", err=True)
-    d = res.to_dict()
-    _emit(json_, d, fix_text(d, verbose=_flag("verbose")))
+    _emit(json_, res.to_dict(), fix_text(res, verbose=_flag("verbose")))
 
 
 @main.command("formats")
@@ -527,8 +525,7 @@ def config_cmd(checkpoint, target, trained_on, captured_at, metadata, sglang_ver
     res = configure(checkpoint, options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version,
                                                      dumps=dumps),
                     check=check, dry_run=dry_run, write_metadata=not no_metadata)
-    d = res.to_dict()
-    _emit(json_, d, config_text(d, verbose=_flag("verbose")))
+    _emit(json_, res.to_dict(), config_text(res, verbose=_flag("verbose")))
     if check and not res.wiring.report.ok:
         click.get_current_context().exit(EXIT_INVALID)
 

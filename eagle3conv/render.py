@@ -1,6 +1,17 @@
-"""Result objects → text for people. (JSON is each result's ``to_dict``.)"""
+"""Result objects → text for people. (JSON is each result's ``to_dict``; a result's verdict is typed
+data, its ``verdict()``, which both use: the words for it are made here.)"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the result types, imported where their codes are read (render loads fast for --help)
+    from eagle3conv.api import ConfigResult, ConfigVerdict, FixResult, InspectResult
+    from eagle3conv.checkpoint.plan import Plan, PlanVerdict
+
+
+from eagle3conv.findings import CANNOT_SERVE
+from eagle3conv.spec.alike import alike, releases_label
 
 
 def human_bytes(n: int) -> str:
@@ -11,7 +22,9 @@ def human_bytes(n: int) -> str:
     return str(n)
 
 
-def _plan_lines(plan: dict, *, verbose: bool = True) -> list[str]:
+def _plan_lines(plan: dict, typed: Plan, *, verbose: bool = True) -> list[str]:
+    """The plan (its ``to_dict``, and the :class:`~eagle3conv.checkpoint.plan.Plan` for its findings'
+    lines) key by key."""
     lines = []
     why = "; ".join(plan["format_reasons"])
     lines.append(f"format:   {plan['format']} — {plan['format_title']}")
@@ -65,9 +78,9 @@ def _plan_lines(plan: dict, *, verbose: bool = True) -> list[str]:
         for s in plan["shards"]:
             lines.append(f"  {s['file']}: {len(s['tensors'])} tensors")
     lines.append(f"output:   {len(plan['outputs'])} tensors, {human_bytes(plan['output_bytes'])}")
-    for n in plan["notices"]:
+    for n in typed.notices:
         lines.append(f"note:     {n}")
-    for e in plan["errors"]:
+    for e in typed.errors:
         lines.append(f"ERROR:    {e}")
     return lines
 
@@ -87,8 +100,9 @@ def edit_line(e: dict) -> str:
 _MARK = {"error": "BAD ", "warning": "warn", None: "ok  "}
 
 
-def _row_line(r: dict) -> str:
-    """One engine release's row: what it reads and captures from this config."""
+def _row_line(r: dict, label: str | None = None) -> str:
+    """One engine release's row (``label``: the releases sharing it): what it reads and captures from
+    this config."""
     if r.get("unknown"):
         what = r["unknown"]
     elif r.get("error"):
@@ -106,7 +120,7 @@ def _row_line(r: dict) -> str:
     levels = {(r.get(k) or {}).get("level") for k in ("finding", "serve")}
     worst = next((lv for lv in ("error", "warning") if lv in levels), None)
     mark = "?   " if r.get("unknown") and worst is None else _MARK.get(worst, "ok  ")
-    return f"{mark} {r['release']}: {what}"
+    return f"{mark} {label or r['release']}: {what}"
 
 
 def wiring_lines(w: dict | None, *, verbose: bool = False) -> list[str]:
@@ -129,8 +143,11 @@ def wiring_lines(w: dict | None, *, verbose: bool = False) -> list[str]:
     shared_fix = fixes[0] if len({f for f in fixes if f}) == 1 and sum(bool(f) for f in fixes) > 1 else None
     if rows:
         lines.append("per engine release (what each captures from this config):")
+    shared = [r for r in rows if r["release"] == (r.get("releases") or [r["release"]])[0]]  # one row per group
     for r, fix in zip(rows, fixes):
-        lines.append("  " + _row_line(r))
+        if r not in shared:
+            continue
+        lines.append("  " + _row_line(r, releases_label(r.get("releases") or [r["release"]])))
         if r.get("release_note"):
             lines.append(f"       note: {r['release_note']}")
         if r.get("runner_assumed") and verbose:
@@ -139,7 +156,7 @@ def wiring_lines(w: dict | None, *, verbose: bool = False) -> list[str]:
             lines.append(f"       fix: {fix}")
         serve = r.get("serve")
         if serve:
-            lines.append(f"       {'CANNOT SERVE' if serve['code'] == 'cannot-serve' else 'serves'}: {serve['message']}"
+            lines.append(f"       {'CANNOT SERVE' if serve['code'] == CANNOT_SERVE else 'serves'}: {serve['message']}"
                          + (f" ({serve['fix']})" if serve.get("fix") else ""))
         if verbose:
             for note in r.get("notes") or []:
@@ -181,30 +198,37 @@ def smoke_text(r) -> str:
 
 
 def _count(findings: list[dict]) -> str:
-    n_err = sum(f["level"] == "error" for f in findings)
-    n_warn = sum(f["level"] == "warning" for f in findings)
-    return f"{n_err} error{'s' * (n_err != 1)}, {n_warn} warning{'s' * (n_warn != 1)}"
+    return _counted(sum(f["level"] == "error" for f in findings), sum(f["level"] == "warning" for f in findings))
 
 
-def config_text(d: dict, *, verbose: bool = False) -> str:
+def _counted(errors: int, warnings: int) -> str:
+    return f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}"
+
+
+def config_verdict_words(v: ConfigVerdict) -> str:
+    """``config``'s verdict (:meth:`~eagle3conv.api.ConfigResult.verdict`) in one line."""
+    from eagle3conv.api import ConfigOutcome
+
+    if v.outcome in (ConfigOutcome.PASSED, ConfigOutcome.FAILED):
+        return f"check: {'passed' if v.ok else 'FAILED'} ({_counted(v.errors, v.warnings)})"
+    if v.outcome is ConfigOutcome.REFUSED:
+        return "config: refused: the config's ids contradict the training record; nothing written"
+    if v.outcome is ConfigOutcome.ALREADY_WIRED:
+        return f"config: already wired for {v.layers}; no changes"
+    if v.outcome is ConfigOutcome.WROTE:
+        miss = v.except_releases
+        return (f"config: {'would write' if v.mode == 'dry-run' else 'wrote'} {v.layers} into config.json "
+                + (f"for every engine release checked except {', '.join(miss)} (see "
+                   f"{'its row' if len(miss) == 1 else 'their rows'})" if miss else "for every engine"))
+    return "config: no training record names the layers; nothing to write"
+
+
+def config_text(res: ConfigResult, *, verbose: bool = False) -> str:
+    """``config`` (a :class:`~eagle3conv.api.ConfigResult`) for people: its verdict, then the wiring."""
+    d = res.to_dict()
     w = d["wiring"]
     wr = w.get("written")
-    if d["mode"] == "check":
-        verdict = f"check: {'passed' if w['ok'] else 'FAILED'} ({_count(w.get('findings', []))})"
-    elif w.get("refused"):
-        verdict = "config: refused: the config's ids contradict the training record; nothing written"
-    elif wr and not wr["config_edits"]:
-        verdict = f"config: already wired for {wr['described']}; no changes"
-    elif wr:
-        # releases that read the same field otherwise (one id list cannot serve both numberings)
-        miss = [r["release"] for r in w.get("engines") or [] if r.get("as_trained") is False]
-        verdict = (f"config: {'would write' if d['mode'] == 'dry-run' else 'wrote'} {wr['described']} into "
-                   "config.json " + (f"for every engine release checked except {', '.join(miss)} (see "
-                                     f"{'its row' if len(miss) == 1 else 'their rows'})" if miss
-                                     else "for every engine"))
-    else:
-        verdict = "config: no training record names the layers; nothing to write"
-    lines = [verdict, f"checkpoint: {d['checkpoint']}"]
+    lines = [config_verdict_words(res.verdict()), f"checkpoint: {d['checkpoint']}"]
     if d.get("recovered"):
         lines.append(f"recovered:  {d['recovered']}")
     t = d.get("target")
@@ -265,35 +289,35 @@ def targets_text(data: list[dict], *, detail: bool) -> str:
     return "\n".join(lines)
 
 
-def _plan_verdict(plan: dict) -> str:
-    """What fix-keys does (or would do) to this checkpoint, in one clause."""
-    from eagle3conv.findings import LAYER_COUNT
+def plan_verdict_words(v: PlanVerdict) -> str:
+    """What fix-keys does (or would do) to this checkpoint (:meth:`~eagle3conv.checkpoint.plan.Plan.verdict`),
+    in one clause."""
+    from eagle3conv.checkpoint.plan import PlanOutcome, line
 
-    layer = [f for f in plan.get("findings", ()) if f["code"] == LAYER_COUNT and f["level"] == "error"]
-    if layer and len(plan["errors"]) == 1:  # the folder's one error, which fix-keys' config edit repairs
-        return f"no engine serves it as it is: {layer[0]['message']}; fix-keys would rewrite num_hidden_layers"
-    if plan["errors"]:
-        return f"fix-keys would refuse it: {plan['errors'][0]}"
-    if plan["identity"]:
+    if v.outcome is PlanOutcome.LAYER_COUNT:  # the folder's one error, which fix-keys' config edit repairs
+        return (f"no engine serves it as it is: {v.first_error.message}; fix-keys would rewrite "
+                "num_hidden_layers")
+    if v.outcome is PlanOutcome.REFUSED:
+        return f"fix-keys would refuse it: {line(v.first_error)}"
+    if v.outcome is PlanOutcome.READY:
         return "already SGLang-ready: fix-keys would change nothing"
-    counts: dict[str, int] = {}
-    for dec in plan["decisions"]:
-        counts[dec["action"]] = counts.get(dec["action"], 0) + 1
     verbs = {"renamed": "rename", "split": "split", "dropped": "drop"}
-    keys = ", ".join(f"{verbs[a]} {n}" for a, n in sorted(counts.items()) if a in verbs)
-    edits = len(plan["config_edits"])
-    what = [f"{keys} key{'s' * (sum(counts.get(a, 0) for a in verbs) != 1)}"] if keys else []
-    if edits:
-        what.append(f"edit {edits} config.json field{'s' * (edits != 1)}")
+    keys = ", ".join(f"{verbs[a]} {n}" for a, n in v.keys)
+    what = [f"{keys} key{'s' * (sum(n for _, n in v.keys) != 1)}"] if keys else []
+    if v.config_edits:
+        what.append(f"edit {v.config_edits} config.json field{'s' * (v.config_edits != 1)}")
     return f"fix-keys would {' and '.join(what) or 'rewrite the vocab maps only'}"
 
 
-def inspect_text(d: dict, *, verbose: bool = False) -> str:
+def inspect_text(res: InspectResult, *, verbose: bool = False) -> str:
+    """``inspect`` (an :class:`~eagle3conv.api.InspectResult`) for people."""
+    d = res.to_dict()
     plan = d.get("plan")
     if "plan_error" in d:  # the error leads the report, whatever else was read
         verdict = f"inspect: fix-keys cannot plan: {d['plan_error'].get('message')}"
     elif plan is not None:
-        verdict = f"inspect: a {plan['format']} checkpoint ({plan['format_title']}); {_plan_verdict(plan)}"
+        verdict = (f"inspect: a {plan['format']} checkpoint ({plan['format_title']}); "
+                   f"{plan_verdict_words(res.verdict())}")
     else:
         verdict = "inspect: read"
     lines = [verdict, f"checkpoint: {d['checkpoint']}",
@@ -324,7 +348,7 @@ def inspect_text(d: dict, *, verbose: bool = False) -> str:
         lines += ["  " + line for line in wiring_lines(plan.get("wiring"), verbose=verbose)]
         lines.append("")
         lines.append("what fix-keys would do:")
-        lines += ["  " + line for line in _plan_lines(plan, verbose=verbose)]
+        lines += ["  " + line for line in _plan_lines(plan, res.plan, verbose=verbose)]
     if "plan_error" in d:
         pe = d["plan_error"]
         if pe.get("hint"):
@@ -347,15 +371,17 @@ def quantization_lines(q: dict | None) -> list[str]:
     return lines
 
 
-def fix_text(d: dict, *, verbose: bool = False) -> str:
-    """fix-keys: what it did in one line, then the summary; the per-key plan with --verbose or --dry-run
-    (inspect shows it before)."""
+def fix_text(res: FixResult, *, verbose: bool = False) -> str:
+    """fix-keys (a :class:`~eagle3conv.api.FixResult`): what it did in one line, then the summary; the
+    per-key plan with --verbose or --dry-run (inspect shows it before)."""
+    d = res.to_dict()
     plan = dict(d["plan"], shards=d["shards"])
     if d["mode"] == "dry-run":
-        lines = [f"fix-keys (dry run, nothing written): {_plan_verdict(plan).removeprefix('fix-keys ')}"]
+        lines = [f"fix-keys (dry run, nothing written): "
+                 f"{plan_verdict_words(res.verdict()).removeprefix('fix-keys ')}"]
         if d.get("recovered"):
             lines.append(f"recovered: {d['recovered']}")
-        lines += _plan_lines(plan)
+        lines += _plan_lines(plan, res.plan)
         return "\n".join(lines)
     if d["unchanged"]:
         lines = [f"fix-keys: {d['output']} is already SGLang-ready; left byte-for-byte unchanged"]
@@ -365,7 +391,7 @@ def fix_text(d: dict, *, verbose: bool = False) -> str:
     if d.get("recovered"):
         lines.append(f"recovered: {d['recovered']}")
     if verbose:
-        lines += _plan_lines(plan)
+        lines += _plan_lines(plan, res.plan)
         return "\n".join(lines)
     lines.append(f"format:   {plan['format']} — {plan['format_title']}")
     counts: dict[str, int] = {}
@@ -380,7 +406,7 @@ def fix_text(d: dict, *, verbose: bool = False) -> str:
     for e in plan["config_edits"]:
         lines.append("config.json: " + edit_line(e))
     lines += quantization_lines(plan.get("quantization"))
-    for n in plan["notices"]:
+    for n in res.plan.notices:
         lines.append(f"note:     {n}")
     return "\n".join(lines)
 
@@ -414,6 +440,26 @@ def category_lines(per: dict | None) -> list[str]:
         out.append(f"    {name:<{width}}  {c['accept_length']:.3f} [{lo:.3f}, {hi:.3f}]  {acc}  "
                    f"({c['sequences']} sequences, {c['positions_scored']} positions)")
     return out
+
+
+def _scored_block(r: dict, row: dict, unchecked: bool) -> list[str]:
+    """One engine release's scored row (its label a placeholder, the NUL character) and the lines under it."""
+    mark = _MARK.get((row.get("finding") or {}).get("level"), "ok  ")
+    if unchecked and mark == "ok  ":
+        mark = "n/a "  # the slots were labelled with the config's own ids: nothing here checks them
+    if "accept_length" in r:
+        lines = [f"  {mark} \0: {row.get('captures')}: accept length {r['accept_length']:.3f}, "
+                 f"step-1 acceptance {r['acceptance'][0]:.3f}"]
+    else:  # not scored: its config row may be fine, but these states say nothing of how it serves
+        mark = mark if mark != "ok  " else "?   "
+        lines = [f"  {mark} \0: not scored: {r['not_scored']}"]
+    for e in r.get("emulated") or []:
+        lines.append(f"    runs differently: {e}")
+    for e in r.get("not_emulated") or []:
+        lines.append(f"    not emulated: {e}")
+    if r.get("not_read"):
+        lines.append(f"    not in the engine rules ({'; '.join(r['not_read'])}): run as SGLang does")
+    return lines
 
 
 def verify_text(d: dict) -> str:
@@ -451,23 +497,13 @@ def verify_text(d: dict) -> str:
     scored = w.get("engine_scores") or []
     if scored:
         lines.append("per engine release (what each captures from this config, scored on these states):")
-    for r in scored:
-        row = rows.get(r["engine"]) or {}
-        mark = _MARK.get((row.get("finding") or {}).get("level"), "ok  ")
-        if unchecked and mark == "ok  ":
-            mark = "n/a "  # the slots were labelled with the config's own ids: nothing here checks them
-        if "accept_length" in r:
-            lines.append(f"  {mark} {r['release']}: {row.get('captures')}: accept length {r['accept_length']:.3f}, "
-                         f"step-1 acceptance {r['acceptance'][0]:.3f}")
-        else:  # not scored: its config row may be fine, but these states say nothing of how it serves
-            mark = mark if mark != "ok  " else "?   "
-            lines.append(f"  {mark} {r['release']}: not scored: {r['not_scored']}")
-        for e in r.get("emulated") or []:
-            lines.append(f"    runs differently: {e}")
-        for e in r.get("not_emulated") or []:
-            lines.append(f"    not emulated: {e}")
-        if r.get("not_read"):
-            lines.append(f"    not in the engine rules ({'; '.join(r['not_read'])}): run as SGLang does")
+    blocks = [_scored_block(r, rows.get(r["engine"]) or {}, unchecked) for r in scored]
+    for group in alike(zip(scored, blocks), lambda x: x[0]["release"].split(" ")[0],
+                       lambda x: (tuple((rows.get(x[0]["engine"]) or {}).get("releases") or ()) or x[0]["release"],
+                                  x[1])):
+        head, *rest = group[0][1]
+        lines.append(head.replace("\0", releases_label([x[0]["release"] for x in group]), 1))
+        lines += rest
     for f in w.get("findings", []):
         if f["level"] != "ok":
             lines.append(f"wiring {f['level']}: {f['message']}")

@@ -62,3 +62,21 @@ def speculators_draft_model(layer, config: dict, draft_vocab_size: int, **switch
         **flags,
     )
     return Eagle3DraftModel(spec).eval()
+
+
+def _plan_lines(plan: dict, levels: tuple[str, ...]) -> list[str]:
+    from eagle3conv.checkpoint.plan import line
+    from eagle3conv.findings import Finding
+
+    return [line(Finding(**f)) for f in plan["findings"] if f["level"] in levels]
+
+
+def plan_notices(plan: dict) -> list[str]:
+    """A ``--json`` plan's warnings and notices as fix-keys prints them (the plan carries them once, as
+    findings)."""
+    return _plan_lines(plan, ("warning", "notice"))
+
+
+def plan_errors(plan: dict) -> list[str]:
+    """A ``--json`` plan's errors as fix-keys prints them."""
+    return _plan_lines(plan, ("error",))

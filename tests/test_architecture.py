@@ -31,7 +31,7 @@ ALLOWED: dict[str, set[str]] = {
     "example": {"errors", "io", "spec"},
     "api": {"errors", "version", "io", "spec", "findings", "checkpoint", "model", "wiring", "states", "verify", "hub"},
     "publish": {"errors", "io", "spec", "findings", "checkpoint", "model", "wiring", "verify", "hub", "api"},
-    "render": {"errors", "version", "io", "spec", "findings", "wiring"},
+    "render": {"errors", "version", "io", "spec", "findings", "checkpoint", "wiring", "verify", "api"},
     "cli": {"*"},
     "__main__": {"console"},
     "console": {"cli", "errors", "io"},  # the read-ahead validates headers with io/safetensors.py
@@ -229,6 +229,78 @@ def test_no_decision_reads_display_text():
             if needle in text:
                 bad.append(f"{path.relative_to(PKG.parent)}: {needle}")
     assert not bad, bad
+
+
+# Verdicts are typed data (issue 27): a decision branches on codes and values, and the words for them are
+# made in one place (verify/words.py, render.py), from those codes -- never stored and read back.
+WORDS_MODULES = {"eagle3conv/verify/words.py", "eagle3conv/render.py"}
+
+
+def _prose(text: str) -> bool:
+    return len(text.split()) >= 3  # a phrase, not a code or a name
+
+
+def test_no_decision_compares_prose():
+    """No comparison anywhere in the package reads a phrase (``x == "the screen stopped ..."``,
+    ``"no target next tokens" in note``), and verify's ``decide`` spells no sentence at all: its
+    words are verify/words.py's, made from the verdict's codes and values."""
+    bad = []
+    for path, _, _ in _modules():
+        tree = ast.parse(path.read_text(), str(path))
+        phrases = {t.id for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+                   and isinstance(n.value.value, str) and _prose(n.value.value)
+                   for t in n.targets if isinstance(t, ast.Name)}  # CAPPED_WHY = "the screen stopped ..."
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                for c in (node.left, *node.comparators):
+                    if (isinstance(c, ast.Constant) and isinstance(c.value, str) and _prose(c.value)) or (
+                            isinstance(c, ast.Name) and c.id in phrases):
+                        what = c.value[:40] if isinstance(c, ast.Constant) else c.id
+                        bad.append(f"{path.relative_to(PKG.parent)}:{node.lineno} compares {what!r}")
+    search = PKG / "verify" / "search.py"
+    (decide,) = [n for n in ast.walk(ast.parse(search.read_text())) if isinstance(n, ast.FunctionDef)
+                 and n.name == "decide"]
+    body = decide.body[1:]  # its docstring aside
+    for node in (n for stmt in body for n in ast.walk(stmt)):
+        if isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                                               and _prose(node.value)):
+            bad.append(f"eagle3conv/verify/search.py:{node.lineno}: decide spells words")
+    assert not bad, bad
+
+
+def test_verdicts_are_typed_and_every_code_has_words():
+    """Each result's verdict is a frozen type of codes and values (what --json carries), and the words
+    module says every code: a new reason, outcome or status without words fails here."""
+    import dataclasses
+
+    from eagle3conv.api import ConfigOutcome, ConfigVerdict
+    from eagle3conv.checkpoint.plan import PlanOutcome, PlanVerdict
+    from eagle3conv.findings import Finding
+    from eagle3conv.render import config_verdict_words, plan_verdict_words
+    from eagle3conv.verify.search import Coverage, Grounds, Separation, SeparationReason
+    from eagle3conv.verify.words import SEPARATION_WHY
+    from eagle3conv.wiring.apply import Wiring
+    from eagle3conv.wiring.check import WiringReport
+
+    for cls in (ConfigVerdict, PlanVerdict, Coverage, Grounds, Separation, WiringReport, Wiring):
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls
+    assert set(SEPARATION_WHY) == {r.value for r in SeparationReason}
+    err = Finding("error", "keys", "unmapped-key", "x.weight: unmapped")
+    for o in ConfigOutcome:
+        assert config_verdict_words(ConfigVerdict(o, "write", 0, 0, layers="outputs of layers 1, 2, 3"))
+    for o in PlanOutcome:
+        if o is not PlanOutcome.CANNOT_PLAN:  # inspect says its plan_error instead
+            assert plan_verdict_words(PlanVerdict(o, 1, first_error=err))
+
+
+def test_render_spells_no_finding_code():
+    """render.py reads finding codes through their owner (findings.py), never as literals."""
+    import eagle3conv.findings as F
+
+    codes = {v for k, v in vars(F).items() if k.isupper() and isinstance(v, str) and "-" in v}
+    render = PKG / "render.py"
+    spelled = [(line, text) for line, text in _string_constants(render) if text in codes]
+    assert not spelled, spelled
 
 
 def test_engine_results_are_frozen_types():

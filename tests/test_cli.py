@@ -13,7 +13,7 @@ from conftest import PICO, assert_sglang_checkpoint, eagle_config_path, load_st,
 from eagle3conv.spec.formats import format_names
 from eagle3conv.cli import main
 from eagle3conv.example import EXAMPLE_FORMATS, Dims
-from helpers import run
+from helpers import plan_errors, run
 
 def one_json(res) -> dict:
     """stdout holds exactly one JSON document and nothing else."""
@@ -82,7 +82,7 @@ def test_example_every_format_json(tmp_path, fmt):
     data = one_json(run("example", dest, "--format", fmt, "--json"))
     assert data == {"path": str(dest), "format": fmt}
     insp = one_json(run("inspect", dest, "--json"))
-    assert insp["plan"]["ok"], insp["plan"]["errors"]
+    assert insp["plan"]["ok"], plan_errors(insp["plan"])
 
 
 def test_example_refusals(tmp_path):
@@ -153,7 +153,26 @@ def test_inspect_exit_3_with_unmapped(make_ckpt):
     assert "ERROR:    extra.weight: unmapped" in res.stdout
     d = one_json(run("inspect", ck, "--json", ok=3))
     assert d["plan"]["ok"] is False
-    assert d["plan"]["errors"] == ["extra.weight: unmapped: SGLang would skip it silently"]
+    assert plan_errors(d["plan"]) == ["extra.weight: unmapped: SGLang would skip it silently"]
+    # issue 27: the verdict the text leads with, as codes (the plan's findings once: no errors/notices copies)
+    assert d["verdict"]["outcome"] == "refused" and d["verdict"]["first_error"]["code"] == "unmapped-key"
+    assert "errors" not in d["plan"] and "notices" not in d["plan"]
+
+
+def test_fix_keys_and_inspect_json_carry_the_verdict(make_ckpt):
+    """issue 27: inspect's and fix-keys' first line is a verdict that --json carries as codes and values."""
+    ck = make_ckpt("modelopt-export")
+    d = one_json(run("fix-keys", ck, "--dry-run", "--json"))
+    counts: dict = {}
+    for dec in d["plan"]["decisions"]:
+        if dec["action"] in ("renamed", "split", "dropped"):
+            counts[dec["action"]] = counts.get(dec["action"], 0) + 1
+    v = d["verdict"]
+    assert v["outcome"] == "rewrite" and v["keys"] == counts and counts and v["errors"] == 0
+    assert v["config_edits"] == len(d["plan"]["config_edits"])
+    first = run("fix-keys", ck, "--dry-run").stdout.splitlines()[0]
+    assert f"rename {counts['renamed']} key" in first, first
+    assert one_json(run("inspect", make_ckpt("sglang"), "--json"))["verdict"]["outcome"] == "ready"
 
 
 def test_inspect_eagle_without_and_with_config(make_ckpt):

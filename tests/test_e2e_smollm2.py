@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from eagle3conv.verify import verify
+from eagle3conv.verify.search import SeparationReason
 from eagle3conv.spec.layers import EMBEDDING, outputs
 
 # every test here needs a real target's states captured first (11.6 minutes on a loaded 2-core
@@ -222,7 +223,7 @@ def test_mla_rope_flip_shows_on_sglang_not_vllm(smollm2_states, mla_drafter, tmp
 def _lost_wiring_checks(res):
     """What every search on the lost fixture must show, record or not."""
     v = res.verdict
-    cov = v.coverage
+    cov = v.to_dict()["coverage"]
     # global: every ascending set of 3 among the embedding output and the 30 layer outputs was screened
     assert cov["global"] and cov["layers"] == 31 and cov["screened"] == 4495, cov
     assert cov["screen_positions"] > 0 and cov["screen"]["complete"], cov["screen"]
@@ -267,7 +268,7 @@ def test_global_search_recovers_the_lost_wiring(heldout_states, tmp_path):
         assert "log score" in v.decided_by and "proper scoring rule" in v.decided_by
         # negative control: the verdict without the log score names nothing, and writes no config for any
         # member of its set: it says what to capture
-        old = decide(res.scores, res.comparisons, True, dest, None, coverage=dict(v.coverage),
+        old = decide(res.scores, res.comparisons, True, dest, None, coverage=v.coverage,
                      config_names_layers=False)
         assert old.status == "ambiguous" and old.best is None
         assert "outputs of layers 4, 11, 21" in old.tied_set
@@ -292,15 +293,15 @@ def test_lost_wiring_on_few_generated_sequences_is_in_the_set(smollm2_states, tm
     if v.status == "named":
         assert v.best_layers == "outputs of layers 4, 11, 21" and members == [v.best_layers]
     else:
-        size = v.to_separate["members"]  # every member counted; the unconfirmed ones listed up to a cap
+        size = v.to_separate.members  # every member counted; the unconfirmed ones listed up to a cap
         assert size >= len(members) > 1 and v.best is None
         assert v.decided_by.startswith(f"the data cannot tell which of {size} wirings")
         assert "--trained-on" not in v.advice and "no config is written for any one of them" in v.advice
         assert "eagle3conv capture --target" in v.advice and "--generate 64" in v.advice
-        assert v.to_separate and (v.to_separate.get("sequences") or 0) > v.to_separate["sequences_now"] or \
-            v.to_separate.get("why")
+        assert v.to_separate and (v.to_separate.sequences or 0) > v.to_separate.sequences_now or \
+            v.to_separate.reason is not SeparationReason.FACTOR
     # local refinement ran around the leaders: every single-slot neighbour of the set was compared
-    ref = v.coverage["refinement"]
+    ref = v.coverage.refinement
     assert ref["rounds"] and ref["rounds"][0]["tried"] > 0
 
 

@@ -141,3 +141,57 @@ def test_the_config_verdict_names_a_release_the_written_ids_do_not_serve(make_ck
     first = res.stdout.splitlines()[0]
     assert missed, d["engines"]  # the older SGLang numbering reads [3, 31, 59] as other layers
     assert "for every engine release checked except" in first and all(m in first for m in missed), first
+
+
+def test_every_config_json_carries_its_verdict_as_codes(make_ckpt, tmp_path):
+    """issue 27: ``config --json`` carries the verdict its text leads with, as codes and values CI reads
+    (``--check`` had none): the outcome, the counts, the layers written and the releases they do not serve."""
+    target = tmp_path / "ds.json"
+    target.write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+                                  "hidden_size": 32, "num_hidden_layers": 61, "vocab_size": 1024,
+                                  "num_attention_heads": 4, "num_key_value_heads": 4}))
+    ck = make_ckpt("sglang")
+    dry = json.loads(run("config", ck, "--target", target, "--trained-on", "3,31,59", "--captured-at", "input",
+                         "--dry-run", "--json").stdout)
+    missed = [r["release"] for r in dry["wiring"]["engines"] if r["as_trained"] is False]
+    assert missed and dry["verdict"] == {"outcome": "wrote", "ok": True, "errors": 0, "warnings": len(missed),
+                                         "layers": "outputs of layers 2, 30, 58", "except_releases": missed}
+    run("config", ck, "--target", target, "--trained-on", "3,31,59", "--captured-at", "input")
+    again = json.loads(run("config", ck, "--target", target, "--json").stdout)["verdict"]
+    assert again["outcome"] == "already-wired" and again["layers"] == "outputs of layers 2, 30, 58"
+    check = run("config", ck, "--target", target, "--check", "--json")
+    v, w = json.loads(check.stdout)["verdict"], json.loads(check.stdout)["wiring"]
+    assert v["outcome"] == ("passed" if w["ok"] else "failed") and v["ok"] is w["ok"]
+    assert v["errors"] == sum(f["level"] == "error" for f in w["findings"])
+    assert v["warnings"] == sum(f["level"] == "warning" for f in w["findings"])
+    text = run("config", ck, "--target", target, "--check").stdout.splitlines()[0]
+    assert text == f"check: passed ({v['errors']} errors, {v['warnings']} warning{'s' * (v['warnings'] != 1)})"
+
+
+def test_releases_that_read_alike_share_a_row(make_ckpt, tmp_path):
+    """issue 27 (the docs said so, the reports printed identical SGLang rows): neighbouring releases of one
+    engine whose rows are identical share one row in the text, labelled with each; ``--json`` keeps one
+    entry per release (each findable by its ``release``) and names the row's releases on each. Releases
+    that read the config otherwise keep their own rows."""
+    from helpers import NEWEST_SGLANG, OLDEST_SGLANG
+
+    ck = make_ckpt("sglang", target_hidden=576, vocab=49152)
+    run("config", ck, "--target", "smollm2-135m", "--trained-on", "1,14,26", "--captured-at", "output")
+    text = run("config", ck, "--target", "smollm2-135m", "--check").stdout
+    both = f"sglang {OLDEST_SGLANG}, {NEWEST_SGLANG}"
+    assert f"ok   {both}: reads eagle_config.eagle_aux_hidden_state_layer_ids [1, 14, 26]" in text, text
+    assert f"sglang {NEWEST_SGLANG}:" not in text and f"sglang {OLDEST_SGLANG}:" not in text
+    rows = json.loads(run("config", ck, "--target", "smollm2-135m", "--check", "--json").stdout)["wiring"]["engines"]
+    by = {r["release"]: r for r in rows}
+    assert by[f"sglang {OLDEST_SGLANG}"]["releases"] == by[f"sglang {NEWEST_SGLANG}"]["releases"] == [
+        f"sglang {OLDEST_SGLANG}", f"sglang {NEWEST_SGLANG}"]
+    assert all(r["releases"] == [r["release"]] for r in rows if not r["release"].startswith("sglang "))
+    # a DeepSeek-V3-family target: the two SGLang releases read the ids with different numberings
+    target = tmp_path / "ds.json"
+    target.write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+                                  "hidden_size": 32, "num_hidden_layers": 61, "vocab_size": 1024,
+                                  "num_attention_heads": 4, "num_key_value_heads": 4}))
+    ds = make_ckpt("sglang")
+    run("config", ds, "--target", target, "--trained-on", "3,31,59", "--captured-at", "input")
+    text = run("config", ds, "--target", target, "--check").stdout
+    assert f"sglang {NEWEST_SGLANG}: reads" in text and f"sglang {OLDEST_SGLANG}: reads" in text and both not in text

@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import PICO, load_st, save_st
-from helpers import run
+from helpers import plan_errors, plan_notices, run
 from eagle3conv.example import EXAMPLE_FORMATS, FIVE_AUX, MASK_TOKEN_ID, VARIANTS, config_beside, write_example
 from eagle3conv.model import build_drafter
 from eagle3conv.spec.canonical import expected
@@ -277,7 +277,7 @@ def test_automodel_config_fields_of_the_target_are_the_drafters_in_the_output(tm
     config, _ = load_out(tmp_path / "out")
     assert config["num_hidden_layers"] == 1 and config["layer_types"] == ["full_attention"]
     assert "quantization_config" not in config
-    notices = result["plan"]["notices"]
+    notices = plan_notices(result["plan"])
     assert any(n.startswith("num_hidden_layers 30 is the target's") for n in notices)
     assert any(n.startswith("layer_types (30 entries") and "llama.py:185-204" in n for n in notices)
     assert any(n.startswith("quantization_config dropped") for n in notices)
@@ -294,7 +294,7 @@ def test_automodel_peagle_default_needs_the_target(tmp_path):
     (ck / "config.yaml").unlink()
     result = fix(ck, tmp_path / "out")
     assert result["plan"]["wiring"]["trained_on"] is None
-    assert any("no training record" in n for n in result["plan"]["notices"])
+    assert any("no training record" in n for n in plan_notices(result["plan"]))
     target = tmp_path / "target" / "config.json"  # the pico target: PICO's width, SmolLM2's depth
     target.parent.mkdir()
     target.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
@@ -315,7 +315,7 @@ def test_automodel_default_yields_to_any_record_and_its_record_is_one(tmp_path):
     (ck / "config.yaml").unlink()
     user = fix(ck, tmp_path / "out2", "--trained-on", "3,10,20", "--captured-at", "output")
     assert [r["output_of"] for r in user["plan"]["wiring"]["trained_on"]["layers"]] == [3, 10, 20]
-    assert not user["plan"]["errors"] and not any("assumed" in n for n in user["plan"]["notices"])
+    assert not plan_errors(user["plan"]) and not any("assumed" in n for n in plan_notices(user["plan"]))
 
 
 @pytest.mark.parametrize("yaml_text,message", [
@@ -366,9 +366,9 @@ def test_specforge_runtime_writes_norm_output_false_whatever_the_config_says(tmp
     config, state = load_out(tmp_path / "out")
     assert config["norm_output"] is False and config["fc_norm"] is True
     assert {"fc_norm.0.weight", "fc_norm.1.weight", "fc_norm.2.weight"} <= set(state)
-    (note,) = [n for n in result["plan"]["notices"] if n.startswith("norm_output written false (was true)")]
+    (note,) = [n for n in plan_notices(result["plan"]) if n.startswith("norm_output written false (was true)")]
     assert "SpecForge 0.2.0 and older read norm_output the other way round" in note and "llama3_eagle.py" in note
-    assert not any(n.startswith("norm_output is false in a SpecForge") for n in result["plan"]["notices"])
+    assert not any(n.startswith("norm_output is false in a SpecForge") for n in plan_notices(result["plan"]))
 
 
 def test_specforge_runtime_norm_output_false_is_a_warning(tmp_path):
@@ -376,32 +376,32 @@ def test_specforge_runtime_norm_output_false_is_a_warning(tmp_path):
     draft = json.loads(config_beside(ck).read_text()) | {"norm_output": False}
     config_beside(ck).write_text(json.dumps(draft))
     inspect = json.loads(run("inspect", ck, "--config", config_beside(ck), "--json").stdout)
-    warnings = [f for f in inspect["plan"]["notices"] if f.startswith("norm_output is false in a SpecForge 0.2.0")]
+    warnings = [f for f in plan_notices(inspect["plan"]) if f.startswith("norm_output is false in a SpecForge 0.2.0")]
     assert len(warnings) == 1 and "no engine computes" in warnings[0]
 
 
 def test_midlayer_folder_with_norm_output_true_names_the_ambiguity_and_the_way_out(tmp_path):
     ck = make(tmp_path, "specforge-export")
     result = fix(ck, tmp_path / "out")
-    (warning,) = [n for n in result["plan"]["notices"] if n.startswith("norm_output is true, which means")]
+    (warning,) = [n for n in plan_notices(result["plan"]) if n.startswith("norm_output is true, which means")]
     assert "SpecForge 0.2.0 and older" in warning and "--from specforge-export" in warning
     assert load_out(tmp_path / "out")[0]["norm_output"] is True  # as written: EAGLE-3.1 for the engines
     forced = fix(ck, tmp_path / "out2", "--from", "specforge-export")
     assert load_out(tmp_path / "out2")[0]["norm_output"] is False
-    assert not any(n.startswith("norm_output is true, which means") for n in forced["plan"]["notices"])
+    assert not any(n.startswith("norm_output is true, which means") for n in plan_notices(forced["plan"]))
 
 
 def test_a_plain_midlayer_folder_gets_no_norm_output_warning(tmp_path):
     result = fix(write_example(tmp_path / "s", "sglang", PICO), tmp_path / "o")
-    assert not any("norm_output" in n for n in result["plan"]["notices"])
+    assert not any("norm_output" in n for n in plan_notices(result["plan"]))
 
 
 def test_peagle_without_mask_token_id_is_warned_about(tmp_path):
     result = fix(make(tmp_path, "specforge-peagle"), tmp_path / "out")
-    (w,) = [n for n in result["plan"]["notices"] if "no mask_token_id" in n]
+    (w,) = [n for n in plan_notices(result["plan"]) if "no mask_token_id" in n]
     assert "llm_base_proposer.py:355-385" in w and "add \"mask_token_id\"" in w
     ok = fix(make(tmp_path, "speculators-peagle"), tmp_path / "out2")
-    assert not any("no mask_token_id" in n for n in ok["plan"]["notices"])
+    assert not any("no mask_token_id" in n for n in plan_notices(ok["plan"]))
 
 
 # --- Model Optimizer -------------------------------------------------------------------------------------
@@ -409,12 +409,12 @@ def test_peagle_without_mask_token_id_is_warned_about(tmp_path):
 
 def test_modelopt_double_norm_is_said_once_with_its_source(tmp_path):
     result = fix(make(tmp_path, "modelopt-export-0.47"), tmp_path / "out")
-    said = [n for n in result["plan"]["notices"] if "hidden_norm(input_layernorm(g))" in n]
+    said = [n for n in plan_notices(result["plan"]) if "hidden_norm(input_layernorm(g))" in n]
     assert len(said) == 1
     assert "modeling_eagle.py:114-126" in said[0] and "no renaming can" in said[0]
     # a single-layer export without Model Optimizer's template (TorchSpec's) is not told so
     plain = fix(make(tmp_path, "modelopt-export"), tmp_path / "out2")
-    assert not any("hidden_norm(input_layernorm(g))" in n for n in plain["plan"]["notices"])
+    assert not any("hidden_norm(input_layernorm(g))" in n for n in plan_notices(plain["plan"]))
 
 
 # --- bad input: clear errors, never a traceback ---------------------------------------------------------

@@ -16,6 +16,7 @@ from eagle3conv.errors import CheckpointReadError
 from eagle3conv.render import verify_text
 from eagle3conv.spec.layers import describe, outputs
 from eagle3conv.verify import verify
+from eagle3conv.verify.search import SeparationReason
 from test_search_recall import make_case
 
 
@@ -43,12 +44,12 @@ def test_states_missing_a_layer_keep_every_survivor_and_say_what_was_not_searche
     folder, path, planted, _, _ = make_case(tmp_path, 9, drop_layers=(6,))
     v = verify(folder, path, save=False, search=True, steps=1).verdict
     cov = v.coverage
-    assert cov["global"] is False and cov["missing_layers"] == [6]
+    assert cov.is_global is False and cov.missing_layers == (6,)
     assert v.status in ("ambiguous", "undecided") and v.best is None
-    size = (v.to_separate or {}).get("members", len(v.confidence_set))
+    size = v.to_separate.members if v.to_separate else len(v.confidence_set)
     confirmed = [c for c in v.confidence_set if c.get("confirmed")]
     # the screen's survivors verify did not confirm are counted in the set, not dropped
-    assert size == len(confirmed) + cov["unconfirmed_count"]
+    assert size == len(confirmed) + cov.unconfirmed_count
     assert "the states lack 1 of the target's layers (6)" in v.decided_by
     assert "capture every layer" in v.decided_by and "capture every layer" in (v.advice or "")
     # the planted wiring reads layer 6: it cannot be in the set, and the text says why
@@ -73,12 +74,13 @@ def test_a_screen_stopped_by_its_work_cap_keeps_its_survivors_and_blames_the_cap
     _capped_screen(monkeypatch)
     v = verify(folder, path, save=False, search=True, steps=1).verdict
     cov = v.coverage
-    assert cov["screen"]["complete"] is False and len(cov["screen"]["stages"]) == 1
-    assert cov["unconfirmed_count"] > 0  # survivors past what verify confirms: counted, not dropped
+    assert cov.screen["complete"] is False and len(cov.screen["stages"]) == 1
+    assert cov.unconfirmed_count > 0  # survivors past what verify confirms: counted, not dropped
     assert v.status == "ambiguous" and v.best is None
     confirmed = [c for c in v.confidence_set if c.get("confirmed")]
-    assert v.to_separate["members"] == len(confirmed) + cov["unconfirmed_count"]
-    assert v.to_separate["why"].startswith("the screen stopped at its work cap")
+    assert v.to_separate.members == len(confirmed) + cov.unconfirmed_count
+    assert v.to_separate.reason is SeparationReason.CAPPED
+    assert v.to_dict()["to_separate"]["why"].startswith("the screen stopped at its work cap")
     assert describe(outputs(*planted)) in [c["layers"] for c in v.confidence_set]
     assert "the work, not the data, ran out" in v.decided_by
     assert "more sequences like these would not finish it" in v.advice and "capture about" not in v.advice
@@ -123,7 +125,7 @@ def test_a_search_budget_stops_the_screen_and_says_what_more_would_read(tmp_path
 
     folder, path, planted, _, _ = make_case(tmp_path, 10)
     v = verify(folder, path, save=False, search=True, steps=1, search_budget=1e-6).verdict
-    scr = v.coverage["screen"]
+    scr = v.coverage.screen
     assert scr["complete"] is False and scr["stopped_by"] == "seconds" and len(scr["stages"]) == 1
     assert scr["read"]["positions"] == scr["stages"][0]["positions"] < scr["read"]["of"]
     fin = scr["to_finish"]
@@ -146,8 +148,8 @@ def test_a_large_set_is_reported_ranked_with_its_leaders_and_what_would_separate
     monkeypatch.setattr(search, "MAX_CONFIRM", 2)  # most survivors stay unconfirmed
     folder, path, planted, _, _ = make_case(tmp_path, 11)  # a recall case whose screen keeps 35 wirings
     v = verify(folder, path, save=False, search=True, steps=1).verdict
-    ss = v.coverage["screen_set"]
-    assert ss["size"] == v.coverage["screen_kept"] > 3 and ss["sequences"] > 0
+    ss = v.coverage.screen_set
+    assert ss["size"] == v.coverage.screen_kept > 3 and ss["sequences"] > 0
     gaps = [r["gap"] for r in ss["ranked"]]
     assert gaps[0] == 0 and all(g >= 0 for g in gaps)
     scores = [r["step1_log_score"] for r in ss["ranked"]]

@@ -20,6 +20,7 @@ import torch
 from eagle3conv.example import Dims, write_example
 from eagle3conv.states.format import StatesFile, write_states
 from eagle3conv.verify import REPORT_FILE, load_drafter_weights, verify, wilson
+from eagle3conv.verify.search import Coverage
 from eagle3conv.spec.layers import outputs
 from helpers import NEWEST_SGLANG, NEWEST_VLLM, OLDEST_SGLANG, engine_rows, run
 
@@ -427,8 +428,7 @@ def test_verdict_rules():
     assert v.best_layers == "outputs of layers 1, 14, 26" and "stands" in v.decided_by and v.advice is None
     assert v.status == "stands"
     # the config's norms out of line: the fingerprint picks the neighbour in line
-    glob = {"global": True, "layers": 31, "missing_layers": [], "screened": 4495, "screen_positions": 900,
-            "confirmed": 3}
+    glob = Coverage(is_global=True, layers=31, screened=4495, screen_positions=900, confirmed=3)
     v = decide([config, neighbour, far], [cmp(True), cmp(False), cmp(False)], True, "ck", None, coverage=glob)
     assert v.best_layers == "outputs of layers 1, 13, 26" and v.decided_by.startswith("norm fingerprint")
     assert "--trained-on 1,13,26" in v.advice and v.status == "named"
@@ -445,7 +445,7 @@ def test_verdict_rules():
     assert v.decided_by.startswith("the data cannot tell which of 2 wirings the drafter was trained on")
     # the set, and what would separate it: never a config command for one member
     assert [c["layers"] for c in v.confidence_set] == ["outputs of layers 4, 14, 26", "outputs of layers 3, 14, 26"]
-    assert v.to_separate["sequences"] > seqs and "eagle3conv config" not in v.advice
+    assert v.to_separate.sequences > seqs and "eagle3conv config" not in v.advice
     assert "capture about" in v.advice and "no config is written for any one of them" in v.advice
     # separated by acceptance
     v = decide([far, _score("c", (1, 14, 26), [190] * seqs)], [None, None], True, "ck", "smollm2-135m",
@@ -705,8 +705,7 @@ def test_log_score_separates_what_acceptance_ties():
     from eagle3conv.verify.logscore import LogScore
 
     seqs = 12
-    glob = {"global": True, "layers": 31, "missing_layers": [], "screened": 4495, "screen_positions": 900,
-            "confirmed": 3}
+    glob = Coverage(is_global=True, layers=31, screened=4495, screen_positions=900, confirmed=3)
     far = _score("engine default", (1, 14, 26), [120] * seqs)
     a = _score("search #1", (4, 13, 21), [180] * seqs)
     b = _score("search #2", (4, 11, 21), [180 + (10 if i % 2 else -9) for i in range(seqs)])
@@ -726,11 +725,11 @@ def test_log_score_separates_what_acceptance_ties():
         return log_score, calls
 
     # without the log score (the old decision): nothing named
-    v = decide(scores, [None] * 3, True, "ck", None, coverage=dict(glob), config_names_layers=False)
+    v = decide(scores, [None] * 3, True, "ck", None, coverage=glob, config_names_layers=False)
     assert v.status == "ambiguous" and v.best is None and v.statistic is None
     # the log score separates outputs 4, 11, 21 from its acceptance-tied neighbour
     fn, calls = logs([-3.0, -1.70, -1.65])
-    v = decide(scores, [None] * 3, True, "ck", None, coverage=dict(glob), config_names_layers=False, log_score=fn)
+    v = decide(scores, [None] * 3, True, "ck", None, coverage=glob, config_names_layers=False, log_score=fn)
     assert v.status == "named" and v.statistic == "log-score" and v.best_layers == "outputs of layers 4, 11, 21"
     assert v.decided_by.startswith("log score:") and "proper scoring rule" in v.decided_by
     assert v.log_score["separated"] and v.log_score["differences"][0]["ci95"][0] > 0
@@ -738,7 +737,7 @@ def test_log_score_separates_what_acceptance_ties():
     assert 0 not in sum(calls, [])  # the clearly worse default needs no log score
     # overlapping log-score intervals: still ambiguous, and the verdict says the log score was consulted
     fn, _ = logs([-3.0, -1.70, -1.69], noise=0.2)
-    v = decide(scores, [None] * 3, True, "ck", None, coverage=dict(glob), config_names_layers=False, log_score=fn)
+    v = decide(scores, [None] * 3, True, "ck", None, coverage=glob, config_names_layers=False, log_score=fn)
     assert v.status == "ambiguous" and v.best is None and not v.log_score["separated"]
     assert "(acceptance, then the step-1 log score, leave them all within 95% of the best" in v.decided_by
     assert v.set_statistic == "acceptance, then the step-1 log score" and len(v.confidence_set) == 2
@@ -748,7 +747,7 @@ def test_log_score_separates_what_acceptance_ties():
     lead = _score("search #2", (4, 11, 21), [180 + (30 if i % 2 else -30) for i in range(seqs)])
     scores = [far, top, above, lead]
     fn, _ = logs([-3.0, -1.80, -1.80, -1.50])
-    v = decide(scores, [None] * 4, True, "ck", None, coverage=dict(glob), config_names_layers=False, log_score=fn)
+    v = decide(scores, [None] * 4, True, "ck", None, coverage=glob, config_names_layers=False, log_score=fn)
     assert v.tied == 3 and v.log_score["leader"] == "outputs of layers 4, 11, 21"
     assert v.log_score["acceptance_above"] == ["outputs of layers 4, 12, 21"] and not v.log_score["separated"]
     assert v.status == "ambiguous" and v.best is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +138,37 @@ class WiringOutcome:
     """Whether a training record named the layers (the check compared the config against it)."""
 
 
+class PlanOutcome(str, Enum):
+    """What fix-keys does (or would do) to a checkpoint: :class:`PlanVerdict`'s code."""
+
+    LAYER_COUNT = "layer-count"  # no engine serves it as it is; fix-keys' config edit repairs the layer count
+    REFUSED = "refused"  # fix-keys would refuse it (``first_error``)
+    READY = "ready"  # already SGLang-ready: fix-keys would change nothing
+    REWRITE = "rewrite"  # keys renamed, split or dropped, config fields edited (or only the vocab maps)
+    CANNOT_PLAN = "cannot-plan"  # inspect: no plan could be made (the result's ``plan_error`` says why)
+
+
+KEY_ACTIONS = ("dropped", "renamed", "split")  # the key fates a verdict counts
+
+
+@dataclass(frozen=True)
+class PlanVerdict:
+    """A plan's verdict in codes and values (``inspect``'s and ``fix-keys``' first line, ``--json``'s
+    ``verdict``): ``keys``, per key fate of :data:`KEY_ACTIONS`, how many keys; ``first_error``,
+    the finding that leads a refusal (or the layer count)."""
+
+    outcome: PlanOutcome
+    errors: int
+    keys: tuple[tuple[str, int], ...] = ()
+    config_edits: int = 0
+    first_error: Finding | None = None
+
+    def to_dict(self) -> dict:
+        return {"outcome": self.outcome.value, "errors": self.errors, "keys": dict(self.keys),
+                "config_edits": self.config_edits,
+                "first_error": None if self.first_error is None else self.first_error.to_dict()}
+
+
 @dataclass
 class Plan:
     index: CheckpointIndex
@@ -220,7 +252,24 @@ class Plan:
             for o in self.outputs
         )
 
+    def verdict(self) -> PlanVerdict:
+        """What fix-keys does (or would do) to this checkpoint."""
+        errors = [f for f in self.findings if f.level == "error"]
+        if len(errors) == 1 and errors[0].code == LAYER_COUNT:  # the one error, which fix-keys' config edit repairs
+            return PlanVerdict(PlanOutcome.LAYER_COUNT, 1, first_error=errors[0])
+        if errors:
+            return PlanVerdict(PlanOutcome.REFUSED, len(errors), first_error=errors[0])
+        if self.is_identity():
+            return PlanVerdict(PlanOutcome.READY, 0)
+        counts: dict[str, int] = {}
+        for d in self.decisions:
+            if d.action in KEY_ACTIONS:
+                counts[d.action] = counts.get(d.action, 0) + 1
+        return PlanVerdict(PlanOutcome.REWRITE, 0, tuple(sorted(counts.items())), len(self.config_edits))
+
     def to_dict(self) -> dict:
+        """The plan for ``--json``: its findings once (each with its level, code, message and fix; the
+        text's ``ERROR:``/``note:`` lines are :attr:`errors` and :attr:`notices` of them)."""
         return {
             "checkpoint": str(self.index.root),
             "layout": self.index.layout,
@@ -231,8 +280,6 @@ class Plan:
             "other_matching_formats": [m.format.name for m in self.candidates if m.format is not self.format],
             "architecture": (self.config.get("architectures") or [self.architecture.architecture])[0],
             "ok": self.ok,
-            "errors": self.errors,
-            "notices": self.notices,
             "findings": [f.to_dict() for f in self.findings],
             "decisions": [d.to_dict() for d in self.decisions],
             "outputs": [o.to_dict() for o in self.outputs],

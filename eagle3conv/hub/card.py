@@ -39,6 +39,7 @@ from eagle3conv.findings import GATE, GATE_FAILED, GATE_PASSED, Finding
 from eagle3conv.verify.profile import PROFILE_FILE, ProfileView, read_profile
 from eagle3conv.verify.report import REPORT_FILE, VerifyReport, WiringFigures
 from eagle3conv.spec.drafter import architecture_key
+from eagle3conv.spec.alike import alike, releases_label
 
 BEGIN = "<!-- eagle3conv:begin -->"
 END = "<!-- eagle3conv:end -->"
@@ -279,8 +280,9 @@ def _engine_rows(facts: CardFacts) -> list[tuple[str, str, str]]:
     for rel, need in plan.needs:
         where = id_field(rel)
         place = f"`{where.name}` in config.json" if where.in_config else f"`{where.name}` launch option"
-        rows.append((str(rel), place, f"`{_ids(need)}`" if need is not None else "cannot capture these layers"))
-    return rows
+        rows.append((rel, place, f"`{_ids(need)}`" if need is not None else "cannot capture these layers"))
+    return [(releases_label([str(r[0]) for r in sorted(g, key=lambda r: r[0].version)]), *g[0][1:])
+            for g in alike(rows, lambda r: r[0].engine, lambda r: r[1:])]  # releases that read alike share a row
 
 
 def _wiring_section(facts: CardFacts) -> list[str]:
@@ -539,6 +541,7 @@ def _serving_section(c: Mapping) -> list[str]:
            + (f"; a sliding window of {win[0]} tokens on layer{'s' if len(win[1]) > 1 else ''} "
               f"{', '.join(map(str, win[1]))}" if (win := draft_window(c)) else "")
            + ".", "", "| engine release | serves this drafter |", "|---|---|"]
+    served = []
     for rel in default_engines():
         refused = cannot_load(rel, c)
         without = served_without(rel, c)
@@ -549,7 +552,9 @@ def _serving_section(c: Mapping) -> list[str]:
             how += f"; its sliding window only when launched with `{option}`"
         elif not refused and window_note(rel, c):
             how += "; without its sliding window"
-        out.append(f"| {rel} | {how} |")
+        served.append((rel, how))
+    for g in alike(served, lambda x: x[0].engine, lambda x: x[1]):  # releases that read alike share a row
+        out.append(f"| {releases_label([str(rel) for rel, _ in g])} | {g[0][1]} |")
     return out
 
 

@@ -52,6 +52,7 @@ The package, bottom up (each module imports only those above it)::
     feed       prefetch thread, CUDA double-buffered feeder over memory-mapped states
     logscore   log_scores: the step-1 log score per wiring and sequence (the screen's ranking)
     evaluate   Candidate, Score, evaluate, screen: one wiring over every batch; many at step 1
+    words      the verdict's sentences, from its codes and values (what the report and the text say)
     search     config_candidate, candidates, global_search, refine, norm_comparison, Verdict, decide
     profile    speculation_profile.json (Model Optimizer's schema 1.0) and the per-category figures
     report     VerifyResult, VerifyReport: the eagle3conv-verify.json contract  (evaluate, search, profile)

@@ -33,7 +33,7 @@ from eagle3conv.verify.inputs import (
 )
 from eagle3conv.verify.report import REPORT_FILE, EngineScore, VerifyResult
 from eagle3conv.verify.search import (
-    LISTED,
+    Coverage,
     MIN_SEARCH_SEQUENCES,
     REFINE_CONFIRM,
     REFINE_ROUNDS,
@@ -48,7 +48,7 @@ from eagle3conv.verify.search import (
     screen_dtype,
     set_members,
 )
-from eagle3conv.spec.canonical import D2T, EMBED, FC, LM_HEAD, drafter_uses_own_embedding
+from eagle3conv.spec.canonical import D2T, EMBED, LM_HEAD, drafter_uses_own_embedding
 from eagle3conv.spec.engines import Run
 from eagle3conv.spec.layers import LayerRef, LayerSet, describe, to_refs
 from eagle3conv.states.format import NO_NEXT_TOKENS
@@ -162,7 +162,7 @@ class _Verification:
     def __init__(self, path, states_path, opts: VerifyOptions, progress: Progress | None, t_start: float) -> None:
         from eagle3conv.model.drafter import DrafterConfig
         from eagle3conv.states.readers import open_states
-        from eagle3conv.wiring.apply import WiringOptions, check_only, gather
+        from eagle3conv.wiring.apply import WiringOptions, gather
 
         self.path, self.states_path, self.opts, self.progress = path, states_path, opts, progress
         self.t_start = t_start
@@ -185,12 +185,13 @@ class _Verification:
             raise CheckpointReadError(
                 f"{states_path}: these states hold no token ids; verify compares drafts with the target's tokens",
                 hint="capture with eagle3conv capture, or add input_ids.pt and target_next.pt to the dumps")
-        self.labels, self.reference = None, "target"
+        self.labels, self.reference, self.data_note = None, "target", None
         if self.states.target_next is None:
             self.labels = data_labels(self.states.input_ids, self.states.attention_mask)
             self.reference = "data"
-            self.notes.append("these states hold no target next tokens: drafts are scored against the data's next "
+            self.data_note = ("these states hold no target next tokens: drafts are scored against the data's next "
                               "tokens (a lower bound on acceptance unless the data is the target's own output)")
+            self.notes.append(self.data_note)
         self.ev = ev = gather(self.root, None, self.config, self.wopts)
         if ev.target is None and self.states.num_layers is not None:
             from eagle3conv.spec.targets import TargetProfile
@@ -204,21 +205,27 @@ class _Verification:
         _check_layers_exist(self.states, self.n, states_path)
         self.wiring_checked = self.states.layers is not None
         self.family = ev.target.family if ev.target else None
-        fc = self.tensors.get(FC)
         self.dc = dc = DrafterConfig.from_config(self.config)
-        self.check = check_only(self.config, ev, fc_in=int(fc.shape[1]) if fc is not None else None,
-                                target_hidden=dc.target_hidden_size, source_format="sglang",
-                                fix_command=f"eagle3conv config {path}", opts=self.wopts)
+        self.check = self.checked()
         if self.states.hidden_size != dc.target_hidden_size:
             raise WiringError(f"the states are {self.states.hidden_size} wide but the drafter reads target states "
                               f"of width {dc.target_hidden_size}: they come from another target")
         self.search = opts.search
         self.scores: list[Score] = []
         self.first_result: float | None = None
-        self.coverage: dict | None = None
+        self.found = None  # what the global search found (search.ScreenSearch), None: no global search
+        self.refinement: tuple[dict, list] | None = None  # local refinement's record and what it left unconfirmed
         self.screened = None  # the global screen's ScreenResult, until the verdict is decided
         self.got_log: dict = {}
         self.screened_logs: dict = {}  # layers -> the screens' own log score, for wirings they read everywhere
+
+    def checked(self, extra=()):
+        """The wiring check of this drafter as it is, completed by ``extra`` (the embedding audit,
+        once the forwards are built: the check is made again, the same, with it)."""
+        from eagle3conv.wiring.apply import check_fixed
+
+        return check_fixed(self.config, self.tensors, self.wopts, ev=self.ev, path=self.path,
+                           target_hidden=self.dc.target_hidden_size, audit=False, extra=extra)
 
     def choose_wiring(self) -> None:
         """The wiring scored first: ``--layers``, else what the first ``--engine`` captures from
@@ -289,8 +296,7 @@ class _Verification:
         if EMBED in tensors and not own:
             from eagle3conv.wiring.audit import audit_embedding
 
-            self.check.report.findings += audit_embedding(self.serving.compare(),
-                                                          where=f"{self.path}/config.json")
+            self.check = self.checked(audit_embedding(self.serving.compare(), where=f"{self.path}/config.json"))
         self.own_tokens(*target_read)
         self.main_fw = self.serving.main()
         ran = self.serving.describe(self.main_fw)
@@ -329,7 +335,7 @@ class _Verification:
         st.final_state = fs
         self.labels = target_next_from_head(st, head, norm, device=self.dev)
         self.reference = "target"
-        self.notes[:] = [n for n in self.notes if "hold no target next tokens" not in n]
+        self.notes[:] = [n for n in self.notes if n is not self.data_note]  # that note no longer holds
         st.notes = tuple(n for n in st.notes if NO_NEXT_TOKENS not in n)  # the reader's "cannot" no longer holds
         self.notes.append("scored against the target's own next tokens, computed from "
                           + ("its lm_head over the stored post-norm last hidden state" if fs[0] == "post-norm" else
@@ -362,7 +368,7 @@ class _Verification:
             cands = candidates(base, truth, self.avail, self.n, wide=False, family=self.family)
             if not cands or cands[0] is not base:
                 states.check_refs(base.layers)  # explains what is missing
-            cands, self.coverage, self.screened = global_search(
+            cands, self.found, self.screened = global_search(
                 self.screener, states, cands, self.avail, self.dc.num_aux, self.n, target_embeds=self.target_embeds,
                 labels=self.labels, max_sequences=self.opts.max_sequences, progress=self.progress,
                 bound=replace(SCREEN_BOUND, seconds=self.opts.search_budget))
@@ -420,15 +426,12 @@ class _Verification:
     def refine(self) -> None:
         """A global search on enough sequences: local refinement (:func:`_refine`); what the
         screen and refinement kept but did not confirm is counted (and listed up to a cap)."""
-        cov = self.coverage
-        if cov is not None and cov.get("global") and self.scores[0].effective_sequences >= MIN_SEARCH_SEQUENCES:
-            cov["refinement"] = _refine(self.scores, self.confirm, self.screener, self.states, self.screened,
-                                        self.avail, self.log_score, self.harvest, target_embeds=self.target_embeds,
-                                        labels=self.labels, max_sequences=self.opts.max_sequences,
-                                        progress=self.progress)
-            pending = cov["refinement"].pop("pending")
-            cov["unconfirmed_count"] = len(pending)
-            cov["unconfirmed"] = [describe(x) for x in pending[:LISTED]]
+        found = self.found
+        if found is not None and found.is_global and self.scores[0].effective_sequences >= MIN_SEARCH_SEQUENCES:
+            rec = _refine(self.scores, self.confirm, self.screener, self.states, self.screened, self.avail,
+                          self.log_score, self.harvest, target_embeds=self.target_embeds, labels=self.labels,
+                          max_sequences=self.opts.max_sequences, progress=self.progress)
+            self.refinement = (rec, rec.pop("pending"))
         self.screened = None
 
     def decide(self) -> VerifyResult:
@@ -454,12 +457,13 @@ class _Verification:
                                             or len(t_layers) == len(s.candidate.layers))
             comparisons.append(norm_comparison(s, t_norms) if same else None)
         ev = self.ev
+        coverage = None if self.found is None else Coverage.of(self.found, *(self.refinement or ()))
         verdict = decide(scores, comparisons, self.search, self.path, ev.target.name if ev.target else None,
-                         coverage=self.coverage,
+                         coverage=coverage,
                          config_names_layers=o.layers is not None or names_layers(self.config),
-                         log_score=self.log_score, capture=self._capture_record())
-        if verdict.log_score is not None:  # the screen's dtype: bf16 on a CPU with native bf16 matmul
-            verdict.log_score["dtype"] = str(self.screener.dtype).removeprefix("torch.")
+                         log_score=self.log_score, capture=self._capture_record(),
+                         # the screen's dtype: bf16 on a CPU with native bf16 matmul
+                         log_dtype=str(self.screener.dtype).removeprefix("torch."))
         self.screener = None
         t_end = time.perf_counter()
         return VerifyResult(
@@ -824,16 +828,12 @@ def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto",
     r = smoke_forward(path, config, tensors, device=device, dtype=dtype)
     if wiring_options is None:
         return r
-    from eagle3conv.wiring.apply import check_only, gather
+    from eagle3conv.wiring.apply import check_fixed, gather
 
-    ev = gather(Path(path), None, config, wiring_options)
-    fc = tensors.get(FC)
     t = config.get("target_hidden_size") or config.get("hidden_size")
-    w = check_only(config, ev, fc_in=int(fc.shape[1]) if fc is not None and fc.dim() == 2 else None,
-                   target_hidden=t if isinstance(t, int) else None, source_format="sglang",
-                   fix_command=f"eagle3conv config {path}", opts=wiring_options,
-                   tensor_names=set(tensors),
-                   read_d2t=lambda: tensors[D2T].tolist())
+    w = check_fixed(config, tensors, wiring_options, ev=gather(Path(path), None, config, wiring_options),
+                    path=path, target_hidden=t if isinstance(t, int) else None,
+                    read_d2t=lambda: tensors[D2T].tolist())
     return replace(r, wiring=w.to_dict(str(path)), wiring_ok=bool(w.report.ok))
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Literal
 
 from eagle3conv.errors import UsageError, WiringError
@@ -40,6 +41,7 @@ from eagle3conv.verify.stats import (
 )
 from eagle3conv.spec.layers import EMBEDDING, LayerRef, LayerSet, describe, to_ids, to_refs
 from eagle3conv.spec.drafter import aux_ids
+from eagle3conv.verify.words import norm_flag_words, statistic_words
 
 MIN_SEARCH_SEQUENCES = 10  # below this, sequence-bootstrap intervals are not worth naming a wiring on
 LOG_SCORE_STEP = 0  # the log score that separates wirings acceptance ties: draft step 1's (0-based index)
@@ -150,8 +152,6 @@ SCREEN_BOUND = ScreenBound()  # when the screen drops a wiring: docs/facts.md §
 MAX_CONFIRM = 24  # screen survivors confirmed on every position at most; the rest stay in the verdict's set
 SET_ALPHA = 0.05  # the verdict's set holds the best with 95%: half to acceptance, half to the log score
 LISTED = 50  # unconfirmed survivors named in the report (all are counted)
-UNCONFIRMED_WHY = "the screen kept wirings verify did not confirm"
-CAPPED_WHY = "the screen stopped at its work cap before the data excluded them"
 REFINE_ROUNDS = 4  # local refinement rounds at most (each: the single-slot neighbours of the leaders)
 REFINE_CONFIRM = 16  # wirings local refinement confirms at most, over all its rounds
 REFINE_OPEN = 64  # wirings one round screens again at most (best screen score first)
@@ -187,14 +187,15 @@ def screen_dtype(device: str, dtype):
 
 def global_search(drafter, states, near: list[Candidate], available: Sequence[LayerRef], slots: int,
                   num_layers: int | None, *, target_embeds: bool, labels=None, max_sequences: int | None = None,
-                  progress=None, bound: ScreenBound = SCREEN_BOUND) -> tuple[list[Candidate], dict, object]:
+                  progress=None, bound: ScreenBound = SCREEN_BOUND) -> tuple[list[Candidate], ScreenSearch, object]:
     """Screen every ascending wiring of the layers the states hold on the step-1 log score
     (:func:`eagle3conv.verify.evaluate.screen`: a wiring leaves only when the data excludes
     it against the leader, docs/facts.md §12), and return the wirings to confirm on every
     position -- ``near`` (the evidence: the config's, the record's, the engine defaults)
-    then the screen's survivors, best first, at most :data:`MAX_CONFIRM` -- and the search's
-    coverage (``unconfirmed``: survivors past that cap, which the verdict keeps in its set), and
-    the :class:`~eagle3conv.verify.evaluate.ScreenResult` (for :func:`refine`)."""
+    then the screen's survivors, best first, at most :data:`MAX_CONFIRM` -- what the screen
+    found (:class:`ScreenSearch`; ``unconfirmed``: survivors past that cap, which the verdict
+    keeps in its set; :meth:`Coverage.of` makes the report's coverage of it), and the
+    :class:`~eagle3conv.verify.evaluate.ScreenResult` (for :func:`refine`)."""
     from eagle3conv.verify.evaluate import screen
 
     sets = all_wirings(available, slots)
@@ -214,29 +215,153 @@ def global_search(drafter, states, near: list[Candidate], available: Sequence[La
                              f"{res.logp[i]:.4f}, acceptance {res.acceptance(i):.3f} on {res.reached[i]} positions)"))
     have = {r.output_of for r in available}
     missing = [] if num_layers is None else [i for i in range(-1, num_layers) if i not in have]
-    coverage = {
-        "global": not missing,
-        "layers": len(have),
-        "missing_layers": missing,
-        "screened": len(sets),
-        "screen_sequences": res.sequences,
-        "screen_positions": res.positions,
-        "confirmed": len(out),
-        "screen_ranked_by": "step-1 log-score",
-        "screen": screen_record(res, bound),
-        "screen_kept": len(kept),
-        "unconfirmed_count": len(confirm[MAX_CONFIRM:]),
-        "unconfirmed": [describe(sets[i]) for i in confirm[MAX_CONFIRM:MAX_CONFIRM + LISTED]],
-        "screen_best": [{"layers": describe(sets[i]), "step1_acceptance": round(res.acceptance(i), 4),
-                         "step1_log_score": round(res.logp[i], 5), "positions": res.reached[i]}
-                        for i in kept[:8]],
-        "screen_seconds": round(res.seconds, 3),
-        "slot_profile": slot_profile(res, slots),
-    }
-    ranked = screen_ranking(res, kept, bound)
-    if ranked is not None:
-        coverage["screen_set"] = ranked
-    return out, coverage, res
+    found = ScreenSearch(res=res, bound=bound, slots=slots, kept=tuple(kept), layers=len(have),
+                         missing_layers=tuple(missing), confirmed=len(out),
+                         unconfirmed=tuple(sets[i] for i in confirm[MAX_CONFIRM:]))
+    return out, found, res
+
+
+@dataclass(frozen=True)
+class ScreenSearch:
+    """What :func:`global_search` found, before refinement: the screen's result and bound,
+    the wirings it kept (indices into ``res.sets``, best first), the layers the states hold,
+    the target's layers they lack, how many wirings go to be confirmed, and the survivors
+    past :data:`MAX_CONFIRM` (kept in the verdict's set unconfirmed)."""
+
+    res: object  # the ScreenResult
+    bound: ScreenBound
+    slots: int
+    kept: tuple[int, ...]
+    layers: int
+    missing_layers: tuple[int, ...]
+    confirmed: int
+    unconfirmed: tuple[LayerSet, ...]
+
+    @property
+    def is_global(self) -> bool:
+        return not self.missing_layers
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What a wiring search covered (the report's ``verdict.coverage``), assembled once by
+    :meth:`of`. ``is_global``: the states hold every layer of the target; ``unconfirmed``:
+    the screen's (and refinement's) survivors verify did not confirm, which stay in the
+    verdict's set (``unconfirmed_count`` of them, the first :data:`LISTED` named).
+    ``screen``, ``screen_set`` and ``refinement`` are the records of
+    :func:`screen_record`, :func:`screen_ranking` and local refinement."""
+
+    is_global: bool
+    layers: int
+    missing_layers: tuple[int, ...] = ()
+    screened: int = 0
+    screen_sequences: int = 0
+    screen_positions: int = 0
+    confirmed: int = 0
+    screen: dict | None = None
+    screen_kept: int = 0
+    unconfirmed_count: int = 0
+    unconfirmed: tuple[str, ...] = ()
+    screen_best: tuple[dict, ...] = ()
+    screen_seconds: float = 0.0
+    slot_profile: tuple = ()
+    screen_set: dict | None = None
+    refinement: dict | None = None
+
+    @property
+    def capped(self) -> bool:
+        """The screen stopped at its work cap (or time budget) before the data decided."""
+        return self.screen is not None and not self.screen.get("complete", True)
+
+    @property
+    def refined(self) -> int:
+        """Wirings local refinement confirmed."""
+        return int((self.refinement or {}).get("confirmed") or 0)
+
+    @classmethod
+    def of(cls, found: ScreenSearch, refinement: dict | None = None,
+           pending: Sequence[LayerSet] | None = None) -> Coverage:
+        """The coverage of a global search (``found``) and its local refinement (its record,
+        and the wirings it and the screen left unconfirmed: ``pending``)."""
+        res, kept = found.res, list(found.kept)
+        left = found.unconfirmed if pending is None else tuple(pending)
+        return cls(
+            is_global=found.is_global, layers=found.layers, missing_layers=found.missing_layers,
+            screened=len(res.sets), screen_sequences=res.sequences, screen_positions=res.positions,
+            confirmed=found.confirmed, screen=screen_record(res, found.bound), screen_kept=len(kept),
+            unconfirmed_count=len(left), unconfirmed=tuple(describe(x) for x in left[:LISTED]),
+            screen_best=tuple({"layers": describe(res.sets[i]), "step1_acceptance": round(res.acceptance(i), 4),
+                               "step1_log_score": round(res.logp[i], 5), "positions": res.reached[i]}
+                              for i in kept[:8]),
+            screen_seconds=round(res.seconds, 3), slot_profile=tuple(slot_profile(res, found.slots)),
+            screen_set=screen_ranking(res, kept, found.bound), refinement=refinement)
+
+    def to_dict(self, summary: str | None = None) -> dict:
+        out = {"global": self.is_global, "layers": self.layers, "missing_layers": list(self.missing_layers),
+               "screened": self.screened, "screen_sequences": self.screen_sequences,
+               "screen_positions": self.screen_positions, "confirmed": self.confirmed,
+               "screen_ranked_by": "step-1 log-score", "screen": self.screen, "screen_kept": self.screen_kept,
+               "unconfirmed_count": self.unconfirmed_count, "unconfirmed": list(self.unconfirmed),
+               "screen_best": list(self.screen_best), "screen_seconds": self.screen_seconds,
+               "slot_profile": list(self.slot_profile)}
+        for key in ("screen_set", "refinement"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if summary is not None:
+            out["summary"] = summary
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Coverage:
+        """A report's coverage read back (its ``summary``, words, is made again from the fields)."""
+        names = set(cls.__dataclass_fields__) - {"is_global"}
+        kw = {k: v for k, v in d.items() if k in names}
+        for k in ("missing_layers", "unconfirmed", "screen_best", "slot_profile"):
+            kw[k] = tuple(kw.get(k) or ())
+        return cls(is_global=bool(d.get("global")), **kw)
+
+
+class SeparationReason(str, Enum):
+    """What would separate the verdict's set (:class:`Separation`): the words are
+    :data:`eagle3conv.verify.words.SEPARATION_WHY`."""
+
+    FACTOR = "factor"  # more data like this, ``factor`` times what was read
+    NO_GAP = "no-gap"  # some member shows no gap to the best at all: no amount of such data
+    UNCONFIRMED = "unconfirmed"  # the screen kept wirings verify did not confirm
+    CAPPED = "capped"  # the screen stopped at its work cap (or time budget) before the data excluded them
+
+
+@dataclass(frozen=True)
+class Separation:
+    """What would separate a set of several wirings: ``reason``; with FACTOR, the positions and
+    sequences like these that would (``factor`` times the data read)."""
+
+    members: int
+    reason: SeparationReason
+    sequences_now: int
+    statistic: str
+    factor: float | None = None
+    positions: int | None = None
+    sequences: int | None = None
+
+    def to_dict(self) -> dict:
+        from eagle3conv.verify.words import SEPARATION_WHY
+
+        if self.reason is SeparationReason.FACTOR:
+            return {"members": self.members, "factor": self.factor, "positions": self.positions,
+                    "sequences": self.sequences, "sequences_now": self.sequences_now, "statistic": self.statistic,
+                    "reason": self.reason.value}
+        return {"members": self.members, "factor": None, "sequences_now": self.sequences_now,
+                "statistic": self.statistic, "why": SEPARATION_WHY[self.reason.value], "reason": self.reason.value}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Separation:
+        """A report's ``to_separate`` read back (a report without ``reason``: FACTOR where it
+        gives one, else NO_GAP)."""
+        reason = d.get("reason") or ("factor" if d.get("factor") is not None else "no-gap")
+        return cls(members=int(d["members"]), reason=SeparationReason(reason),
+                   sequences_now=int(d.get("sequences_now") or 0), statistic=str(d.get("statistic") or ""),
+                   factor=d.get("factor"), positions=d.get("positions"), sequences=d.get("sequences"))
 
 
 SET_LEADERS = 5  # members of a large set named as leading it (the rest are counted)
@@ -453,6 +578,43 @@ def norm_mismatch(cmp: list[dict] | None) -> float | None:
 # --------------------------------------------------------------------------- the verdict
 
 
+@dataclass(frozen=True)
+class Grounds:
+    """What decided a verdict, as codes and values; :func:`eagle3conv.verify.words.verdict_words`
+    makes its sentences (``decided_by``, ``advice``) from them and the verdict's own fields.
+
+    ``by``: the statistics that narrowed the set, in order; ``size``: its members (``unconfirmed``
+    of them kept by the screen, not confirmed); ``standing``: ``training-record`` or ``config``
+    where that wiring stands (``standing_in_line``: its norms match training); ``chosen``: the
+    wiring the data points at (``chosen_ids`` its output ids); ``best``: the best by acceptance;
+    ``config``: the config's (or given) wiring, ``config_gap`` the best's paired difference with
+    it; ``neighbourhood``: one wiring separated, but the search was not global."""
+
+    path: str
+    target: str | None
+    sequences: int  # of the main wiring, with full chains
+    min_sequences: int = MIN_SEARCH_SEQUENCES
+    log_step: int = LOG_SCORE_STEP
+    leaders: int = SET_LEADERS
+    by: tuple[str, ...] = ()
+    size: int = 0
+    unconfirmed: int = 0
+    tied: int = 0
+    standing: str | None = None
+    standing_in_line: bool = False
+    statistic: str | None = None
+    chosen: str | None = None
+    chosen_ids: tuple[int, ...] = ()
+    best: str | None = None
+    best_ids: tuple[int, ...] = ()
+    config: str | None = None
+    config_gap: tuple[float, float, float] | None = None
+    config_names_layers: bool = True
+    chosen_is_config: bool = False
+    neighbourhood: bool = False
+    capture: dict | None = None
+
+
 @dataclass
 class Verdict:
     """What the scores say about the wiring. ``status``: see the module docstring."""
@@ -460,7 +622,6 @@ class Verdict:
     config_accept_length: float
     status: Status | None = None
     norm_flags: list[str] = field(default_factory=list)  # the config's slots whose norms are out of line
-    decided_by: str | None = None  # for people: which evidence decided (never parsed)
     config_is_best: bool | None = None
     paired_differences: list[dict] = field(default_factory=list)  # the leader vs every other wiring
     best: str | None = None  # the wiring named (None unless named or stands)
@@ -469,8 +630,7 @@ class Verdict:
     tied: int | None = None  # wirings acceptance cannot separate from the leader (itself included)
     separated: bool | None = None
     runner_up: str | None = None
-    advice: str | None = None  # the command that writes the named wiring, when it is not the config's
-    coverage: dict | None = None  # what the search covered (global_search's coverage), None: no global search
+    coverage: Coverage | None = None  # what the search covered, None: no global search
     best_found: str | None = None  # the leader on acceptance, named or not
     tied_set: list[str] = field(default_factory=list)  # the wirings acceptance cannot separate (leader first)
     positions_to_separate: int | None = None  # estimated positions that would separate the leader from the rest
@@ -479,15 +639,29 @@ class Verdict:
     log_score: dict | None = None  # the log-score comparison, where acceptance left wirings tied
     confidence_set: list[dict] = field(default_factory=list)  # every wiring not excluded at 95% vs the best
     set_statistic: str | None = None  # the statistics that narrowed the set, in order
-    to_separate: dict | None = None  # what would separate the set (factor, positions, sequences), or why not
+    to_separate: Separation | None = None  # what would separate the set (its reason, factor, sequences)
+    positions: int | None = None  # the positions every confirmed wiring was scored on (coverage's summary)
+    grounds: Grounds | None = None  # what decided, as values (the words are made from them)
+    said: tuple[str | None, str | None] = (None, None)  # decided_by and advice of a report read back
 
     def __post_init__(self) -> None:
         if self.status is not None and self.status not in STATUSES:
             raise ValueError(f"verdict status {self.status!r} is not one of {STATUSES}")
 
     @property
-    def names_a_wiring(self) -> bool:
-        return self.status in ("named", "stands")
+    def decided_by(self) -> str | None:
+        """For people: which evidence decided (:func:`eagle3conv.verify.words.verdict_words`; never parsed)."""
+        from eagle3conv.verify.words import verdict_words
+
+        return verdict_words(self)[0] if self.grounds is not None else self.said[0]
+
+    @property
+    def advice(self) -> str | None:
+        """For people: what to do (the command that writes the named wiring, when it is not the config's;
+        what to capture to separate a set)."""
+        from eagle3conv.verify.words import verdict_words
+
+        return verdict_words(self)[1] if self.grounds is not None else self.said[1]
 
     def to_dict(self) -> dict:
         """The report's ``verdict`` object (keys present only where they apply)."""
@@ -507,10 +681,16 @@ class Verdict:
         })
         if self.advice is not None:
             out["advice"] = self.advice
-        for key in ("coverage", "best_found", "positions_to_separate", "config_worse", "statistic", "log_score",
-                    "set_statistic", "to_separate"):
+        if self.coverage is not None:
+            from eagle3conv.verify.words import coverage_summary
+
+            out["coverage"] = self.coverage.to_dict(coverage_summary(self))
+        for key in ("best_found", "positions_to_separate", "config_worse", "statistic", "log_score",
+                    "set_statistic"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
+        if self.to_separate is not None:
+            out["to_separate"] = self.to_separate.to_dict()
         if self.tied_set:
             out["tied_set"] = list(self.tied_set)
         if self.confidence_set:
@@ -526,6 +706,12 @@ class Verdict:
         kw["paired_differences"] = list(kw.get("paired_differences") or [])
         kw["tied_set"] = list(kw.get("tied_set") or [])
         kw["confidence_set"] = list(kw.get("confidence_set") or [])
+        kw.pop("grounds", None)
+        kw["said"] = (d.get("decided_by"), d.get("advice"))
+        if kw.get("coverage") is not None:
+            kw["coverage"] = Coverage.from_dict(kw["coverage"])
+        if kw.get("to_separate") is not None:
+            kw["to_separate"] = Separation.from_dict(kw["to_separate"])
         return cls(**kw)
 
 
@@ -601,14 +787,9 @@ def _separation(members: list[int], lead: int, acc: dict, logs: dict, comparison
     return max(1.0, max(need))
 
 
-def _set_words(names: list[str], limit: int = 6, total: int | None = None) -> str:
-    total = len(names) if total is None else total
-    return "; ".join(names[:limit]) + (f"; and {total - min(limit, len(names))} more" if total > limit else "")
-
-
 def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search: bool, path,
-           target: str | None, *, coverage: dict | None = None, config_names_layers: bool = True,
-           log_score=None, capture: dict | None = None) -> Verdict:
+           target: str | None, *, coverage: Coverage | None = None, config_names_layers: bool = True,
+           log_score=None, capture: dict | None = None, log_dtype: str | None = None) -> Verdict:
     """The verdict on ``scores`` (``scores[0]``: the config's or the given wiring;
     ``comparisons[i]``: :func:`norm_comparison` of ``scores[i]``, or None).
 
@@ -617,7 +798,7 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
     global search, then by the step-1 log score among what acceptance leaves (never
     against a clear acceptance difference); then by the norm fingerprint (a member whose
     norms are out of line with training, where another member's are in line); plus the
-    wirings the screen kept but verify did not confirm (``coverage["unconfirmed"]``).
+    wirings the screen kept but verify did not confirm (``coverage.unconfirmed``).
     One wiring is named only when the set has one member (``named``), or when the
     training record's or the config's wiring is in it (``stands``); else the set is
     reported (``ambiguous``) with what would separate it.
@@ -629,32 +810,25 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
     never "stands" on its own). ``log_score(indices)``: the
     :class:`~eagle3conv.verify.logscore.LogScore` of those scores (computed only where
     acceptance leaves a global search's leaders tied). ``capture``: how the states were
-    captured (``generate_tokens``, ``prompts``), for the advice on what to capture."""
+    captured (``generate_tokens``, ``prompts``), for the advice on what to capture.
+    ``log_dtype``: the dtype the log score was computed in (the screen's), for the report."""
     main = scores[0]
     out = Verdict(config_accept_length=round(main.accept_length, 4), coverage=coverage)
     flagged = [c for c in (comparisons[0] or []) if c["flagged"]]
-    out.norm_flags = [f"slot {c['slot']} ({c['layer']}): inference median {c['inference_median']:.3g} vs "
-                      f"training {c['training_median']:.3g} ({c['ratio']:.2f}x)" for c in flagged]
+    out.norm_flags = norm_flag_words(flagged)
     if not search or len(scores) < 2:
         return out
     if main.effective_sequences < MIN_SEARCH_SEQUENCES:
         out.status = "undecided"
-        out.decided_by = (f"not decided: a wiring search needs at least {MIN_SEARCH_SEQUENCES} "
-                          f"sequences with full chains (these states have {main.effective_sequences}); capture more")
+        out.grounds = Grounds(str(path), target, main.effective_sequences)
         return out
-    complete = bool(coverage is not None and coverage.get("global"))
+    complete = bool(coverage is not None and coverage.is_global)
     names = [describe(s.candidate.layers) for s in scores]
     # acceptance: every-chain-start accept length, the same positions for every wiring
     tied, diffs, acc_bounds = acceptance_set(scores)
     ranked = [tied[0]] + sorted(diffs, key=lambda i: -scores[i].accept_length_all)
     best, second = scores[ranked[0]], scores[ranked[1]]
-    if complete:
-        cov = coverage
-        refined = (cov.get("refinement") or {}).get("confirmed")
-        cov["summary"] = (f"global search: {cov['screened']} wirings screened (every ascending set of the "
-                          f"{cov['layers']} layers the states hold) on up to {cov['screen_positions']} positions, "
-                          f"{cov['confirmed']} confirmed on all {main.tokens}"
-                          + (f", {refined} more by local refinement" if refined else ""))
+    out.positions = main.tokens
     out.paired_differences = [
         {"wiring": scores[i].candidate.name, "layers": names[i], "accept_length_gap": round(d, 4),
          "ci95": [round(lo, 4), round(hi, 4)], "excluded": acc_bounds[i][3]} for i, (d, lo, hi) in diffs.items()]
@@ -675,6 +849,8 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
     lead_ls = None
     if complete and log_score is not None and len(members) > 1:
         lead_ls, log_diffs, log_bounds, gone, out.log_score = log_score_exclusions(scores, members, log_score)
+        if log_dtype is not None:
+            out.log_score["dtype"] = log_dtype
         by.append("log-score")  # consulted, whether or not it excluded any
         if gone:
             members, lead = [i for i in members if i not in gone], lead_ls
@@ -697,15 +873,13 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
         if lead not in members:
             lead = max(members, key=lambda i: scores[i].accept_length_all)
     # the screen's survivors not confirmed stay in the set, global search or not (never dropped unexcluded)
-    unconfirmed = list((coverage or {}).get("unconfirmed") or [])
-    n_unconfirmed = int((coverage or {}).get("unconfirmed_count", len(unconfirmed))) if coverage else 0
-    capped = bool(coverage and coverage.get("screen") and not coverage["screen"].get("complete", True))
+    unconfirmed = list(coverage.unconfirmed) if coverage is not None else []
+    n_unconfirmed = coverage.unconfirmed_count if coverage is not None else 0
+    capped = coverage is not None and coverage.capped
     anchors = [i for i in members if scores[i].candidate.name == "training record"] + (
         [0] if 0 in members and config_names_layers else [])
     anchor = next((i for i in anchors if in_line(i) is not False), None)
-    stat_words = {"acceptance": "acceptance", "log-score": f"the step-{LOG_SCORE_STEP + 1} log score",
-                  "norm-fingerprint": "the norm fingerprint"}
-    how = ", then ".join(stat_words[b] for b in by)
+    how = statistic_words(by, LOG_SCORE_STEP)
     out.set_statistic = how
     out.confidence_set = [
         {"wiring": scores[i].candidate.name, "layers": names[i], "confirmed": True,
@@ -714,33 +888,12 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
          **({"log_score_gap": [_finite(x, 5) for x in log_diffs[i]]} if i in log_diffs else {})}
         for i in members] + [{"layers": u, "confirmed": False} for u in unconfirmed]
     size = len(members) + n_unconfirmed
-    chosen, status, statistic = lead, "ambiguous", None
+    chosen, status, statistic, standing = lead, "ambiguous", None, None
     if anchor is not None:
         chosen, status = anchor, "stands"
-        rec = scores[anchor].candidate.name == "training record"
-        statistic = "training-record" if rec else "config"
-        who = "the training record's" if rec else "the config's"
-        verb = " leaves" if len(by) == 1 else ", leave"
-        out.decided_by = ((f"{how}{verb} {size} wirings within 95% of the best and {who} wiring is among them"
-                           if size > 1 else f"{how}{verb} only {who} wiring within 95% of the best")
-                          + (" (its norms match training)" if in_line(anchor) else "") + ", so it stands")
-        if size > 1 and out.log_score and out.log_score["leader"] != names[anchor] and out.log_score["separated"]:
-            out.decided_by += f" (the log score prefers {out.log_score['leader']}: see verdict.log_score)"
+        statistic = standing = "training-record" if scores[anchor].candidate.name == "training record" else "config"
     elif size == 1:
         status, statistic = "named", by[-1]
-        if statistic == "acceptance":
-            out.decided_by = "acceptance"
-        elif statistic == "log-score":
-            nxt = out.log_score["differences"][0]
-            out.decided_by = (f"log score: acceptance cannot separate {len(tied)} wirings; the log-probability the "
-                              f"drafter gives the target's token at draft step {LOG_SCORE_STEP + 1} (a proper "
-                              f"scoring rule, on {out.log_score['positions']} positions) separates this one from "
-                              f"every wiring acceptance leaves tied with it (closest: {nxt['layers']}, "
-                              f"{nxt['log_score_gap']:+.4f} nats [{nxt['ci95'][0]:+.4f}, {nxt['ci95'][1]:+.4f}] "
-                              "paired)")
-        else:
-            out.decided_by = ("norm fingerprint: acceptance cannot separate the leaders, and of them only this "
-                              "wiring's norms are in line with training")
     # what would separate the set: from the log-score leader where the log score was consulted (it is
     # the finer statistic), else from the best by acceptance
     sep_lead = lead_ls if log_bounds and lead_ls in members else ranked[0]
@@ -753,156 +906,38 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
         if factor is not None and not n_unconfirmed:
             seqs = main.effective_sequences
             out.positions_to_separate = int(math.ceil(main.tokens * factor))
-            out.to_separate = {"members": size, "factor": round(factor, 2), "positions": out.positions_to_separate,
-                               "sequences": int(math.ceil(seqs * factor)), "sequences_now": seqs,
-                               "statistic": how}
+            out.to_separate = Separation(size, SeparationReason.FACTOR, seqs, how, factor=round(factor, 2),
+                                         positions=out.positions_to_separate,
+                                         sequences=int(math.ceil(seqs * factor)))
         else:
-            out.to_separate = {"members": size, "factor": None, "sequences_now": main.effective_sequences,
-                               "statistic": how,
-                               "why": (CAPPED_WHY if capped and n_unconfirmed else UNCONFIRMED_WHY if n_unconfirmed
-                                       else "some wirings in the set show no gap to the best at all")}
-    if status == "ambiguous":
-        what = f"{size} wirings" + (f" ({n_unconfirmed} of them kept by the screen, not confirmed)"
-                                    if n_unconfirmed else "")
-        if size > 1:
-            more = out.to_separate or {}
-            if more.get("factor"):
-                sep = f"about {more['sequences']} sequences like these ({more['sequences_now']} now) would separate them"
-            elif n_unconfirmed and capped:
-                scr = coverage["screen"]
-                fin = scr.get("to_finish") or {}
-                what_cap = "its time budget" if scr.get("stopped_by") == "seconds" else "its work cap"
-                sep = (f"the screen stopped at {what_cap} with {n_unconfirmed} of them not excluded, after "
-                       f"{scr['read']['positions']} of {scr['read']['of']} positions: the work, not the data, ran "
-                       f"out; about {fin.get('seconds')} s more (verify --search-budget {fin.get('budget')}) would "
-                       "read every position for them, or a training record would decide" + _leaders_words(coverage))
-            elif n_unconfirmed:
-                sep = (f"the screen read all {more['sequences_now']} sequences and could not exclude "
-                       f"{n_unconfirmed} of them" + (_leaders_words(coverage) or
-                                                     ": more data may (capture more and search again)"))
-            else:
-                sep = ("no amount of data like this separates them at the gaps seen (some show none); a training "
-                       "record would")
-            verb = " leaves" if len(by) == 1 else ", leave"
-            listed = _set_words([c["layers"] for c in out.confidence_set], total=size)
-            out.decided_by = (f"the data cannot tell which of {what} the drafter was trained on ({how}{verb} "
-                              f"them all within 95% of the best: {listed}); {sep}" + _not_global(coverage))
-    if status == "named" and not complete:
+            out.to_separate = Separation(size, SeparationReason.CAPPED if capped and n_unconfirmed else
+                                         SeparationReason.UNCONFIRMED if n_unconfirmed else SeparationReason.NO_GAP,
+                                         main.effective_sequences, how)
+    neighbourhood = status == "named" and not complete
+    if neighbourhood:
         status = "ambiguous"
-        where = ("only the wirings near the evidence were scored" if coverage is None else
-                 f"the states hold {coverage['layers']} of the target's layers (missing: "
-                 + ", ".join(map(str, coverage["missing_layers"][:8]))
-                 + (" ..." if len(coverage["missing_layers"]) > 8 else "") + ")")
-        out.decided_by = (f"best in the searched neighbourhood: {names[chosen]}, separated from the wirings "
-                          f"scored, but not a global search ({where}); capture every layer (eagle3conv capture "
-                          "without --layers) and search again")
     win = scores[chosen]
     out.status, out.statistic = status, statistic if status != "ambiguous" else None
     out.best, out.best_layers = win.candidate.name, names[chosen]
     out.best_accept_length = round(win.accept_length, 4)
     out.runner_up = second.candidate.name if chosen == ranked[0] else best.candidate.name
     out.config_is_best = win is main
-    tgt = f" --target {target}" if target else ""
-
-    def command(layers) -> str:
-        return (f"eagle3conv config {path}{tgt} --trained-on {','.join(map(str, to_ids(layers, 'output')))} "
-                "--captured-at output")
-
-    one = size == 1  # the data points at one wiring (named, or the best of a neighbourhood)
     if status == "ambiguous":
         out.best = out.best_layers = None
-    elif win is not main or not config_names_layers:
-        out.advice = (f"the drafter was most likely trained on {names[chosen]}; write it: "
-                      f"{command(win.candidate.layers)}")
-    capture_advice = _capture_advice(out, capture, target) if status == "ambiguous" and size > 1 else None
-    if out.config_worse:  # said first, whether or not a wiring is named
-        d, lo, hi = diffs[0]
-        what = "the config's wiring" if config_names_layers else "the engines' default (config.json names no layers)"
-        first = (f"{what} ({names[0]}) is clearly worse than the best by accept length "
-                 f"({names[ranked[0]]}: +{d:.3f} [{lo:+.3f}, {hi:+.3f}] paired)")
-        if out.advice is not None:
-            out.advice = f"{first}; {out.advice}"
-        elif one:
-            out.advice = f"{first}; the best found is not named (see the verdict); to write it: {command(best.candidate.layers)}"
-        else:
-            out.advice = f"{first}; {capture_advice}"
-    elif status == "ambiguous" and not config_names_layers:
-        out.advice = ("config.json names no aux layers and the search names none; "
-                      + (f"the best found: {names[ranked[0]]}, to write it: {command(best.candidate.layers)}" if one
-                         else capture_advice))
-    elif capture_advice is not None:
-        out.advice = capture_advice
+    out.grounds = Grounds(
+        str(path), target, main.effective_sequences, by=tuple(by), size=size, unconfirmed=n_unconfirmed,
+        tied=len(tied), standing=standing, standing_in_line=bool(anchor is not None and in_line(anchor)),
+        statistic=statistic, chosen=names[chosen], chosen_ids=tuple(to_ids(win.candidate.layers, "output")),
+        best=names[ranked[0]], best_ids=tuple(to_ids(best.candidate.layers, "output")), config=names[0],
+        config_gap=diffs.get(0), config_names_layers=config_names_layers, chosen_is_config=win is main,
+        neighbourhood=neighbourhood, capture=capture)
     return out
-
-
-def _leaders_words(coverage: dict | None) -> str:
-    """The screen's survivors for people: the few that lead them (step-1 log score gap to the
-    best) and how many sequences like these would leave at most 3, and one (``screen_ranking``)."""
-    ss = (coverage or {}).get("screen_set")
-    if not ss:
-        return ""
-    lead = ss["ranked"][:SET_LEADERS]
-    words = "; ".join(f"{r['layers']}" + (f" ({-r['gap']:+.4f} nats)" if j else "") for j, r in enumerate(lead))
-    out = f"; the screen's {ss['size']} survivors are led by {words} (step-1 log score on {ss['positions']} positions)"
-    tl = ss.get("to_leave") or {}
-    sep = [f"about {tl[k]} would leave at most {k}" for k in ("3", "1") if tl.get(k)]
-    if sep:
-        out += f"; of sequences like these ({ss['sequences']} read), " + ", ".join(sep)
-    return out
-
-
-def _not_global(coverage: dict | None) -> str:
-    """The words a set needs when the search did not cover every layer: wirings reading the missing
-    ones were never scored, so the set speaks only for the layers held."""
-    if not coverage or coverage.get("global", True):
-        return ""
-    miss = coverage.get("missing_layers") or []
-    return (f"; and the states lack {len(miss)} of the target's layers ("
-            + ", ".join(map(str, miss[:8])) + (" ..." if len(miss) > 8 else "")
-            + "), so wirings reading them were never scored: capture every layer (eagle3conv capture without "
-            "--layers) and search again")
-
-
-def _capture_advice(v: Verdict, capture: dict | None, target: str | None) -> str:
-    """What to do when the set has several members: the set, and what to capture."""
-    members = [c["layers"] for c in v.confidence_set]
-    sep = v.to_separate or {}
-    cap = capture or {}
-    gen = cap.get("generate_tokens")
-    cmd = (f"eagle3conv capture --target {target or 'TARGET'} --prompts PROMPTS --out more-states.safetensors"
-           + (f" --generate {gen}" if gen else ""))
-    if sep.get("factor"):
-        how = (f"capture about {sep['sequences']} sequences like these ({sep['sequences_now']} now) and verify "
-               f"again ({cmd}, with that many prompts)")
-    elif sep.get("why") == CAPPED_WHY:
-        fin = ((v.coverage or {}).get("screen") or {}).get("to_finish") or {}
-        how = ("keep the training record (training_metadata.json) beside the drafter: the screen stopped at its "
-               "work cap after its first positions, so more sequences like these would not finish it"
-               + (f"; or give the screen about {fin['seconds']:.0f} s more: verify --search-budget {fin['budget']}"
-                  if fin.get("seconds") is not None else ""))
-    elif sep.get("why") == UNCONFIRMED_WHY:
-        tl = ((v.coverage or {}).get("screen_set") or {}).get("to_leave") or {}
-        few = next(((k, tl[k]) for k in ("3", "1") if tl.get(k)), None)
-        how = ((f"capture about {few[1]} sequences like these ({sep['sequences_now']} now; the screen's estimate "
-                f"to leave at most {few[0]} of its survivors) and verify again ({cmd}), or keep the training record "
-                "(training_metadata.json) beside the drafter") if few else
-               (f"capture several times the {sep['sequences_now']} sequences these states hold and verify again "
-                f"({cmd}), or keep the training record (training_metadata.json) beside the drafter"))
-    else:
-        how = (f"more data like this may not separate them ({sep.get('why', 'no gap seen')}); keep the training "
-               f"record (training_metadata.json) beside the drafter, or capture other prompts ({cmd})")
-    if cap.get("max_sequences"):  # the data at hand was not all read
-        how = (f"first verify without --max-sequences (it read {cap['max_sequences']} of the "
-               f"{cap['sequences_held']} sequences these states hold); then, if they still cannot, {how}")
-    size = sep.get("members", len(members))
-    return (f"the data cannot tell {size} wirings apart ({_set_words(members, total=size)}): no config is written "
-            f"for any one of them; to separate them, {how}" + _not_global(v.coverage))
 
 
 __all__ = [
-    "CAPPED_WHY", "LISTED", "LOG_SCORE_STEP", "MAX_CONFIRM", "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "REFINE_CONFIRM",
-    "REFINE_OPEN", "REFINE_ROUNDS", "SET_ALPHA", "SET_LEADERS",
-    "SCREEN_BOUND", "STATUSES", "Status", "Verdict", "acceptance_set", "all_wirings", "candidates", "config_candidate",
+    "Coverage", "LISTED", "LOG_SCORE_STEP", "MAX_CONFIRM", "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "REFINE_CONFIRM",
+    "REFINE_OPEN", "REFINE_ROUNDS", "SET_ALPHA", "SET_LEADERS", "ScreenSearch", "Separation", "SeparationReason",
+    "SCREEN_BOUND", "STATUSES", "Status", "Verdict", "Grounds", "acceptance_set", "all_wirings", "candidates", "config_candidate",
     "decide", "global_search", "log_score_exclusions", "names_layers", "neighbours",
     "norm_comparison", "norm_mismatch", "refine", "screen_dtype", "screen_ranking", "screen_record", "set_members",
 ]

@@ -9,7 +9,8 @@ refuse with both sides in plain words, then run :func:`~eagle3conv.wiring.check.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -188,20 +189,20 @@ def gather(root: Path | None, extras: dict | None, config: dict | None, opts: Wi
     return ev
 
 
-def fc_width(tensors: dict, name: str = FC) -> int | None:
+def fc_width(tensors: Mapping, name: str = FC) -> int | None:
     t = tensors.get(name)
     shape = getattr(t, "shape", None)
     return int(shape[1]) if shape is not None and len(shape) == 2 else None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Wiring:
     """The outcome of wiring one config: the edits made (if any) and the final check."""
 
     config: dict
     edits: WiringEdits | None
     report: WiringReport
-    conflicts: list[Finding] = field(default_factory=list)
+    conflicts: tuple[Finding, ...] = ()
     """The findings (codes in :data:`~eagle3conv.findings.CONFLICTS`) when the config's ids
     contradict the training record and --rewire was not given: nothing was written then."""
     tensor_names: frozenset = frozenset()  # the drafter's tensors (its launch lines read its quantized modules)
@@ -219,14 +220,15 @@ class Wiring:
 
 def wire(config: dict, ev: Evidence, opts: WiringOptions, *, fc_in: int | None, target_hidden: int | None,
          source_format: str | None, fix_command: str, force_write: bool = False,
-         tensor_names: set[str] | None = None, read_d2t=None) -> Wiring:
+         tensor_names: set[str] | None = None, read_d2t=None, said: frozenset[str] = frozenset()) -> Wiring:
     """Write the training record's layers into ``config`` in every engine's numbering
     (when a record names them) and check the result.
 
     The config's own ids are replaced silently only when they are the record
     (a trainer's ids in its known numbering: that is the conversion). When an
     independent record contradicts them, nothing is changed and ``refused`` says
-    why, unless ``opts.rewire`` or ``force_write`` (the ``config`` command).
+    why, unless ``opts.rewire`` or ``force_write`` (the ``config`` command). ``said``: codes
+    of the config audit the caller's own checks already reported (:func:`assembled`).
     """
     target = ev.target
     n = target.num_hidden_layers if target else None
@@ -240,27 +242,29 @@ def wire(config: dict, ev: Evidence, opts: WiringOptions, *, fc_in: int | None, 
         independent = truth is not ev.config_record
         if independent and not (opts.rewire or force_write):
             pre = check_wiring(config, records=ev.records, **kw)
-            conflicts = [f for f in pre.errors if f.code in CONFLICTS]
+            conflicts = tuple(f for f in pre.errors if f.code in CONFLICTS)
             if conflicts:
                 return Wiring(config, None, pre, conflicts)
         edits = wiring_edits(config, truth, num_layers=n, target=tname,
                              target_repo=target.hf_repo if target else None, family=family,
                              releases=kw["engines"] if kw["explicit_engines"] else ())
         config = apply_edits(config, edits.config_edits)
-    report = _check(config, ev, kw, target_hidden)
-    _audit(report, config, ev, opts, tensor_names, read_d2t)
+    report = assembled(check_wiring(config, records=ev.records, **kw), config, ev, target_hidden,
+                       audit=_audit(config, ev, opts, tensor_names, read_d2t, said))
     return Wiring(config, edits, report, tensor_names=frozenset(tensor_names or ()))
 
 
-def _audit(report: WiringReport, config: dict, ev: Evidence, opts: WiringOptions | None,
-           tensor_names: set[str] | None, read_d2t) -> None:
+def _audit(config: dict, ev: Evidence, opts: WiringOptions | None, tensor_names: set[str] | None, read_d2t,
+           said: frozenset[str] = frozenset()) -> tuple[Finding, ...]:
+    """The config audit (:mod:`eagle3conv.wiring.audit`) where the tensors' names are known, less
+    the codes ``said`` elsewhere."""
     if tensor_names is None:
-        return
+        return ()
     from eagle3conv.wiring.audit import audit_config
 
-    report.findings += audit_config(config, tensor_names, read_d2t=read_d2t,
-                                    target_vocab=ev.target.vocab_size if ev.target else None,
-                                    **served_context(opts, ev.target))
+    return tuple(f for f in audit_config(config, tensor_names, read_d2t=read_d2t,
+                                         target_vocab=ev.target.vocab_size if ev.target else None,
+                                         **served_context(opts, ev.target)) if f.code not in said)
 
 
 def served_context(opts: WiringOptions | None, target) -> dict:
@@ -279,17 +283,23 @@ def served_context(opts: WiringOptions | None, target) -> dict:
                                "--max-context was given"}
 
 
-def _check(config: dict, ev: Evidence, kw: dict, target_hidden: int | None) -> WiringReport:
-    report = check_wiring(config, records=ev.records, **kw)
+def assembled(report: WiringReport, config: dict, ev: Evidence, target_hidden: int | None, *,
+              audit: Sequence[Finding] = (), before: Sequence[Finding] = (),
+              extra: Sequence[Finding] = ()) -> WiringReport:
+    """The one place a wiring report's findings are put together, in the order they are shown:
+    ``before`` (what the caller says first), the drafter against the target (its numbers, then
+    the width of the states it reads), the check's own, the config ``audit``, then ``extra``
+    (the caller's audits: verify's embedding comparison, what fix-keys would refuse)."""
     target = ev.target
+    head: list[Finding] = list(before)
+    if target is not None:
+        head += target_mismatches(config, target)
     if target is not None and target_hidden and target.hidden_size != target_hidden:
-        report.findings.insert(0, Finding(
+        head.append(Finding(
             "error", AUX_LAYERS, TARGET_HIDDEN,
             f"the drafter reads target states of width {target_hidden}, but {target.name}'s hidden size is "
             f"{target.hidden_size}: this drafter belongs to another target"))
-    if target is not None:
-        report.findings[:0] = target_mismatches(config, target)
-    return report
+    return replace(report, findings=(*head, *report.findings, *audit, *extra))
 
 
 def target_mismatches(config: dict, target: TargetProfile) -> list[Finding]:
@@ -329,17 +339,25 @@ def _check_kw(ev: Evidence, opts: WiringOptions | None, *, fc_in: int | None, ta
                 explicit_engines=bool(opts.asked()))
 
 
-def check_only(config: dict, ev: Evidence, *, fc_in: int | None, target_hidden: int | None,
-               source_format: str | None, fix_command: str, opts: WiringOptions | None = None,
-               tensor_names: set[str] | None = None, read_d2t=None) -> Wiring:
-    """The check alone, on ``config`` as it is (``config --check``); with ``tensor_names``,
-    the config audit too (:mod:`eagle3conv.wiring.audit`)."""
+def check_fixed(config: dict, tensors: Mapping, opts: WiringOptions | None, *, ev: Evidence, path,
+                target_hidden: int | None, fc_in: int | None = None, fix_command: str | None = None,
+                source_format: str | None = "sglang", audit: bool = True, read_d2t=None,
+                before: Sequence[Finding] = (), extra: Sequence[Finding] = ()) -> Wiring:
+    """The check alone, on a drafter's ``config`` as it is (``config --check``, ``verify``, the smoke
+    test): ``target_hidden`` is the width of the target states the drafter reads (T), ``fc_in``
+    defaults to the width of ``tensors``' 2-D ``fc.weight``, ``fix_command`` to ``eagle3conv config
+    PATH``; with ``audit``, the config audit of the tensors' names too (:mod:`eagle3conv.wiring.audit`);
+    ``before`` and ``extra``: the caller's own findings (:func:`assembled`)."""
+    if fc_in is None:
+        fc_in = fc_width(tensors)
+    fix_command = fix_command or f"eagle3conv config {path}"
     kw = _check_kw(ev, opts, fc_in=fc_in, target_hidden=target_hidden, source_format=source_format,
                    fix_command=fix_command)
-    report = _check(config, ev, kw, target_hidden)
-    _audit(report, config, ev, opts, tensor_names, read_d2t)
+    names = set(tensors) if audit else None
+    report = assembled(check_wiring(config, records=ev.records, **kw), config, ev, target_hidden,
+                       audit=_audit(config, ev, opts, names, read_d2t), before=before, extra=extra)
     return Wiring(config, None, report)
 
 
 __all__ = ["Evidence", "WiringOptions", "Wiring", "gather", "wire", "resolve_target", "fc_width",
-           "check_only", "CONFLICTS", "describe"]
+           "check_fixed", "assembled", "CONFLICTS", "describe"]

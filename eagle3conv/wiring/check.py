@@ -20,8 +20,9 @@ name or an id shift (docs/facts.md §5, §9).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from eagle3conv.errors import UsageError, WiringError
@@ -49,6 +50,7 @@ from eagle3conv.findings import (
     UNVERIFIED_IDS,
     Finding,
 )
+from eagle3conv.spec.alike import alike
 from eagle3conv.spec.drafter import aux_ids
 from eagle3conv.spec.engines import (
     KIND_WORDS,
@@ -73,9 +75,10 @@ def _f(level: str, code: str, message: str, fix: str | None = None, subject: str
     return Finding(level, AUX_LAYERS, code, message, fix, subject)  # type: ignore[arg-type]
 
 
-@dataclass
+@dataclass(frozen=True)
 class WiringReport:
-    """The result of :func:`check_wiring`."""
+    """The result of :func:`check_wiring` (its findings completed once, by
+    :func:`eagle3conv.wiring.apply.assembled`)."""
 
     layers: LayerSet | None
     """What the drafter was trained on (the first training record naming layers)."""
@@ -84,7 +87,7 @@ class WiringReport:
     """``fc``'s in-features / T, when the weights are known."""
     num_layers: int | None
     target: str | None
-    findings: list[Finding] = field(default_factory=list)
+    findings: tuple[Finding, ...] = ()
     rows: tuple[EngineRow, ...] = ()
     """Per engine release asked: what it captures from this config (see :func:`engine_rows`)."""
 
@@ -120,6 +123,22 @@ class WiringReport:
                     f"fails: {cap.error.message}" if cap.error else f"not known: {cap.unknown}")
         return out
 
+    def engine_rows(self) -> list[dict]:
+        """The rows for the report, each with ``releases``: the releases whose rows read alike with it
+        (neighbours of one engine; itself included), which the text shows as one row."""
+        rows = [(r, r.to_dict()) for r in self.rows]
+
+        def body(x) -> str:  # every field but the release's name (an error's leading name set aside)
+            d = x[1]
+            return json.dumps({**{k: v for k, v in d.items() if k not in ("engine", "release")},
+                               "error": d["error"] and d["error"].removeprefix(f"{d['release']} ")},
+                              sort_keys=True, default=str)
+
+        for group in alike(rows, lambda x: x[0].release.engine, body):
+            for _, d in group:
+                d["releases"] = [g[1]["release"] for g in group]
+        return [d for _, d in rows]
+
     def to_dict(self) -> dict:
         return {
             "ok": self.ok,
@@ -132,7 +151,7 @@ class WiringReport:
             "target": self.target,
             "target_num_layers": self.num_layers,
             "config_reads": self.reads(),
-            "engines": [r.to_dict() for r in self.rows],
+            "engines": self.engine_rows(),
             "findings": [{"level": f.level, "code": f.code, "message": f.message, "fix": f.fix,
                           "subject": f.subject} for f in self.findings],
         }
@@ -400,15 +419,15 @@ def check_wiring(
     (default: :func:`~eagle3conv.spec.engines.default_engines`; ``explicit_engines``: the user
     named them with --engine) gets a row, with or without the target's layer count."""
     config = config or {}
-    rep = WiringReport(None, None, None, num_layers, target)
-    rep.num_aux = fc_slots(fc_in, target_hidden, rep.findings)
-    rep.record = training_record(records, num_layers, rep.num_aux, fc_in, target_hidden, rep.findings)
-    rep.layers = rep.record.layers if rep.record else None
-    id_lists(config, rep.num_aux, fc_in, target_hidden, fix_command, rep.findings)
+    found: list[Finding] = []
+    num_aux = fc_slots(fc_in, target_hidden, found)
+    record = training_record(records, num_layers, num_aux, fc_in, target_hidden, found)
+    layers = record.layers if record else None
+    id_lists(config, num_aux, fc_in, target_hidden, fix_command, found)
     releases = tuple(engines) if engines else default_engines()
-    rep.rows = engine_rows(config, rep.layers, rep.record.source if rep.record else None, family, num_layers,
-                           releases, explicit=bool(engines) and explicit_engines, fix_command=fix_command,
-                           num_aux=rep.num_aux)
-    rep.findings += [f for r in rep.rows for f in (r.finding, r.serve) if f is not None]
-    rep.findings += summary(config, rep.rows, rep.layers, source_format, num_layers, fix_command)
-    return rep
+    rows = engine_rows(config, layers, record.source if record else None, family, num_layers,
+                       releases, explicit=bool(engines) and explicit_engines, fix_command=fix_command,
+                       num_aux=num_aux)
+    found += [f for r in rows for f in (r.finding, r.serve) if f is not None]
+    found += summary(config, rows, layers, source_format, num_layers, fix_command)
+    return WiringReport(layers, record, num_aux, num_layers, target, tuple(found), tuple(rows))
