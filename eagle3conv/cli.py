@@ -15,12 +15,7 @@ import traceback
 import click
 
 from eagle3conv import __version__
-from eagle3conv.checkpoint.options import INSPECTING, PLANNING, WRITING, FixOptions
 from eagle3conv.errors import EXIT_ERROR, EXIT_INVALID, Eagle3ConvError
-from eagle3conv.io.dtypes import DTYPE_CHOICES
-from eagle3conv.hub.options import SENDING, PushOptions
-from eagle3conv.verify.options import SCORING, VerifyOptions
-from eagle3conv.wiring.options import COMMAND_FIELDS, WiringOptions
 
 _stdout = {"ok": True}  # False once stdout refused a write: nothing tries it again
 
@@ -301,7 +296,25 @@ def _checked(check):
     return callback
 
 
-def _click_option(model, name: str, help: str | None = None):
+# the options models (frozen dataclasses whose fields carry their options: eagle3conv/io/options.py), imported
+# only when a command's options are first needed, so that `eagle3conv --help` reads none of them
+WIRING = "eagle3conv.wiring.options:WiringOptions"
+VERIFY = "eagle3conv.verify.options:VerifyOptions"
+PUSH = "eagle3conv.hub.options:PushOptions"
+FIX = "eagle3conv.checkpoint.options:FixOptions"
+
+
+def _module(ref: str):
+    import importlib
+
+    return importlib.import_module(ref.split(":")[0])
+
+
+def _model(ref: str):
+    return getattr(_module(ref), ref.split(":")[1])
+
+
+def _click_option(model, name: str, help: str | None = None) -> click.Option:
     """The Click option of one field of an options model (its metadata: :mod:`eagle3conv.io.options`)."""
     from eagle3conv.io.options import flag_of, is_flag, option_fields, spec_of, value_type
 
@@ -324,34 +337,64 @@ def _click_option(model, name: str, help: str | None = None):
                 kw[key] = getattr(spec, key)
     if spec.check is not None:
         kw["callback"] = _checked(spec.check)
-    return click.option(flag_of(f), name, **kw)
+    return click.Option([flag_of(f), name], **kw)
 
 
-def _options(model, *names: str, help: dict | None = None):
-    """The Click options of these fields of ``model``, listed in this order (``help``: a command's own
-    wording of some); the command receives the model itself (:func:`_receives`)."""
+class _Generated:
+    """Options generated from a model's fields, made when the command's options are first needed."""
+
+    def __init__(self, ref: str, names: tuple[str, ...], help: dict | None) -> None:
+        self.ref, self.names, self.help = ref, names, help or {}
+
+    def build(self) -> list[click.Option]:
+        model = _model(self.ref)
+        groups = getattr(_module(self.ref), "GROUPS", {})
+        names = [n for name in self.names for n in groups.get(name, (name,))]
+        return [_click_option(model, n, self.help.get(n)) for n in names]
+
+
+class _Command(click.Command):
+    """A command whose generated options (:func:`_options`) are made on first use of its parameters."""
+
+    @property
+    def params(self) -> list:
+        if any(isinstance(p, _Generated) for p in self._params):
+            self._params[:] = [q for p in self._params for q in (p.build() if isinstance(p, _Generated) else [p])]
+        return self._params
+
+    @params.setter
+    def params(self, value: list) -> None:
+        self._params = value
+
+
+_Group.command_class = _Command
+
+
+def _options(ref: str, *names: str, help: dict | None = None):
+    """The options of these fields (or groups of fields: the model module's ``GROUPS``) of the model ``ref``,
+    listed in this order; ``help``: a command's own wording of some. The command receives the model
+    itself (:func:`_receives`)."""
     def decorate(f):
-        for name in reversed(names):
-            f = _click_option(model, name, (help or {}).get(name))(f)
+        if not hasattr(f, "__click_params__"):
+            f.__click_params__ = []
+        f.__click_params__.append(_Generated(ref, names, help))
         return f
     return decorate
 
 
-def _receives(**models):
-    """The command gets one object per options model (``wiring=WiringOptions``) in place of its fields."""
+def _receives(**models: str):
+    """The command gets one object per options model (``wiring=WIRING``) in place of its fields."""
     import functools
-
-    from eagle3conv.io.options import from_given, option_fields
-
-    fields = {arg: set(option_fields(model)) for arg, model in models.items()}
-    shared = set.intersection(*fields.values()) if len(fields) > 1 else set()
-    assert not shared, f"options declared by two models of one command: {sorted(shared)}"
 
     def decorate(f):
         @functools.wraps(f)
         def command(*args, **kwargs):
-            for arg, model in models.items():
-                kwargs[arg] = from_given(model, {n: kwargs.pop(n) for n in list(kwargs) if n in fields[arg]})
+            from eagle3conv.io.options import from_given, option_fields
+
+            for arg, ref in models.items():
+                model = _model(ref)
+                fields = option_fields(model)
+                kwargs[arg] = from_given(model, {n: kwargs.pop(n) for n in list(kwargs) if n in fields})
             return f(*args, **kwargs)
         return command
     return decorate
@@ -382,11 +425,11 @@ def main() -> None:
 
 @main.command("inspect")
 @click.argument("checkpoint", type=click.Path(path_type=str))
-@_options(FixOptions, *INSPECTING, help={"config": "Use this config.json (for checkpoints that ship none).",
+@_options(FIX, "inspect", help={"config": "Use this config.json (for checkpoints that ship none).",
                                          "keep_embed": "Plan as if embed_tokens were kept."})
-@_options(WiringOptions, *COMMAND_FIELDS["inspect"])
-@_receives(plan=FixOptions, wiring=WiringOptions)
-def inspect_cmd(checkpoint, plan: FixOptions, wiring: WiringOptions):
+@_options(WIRING, "inspect")
+@_receives(plan=FIX, wiring=WIRING)
+def inspect_cmd(checkpoint, plan, wiring):
     """Show a checkpoint: its format and why, tensors, config, aux layers, and what fix-keys would change or refuse.
 
     Writes nothing (except finishing an interrupted in-place fix-keys).
@@ -412,11 +455,11 @@ def inspect_cmd(checkpoint, plan: FixOptions, wiring: WiringOptions):
 
 @main.command("fix-keys")
 @click.argument("checkpoint", type=click.Path(path_type=str))
-@_options(FixOptions, *PLANNING)
-@_options(WiringOptions, *COMMAND_FIELDS["fix-keys"])
-@_options(FixOptions, *WRITING)
-@_receives(fix=FixOptions, wiring=WiringOptions)
-def fix_keys_cmd(checkpoint, fix: FixOptions, wiring: WiringOptions):
+@_options(FIX, "planning")
+@_options(WIRING, "fix-keys")
+@_options(FIX, "writing")
+@_receives(fix=FIX, wiring=WIRING)
+def fix_keys_cmd(checkpoint, fix, wiring):
     """Rename a drafter's weights to exactly what SGLang loads, strictly, and prove the result.
 
     Every source key is renamed, kept, split or dropped by a named rule; any
@@ -499,6 +542,12 @@ def example_cmd(dest, fmt):
     _emit(json_, {"path": str(path), "format": fmt}, f"wrote an example {fmt} drafter to {path}")
 
 
+def _dtype_choices() -> tuple[str, ...]:
+    from eagle3conv.io.dtypes import DTYPE_CHOICES
+
+    return DTYPE_CHOICES
+
+
 def _example_formats() -> tuple[str, ...]:
     from eagle3conv.example import example_formats
 
@@ -507,12 +556,12 @@ def _example_formats() -> tuple[str, ...]:
 
 @main.command("config")
 @click.argument("checkpoint", type=click.Path(path_type=str))
-@_options(WiringOptions, *COMMAND_FIELDS["config"])
+@_options(WIRING, "config")
 @click.option("--check", is_flag=True, help="Only check config vs training record vs weights vs target; write nothing.")
 @click.option("--dry-run", is_flag=True, help="Show what would be written; write nothing.")
 @click.option("--no-metadata", is_flag=True, help="Do not write training_metadata.json when there is none.")
-@_receives(wiring=WiringOptions)
-def config_cmd(checkpoint, check, dry_run, no_metadata, wiring: WiringOptions):
+@_receives(wiring=WIRING)
+def config_cmd(checkpoint, check, dry_run, no_metadata, wiring):
     """Write the aux layers a drafter was trained on into config.json, for every engine, or --check them.
 
     Writes nested eagle_config ids (SGLang), top-level ids (vLLM) and a
@@ -539,7 +588,7 @@ def config_cmd(checkpoint, check, dry_run, no_metadata, wiring: WiringOptions):
 
 @main.command("launch")
 @click.argument("checkpoint", type=click.Path(path_type=str))
-@_options(WiringOptions, "target", "engines", help={
+@_options(WIRING, "target", "engines", help={
     "target": "The target model: a built-in profile (see `eagle3conv targets`), a Hub repo, or a path to its "
               "config.json or model folder (default: the one a training record names).",
     "engines": "The engine releases to print lines for (and, with --check, the release the line is checked for); "
@@ -550,10 +599,10 @@ def config_cmd(checkpoint, check, dry_run, no_metadata, wiring: WiringOptions):
 @click.option("--check", "check", metavar="LINE",
               help="Check your own launch line instead: an SGLang command, a `vllm serve` command, or vLLM's "
                    "--speculative-config JSON. Exit 3 when it has an error; the corrected command is printed.")
-@_options(WiringOptions, "max_context",
+@_options(WIRING, "max_context",
           help={"max_context": "The context served, for --check when the line sets none (default: the target's)."})
-@_receives(wiring=WiringOptions)
-def launch_cmd(checkpoint, tp, drafter, check, wiring: WiringOptions):
+@_receives(wiring=WIRING)
+def launch_cmd(checkpoint, tp, drafter, check, wiring):
     """Print the launch line of each engine release for a drafter, or --check your own.
 
     The lines come from the engine data (mappings/engines/launch.json): no line
@@ -610,14 +659,14 @@ def targets_cmd(name):
 
 @main.command("push")
 @click.argument("checkpoint", required=False, default=".", type=click.Path(path_type=str))
-@_options(PushOptions, *SENDING)
-@_options(WiringOptions, *COMMAND_FIELDS["push"],
+@_options(PUSH, "sending")
+@_options(WIRING, "push",
           help={"engines": "The engine releases the wiring check covers (as for config)."})
 @_launch_option("Check your launch line too (as `eagle3conv launch --check`): an error refuses the push unless "
                 "--force; the card's launch section says what was checked.")
-@_options(PushOptions, "plot")
-@_receives(options=PushOptions, wiring=WiringOptions)
-def push_cmd(checkpoint, launch, options: PushOptions, wiring: WiringOptions):
+@_options(PUSH, "plot")
+@_receives(options=PUSH, wiring=WIRING)
+def push_cmd(checkpoint, launch, options, wiring):
     """Publish a checked drafter to the Hugging Face Hub, with a model card that records its wiring.
 
     Before anything is sent, the fix-keys check, the aux-layer wiring check and
@@ -677,16 +726,16 @@ def _push_text(d: dict) -> str:
                    "EAGLE-3 cache (manifest.json + shard-*.safetensors); SpecForge .ckpt records; or per-slot "
                    "aux dumps (aux_0.pt, ... + manifest.json: the layout of patched-server dump pipelines, not "
                    "an SGLang release's). Without it: the structural smoke test only.")
-@_options(WiringOptions, *COMMAND_FIELDS["verify"])
-@_options(VerifyOptions, *SCORING)
+@_options(WIRING, "verify")
+@_options(VERIFY, "scoring")
 @click.option("--plot", "plot", type=click.Path(path_type=str), metavar="FILE",
               help="Draw the wiring search per aux slot (and the slots' norms vs training) to FILE: .svg "
                    "(no dependency) or .png (pip install 'eagle3conv[plot]').")
-@_options(VerifyOptions, "save")
+@_options(VERIFY, "save")
 @_launch_option("Also check your launch line (as `eagle3conv launch --check`); exit 3 when it has an error.")
-@_options(VerifyOptions, "reference_drafter")
-@_receives(options=VerifyOptions, wiring=WiringOptions)
-def verify_cmd(checkpoint, states, plot, launch, options: VerifyOptions, wiring: WiringOptions):
+@_options(VERIFY, "reference_drafter")
+@_receives(options=VERIFY, wiring=WIRING)
+def verify_cmd(checkpoint, states, plot, launch, options, wiring):
     """Run the drafter on captured target states: acceptance per draft position, accept length, and the wiring.
 
     Teacher-forced top-1 acceptance of each draft against the target's own greedy
@@ -793,7 +842,7 @@ def _launch_tail(d: dict) -> str:
 @click.option("--max-length", default=512, show_default=True, type=int, help="Tokens per sequence, at most.")
 @click.option("--batch-size", default=4, show_default=True, type=int, help="Prompts per forward (transformers).")
 @click.option("--no-chat-template", is_flag=True, help="Tokenize prompts as plain text.")
-@click.option("--dtype", "dtype", default="bf16", show_default=True, type=click.Choice(DTYPE_CHOICES),
+@click.option("--dtype", "dtype", default="bf16", show_default=True, type=_LazyChoice(lambda: _dtype_choices()),
               help="dtype of the stored states (--engine vllm: the dtype vLLM runs the target in).")
 @click.option("--device", default=None, help="cpu or cuda (default: cuda when present; transformers only).")
 @click.option("--engine", "engine", default="transformers", show_default=True,

@@ -30,7 +30,7 @@ class FixOptions:
         "Keep embed_tokens (dropped by default: SGLang replaces it, vLLM would serve a stale copy)."))
     dtype: str | None = option(choices=DTYPE_CHOICES, help=(
         "Cast floating-point weights (default: keep the source dtype)."))
-    max_shard_size: str | int | None = option(metavar="SIZE", type=str, help=(
+    max_shard_size: str | int | None = option(metavar="SIZE", help=(
         "Shard the output, e.g. 5GB (default: shard like the source)."))
     dry_run: bool = option(False, help="Print the plan; write nothing.")
     dequantize: tuple[str, ...] = option((), metavar="MODULES", parse=_modules, unparse=",".join, help=(
@@ -54,4 +54,6 @@ WRITING = ("follow_symlinks", "accept_journal")
 # what `inspect` takes (its own help for --config and --keep-embed: cli.py)
 INSPECTING = ("source_format", "config", "keep_embed", "later_norm")
 
-__all__ = ["FixOptions", "INSPECTING", "PLANNING", "WRITING"]
+GROUPS = {"planning": PLANNING, "writing": WRITING, "inspect": INSPECTING}  # the groups cli.py names
+
+__all__ = ["GROUPS", "FixOptions", "INSPECTING", "PLANNING", "WRITING"]

@@ -40,7 +40,7 @@ class PushOptions:
     dry_run: bool = option(False, help="List the files (with sizes) and print the card; send nothing.")
     follow_symlinks: bool = option(False, help=(
         "Send files that are symlinks leaving the folder (refused by default); each one is named."))
-    timeout: float | None = option(DEFAULT_TIMEOUT, type=float, show_default=True, metavar="SECONDS", help=(
+    timeout: float | None = option(DEFAULT_TIMEOUT, show_default=True, metavar="SECONDS", help=(
         "Give up on a request the Hub does not answer within SECONDS (reads and repo creation are tried 3 "
         "times); nothing is committed then and pushing again is safe."))
     """Seconds each request to the Hub may take (None: no bound, as huggingface_hub)."""
@@ -54,4 +54,6 @@ class PushOptions:
 SENDING = ("repo_id", "private", "revision", "create_pr", "commit_message", "include", "exclude", "base_model",
            "force", "dry_run", "follow_symlinks", "timeout")
 
-__all__ = ["DEFAULT_TIMEOUT", "SENDING", "PushOptions"]
+GROUPS = {"sending": SENDING}  # the groups of options cli.py names
+
+__all__ = ["GROUPS", "DEFAULT_TIMEOUT", "SENDING", "PushOptions"]

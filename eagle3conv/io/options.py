@@ -13,9 +13,7 @@ Nothing here imports Click (the library uses the models without it).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import shlex
-import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -73,22 +71,21 @@ def is_flag(model: type, f: dataclasses.Field) -> bool:
     return value_type(model, f) is bool
 
 
+_TYPES = {"bool": bool, "int": int, "float": float}
+
+
 def value_type(model: type, f: dataclasses.Field) -> type:
     """What the command line reads for the field: its spec's ``type``, else the annotation's
-    (``int | None`` -> int); text when the field parses its value or holds anything else."""
+    (``int | None`` -> int); text when the field parses its value or holds anything else.
+    The annotation is read as written (these modules postpone annotations): nothing is evaluated."""
     spec = spec_of(f)
     if spec.type is not None:
         return spec.type
     if spec.parse is not None or spec.multiple:
         return str
-    hint = _hints(model)[f.name]
-    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
-    return args[0] if args[0] in (bool, int, float) else str
-
-
-@functools.lru_cache(maxsize=None)
-def _hints(model: type) -> dict:
-    return typing.get_type_hints(model)
+    hint = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+    first = next((part.strip() for part in hint.split("|") if part.strip() != "None"), "")
+    return _TYPES.get(first, str)
 
 
 def from_given(model: type, given: dict[str, Any], **extra) -> Any:

@@ -13,7 +13,12 @@ from dataclasses import dataclass
 from eagle3conv.errors import UsageError
 from eagle3conv.io.dtypes import DTYPE_CHOICES
 from eagle3conv.io.options import option
-from eagle3conv.spec.layers import parse_ids
+
+
+def _ids(text: str) -> tuple[int, ...]:
+    from eagle3conv.spec.layers import parse_ids  # when a value is read: --help imports nothing more
+
+    return parse_ids(text)
 
 
 def _ids_text(ids) -> str:
@@ -36,9 +41,9 @@ class VerifyOptions:
     (exit 4, after saving the report)."""
 
     wiring_options: object = None
-    layers: Sequence[int] | None = option(metavar="IDS", parse=parse_ids, unparse=_ids_text, help=(
+    layers: Sequence[int] | None = option(metavar="IDS", parse=_ids, unparse=_ids_text, help=(
         "Score this wiring (output-of-layer ids, -1 = embedding output) instead of the config's."))
-    states_layers: Sequence[int] | None = option(metavar="IDS", parse=parse_ids, unparse=_ids_text, help=(
+    states_layers: Sequence[int] | None = option(metavar="IDS", parse=_ids, unparse=_ids_text, help=(
         "The layers of the stored slots, for states that do not record them, in the numbering of the run that "
         "wrote them: vLLM files take the ids vLLM was given (id i = output of layer i-1, N = the last layer's); "
         "SpecForge records and dumps without manifest.json take output-of-layer ids. Without it these states "
@@ -55,18 +60,18 @@ class VerifyOptions:
         "Search every wiring of the layers the states hold (screened on step-1 acceptance, the best confirmed "
         "with the config's, the record's and engine defaults) and name the one the drafter was trained on where "
         "the data separates it. Automatic when config.json names no layers."))
-    search_budget: float | None = option(metavar="SECONDS", type=float, help=(
+    search_budget: float | None = option(metavar="SECONDS", help=(
         "The seconds the search's screen may spend (it stops at a stage boundary and says what more would "
         "read); default: a work cap the report names."))
     """Seconds the search's screen may spend (None: its work cap)."""
     steps: int = option(3, show_default=True, help="Draft steps per chain.")
-    min_accept: float | None = option(type=float, help=(
+    min_accept: float | None = option(help=(
         "Fail (exit 4) when step-1 acceptance is below this fraction."))
     device: str = option("auto", show_default=True, help="auto (GPU when present), cpu, cuda, cuda:N.")
     dtype: str = option("auto", choices=("auto", *DTYPE_CHOICES), show_default=True,
                         help="auto: bf16 on GPU, fp32 on CPU.")
     batch_size: int = option(8, show_default=True, help="Sequences per forward.")
-    max_sequences: int | None = option(type=int, help="Score only the first N sequences.")
+    max_sequences: int | None = option(help="Score only the first N sequences.")
     save: bool = option(True, flag="--no-save", negates=True, help=(
         "Do not write eagle3conv-verify.json into the checkpoint folder."))
     reference_drafter: str | os.PathLike | None = option(
@@ -95,4 +100,6 @@ class VerifyOptions:
 SCORING = ("layers", "states_layers", "embeddings", "training_states", "search", "search_budget", "steps",
            "min_accept", "device", "dtype", "batch_size", "max_sequences")
 
-__all__ = ["SCORING", "VerifyOptions"]
+GROUPS = {"scoring": SCORING}  # the groups of options cli.py names
+
+__all__ = ["GROUPS", "SCORING", "VerifyOptions"]

@@ -51,7 +51,7 @@ class WiringOptions:
     engines: tuple[str, ...] = option((), flag="--engine", metavar="ENGINE[==RELEASE]", multiple=True,
                                       help=ENGINE_HELP)
     """``--engine`` (repeatable): ``sglang==0.5.23``, ``vllm``...; empty: the default set."""
-    max_context: int | None = option(metavar="TOKENS", type=int, check=_positive_tokens, help=(
+    max_context: int | None = option(metavar="TOKENS", check=_positive_tokens, help=(
         "The longest context the drafter will serve: the config audit warns when max_position_embeddings is "
         "below it (default: the target's max_position_embeddings where its profile names one)."))
     """``--max-context``: the longest context served (the audit's max_position_embeddings check)."""
@@ -100,4 +100,6 @@ COMMAND_FIELDS = {
     "push": ("engines",),
 }
 
-__all__ = ["COMMAND_FIELDS", "ENGINE_HELP", "SGLANG_VERSIONS", "WIRING", "WiringOptions"]
+GROUPS = COMMAND_FIELDS  # cli.py names a group of options by its command
+
+__all__ = ["GROUPS", "COMMAND_FIELDS", "ENGINE_HELP", "SGLANG_VERSIONS", "WIRING", "WiringOptions"]
