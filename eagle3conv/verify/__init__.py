@@ -48,6 +48,7 @@ What is measured, for a wiring (the aux layers fed to ``fc``, in slot order):
 
 The package, bottom up (each module imports only those above it)::
 
+    options    VerifyOptions: the verify command's options, declared once (light: --help reads it)
     stats      wilson, bootstrap, paired_difference, paired_ratio_bound, t_quantile, replay(_histogram): pure numpy
     feed       prefetch thread, CUDA double-buffered feeder over memory-mapped states
     logscore   log_scores: the step-1 log score per wiring and sequence (the screen's ranking)
@@ -57,7 +58,6 @@ The package, bottom up (each module imports only those above it)::
     report     VerifyResult, VerifyReport: the eagle3conv-verify.json contract  (evaluate, search, profile)
     plot       verify --plot: the search's figure
     inputs     drafter loading, device/dtype, target embeddings, data labels
-    options    VerifyOptions: the verify command's options, declared once (light: --help reads it)
     run        verify() and smoke(): one method per step (_Verification), in order
 """
 
