@@ -61,7 +61,7 @@ from eagle3conv.errors import (
     WriteError,
 )
 from eagle3conv.hub.card import Check, gather_facts, render_card
-from eagle3conv.hub.options import DEFAULT_TIMEOUT, PushOptions
+from eagle3conv.hub.options import PushOptions
 
 
 PUSH_RECORD = "eagle3conv-push.json"
