@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 
@@ -39,6 +39,7 @@ from eagle3conv.spec.canonical import D2T, FC, in_canonical_names
 from eagle3conv.spec.layers import describe
 from eagle3conv.wiring import apply as wiring
 from eagle3conv.wiring.apply import WiringOptions
+from eagle3conv.checkpoint.options import FixOptions
 
 
 @dataclass
@@ -145,7 +146,7 @@ def _wired(plan: Plan, opts: WiringOptions, ckpt: str, served: str | None = None
         fc_in = logical_columns(plan.index, plan.index.tensors[fc.source], plan.config)  # a packed FP4 fc holds two per byte
     t = plan.symbols.get("T") or plan.symbols.get("H")
     ev = wiring.gather(plan.index.root, plan.index.extras, plan.index.config, opts, plan.format)
-    flags = opts.flags()
+    flags = replace(opts, rewire=False).flags("fix-keys")
     fix = f"eagle3conv fix-keys {ckpt}{' ' + flags if flags else ''} --rewire"
     outs = {o.name: o for o in plan.outputs}
     d2t = outs.get(D2T)
@@ -176,13 +177,16 @@ def _plan(index: CheckpointIndex, *, source_format: str | None, config: str | Pa
                       releases=(wiring_options or WiringOptions()).releases(), dequantize=dequantize)
 
 
-def inspect(path: str | Path, *, source_format: str | None = None, config: str | Path | None = None,
-            keep_embed: bool = False, dtype: str | None = None,
-            wiring_options: WiringOptions | None = None, later_norm: str | None = None) -> InspectResult:
-    """Index a checkpoint and plan its fix without writing anything but a crash recovery."""
+def inspect(path: str | Path, options: FixOptions | None = None, *, wiring_options: WiringOptions | None = None,
+            **fields) -> InspectResult:
+    """Index a checkpoint and plan its fix without writing anything but a crash recovery.
+
+    ``options`` (or its fields as keywords: ``source_format``, ``config``, ``keep_embed``, ``dtype``,
+    ``later_norm``) say how to plan, as for :func:`fix_keys`."""
+    o = replace(options or FixOptions(), **fields)
     with prepared(path, "inspect", write=False) as recovered:
-        return _inspect(path, recovered, source_format=source_format, config=config, keep_embed=keep_embed,
-                        dtype=dtype, wiring_options=wiring_options, later_norm=later_norm)
+        return _inspect(path, recovered, source_format=o.source_format, config=o.config, keep_embed=o.keep_embed,
+                        dtype=o.dtype, wiring_options=wiring_options, later_norm=o.later_norm)
 
 
 def _inspect(path, recovered: str | None, *, source_format, config, keep_embed, dtype,
@@ -199,16 +203,23 @@ def _inspect(path, recovered: str | None, *, source_format, config, keep_embed, 
     return InspectResult(index, plan, err, recovered)
 
 
-def fix_keys(path: str | Path, *, follow_symlinks: bool = False, **kwargs) -> FixResult:
+def fix_keys(path: str | Path, options: FixOptions | None = None, *, progress: Progress | None = None,
+             wiring_options: WiringOptions | None = None, **fields) -> FixResult:
     """Rename a drafter checkpoint to the names SGLang loads, strictly, and prove the result.
 
-    In place unless ``out`` is given; the keyword arguments are those of :func:`_fix_keys_locked`.
+    ``options`` (or its fields as keywords: ``fix_keys(d, out=o, dtype="bf16")``) say how
+    (:class:`~eagle3conv.checkpoint.options.FixOptions`); in place unless ``out`` is given.
     A file of the folder that is a symlink leaving it is refused
     (:class:`eagle3conv.checkpoint.links.UnsafeLinkError`) unless ``follow_symlinks``;
     then it is read through the link and listed in ``FixResult.followed_symlinks``.
     """
-    with following() if follow_symlinks else nullcontext() as followed:
-        result = _fix_keys_locked(path, **kwargs)
+    o = replace(options or FixOptions(), **fields)
+    with following() if o.follow_symlinks else nullcontext() as followed:
+        result = _fix_keys_locked(path, out=o.out, source_format=o.source_format, config=o.config,
+                                  keep_embed=o.keep_embed, dtype=o.dtype, max_shard_size=o.max_shard_size,
+                                  dry_run=o.dry_run, progress=progress, wiring_options=wiring_options,
+                                  later_norm=o.later_norm, accept_journal=o.accept_journal,
+                                  dequantize=tuple(o.dequantize))
     result.followed_symlinks = list(followed or [])
     return result
 
@@ -405,7 +416,7 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
         raise UsageError(
             f"{root}: not yet in SGLang's layout ({plan.format.name} format); "
             "config edits a fixed drafter's config.json",
-            hint=f"eagle3conv fix-keys {path} {opts.flags()} (it takes the same wiring options)".replace("  ", " "))
+            hint=f"eagle3conv fix-keys {path} {opts.flags('fix-keys')} (it takes the same wiring options)".replace("  ", " "))
     fc_in = wiring.fc_width(index.tensors)
     if fc_in is not None:
         from eagle3conv.checkpoint.quantized import logical_columns
@@ -413,7 +424,7 @@ def _configure(path, recovered: str | None, *, options, check, dry_run, write_me
         fc_in = logical_columns(index, index.tensors[FC], index.config)  # a packed NVFP4 fc: two per byte
     t = plan.symbols.get("T") or plan.symbols.get("H")
     ev = wiring.gather(root, index.extras, index.config, opts)
-    flags = opts.flags()
+    flags = opts.flags("config")
     fix = f"eagle3conv config {path}{' ' + flags if flags else ''}"
     kw = dict(fc_in=fc_in, target_hidden=t, source_format="sglang", fix_command=fix)
     if check:
@@ -462,7 +473,7 @@ def _check_unconverted(path, root: Path, plan: Plan, opts: WiringOptions, recove
     fc_in = int(fc.shape[1]) if fc is not None and len(fc.shape) == 2 else None
     t = plan.symbols.get("T") or plan.symbols.get("H")
     ev = wiring.gather(root, index.extras, plan.config, opts, plan.format)
-    flags = opts.flags()
+    flags = opts.flags("fix-keys")
     fix = f"eagle3conv fix-keys {path}{' ' + flags if flags else ''}"
     read_d2t = (lambda: outputs[D2T].data if outputs[D2T].data is not None else index.read_array(
         outputs[D2T].source)) if D2T in outputs else None

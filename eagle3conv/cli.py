@@ -17,9 +17,6 @@ import click
 from eagle3conv import __version__
 from eagle3conv.errors import EXIT_ERROR, EXIT_INVALID, Eagle3ConvError
 
-FORMAT_HELP = "Source format, overriding detection (see `eagle3conv formats`)."
-
-
 _stdout = {"ok": True}  # False once stdout refused a write: nothing tries it again
 
 
@@ -258,84 +255,154 @@ def _flag(name: str) -> bool:
     return bool(click.get_current_context().meta.get(f"eagle3conv.{name}", False))
 
 
-def _remember_engines(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
-    ctx.meta["eagle3conv.engines"] = tuple(value or ())
-    return value
+class _LazyChoice(click.Choice):
+    """A Choice whose values come from the data when first needed (``--help`` of that command, or its
+    value checked), so that building the command line reads nothing."""
+
+    def __init__(self, load) -> None:
+        self._load, self._choices = load, None
+        super().__init__(())
+
+    @property
+    def choices(self) -> tuple:
+        if self._choices is None:
+            self._choices = tuple(self._load())
+        return self._choices
+
+    @choices.setter
+    def choices(self, value) -> None:
+        if value:
+            self._choices = tuple(value)
 
 
-ENGINE_HELP = ("Check (and write ids) for this engine release: ENGINE or ENGINE==RELEASE, e.g. sglang==0.5.23, "
-               "vllm==0.33, trtllm; repeatable. A bare name means the newest known release. vLLM's runner: "
-               "vllm==0.33.0:runner=v1 (default mrv2). Default: the releases each engine's rules check by default "
-               "(mappings/engines/*.json check_by_default; `eagle3conv targets NAME` shows what each captures).")
+class _ListedChoice(click.Option):
+    """An option of many choices: a short metavar, and the choices listed after its help text."""
+
+    def get_help_record(self, ctx: click.Context):
+        text = self.help
+        self.help = f"{text} One of: {', '.join(self.type.choices)}."
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.help = text
 
 
-def _remember_max_context(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
-    if value is not None and value < 1:
-        raise click.BadParameter("must be a positive number of tokens", ctx=ctx, param=param)
-    ctx.meta["eagle3conv.max_context"] = value
-    return value
+def _checked(check):
+    def callback(ctx: click.Context, param: click.Parameter, value):
+        problem = check(value) if value is not None else None
+        if problem:
+            raise click.BadParameter(problem, ctx=ctx, param=param)
+        return value
+    return callback
 
 
-def _engine_option(help: str = ENGINE_HELP):
-    """--engine ENGINE[==RELEASE] (repeatable), kept for :func:`_wiring_opts`; ``help``: what it covers here."""
-    return click.option("--engine", "engines", multiple=True, metavar="ENGINE[==RELEASE]", expose_value=False,
-                        callback=_remember_engines, help=help)
+# the options models (frozen dataclasses whose fields carry their options: eagle3conv/io/options.py), imported
+# only when a command's options are first needed, so that `eagle3conv --help` reads none of them
+WIRING = "eagle3conv.wiring.options:WiringOptions"
+VERIFY = "eagle3conv.verify.options:VerifyOptions"
+PUSH = "eagle3conv.hub.options:PushOptions"
+FIX = "eagle3conv.checkpoint.options:FixOptions"
 
 
-def _max_context_option(help: str):
-    """--max-context TOKENS (a positive number), kept for :func:`_wiring_opts`."""
-    return click.option("--max-context", type=int, metavar="TOKENS", expose_value=False,
-                        callback=_remember_max_context, help=help)
+def _module(ref: str):
+    import importlib
+
+    return importlib.import_module(ref.split(":")[0])
+
+
+def _model(ref: str):
+    return getattr(_module(ref), ref.split(":")[1])
+
+
+def _click_option(model, name: str, help: str | None = None) -> click.Option:
+    """The Click option of one field of an options model (its metadata: :mod:`eagle3conv.io.options`)."""
+    from eagle3conv.io.options import flag_of, is_flag, option_fields, spec_of, value_type
+
+    f = option_fields(model)[name]
+    spec = spec_of(f)
+    kw: dict = {"help": help or spec.help}
+    if spec.negates or is_flag(model, f):
+        kw["is_flag"] = True
+    else:
+        if spec.choices is not None:
+            kw["type"] = click.Choice(spec.choices) if isinstance(spec.choices, tuple) else _LazyChoice(spec.choices)
+        elif spec.path is not None:
+            kw["type"] = click.Path(path_type=str, **spec.path)
+        elif value_type(model, f) is not str:
+            kw["type"] = value_type(model, f)
+        if f.default not in (None, ()):
+            kw["default"] = f.default
+        for key in ("metavar", "multiple", "show_default"):
+            if getattr(spec, key):
+                kw[key] = getattr(spec, key)
+    if spec.check is not None:
+        kw["callback"] = _checked(spec.check)
+    return click.Option([flag_of(f), name], **kw)
+
+
+class _Generated:
+    """Options generated from a model's fields, made when the command's options are first needed."""
+
+    def __init__(self, ref: str, names: tuple[str, ...], help: dict | None) -> None:
+        self.ref, self.names, self.help = ref, names, help or {}
+
+    def build(self) -> list[click.Option]:
+        model = _model(self.ref)
+        groups = getattr(_module(self.ref), "GROUPS", {})
+        names = [n for name in self.names for n in groups.get(name, (name,))]
+        return [_click_option(model, n, self.help.get(n)) for n in names]
+
+
+class _Command(click.Command):
+    """A command whose generated options (:func:`_options`) are made on first use of its parameters."""
+
+    @property
+    def params(self) -> list:
+        if any(isinstance(p, _Generated) for p in self._params):
+            self._params[:] = [q for p in self._params for q in (p.build() if isinstance(p, _Generated) else [p])]
+        return self._params
+
+    @params.setter
+    def params(self, value: list) -> None:
+        self._params = value
+
+
+_Group.command_class = _Command
+
+
+def _options(ref: str, *names: str, help: dict | None = None):
+    """The options of these fields (or groups of fields: the model module's ``GROUPS``) of the model ``ref``,
+    listed in this order; ``help``: a command's own wording of some. The command receives the model
+    itself (:func:`_receives`)."""
+    def decorate(f):
+        if not hasattr(f, "__click_params__"):
+            f.__click_params__ = []
+        f.__click_params__.append(_Generated(ref, names, help))
+        return f
+    return decorate
+
+
+def _receives(**models: str):
+    """The command gets one object per options model (``wiring=WIRING``) in place of its fields."""
+    import functools
+
+    def decorate(f):
+        @functools.wraps(f)
+        def command(*args, **kwargs):
+            from eagle3conv.io.options import from_given, option_fields
+
+            for arg, ref in models.items():
+                model = _model(ref)
+                fields = option_fields(model)
+                kwargs[arg] = from_given(model, {n: kwargs.pop(n) for n in list(kwargs) if n in fields})
+            return f(*args, **kwargs)
+        return command
+    return decorate
 
 
 def _launch_option(help: str):
     """--launch LINE: the user's own launch line, checked as ``eagle3conv launch --check`` does."""
     return click.option("--launch", "launch", metavar="LINE", help=help)
-
-
-def _later_norm_option(f):
-    """--later-norm, for inspect and fix-keys."""
-    from eagle3conv.spec.drafter import LATER_LAYER_NORMS
-
-    return click.option("--later-norm", type=click.Choice(list(LATER_LAYER_NORMS)),
-                        help="Multi-layer drafters: the norm the later layers were trained with (vLLM reads "
-                             "input_layernorm, SGLang hidden_norm); written under both names. Default: the "
-                             "trainer's, where its format says.")(f)
-
-
-def _wiring_options(f):
-    """Options naming the target and what the drafter was trained on (fix-keys, inspect, config)."""
-    f = _max_context_option("The longest context the drafter will serve: the config audit warns when "
-                            "max_position_embeddings is below it (default: the target's max_position_embeddings "
-                            "where its profile names one).")(f)
-    f = _engine_option()(f)
-    f = click.option("--sglang-version", type=click.Choice(["auto", "old", "new"]), default="auto", show_default=True,
-                     help="An alias: old = --engine sglang==OLDEST, new = --engine sglang==NEWEST (the oldest and "
-                          "newest SGLang releases eagle3conv read, `eagle3conv targets NAME` shows them), put "
-                          "before any other --engine; auto: nothing.")(f)
-    f = click.option("--metadata", type=click.Path(exists=True, path_type=str),
-                     help="A training_metadata.json (or its folder) recording the layers the drafter was trained on.")(f)
-    f = click.option("--captured-at", type=click.Choice(["input", "output"]),
-                     help="How --trained-on counts: 'input' (id L = input of layer L = output of L-1; vLLM, dump "
-                          "file names) or 'output' (id i = output of layer i; SpecForge, TensorRT-LLM).")(f)
-    f = click.option("--trained-on", metavar="IDS",
-                     help="The layers the drafter was trained on, e.g. 3,31,59 (with --captured-at).")(f)
-    f = click.option("--target", metavar="TARGET",
-                     help="The target model: a built-in profile (see `eagle3conv targets`) or a path to its "
-                          "config.json or model folder.")(f)
-    return f
-
-
-def _wiring_opts(target, trained_on, captured_at, metadata, sglang_version, rewire=False, dumps=None):
-    from eagle3conv.wiring.apply import WiringOptions
-
-    meta = click.get_current_context().meta
-    opts = WiringOptions(target=target, trained_on=trained_on, captured_at=captured_at, metadata=metadata,
-                         dumps=dumps, sglang_version=sglang_version, rewire=rewire,
-                         engines=tuple(meta.get("eagle3conv.engines", ())),
-                         max_context=meta.get("eagle3conv.max_context"))
-    opts.releases()  # a bad --engine is a usage error before anything is read
-    return opts
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -358,13 +425,11 @@ def main() -> None:
 
 @main.command("inspect")
 @click.argument("checkpoint", type=click.Path(path_type=str))
-@click.option("--from", "source_format", metavar="FORMAT", help=FORMAT_HELP)
-@click.option("--config", "config", type=click.Path(exists=True, dir_okay=True), help="Use this config.json (for checkpoints that ship none).")
-@click.option("--keep-embed", is_flag=True, help="Plan as if embed_tokens were kept.")
-@_later_norm_option
-@_wiring_options
-def inspect_cmd(checkpoint, source_format, config, keep_embed, later_norm, target, trained_on, captured_at, metadata,
-                sglang_version):
+@_options(FIX, "inspect", help={"config": "Use this config.json (for checkpoints that ship none).",
+                                         "keep_embed": "Plan as if embed_tokens were kept."})
+@_options(WIRING, "inspect")
+@_receives(plan=FIX, wiring=WIRING)
+def inspect_cmd(checkpoint, plan, wiring):
     """Show a checkpoint: its format and why, tensors, config, aux layers, and what fix-keys would change or refuse.
 
     Writes nothing (except finishing an interrupted in-place fix-keys).
@@ -378,8 +443,8 @@ def inspect_cmd(checkpoint, source_format, config, keep_embed, later_norm, targe
     from eagle3conv.api import inspect
     from eagle3conv.render import inspect_text
 
-    res = inspect(checkpoint, source_format=source_format, config=config, keep_embed=keep_embed, later_norm=later_norm,
-                  wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version))
+    wiring.releases()  # a bad --engine is a usage error before anything is read
+    res = inspect(checkpoint, plan, wiring_options=wiring)
     _emit(json_, res.to_dict(), inspect_text(res, verbose=_flag("verbose")))
     if res.plan is not None and not res.plan.ok:
         click.get_current_context().exit(EXIT_INVALID)
@@ -389,29 +454,11 @@ def inspect_cmd(checkpoint, source_format, config, keep_embed, later_norm, targe
 
 @main.command("fix-keys")
 @click.argument("checkpoint", type=click.Path(path_type=str))
-@click.option("--out", type=click.Path(path_type=str), help="Write to this new folder instead of in place.")
-@click.option("--from", "source_format", metavar="FORMAT", help=FORMAT_HELP)
-@click.option("--config", "config", type=click.Path(exists=True, dir_okay=True), help="Use this config.json (for checkpoints that ship none, e.g. the original EAGLE code).")
-@click.option("--keep-embed", is_flag=True, help="Keep embed_tokens (dropped by default: SGLang replaces it, vLLM would serve a stale copy).")
-@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), help="Cast floating-point weights (default: keep the source dtype).")
-@click.option("--max-shard-size", metavar="SIZE", help="Shard the output, e.g. 5GB (default: shard like the source).")
-@click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
-@click.option("--dequantize", metavar="MODULES",
-              help="Write these quantized modules (comma-separated, e.g. fc) in bf16, dequantized exactly as their "
-                   "scheme defines: for a release that cannot quantize them (SGLang 0.5.23's fc).")
-@_later_norm_option
-@_wiring_options
-@click.option("--rewire", is_flag=True,
-              help="When the config's aux-layer ids contradict the training record, write the record's layers.")
-@click.option("--follow-symlinks", is_flag=True,
-              help="Read files that are symlinks leaving the folder through their link (refused by default); "
-                   "each one followed is named in the output.")
-@click.option("--accept-journal", is_flag=True,
-              help="Finish your own interrupted in-place fix-keys from a journal eagle3conv cannot check (unsigned, "
-                   "older, or signed with a key you no longer have); every new file is still checked against it.")
-def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_shard_size, dry_run, dequantize,
-                 later_norm, target, trained_on, captured_at, metadata, sglang_version, rewire, follow_symlinks,
-                 accept_journal):
+@_options(FIX, "planning")
+@_options(WIRING, "fix-keys")
+@_options(FIX, "writing")
+@_receives(fix=FIX, wiring=WIRING)
+def fix_keys_cmd(checkpoint, fix, wiring):
     """Rename a drafter's weights to exactly what SGLang loads, strictly, and prove the result.
 
     Every source key is renamed, kept, split or dropped by a named rule; any
@@ -432,13 +479,9 @@ def fix_keys_cmd(checkpoint, out, source_format, config, keep_embed, dtype, max_
     from eagle3conv.api import fix_keys
     from eagle3conv.render import fix_text
 
+    wiring.releases()  # a bad --engine is a usage error before anything is read
     with _ProgressBars(unit="B", unit_scale=True, unit_divisor=1024) as progress:
-        res = fix_keys(checkpoint, out=out, source_format=source_format, config=config, keep_embed=keep_embed,
-                       dtype=dtype, max_shard_size=max_shard_size, dry_run=dry_run, progress=progress,
-                       later_norm=later_norm,
-                       dequantize=tuple(m.strip() for m in (dequantize or "").split(",") if m.strip()),
-                       wiring_options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version, rewire),
-                       follow_symlinks=follow_symlinks, accept_journal=accept_journal)
+        res = fix_keys(checkpoint, fix, progress=progress, wiring_options=wiring)
     for link, target_path in res.followed_symlinks:
         click.echo(f"followed symlink {link} -> {target_path} (--follow-symlinks)", err=True)
     _emit(json_, res.to_dict(), fix_text(res, verbose=_flag("verbose")))
@@ -477,7 +520,8 @@ def formats_cmd():
 
 @main.command("example")
 @click.argument("dest", type=click.Path(path_type=str), default="example-drafter")
-@click.option("--format", "fmt", default="modelopt-export", show_default=True, help="Trainer naming to write it in.")
+@click.option("--format", "fmt", default="modelopt-export", show_default=True, metavar="FORMAT",
+              type=_LazyChoice(lambda: _example_formats()), cls=_ListedChoice, help="Trainer naming to write it in.")
 def example_cmd(dest, fmt):
     """Write a small, deterministic example drafter checkpoint in a trainer's naming.
 
@@ -496,16 +540,26 @@ def example_cmd(dest, fmt):
     _emit(json_, {"path": str(path), "format": fmt}, f"wrote an example {fmt} drafter to {path}")
 
 
+def _dtype_choices() -> tuple[str, ...]:
+    from eagle3conv.io.dtypes import DTYPE_CHOICES
+
+    return DTYPE_CHOICES
+
+
+def _example_formats() -> tuple[str, ...]:
+    from eagle3conv.example import example_formats
+
+    return example_formats()
+
+
 @main.command("config")
 @click.argument("checkpoint", type=click.Path(path_type=str))
-@_wiring_options
-@click.option("--dumps", type=click.Path(exists=True, file_okay=False, path_type=str),
-              help="A folder of aux dumps (aux_0.pt, ... with manifest.json) naming the capture layers.")
+@_options(WIRING, "config")
 @click.option("--check", is_flag=True, help="Only check config vs training record vs weights vs target; write nothing.")
 @click.option("--dry-run", is_flag=True, help="Show what would be written; write nothing.")
 @click.option("--no-metadata", is_flag=True, help="Do not write training_metadata.json when there is none.")
-def config_cmd(checkpoint, target, trained_on, captured_at, metadata, sglang_version, dumps, check, dry_run,
-               no_metadata):
+@_receives(wiring=WIRING)
+def config_cmd(checkpoint, check, dry_run, no_metadata, wiring):
     """Write the aux layers a drafter was trained on into config.json, for every engine, or --check them.
 
     Writes nested eagle_config ids (SGLang), top-level ids (vLLM) and a
@@ -522,9 +576,8 @@ def config_cmd(checkpoint, target, trained_on, captured_at, metadata, sglang_ver
     from eagle3conv.api import configure
     from eagle3conv.render import config_text
 
-    res = configure(checkpoint, options=_wiring_opts(target, trained_on, captured_at, metadata, sglang_version,
-                                                     dumps=dumps),
-                    check=check, dry_run=dry_run, write_metadata=not no_metadata)
+    wiring.releases()  # a bad --engine is a usage error before anything is read
+    res = configure(checkpoint, options=wiring, check=check, dry_run=dry_run, write_metadata=not no_metadata)
     _emit(json_, res.to_dict(), config_text(res, verbose=_flag("verbose")))
     if check and not res.wiring.report.ok:
         click.get_current_context().exit(EXIT_INVALID)
@@ -532,19 +585,21 @@ def config_cmd(checkpoint, target, trained_on, captured_at, metadata, sglang_ver
 
 @main.command("launch")
 @click.argument("checkpoint", type=click.Path(path_type=str))
-@click.option("--target", metavar="TARGET",
-              help="The target model: a built-in profile (see `eagle3conv targets`), a Hub repo, or a path to its "
-                   "config.json or model folder (default: the one a training record names).")
-@_engine_option("The engine releases to print lines for (and, with --check, the release the line is checked "
-                "for); as for config.")
+@_options(WIRING, "target", "engines", help={
+    "target": "The target model: a built-in profile (see `eagle3conv targets`), a Hub repo, or a path to its "
+              "config.json or model folder (default: the one a training record names).",
+    "engines": "The engine releases to print lines for (and, with --check, the release the line is checked for); "
+               "as for config."})
 @click.option("--tp", type=int, metavar="N", help="Tensor parallelism the lines pass (default: none, the engine's 1).")
 @click.option("--drafter", metavar="PATH_OR_REPO",
               help="The drafter path or Hub repo the lines name (default: CHECKPOINT as given).")
 @click.option("--check", "check", metavar="LINE",
               help="Check your own launch line instead: an SGLang command, a `vllm serve` command, or vLLM's "
                    "--speculative-config JSON. Exit 3 when it has an error; the corrected command is printed.")
-@_max_context_option("The context served, for --check when the line sets none (default: the target's).")
-def launch_cmd(checkpoint, target, tp, drafter, check):
+@_options(WIRING, "max_context",
+          help={"max_context": "The context served, for --check when the line sets none (default: the target's)."})
+@_receives(wiring=WIRING)
+def launch_cmd(checkpoint, tp, drafter, check, wiring):
     """Print the launch line of each engine release for a drafter, or --check your own.
 
     The lines come from the engine data (mappings/engines/launch.json): no line
@@ -565,8 +620,8 @@ def launch_cmd(checkpoint, target, tp, drafter, check):
     from eagle3conv.api import launch
     from eagle3conv.render import launch_text
 
-    opts = _wiring_opts(target, None, None, None, "auto")
-    res = launch(checkpoint, options=opts, tp=tp, check=check, drafter=drafter)
+    wiring.releases()  # a bad --engine is a usage error before anything is read
+    res = launch(checkpoint, options=wiring, tp=tp, check=check, drafter=drafter)
     d = res.to_dict()
     _emit(json_, d, launch_text(d))
     if not res.ok:
@@ -601,34 +656,14 @@ def targets_cmd(name):
 
 @main.command("push")
 @click.argument("checkpoint", required=False, default=".", type=click.Path(path_type=str))
-@click.option("--repo-id", metavar="ORG/NAME",
-              help="Hub repo. Default: this folder's last push (eagle3conv-push.json), else training_metadata.json's hub_repo_id.")
-@click.option("--private", is_flag=True, help="Create the repo private (an existing repo keeps its visibility).")
-@click.option("--revision", metavar="BRANCH",
-              help="Commit to BRANCH, creating it from main if needed; with --create-pr, the branch the PR targets.")
-@click.option("--create-pr", is_flag=True, help="Open a pull request (refs/pr/N) instead of committing to the branch.")
-@click.option("--commit-message", help="Commit summary (default: 'Upload EAGLE-3 drafter with eagle3conv').")
-@click.option("--include", multiple=True, metavar="GLOB",
-              help="Also send files matching GLOB (relative path; repeatable). Pickles and hidden files are never sent.")
-@click.option("--exclude", multiple=True, metavar="GLOB",
-              help="Do not send files matching GLOB (repeatable). --exclude README.md sends no card.")
-@click.option("--base-model", metavar="REPO",
-              help="Target model for the card's base_model and launch lines (default: training metadata / config).")
-@click.option("--force", is_flag=True, help="Push even if checks fail; the model card says which failed.")
-@click.option("--dry-run", is_flag=True, help="List the files (with sizes) and print the card; send nothing.")
-@click.option("--follow-symlinks", is_flag=True,
-              help="Send files that are symlinks leaving the folder (refused by default); each one is named.")
-@click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
-              help="Give up on a request the Hub does not answer within SECONDS (reads and repo creation are "
-                   "tried 3 times); nothing is committed then and pushing again is safe.")
-@_engine_option("The engine releases the wiring check covers (as for config).")
+@_options(PUSH, "sending")
+@_options(WIRING, "push",
+          help={"engines": "The engine releases the wiring check covers (as for config)."})
 @_launch_option("Check your launch line too (as `eagle3conv launch --check`): an error refuses the push unless "
                 "--force; the card's launch section says what was checked.")
-@click.option("--plot", "plot", type=click.Path(path_type=str), metavar="FILE",
-              help="Also send the wiring-search figure FILE (from verify --plot, .svg or .png; under its file "
-                   "name, or its path inside the folder) and show it in the card's wiring section.")
-def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, include, exclude, base_model, force,
-             dry_run, follow_symlinks, timeout, launch, plot):
+@_options(PUSH, "plot")
+@_receives(options=PUSH, wiring=WIRING)
+def push_cmd(checkpoint, launch, options, wiring):
     """Publish a checked drafter to the Hugging Face Hub, with a model card that records its wiring.
 
     Before anything is sent, the fix-keys check, the aux-layer wiring check and
@@ -646,13 +681,8 @@ def push_cmd(checkpoint, repo_id, private, revision, create_pr, commit_message, 
 
     from eagle3conv.publish import gate_for, push
 
-    engines = click.get_current_context().meta.get("eagle3conv.engines", ())
     with _ProgressBars() as progress:
-        res = push(Path(checkpoint), repo_id, private=private, revision=revision, create_pr=create_pr,
-                   gate=gate_for(engines, launch),
-                   commit_message=commit_message, include=include, exclude=exclude, dry_run=dry_run, force=force,
-                   base_model=base_model, progress=progress, follow_symlinks=follow_symlinks, timeout=timeout,
-                   plot=plot)
+        res = push(Path(checkpoint), options=options, gate=gate_for(wiring.engines, launch), progress=progress)
     d = res.to_dict()
     _emit(json_, d, _push_text(d))
 
@@ -693,49 +723,16 @@ def _push_text(d: dict) -> str:
                    "EAGLE-3 cache (manifest.json + shard-*.safetensors); SpecForge .ckpt records; or per-slot "
                    "aux dumps (aux_0.pt, ... + manifest.json: the layout of patched-server dump pipelines, not "
                    "an SGLang release's). Without it: the structural smoke test only.")
-@_wiring_options
-@click.option("--layers", "layers", metavar="IDS",
-              help="Score this wiring (output-of-layer ids, -1 = embedding output) instead of the config's.")
-@click.option("--states-layers", metavar="IDS",
-              help="The layers of the stored slots, for states that do not record them, in the numbering of "
-                   "the run that wrote them: vLLM files take the ids vLLM was given (id i = output of layer "
-                   "i-1, N = the last layer's); SpecForge records and dumps without manifest.json take "
-                   "output-of-layer ids. Without it these states cannot check the wiring (the report says so). "
-                   "Files from capture --engine vllm need none: their eagle3conv-capture.json names them.")
-@click.option("--embeddings", type=click.Path(exists=True, path_type=str),
-              help="The target's weights (a model folder, a .safetensors file or a .gguf): its embedding table "
-                   "for states without the embedding output, and its final norm and lm_head for its own next "
-                   "tokens where the states hold its last hidden state.")
-@click.option("--training-states", type=click.Path(exists=True, path_type=str), metavar="PATH",
-              help="The trainer's own data (any format --states reads): its per-slot norms are compared with "
-                   "the inference states', slot by slot.")
-@click.option("--search-wiring", is_flag=True,
-              help="Search every wiring of the layers the states hold (screened on step-1 acceptance, the "
-                   "best confirmed with the config's, the record's and engine defaults) and name the one the "
-                   "drafter was trained on where the data separates it. Automatic when config.json names no "
-                   "layers.")
-@click.option("--search-budget", type=float, metavar="SECONDS",
-              help="The seconds the search's screen may spend (it stops at a stage boundary and says what more "
-                   "would read); default: a work cap the report names.")
-@click.option("--steps", default=3, show_default=True, type=int, help="Draft steps per chain.")
-@click.option("--min-accept", type=float, help="Fail (exit 4) when step-1 acceptance is below this fraction.")
-@click.option("--device", default="auto", show_default=True, help="auto (GPU when present), cpu, cuda, cuda:N.")
-@click.option("--dtype", "dtype", default="auto", show_default=True,
-              type=click.Choice(["auto", "bf16", "fp16", "fp32"]), help="auto: bf16 on GPU, fp32 on CPU.")
-@click.option("--batch-size", default=8, show_default=True, type=int, help="Sequences per forward.")
-@click.option("--max-sequences", type=int, help="Score only the first N sequences.")
+@_options(WIRING, "verify")
+@_options(VERIFY, "scoring")
 @click.option("--plot", "plot", type=click.Path(path_type=str), metavar="FILE",
               help="Draw the wiring search per aux slot (and the slots' norms vs training) to FILE: .svg "
                    "(no dependency) or .png (pip install 'eagle3conv[plot]').")
-@click.option("--no-save", is_flag=True, help="Do not write eagle3conv-verify.json into the checkpoint folder.")
+@_options(VERIFY, "save")
 @_launch_option("Also check your launch line (as `eagle3conv launch --check`); exit 3 when it has an error.")
-@click.option("--reference", "reference", type=click.Path(exists=True, file_okay=False, path_type=str),
-              metavar="BF16_DRAFTER",
-              help="A quantized drafter's bf16 original: scored on the same states and wiring; the report gives the "
-                   "accept-length cost of quantization with its paired 95% interval.")
-def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sglang_version, layers, states_layers,
-               embeddings, training_states, search_wiring, search_budget, steps, min_accept, device, dtype,
-               batch_size, max_sequences, plot, no_save, launch, reference):
+@_options(VERIFY, "reference_drafter")
+@_receives(options=VERIFY, wiring=WIRING)
+def verify_cmd(checkpoint, states, plot, launch, options, wiring):
     """Run the drafter on captured target states: acceptance per draft position, accept length, and the wiring.
 
     Teacher-forced top-1 acceptance of each draft against the target's own greedy
@@ -750,8 +747,9 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
     """
     json_ = _flag("json")
     from eagle3conv.render import verify_text
+    from dataclasses import replace
+
     from eagle3conv.verify import smoke, verify
-    from eagle3conv.spec.layers import parse_ids
 
     if plot:  # every option is checked before any work
         from eagle3conv.errors import UsageError
@@ -760,7 +758,7 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
         if states is None:
             raise UsageError("--plot draws the wiring search over captured states, and no --states was given",
                              hint="add --states FILE --search-wiring, or leave out --plot")
-        if not search_wiring:
+        if not options.search:
             raise UsageError("--plot draws the wiring search, and --search-wiring was not given",
                              hint="add --search-wiring (it screens every wiring of the captured layers)")
         check_plot_path(plot)
@@ -768,27 +766,22 @@ def verify_cmd(checkpoint, states, target, trained_on, captured_at, metadata, sg
         from eagle3conv.spec.launch import parse_line
 
         parse_line(launch)  # a line that is no launch line is a usage error before any work
-    opts = _wiring_opts(target, trained_on, captured_at, metadata, sglang_version)
+    wiring.releases()  # a bad --engine is a usage error before anything is read
     if states is None:
         from eagle3conv.render import smoke_text
 
-        r = smoke(checkpoint, device=device, dtype=dtype, wiring_options=opts)
+        r = smoke(checkpoint, device=options.device, dtype=options.dtype, wiring_options=wiring)
         d = r.to_dict()
-        launch_ok = _verify_launch(d, checkpoint, opts, launch)
+        launch_ok = _verify_launch(d, checkpoint, wiring, launch)
         _emit(json_, d, smoke_text(r) + _launch_tail(d))
         if not r.ok or not launch_ok:
             click.get_current_context().exit(EXIT_INVALID)
         return
 
     with _ProgressBars(unit="seq") as progress:
-        res = verify(checkpoint, states, wiring_options=opts,
-                     steps=steps, device=device, dtype=dtype, search=search_wiring,
-                     layers=parse_ids(layers) if layers else None, min_accept=min_accept, batch_size=batch_size,
-                     max_sequences=max_sequences, save=not no_save, progress=progress,
-                     states_layers=parse_ids(states_layers) if states_layers else None, embeddings=embeddings,
-                     training_states=training_states, reference_drafter=reference, search_budget=search_budget)
+        res = verify(checkpoint, states, replace(options, wiring_options=wiring), progress=progress)
     d = res.to_dict()
-    launch_ok = _verify_launch(d, checkpoint, opts, launch)
+    launch_ok = _verify_launch(d, checkpoint, wiring, launch)
     plot_error = None
     if plot:  # the results are printed whatever happens to the figure
         from eagle3conv.verify.plot import write_plot
@@ -847,7 +840,7 @@ def _launch_tail(d: dict) -> str:
 @click.option("--max-length", default=512, show_default=True, type=int, help="Tokens per sequence, at most.")
 @click.option("--batch-size", default=4, show_default=True, type=int, help="Prompts per forward (transformers).")
 @click.option("--no-chat-template", is_flag=True, help="Tokenize prompts as plain text.")
-@click.option("--dtype", "dtype", default="bf16", show_default=True, type=click.Choice(["bf16", "fp16", "fp32"]),
+@click.option("--dtype", "dtype", default="bf16", show_default=True, type=_LazyChoice(lambda: _dtype_choices()),
               help="dtype of the stored states (--engine vllm: the dtype vLLM runs the target in).")
 @click.option("--device", default=None, help="cpu or cuda (default: cuda when present; transformers only).")
 @click.option("--engine", "engine", default="transformers", show_default=True,

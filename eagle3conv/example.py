@@ -193,15 +193,19 @@ def _rename(t: dict, old: str, new: str) -> dict:
     return {(new + k[len(old):] if k.startswith(old) else k): v for k, v in t.items()}
 
 
+def example_formats() -> tuple[str, ...]:
+    """Every naming ``write_example`` writes (``eagle3conv example --format`` offers these)."""
+    return EXAMPLE_FORMATS + EXAMPLE_CONFIG_BESIDE
+
+
 def write_example(dest: str | Path, fmt: str = "modelopt-export", dims: Dims | None = None) -> Path:
     """Write the example drafter to ``dest`` in the naming of ``fmt``. Returns the checkpoint path."""
     import torch
 
     from eagle3conv.errors import UsageError
 
-    if fmt not in EXAMPLE_FORMATS + EXAMPLE_CONFIG_BESIDE:
-        raise UsageError(f"no example for format {fmt!r}",
-                         hint="one of: " + ", ".join(EXAMPLE_FORMATS + EXAMPLE_CONFIG_BESIDE))
+    if fmt not in example_formats():
+        raise UsageError(f"no example for format {fmt!r}", hint="one of: " + ", ".join(example_formats()))
     d = dims or Dims()
     if VARIANTS.get(fmt, {}).get("k") == 5 and len(d.aux_ids) != 5:
         d = dataclasses.replace(d, aux_ids=FIVE_AUX)

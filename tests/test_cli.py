@@ -12,7 +12,7 @@ import torch
 from conftest import PICO, assert_sglang_checkpoint, eagle_config_path, load_st, save_st, snapshot
 from eagle3conv.spec.formats import format_names
 from eagle3conv.cli import main
-from eagle3conv.example import EXAMPLE_FORMATS, Dims
+from eagle3conv.example import EXAMPLE_FORMATS, Dims, example_formats
 from helpers import plan_errors, run
 
 def one_json(res) -> dict:
@@ -87,7 +87,11 @@ def test_example_every_format_json(tmp_path, fmt):
 
 def test_example_refusals(tmp_path):
     res = run("example", tmp_path / "x", "--format", "nope", ok=2)
-    assert "no example for format 'nope'" in res.stderr and "sglang" in res.stderr
+    # a Choice of the example registry: every name in the error (and in --help), nothing written
+    assert "'nope' is not one of" in res.stderr and all(f"'{f}'" in res.stderr for f in example_formats())
+    assert not (tmp_path / "x").exists()
+    help_text = " ".join(run("example", "--help").stdout.split())
+    assert "One of: " + ", ".join(example_formats()) + "." in help_text.replace("- ", "-")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "f").write_text("x")
     res = run("example", tmp_path / "full", ok=2)

@@ -188,7 +188,7 @@ def test_verify_package_layers_have_no_circle():
 
     import eagle3conv.verify as pkg
 
-    order = ["stats", "feed", "logscore", "evaluate", "words", "search", "profile", "report", "plot", "inputs", "run"]
+    order = ["options", "stats", "feed", "logscore", "evaluate", "words", "search", "profile", "report", "plot", "inputs", "run"]
     folder = Path(pkg.__file__).parent
     assert sorted(p.stem for p in folder.glob("*.py")) == sorted(order + ["__init__"])
     for i, name in enumerate(order):

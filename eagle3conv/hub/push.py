@@ -47,7 +47,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from eagle3conv.io.files import atomic_write_text
@@ -61,6 +61,7 @@ from eagle3conv.errors import (
     WriteError,
 )
 from eagle3conv.hub.card import Check, gather_facts, render_card
+from eagle3conv.hub.options import PushOptions
 
 
 PUSH_RECORD = "eagle3conv-push.json"
@@ -94,10 +95,9 @@ NEVER_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 READ_FILES = ("README.md", "training_metadata.json", "config.json", "eagle3conv-verify.json",
               "speculation_profile.json", PUSH_RECORD)
 
-# Every request to the Hub gets this long (seconds) to connect, send, or receive each piece of its
-# answer; steps that change nothing (create with exist_ok, reads) are tried RETRIES more times after
-# a timeout or a failed connection. Uploads are retried by huggingface_hub itself (5 more tries).
-DEFAULT_TIMEOUT = 60.0
+# steps that change nothing (create with exist_ok, reads) are tried RETRIES more times after a timeout or a
+# failed connection (each request bounded by PushOptions.timeout, DEFAULT_TIMEOUT by default). Uploads are
+# retried by huggingface_hub itself (5 more tries).
 RETRIES = 2
 
 Gate = Callable[[Path], Iterable[Check]]
@@ -551,47 +551,18 @@ def _remote_readme(api, repo_id: str, revision: str) -> str | None:
     return response.content.decode("utf-8", errors="replace")
 
 
-def push(path: str | os.PathLike = ".", *args, **kwargs) -> PushResult:
-    root = Path(path).expanduser()
-    if root.is_file():
-        root = root.parent
-    if not root.is_dir():
-        return _push(path, *args, **kwargs)  # says why
-    from eagle3conv.checkpoint.writer import prepared
-
-    with prepared(root, "push", write=False):  # a live fix-keys or config is waited for, never read half-done
-        return _push(path, *args, **kwargs)
-
-
-def _push(
-    path: str | os.PathLike = ".",
-    repo_id: str | None = None,
-    *,
-    private: bool = False,
-    revision: str | None = None,
-    create_pr: bool = False,
-    commit_message: str | None = None,
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    dry_run: bool = False,
-    force: bool = False,
-    token: str | None = None,
-    endpoint: str | None = None,
-    base_model: str | None = None,
-    progress: Progress | None = None,
-    gate: Gate | None,
-    follow_symlinks: bool = False,
-    timeout: float | None = DEFAULT_TIMEOUT,
-    plot: str | os.PathLike | None = None,
-) -> PushResult:
+def push(path: str | os.PathLike = ".", repo_id: str | None = None, options: PushOptions | None = None, *,
+         gate: Gate | None, token: str | None = None, endpoint: str | None = None,
+         progress: Progress | None = None, **fields) -> PushResult:
     """Publish the checkpoint folder ``path`` to the Hub repo ``repo_id`` in one commit.
 
-    Raises :class:`UsageError` (exit 2) for a missing or malformed repo id or path,
-    :class:`InvalidCheckpointError` (exit 3) when the gate fails and ``force`` is
-    false, and :class:`PushError` (exit 1) when the Hub or the connection fails —
-    in which case nothing was committed. ``dry_run`` sends nothing at all.
-    ``gate`` is the pre-push check (:func:`eagle3conv.publish.default_gate` from the
-    public ``eagle3conv.push``); ``gate=None`` runs no checks (the card says so).
+    ``options`` (or its fields as keywords: ``push(d, repo, create_pr=True)``) say how
+    (:class:`~eagle3conv.hub.options.PushOptions`). Raises :class:`UsageError` (exit 2) for a missing or
+    malformed repo id or path, :class:`InvalidCheckpointError` (exit 3) when the gate fails and ``force``
+    is false, and :class:`PushError` (exit 1) when the Hub or the connection fails — in which case nothing
+    was committed. ``dry_run`` sends nothing at all. ``gate`` is the pre-push check
+    (:func:`eagle3conv.publish.default_gate` from the public ``eagle3conv.push``); ``gate=None`` runs no
+    checks (the card says so).
 
     A file to send or read that is a symlink leaving the folder (or to a FIFO, a device, or
     nothing) is refused before anything is sent (:class:`UnsafeLinkError`, exit 1) unless
@@ -600,37 +571,63 @@ def _push(
     ``plot``: the wiring-search figure (``verify --plot``, SVG or PNG), sent with the other files
     (:func:`plot_member` says under which name) and embedded in the card's wiring section.
     """
-    say = _sayer(progress)
+    opts = replace(options or PushOptions(), **fields, **({} if repo_id is None else {"repo_id": repo_id}))
+    hub = _Hub(gate, token, endpoint, progress)
+    root = Path(path).expanduser()
+    if root.is_file():
+        root = root.parent
+    if not root.is_dir():
+        return _push(path, opts, hub)  # says why
+    from eagle3conv.checkpoint.writer import prepared
+
+    with prepared(root, "push", write=False):  # a live fix-keys or config is waited for, never read half-done
+        return _push(path, opts, hub)
+
+
+@dataclass(frozen=True)
+class _Hub:
+    """Who checks and where it goes: not options a user gives on the command line."""
+
+    gate: Gate | None
+    token: str | None
+    endpoint: str | None
+    progress: Progress | None
+
+
+def _push(path: str | os.PathLike, opts: PushOptions, hub: _Hub) -> PushResult:
+    """:func:`push`'s steps, in order."""
+    say = _sayer(hub.progress)
     root = _folder(path)
-    _check_options(timeout=timeout, revision=revision, base_model=base_model)
-    followed, plot_file = _links(root, include, exclude, plot, follow=follow_symlinks, say=say)
-    repo_id, _ = resolve_repo_id(root, repo_id)
-    checks = _gate(gate, root, force=force, follow=follow_symlinks, say=say)
-    sel = _select(root, include, exclude, plot, plot_file, force=force)
-    forced = force and any(not c.ok for c in checks)
+    _check_options(timeout=opts.timeout, revision=opts.revision, base_model=opts.base_model)
+    followed, plot_file = _links(root, opts.include, opts.exclude, opts.plot, follow=opts.follow_symlinks, say=say)
+    repo_id, _ = resolve_repo_id(root, opts.repo_id)
+    checks = _gate(hub.gate, root, force=opts.force, follow=opts.follow_symlinks, say=say)
+    sel = _select(root, opts.include, opts.exclude, opts.plot, plot_file, force=opts.force)
+    forced = opts.force and any(not c.ok for c in checks)
 
     def card_for(existing: str | None) -> str:
-        facts = gather_facts(root, repo_id, base_model=base_model, checks=checks, checks_run=gate is not None,
-                             forced=forced, plot=sel.plot_name)
+        facts = gather_facts(root, repo_id, base_model=opts.base_model, checks=checks,
+                             checks_run=hub.gate is not None, forced=forced, plot=sel.plot_name)
         return render_card(facts, existing)
 
-    ep = (endpoint or _default_endpoint()).rstrip("/")
-    if dry_run:
+    ep = (hub.endpoint or _default_endpoint()).rstrip("/")
+    if opts.dry_run:
         card = card_for(sel.local_readme) if sel.with_card else None
         files = sel.files + ([PushFile("README.md", len(card.encode()), "generated")] if card is not None else [])
-        return PushResult(repo_id, ep, revision, create_pr, True, files, sel.skipped, card, checks, forced,
+        return PushResult(repo_id, ep, opts.revision, opts.create_pr, True, files, sel.skipped, card, checks, forced,
                           followed_symlinks=followed)
-    message = commit_message or f"Upload EAGLE-3 drafter with eagle3conv{' (forced past failed checks)' if forced else ''}"
-    sent = _send(root, sel, card_for, repo_id=repo_id, endpoint=ep, token=_resolve_token(token), private=private,
-                 revision=revision, create_pr=create_pr, message=message, timeout=timeout, say=say)
+    message = opts.commit_message or f"Upload EAGLE-3 drafter with eagle3conv{' (forced past failed checks)' if forced else ''}"
+    sent = _send(root, sel, card_for, repo_id=repo_id, endpoint=ep, token=_resolve_token(hub.token),
+                 private=opts.private, revision=opts.revision, create_pr=opts.create_pr, message=message,
+                 timeout=opts.timeout, say=say)
     info = sent.info
     unchanged = info.oid == sent.head and not info.pr_url
-    result = PushResult(repo_id, ep, revision, create_pr, False, sent.files, sel.skipped, sent.card, checks, forced,
-                        unchanged=unchanged, commit=info.oid, commit_url=info.commit_url, pr_url=info.pr_url,
+    result = PushResult(repo_id, ep, opts.revision, opts.create_pr, False, sent.files, sel.skipped, sent.card, checks,
+                        forced, unchanged=unchanged, commit=info.oid, commit_url=info.commit_url, pr_url=info.pr_url,
                         pr_revision=info.pr_revision, repo_url=str(sent.repo_url), followed_symlinks=followed)
     say("unchanged: the repo already holds these files; no commit was made" if unchanged
         else f"committed {info.oid[:12]}" + (f", pull request {info.pr_url}" if info.pr_url else ""))
-    result.record = _write_record(root, _record_of(result, revision or "main"))
+    result.record = _write_record(root, _record_of(result, opts.revision or "main"))
     return result
 
 

@@ -32,6 +32,9 @@ INT_DTYPES = frozenset({"U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64"})
 # what users type for --dtype
 USER_DTYPES = {"bf16": "BF16", "bfloat16": "BF16", "fp16": "F16", "float16": "F16", "half": "F16",
                "fp32": "F32", "float32": "F32", "float": "F32"}
+# the choices --dtype offers: the first spelling of each dtype above (bf16, fp16, fp32)
+DTYPE_CHOICES = tuple(name for i, (name, dt) in enumerate(USER_DTYPES.items())
+                      if dt not in list(USER_DTYPES.values())[:i])
 
 
 def itemsize(dtype: str) -> int:

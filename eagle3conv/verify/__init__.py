@@ -48,6 +48,7 @@ What is measured, for a wiring (the aux layers fed to ``fc``, in slot order):
 
 The package, bottom up (each module imports only those above it)::
 
+    options    VerifyOptions: the verify command's options, declared once (light: --help reads it)
     stats      wilson, bootstrap, paired_difference, paired_ratio_bound, t_quantile, replay(_histogram): pure numpy
     feed       prefetch thread, CUDA double-buffered feeder over memory-mapped states
     logscore   log_scores: the step-1 log score per wiring and sequence (the screen's ranking)
@@ -58,7 +59,7 @@ The package, bottom up (each module imports only those above it)::
     report     VerifyResult, VerifyReport: the eagle3conv-verify.json contract  (evaluate, search, profile)
     plot       verify --plot: the search's figure
     inputs     drafter loading, device/dtype, target embeddings, data labels
-    run        VerifyOptions, verify() and smoke(): one method per step (_Verification), in order
+    run        verify() and smoke(): one method per step (_Verification), in order
 """
 
 from __future__ import annotations
@@ -66,28 +67,33 @@ from __future__ import annotations
 import sys
 import types
 
-from eagle3conv.io.progress import Progress
-from eagle3conv.verify.evaluate import Candidate, Score, evaluate
-from eagle3conv.io.devices import resolve_device, resolve_dtype
-from eagle3conv.verify.inputs import (
-    build_drafter,
-    data_labels,
-    load_drafter_weights,
-    load_target_embeddings,
-)
-from eagle3conv.verify.profile import PROFILE_FILE, build_profile, read_profile
-from eagle3conv.verify.report import REPORT_FILE, VerifyReport, VerifyResult, WiringFigures
-from eagle3conv.verify.run import VerifyOptions, smoke, verify
-from eagle3conv.verify.search import (
-    MIN_SEARCH_SEQUENCES,
-    NORM_FLAG_RATIO,
-    Verdict,
-    candidates,
-    config_candidate,
-    decide,
-    norm_comparison,
-)
-from eagle3conv.verify.stats import bootstrap, paired_difference, replay, wilson
+# the names this package re-exports -> the module each comes from; imported when first asked for, so that
+# ``import eagle3conv.verify.options`` (the command line's --help) does not import torch
+_EXPORTS = {
+    "Progress": "eagle3conv.io.progress",
+    "resolve_device": "eagle3conv.io.devices", "resolve_dtype": "eagle3conv.io.devices",
+    **dict.fromkeys(("Candidate", "Score", "evaluate"), "eagle3conv.verify.evaluate"),
+    **dict.fromkeys(("build_drafter", "data_labels", "load_drafter_weights", "load_target_embeddings"),
+                    "eagle3conv.verify.inputs"),
+    **dict.fromkeys(("PROFILE_FILE", "build_profile", "read_profile"), "eagle3conv.verify.profile"),
+    **dict.fromkeys(("REPORT_FILE", "VerifyReport", "VerifyResult", "WiringFigures"), "eagle3conv.verify.report"),
+    "VerifyOptions": "eagle3conv.verify.options",
+    **dict.fromkeys(("smoke", "verify"), "eagle3conv.verify.run"),
+    **dict.fromkeys(("MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "Verdict", "candidates", "config_candidate", "decide",
+                     "norm_comparison"), "eagle3conv.verify.search"),
+    **dict.fromkeys(("bootstrap", "paired_difference", "replay", "wilson"), "eagle3conv.verify.stats"),
+}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "PROFILE_FILE", "REPORT_FILE", "Candidate", "Progress", "Score", "Verdict",
@@ -103,7 +109,7 @@ class _Package(types.ModuleType):
     ``from eagle3conv import verify`` (eagle3conv/__init__.py) with a module."""
 
     def __call__(self, *args, **kwargs):
-        return verify(*args, **kwargs)
+        return __getattr__("verify")(*args, **kwargs)
 
 
 sys.modules[__name__].__class__ = _Package

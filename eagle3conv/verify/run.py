@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,6 +30,7 @@ from eagle3conv.verify.inputs import (
     target_next_from_head,
     target_num_layers,
 )
+from eagle3conv.verify.options import VerifyOptions
 from eagle3conv.verify.report import REPORT_FILE, EngineScore, VerifyResult
 from eagle3conv.verify.search import (
     Coverage,
@@ -55,54 +55,6 @@ from eagle3conv.states.format import NO_NEXT_TOKENS
 
 if TYPE_CHECKING:
     from eagle3conv.model.drafter import SmokeTestResult
-
-
-@dataclass(frozen=True)
-class VerifyOptions:
-    """What :func:`verify` is asked to do (the ``verify`` command's options).
-
-    ``layers`` (output-of-layer ids) overrides the config's wiring. ``states_layers``
-    names the stored slots of sources that do not record them, in the numbering of the run
-    that wrote them (vLLM's ids for vLLM files; output-of-layer ids for SpecForge records and
-    dumps without a manifest); without it they are taken to be the config's wiring, and the
-    report says these states cannot check the wiring. ``embeddings``: the target's weights (a
-    model folder, a safetensors file or a GGUF), for states without the embedding output and
-    for the target's own next tokens where the states hold its last hidden state.
-    ``training_states``: the trainer's own data, whose per-slot norms are compared with the
-    inference states'. ``min_accept``: the step-1 acceptance below which verify fails
-    (exit 4, after saving the report)."""
-
-    wiring_options: object = None
-    steps: int = 3
-    device: str = "auto"
-    dtype: str = "auto"
-    search: bool = False
-    layers: Sequence[int] | None = None
-    min_accept: float | None = None
-    batch_size: int = 8
-    max_sequences: int | None = None
-    save: bool = True
-    states_layers: Sequence[int] | None = None
-    embeddings: str | os.PathLike | None = None
-    training_states: str | os.PathLike | None = None
-    reference_drafter: str | os.PathLike | None = None
-    """A bf16 drafter to score on the same states and wiring: the report's quantization cost."""
-    raw_modules: Sequence[str] = ()
-    """Quantized modules run as a release that builds them unquantized loads them (SGLang's fc)."""
-    search_budget: float | None = None  # seconds the search's screen may spend (None: its work cap)
-
-    def check(self) -> None:
-        """Refuse values no run can use, before anything is read."""
-        if self.steps < 1 or self.steps > 16:
-            raise UsageError(f"--steps must be between 1 and 16, got {self.steps}")
-        if self.min_accept is not None and not 0 <= self.min_accept <= 1:
-            raise UsageError(f"--min-accept is a fraction between 0 and 1, got {self.min_accept}")
-        if self.max_sequences is not None and self.max_sequences < 1:
-            raise UsageError(f"--max-sequences must be at least 1, got {self.max_sequences}")
-        if self.batch_size < 1:
-            raise UsageError(f"--batch-size must be at least 1, got {self.batch_size}")
-        if self.search_budget is not None and not self.search_budget > 0:
-            raise UsageError(f"--search-budget is seconds above 0, got {self.search_budget}")
 
 
 def verify(path: str | os.PathLike, states_path: str | os.PathLike, options: VerifyOptions | None = None, *,

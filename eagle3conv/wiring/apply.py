@@ -8,7 +8,6 @@ refuse with both sides in plain words, then run :func:`~eagle3conv.wiring.check.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,64 +20,9 @@ from eagle3conv.wiring.check import WiringReport, check_wiring
 from eagle3conv.checkpoint.config import apply_edits
 from eagle3conv.wiring.config_ids import WiringEdits, provenance_record, wiring_edits
 from eagle3conv.spec.canonical import FC
+from eagle3conv.wiring.options import WiringOptions
 from eagle3conv.spec.layers import describe
 from eagle3conv.spec.targets import TargetProfile, get_target, target_from_config
-
-
-@dataclass
-class WiringOptions:
-    """What the user said on the command line (all optional)."""
-
-    target: str | None = None
-    trained_on: str | None = None
-    captured_at: str | None = None
-    metadata: str | None = None
-    dumps: str | None = None
-    sglang_version: str = "auto"
-    """``--sglang-version old|new``: an alias of ``--engine sglang==OLDEST`` / ``sglang==NEWEST`` (the
-    oldest and newest SGLang releases read), put before any ``--engine``; ``auto``: nothing."""
-    rewire: bool = False
-    max_context: int | None = None
-    """``--max-context``: the longest context served (the audit's max_position_embeddings check)."""
-    engines: tuple[str, ...] = ()
-    """``--engine`` (repeatable): ``sglang==0.5.23``, ``vllm``...; empty: the default set."""
-
-    def asked(self) -> tuple[str, ...]:
-        """The ``--engine`` specs asked, ``--sglang-version`` (an alias) first."""
-        from eagle3conv.spec.engines import edge_release
-
-        if self.sglang_version in ("old", "new"):
-            alias = edge_release("sglang", "oldest" if self.sglang_version == "old" else "newest").spec
-            return (alias, *self.engines)
-        if self.sglang_version not in ("auto", None):
-            raise UsageError(f"--sglang-version must be auto, old or new, got '{self.sglang_version}'")
-        return tuple(self.engines)
-
-    def releases(self) -> tuple:
-        """The engine releases to check and write for (parsed; UsageError on a bad one)."""
-        from eagle3conv.spec.engines import default_engines, parse_engine
-
-        asked = self.asked()
-        if not asked:
-            return default_engines()
-        out = []
-        for text in asked:
-            rel = parse_engine(text)
-            if rel not in out:
-                out.append(rel)
-        return tuple(out)
-
-    def flags(self) -> str:
-        parts = []
-        if self.target:
-            parts += ["--target", self.target]
-        if self.trained_on:
-            parts += ["--trained-on", self.trained_on, "--captured-at", self.captured_at or "input"]
-        if self.metadata:
-            parts += ["--metadata", self.metadata]
-        for e in self.asked():
-            parts += ["--engine", e]
-        return " ".join(shlex.quote(p) for p in parts)
 
 
 @dataclass
