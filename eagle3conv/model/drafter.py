@@ -46,7 +46,7 @@ from eagle3conv.spec.canonical import (
     D2T, EMBED, FC, FC_BIAS, FIRST_LAYER, LM_HEAD, MASK_HIDDEN, NORM, T2D, ExpectedTensor, expected, shape_matches,
 )
 from eagle3conv.spec.config_check import layer_count_problem
-from eagle3conv.spec.drafter import AUX_KEY, LATER_LAYER_NORMS, DrafterSpec, flag
+from eagle3conv.spec.drafter import AUX_KEY, LATER_LAYER_NORMS, DrafterSpec
 from eagle3conv.spec.variants import switches
 from eagle3conv.spec.engines import Run
 from eagle3conv.findings import (
