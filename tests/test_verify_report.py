@@ -218,3 +218,19 @@ def test_confidence_set_text_counts_every_member_not_only_the_listed():
     v["to_separate"] = {"members": 35}  # every member listed: no word of unlisted ones
     assert confidence_set_lines(v)[-1] == "  ... and 23 more"
     assert confidence_set_lines({"confidence_set": confirmed[:3]})[-1].startswith("  outputs of layers 1, 7, 26")
+
+
+def test_a_submodule_import_leaves_the_packages_function_of_its_name():
+    """``eagle3conv.verify`` exports ``evaluate`` (the function) and holds ``evaluate`` (the module); the
+    package's names are looked up lazily, and importing the submodule first must not make
+    ``from eagle3conv.verify import evaluate`` hand back the module (bench_verify_gpu.py did, on the H200)."""
+    import subprocess
+    import sys
+
+    code = ("import eagle3conv.verify.evaluate, eagle3conv.verify.run\n"
+            "from eagle3conv.verify import evaluate\n"
+            "import eagle3conv\n"
+            "assert callable(evaluate) and evaluate.__module__ == 'eagle3conv.verify.evaluate', evaluate\n"
+            "assert eagle3conv.verify.evaluate is evaluate and callable(eagle3conv.verify)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

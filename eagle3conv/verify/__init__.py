@@ -111,5 +111,12 @@ class _Package(types.ModuleType):
     def __call__(self, *args, **kwargs):
         return __getattr__("verify")(*args, **kwargs)
 
+    def __setattr__(self, name: str, value) -> None:
+        # importing a submodule binds it as this package's attribute: ``evaluate`` the module would then
+        # hide ``evaluate`` the function this package exports (the names are looked up lazily, above)
+        if name in _EXPORTS and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
 
 sys.modules[__name__].__class__ = _Package
