@@ -438,7 +438,7 @@ def global_search_bench(folder: Path, d: dict, dev: str, work: Path, seqs: int, 
             t = time.perf_counter()
             res = verify(folder, path, steps=steps, device=dev, save=False, search=True)
             wall = time.perf_counter() - t
-            cov = res.verdict.to_dict().get("coverage") or {}
+            cov = res.verdict.coverage.to_dict() if res.verdict.coverage is not None else {}  # undecided too
             cov.pop("slot_profile", None)
             cov["screen_best"] = (cov.get("screen_best") or [])[:3]
             sr = seen[0][0] if seen else None  # the global screen; later calls are local refinement's
