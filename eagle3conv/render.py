@@ -182,7 +182,7 @@ def smoke_text(r) -> str:
     ok = str(r.ok)
     if not r.ok:
         why = [what for what, good in (("the forward", r.forward_ok), ("the wiring", r.wiring_ok)) if good is False]
-        clean = "; the forward itself ran clean" if "the forward" not in why else ""
+        clean = "; the forward itself ran clean" if r.forward_ok is not False else ""
         ok = f"False ({' and '.join(why)} failed{clean})"
     lines = [f"checkpoint: {r.checkpoint}", f"ok: {ok}",
              f"forward problems: {', '.join(f.problems) if f.problems else 'none'}", f"device: {r.device}",

@@ -413,3 +413,20 @@ def test_the_front_door_has_every_commands_operation():
     assert callable(eagle3conv.verify) and eagle3conv.verify.verify is api.verify
     assert eagle3conv.SmokeResult.__dataclass_params__.frozen and eagle3conv.smoke.__annotations__["return"] in (
         "SmokeResult", eagle3conv.SmokeResult)
+
+
+def test_no_decision_in_verify_reads_a_candidates_display_name():
+    """A wiring's ``name`` ("config", "training record", "engine sglang==0.5.23") is what people read;
+    verify decides on its fields (``Candidate.record``, the layers), never by comparing the name."""
+    bad = []
+    for path in sorted((PKG / "verify").glob("*.py")):
+        rel = str(path.relative_to(PKG.parent))
+        for node in ast.walk(ast.parse(path.read_text(), rel)):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            names = any(isinstance(s, ast.Attribute) and s.attr == "name" for s in sides)
+            literal = any(isinstance(s, ast.Constant) and isinstance(s.value, str) for s in sides)
+            if names and literal:
+                bad.append(f"{rel}:{node.lineno}")
+    assert not bad, bad

@@ -24,6 +24,7 @@ class Candidate:
     name: str
     layers: LayerSet
     why: str
+    record: bool = False  # the wiring the training record names: decisions read this, never the name
 
 @dataclass
 class Score:

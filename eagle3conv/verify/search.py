@@ -103,19 +103,19 @@ def candidates(base: Candidate, trained: LayerSet | None, available: Sequence[La
     out: list[Candidate] = []
     seen: set[LayerSet] = set()
 
-    def add(name: str, layers: Sequence[LayerRef], why: str) -> None:
+    def add(name: str, layers: Sequence[LayerRef], why: str, record: bool = False) -> None:
         layers = tuple(layers)
         if (layers in seen or len(set(layers)) != len(layers) or not all(r in have for r in layers)
                 or len(layers) != len(base.layers)  # the engines' 3-layer defaults do not fit a k-slot fc
                 or any(a.output_of >= b.output_of for a, b in zip(layers, layers[1:]))):
             return
         seen.add(layers)
-        out.append(Candidate(name, layers, why))
+        out.append(Candidate(name, layers, why, record))
 
     base_layers = base.layers
     add(base.name, base_layers, base.why)
     if trained is not None:
-        add("training record", trained, "the layers the training record names")
+        add("training record", trained, "the layers the training record names", record=True)
     for shift in (-1, 1):
         shifted = [LayerRef(r.output_of + shift) for r in base_layers if r.output_of + shift >= -1]
         if len(shifted) == len(base_layers):
@@ -876,7 +876,7 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
     unconfirmed = list(coverage.unconfirmed) if coverage is not None else []
     n_unconfirmed = coverage.unconfirmed_count if coverage is not None else 0
     capped = coverage is not None and coverage.capped
-    anchors = [i for i in members if scores[i].candidate.name == "training record"] + (
+    anchors = [i for i in members if scores[i].candidate.record] + (
         [0] if 0 in members and config_names_layers else [])
     anchor = next((i for i in anchors if in_line(i) is not False), None)
     how = statistic_words(by, LOG_SCORE_STEP)
@@ -891,7 +891,7 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
     chosen, status, statistic, standing = lead, "ambiguous", None, None
     if anchor is not None:
         chosen, status = anchor, "stands"
-        statistic = standing = "training-record" if scores[anchor].candidate.name == "training record" else "config"
+        statistic = standing = "training-record" if scores[anchor].candidate.record else "config"
     elif size == 1:
         status, statistic = "named", by[-1]
     # what would separate the set: from the log-score leader where the log score was consulted (it is
