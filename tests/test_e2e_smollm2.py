@@ -209,8 +209,8 @@ def test_mla_rope_flip_shows_on_sglang_not_vllm(smollm2_states, mla_drafter, tmp
     # within the flipped copy's one report: vLLM clearly above SGLang, and the report says why
     gap2, lo2, _ = paired_difference(vl_flip, sg_flip)
     assert lo2 > 0
-    assert by_flip["vllm==0.33.0"].forward["rope"] == "interleaved"
-    assert by_flip["sglang==0.5.23"].forward["rope"] == "half-split (neox)"
+    assert by_flip["vllm==0.33.0"].run.rope_interleave is True  # the report's "rope": "interleaved"
+    assert by_flip["sglang==0.5.23"].run.rope_interleave is False  # "half-split (neox)"
     assert any("rope_interleave is false" in e for e in by_flip["vllm==0.33.0"].emulated)
     assert by_flip["sglang==0.5.23"].emulated == ()
     assert by_flip["vllm==0.33.0"].paired_vs_main["ci95"][0] > 0  # the main score runs as SGLang

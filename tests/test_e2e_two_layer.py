@@ -205,7 +205,7 @@ def test_vllm_serves_the_trained_norm_and_sglang_an_untrained_one(heldout_states
     res = verify(two_layer, heldout_states, save=False)
     rows = _rows(res)
     vllm, vllm_row = rows[VLLM]
-    assert vllm.forward["later_layer_norm"] == "input_layernorm" and vllm.score is not None
+    assert vllm.run.later_layer_norm == "input_layernorm" and vllm.score is not None
     assert not any("untrained" in e for e in vllm.emulated)
     assert vllm.score.tokens > 10_000
     assert vllm.score.acceptance[0] > 0.3  # a real drafter
@@ -215,7 +215,7 @@ def test_vllm_serves_the_trained_norm_and_sglang_an_untrained_one(heldout_states
     for e in sglang:
         _, row = rows[e.engine]
         assert row["captures"] == vllm_row["captures"] == "outputs of layers 1, 14, 26"
-        assert e.forward["later_layer_norm"] == "hidden_norm" and e.score is not None
+        assert e.run.later_layer_norm == "hidden_norm" and e.score is not None
         assert any(NORMS[1] + " is missing" in x and "untrained" in x for x in e.emulated), e.emulated
         assert e.score.matched != vllm.score.matched  # another forward: the untrained norm was run
         d, lo, hi = paired_difference(vllm.score, e.score)
