@@ -615,7 +615,7 @@ class Grounds:
     capture: dict | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Verdict:
     """What the scores say about the wiring. ``status``: see the module docstring."""
 
@@ -813,33 +813,33 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
     captured (``generate_tokens``, ``prompts``), for the advice on what to capture.
     ``log_dtype``: the dtype the log score was computed in (the screen's), for the report."""
     main = scores[0]
-    out = Verdict(config_accept_length=round(main.accept_length, 4), coverage=coverage)
+    kw: dict = {"config_accept_length": round(main.accept_length, 4), "coverage": coverage}  # the frozen Verdict's fields
     flagged = [c for c in (comparisons[0] or []) if c["flagged"]]
-    out.norm_flags = norm_flag_words(flagged)
+    kw["norm_flags"] = norm_flag_words(flagged)
     if not search or len(scores) < 2:
-        return out
+        return Verdict(**kw)
     if main.effective_sequences < MIN_SEARCH_SEQUENCES:
-        out.status = "undecided"
-        out.grounds = Grounds(str(path), target, main.effective_sequences)
-        return out
+        kw["status"] = "undecided"
+        kw["grounds"] = Grounds(str(path), target, main.effective_sequences)
+        return Verdict(**kw)
     complete = bool(coverage is not None and coverage.is_global)
     names = [describe(s.candidate.layers) for s in scores]
     # acceptance: every-chain-start accept length, the same positions for every wiring
     tied, diffs, acc_bounds = acceptance_set(scores)
     ranked = [tied[0]] + sorted(diffs, key=lambda i: -scores[i].accept_length_all)
     best, second = scores[ranked[0]], scores[ranked[1]]
-    out.positions = main.tokens
-    out.paired_differences = [
+    kw["positions"] = main.tokens
+    kw["paired_differences"] = [
         {"wiring": scores[i].candidate.name, "layers": names[i], "accept_length_gap": round(d, 4),
          "ci95": [round(lo, 4), round(hi, 4)], "excluded": acc_bounds[i][3]} for i, (d, lo, hi) in diffs.items()]
-    out.best_found = names[ranked[0]]
+    kw["best_found"] = names[ranked[0]]
     if 0 in acc_bounds and acc_bounds[0][3]:
-        out.config_worse = True
+        kw["config_worse"] = True
     elif ranked[0] != 0 or 0 in tied:
-        out.config_worse = False
-    out.tied, out.separated = len(tied), len(tied) == 1
+        kw["config_worse"] = False
+    kw["tied"], kw["separated"] = len(tied), len(tied) == 1
     if len(tied) > 1:
-        out.tied_set = [names[i] for i in tied]
+        kw["tied_set"] = [names[i] for i in tied]
 
     # the confidence set, narrowed statistic by statistic
     members, by = list(tied), ["acceptance"]
@@ -848,9 +848,9 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
     log_bounds: dict = {}
     lead_ls = None
     if complete and log_score is not None and len(members) > 1:
-        lead_ls, log_diffs, log_bounds, gone, out.log_score = log_score_exclusions(scores, members, log_score)
+        lead_ls, log_diffs, log_bounds, gone, kw["log_score"] = log_score_exclusions(scores, members, log_score)
         if log_dtype is not None:
-            out.log_score["dtype"] = log_dtype
+            kw["log_score"]["dtype"] = log_dtype
         by.append("log-score")  # consulted, whether or not it excluded any
         if gone:
             members, lead = [i for i in members if i not in gone], lead_ls
@@ -880,8 +880,8 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
         [0] if 0 in members and config_names_layers else [])
     anchor = next((i for i in anchors if in_line(i) is not False), None)
     how = statistic_words(by, LOG_SCORE_STEP)
-    out.set_statistic = how
-    out.confidence_set = [
+    kw["set_statistic"] = how
+    kw["confidence_set"] = [
         {"wiring": scores[i].candidate.name, "layers": names[i], "confirmed": True,
          "accept_length_all_starts": round(scores[i].accept_length_all, 4),
          **({"accept_length_gap": [round(x, 4) for x in diffs[i]]} if i in diffs else {}),
@@ -905,33 +905,33 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
     if size > 1:
         if factor is not None and not n_unconfirmed:
             seqs = main.effective_sequences
-            out.positions_to_separate = int(math.ceil(main.tokens * factor))
-            out.to_separate = Separation(size, SeparationReason.FACTOR, seqs, how, factor=round(factor, 2),
-                                         positions=out.positions_to_separate,
+            kw["positions_to_separate"] = int(math.ceil(main.tokens * factor))
+            kw["to_separate"] = Separation(size, SeparationReason.FACTOR, seqs, how, factor=round(factor, 2),
+                                         positions=kw["positions_to_separate"],
                                          sequences=int(math.ceil(seqs * factor)))
         else:
-            out.to_separate = Separation(size, SeparationReason.CAPPED if capped and n_unconfirmed else
+            kw["to_separate"] = Separation(size, SeparationReason.CAPPED if capped and n_unconfirmed else
                                          SeparationReason.UNCONFIRMED if n_unconfirmed else SeparationReason.NO_GAP,
                                          main.effective_sequences, how)
     neighbourhood = status == "named" and not complete
     if neighbourhood:
         status = "ambiguous"
     win = scores[chosen]
-    out.status, out.statistic = status, statistic if status != "ambiguous" else None
-    out.best, out.best_layers = win.candidate.name, names[chosen]
-    out.best_accept_length = round(win.accept_length, 4)
-    out.runner_up = second.candidate.name if chosen == ranked[0] else best.candidate.name
-    out.config_is_best = win is main
+    kw["status"], kw["statistic"] = status, statistic if status != "ambiguous" else None
+    kw["best"], kw["best_layers"] = win.candidate.name, names[chosen]
+    kw["best_accept_length"] = round(win.accept_length, 4)
+    kw["runner_up"] = second.candidate.name if chosen == ranked[0] else best.candidate.name
+    kw["config_is_best"] = win is main
     if status == "ambiguous":
-        out.best = out.best_layers = None
-    out.grounds = Grounds(
+        kw["best"] = kw["best_layers"] = None
+    kw["grounds"] = Grounds(
         str(path), target, main.effective_sequences, by=tuple(by), size=size, unconfirmed=n_unconfirmed,
         tied=len(tied), standing=standing, standing_in_line=bool(anchor is not None and in_line(anchor)),
         statistic=statistic, chosen=names[chosen], chosen_ids=tuple(to_ids(win.candidate.layers, "output")),
         best=names[ranked[0]], best_ids=tuple(to_ids(best.candidate.layers, "output")), config=names[0],
         config_gap=diffs.get(0), config_names_layers=config_names_layers, chosen_is_config=win is main,
         neighbourhood=neighbourhood, capture=capture)
-    return out
+    return Verdict(**kw)
 
 
 __all__ = [
