@@ -91,3 +91,15 @@ def read_small_file(p: Path, what: str, max_bytes: int, *, error: type = Checkpo
     if len(raw) > max_bytes:
         raise error(f"{p}: more than {max_bytes} bytes; a {what} is not that large")
     return raw
+
+
+def object_fields(raw: object, where: str, required: set[str], optional: set[str] = frozenset(), *,
+                  fail) -> dict:
+    """``raw`` as a JSON object holding every ``required`` field and nothing outside ``required`` and
+    ``optional``; else ``fail(message)`` is raised (the caller's error, naming its file)."""
+    if not isinstance(raw, dict):
+        raise fail(f"{where} must be an object")
+    unknown, missing = set(raw) - required - optional, required - set(raw)
+    if unknown or missing:
+        raise fail(f"{where}: unknown fields {sorted(unknown)}, missing fields {sorted(missing)}")
+    return raw

@@ -33,6 +33,7 @@ from types import MappingProxyType
 
 from eagle3conv.io.data import data_path
 from eagle3conv.errors import MappingFileError, UsageError
+from eagle3conv.io.jsonfile import object_fields
 from eagle3conv.spec.variants import Handling, Switch, switch, switches
 
 SCHEMA = 1
@@ -369,12 +370,7 @@ def _fail(path: Path, message: str) -> MappingFileError:
 
 
 def _keys(path: Path, raw: object, where: str, required: set[str], optional: set[str] = frozenset()) -> dict:
-    if not isinstance(raw, dict):
-        raise _fail(path, f"{where} must be an object")
-    unknown, missing = set(raw) - required - optional, required - set(raw)
-    if unknown or missing:
-        raise _fail(path, f"{where}: unknown fields {sorted(unknown)}, missing fields {sorted(missing)}")
-    return raw
+    return object_fields(raw, where, required, optional, fail=lambda message: _fail(path, message))
 
 
 def _text(path: Path, raw: dict, key: str, where: str) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from eagle3conv.errors import MappingFileError
+from eagle3conv.io.jsonfile import object_fields
 from eagle3conv.io.data import data_path
 
 __all__ = ["COMPUTED", "STAGES", "EngineReading", "Handling", "OnWhen", "Switch", "load_switches",
@@ -146,12 +147,7 @@ def _text(path, raw: Mapping, key: str, where: str, *, optional: bool = False) -
 
 
 def _keys(path, raw, where: str, required: set[str], optional: set[str] = frozenset()) -> dict:
-    if not isinstance(raw, dict):
-        raise _fail(path, f"{where} must be an object")
-    unknown, missing = set(raw) - required - optional, required - set(raw)
-    if unknown or missing:
-        raise _fail(path, f"{where}: unknown fields {sorted(unknown)}, missing fields {sorted(missing)}")
-    return raw
+    return object_fields(raw, where, required, optional, fail=lambda message: _fail(path, message))
 
 
 def _on_when(path, raw, where: str) -> OnWhen:
