@@ -28,6 +28,11 @@ JOURNAL = ".eagle3conv-journal.json"
 STAGING = ".eagle3conv-staging"
 
 
+
+def _default_sigint() -> None:
+    """In the child: SIGINT as a terminal delivers it (a background shell job inherits it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 def snapshot(folder: Path) -> dict[str, str]:
     """Every file under ``folder`` (hidden ones too) → sha256."""
     out = {}
@@ -50,6 +55,7 @@ def run_cli(args, timeout=120, **extra):
 
 def start_cli(args, **extra):
     return subprocess.Popen([sys.executable, "-m", "eagle3conv", *args], env=env_with(**extra),
+                            preexec_fn=_default_sigint,  # a Ctrl-C the test sends is not one a shell's `&` ignored
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -24,6 +24,11 @@ from eagle3conv.example import canonical_tensors
 ROOT = Path(__file__).resolve().parents[1]
 
 
+
+def _default_sigint() -> None:
+    """In the child: SIGINT as a terminal delivers it (a background shell job inherits it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 def cli(*args, rc: int):
     res = CliRunner().invoke(main, [str(a) for a in args])
     assert res.exit_code == rc, f"exit {res.exit_code}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}\n{res.exception!r}"
@@ -406,6 +411,7 @@ def test_ctrl_c_early_is_one_line_and_exit_130(make_ckpt, delay_ms):
     ck = make_ckpt("sglang")
     # verify's smoke test imports torch: long enough that the signal always comes while it runs
     p = subprocess.Popen([sys.executable, "-c", READY, "verify", str(ck), "--json", "--device", "cpu"],
+                         preexec_fn=_default_sigint,  # a Ctrl-C the test sends is not one a shell's `&` ignored
                          stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=_env())
     assert p.stderr.readline() == "ready\n"
