@@ -99,3 +99,59 @@ def test_the_bound_excludes_an_equal_wiring_no_more_often_than_alpha():
     assert hits / trials <= 0.05 + 3 * sd, hits
     print(f"\nexcluded: the screen's bound {hits}/{trials}, a bound over single positions {naive}/{trials}")
     assert naive / trials > 0.05 + 5 * sd, naive  # the dependence is real: ignoring it loses the level
+
+
+def test_the_alpha_is_split_only_when_a_stage_follows_the_pilot():
+    bound = ScreenBound(alpha=0.01, pilot=3, ref_share=0.5)
+    assert bound.split(3) == (0.01, 0.0) and bound.split(2) == (0.01, 0.0)
+    assert bound.split(4) == pytest.approx((0.005, 0.005))
+    assert bound.quantile(10, 30, 0.005) == pytest.approx(t_quantile(1 - 0.0005, 29))
+
+
+def test_the_reference_test_reads_only_the_sequences_after_the_pilot():
+    """The reference test compares on the sequences after the pilot's last one (the rest of a
+    sequence the pilot read in part included in neither): a wiring worse only there is dropped, one
+    worse only on the pilot's sequences is not; its figures are the ratio estimator on that slice."""
+    from eagle3conv.verify.evaluate import _Reference
+
+    g = torch.Generator().manual_seed(1)
+    pos_row = [r for r in range(30) for _ in range(40)]
+    lp = torch.randn(3, len(pos_row), generator=g, dtype=torch.float64) * 0.3 - 4
+    rows = torch.tensor(pos_row)
+    lp[1, rows <= 9] -= 1.0  # worse on the pilot's sequences (0..9) only
+    lp[2, rows > 9] -= 0.2   # worse after them only
+    bound = ScreenBound()
+    ref = _Reference(0, 9, 0.005, bound)
+    out = ref.test(lp.float(), [0, 1, 2], pos_row)
+    assert out["drop"].tolist() == [False, False, True]
+    assert out["sequences"] == 20 and out["positions"] == 800
+    want, m = reference(lp[:, 400:].tolist(), 0, pos_row[400:], bound)
+    assert out["blocks"] == m and out["quantile"] == pytest.approx(t_quantile(1 - 0.005, m - 1), abs=1e-3)
+    D2, se2 = want[2]
+    assert D2 - out["quantile"] * se2 > 0
+    assert ref.test(lp.float(), [1, 2], pos_row) is None  # the reference gone: no test
+
+
+def test_a_reference_chosen_on_the_pilot_keeps_the_level_on_later_sequences():
+    """50 wirings equal in expectation; the reference is the best of them on the pilot's 10
+    sequences. Tested on the 20 later sequences only, a given wiring is excluded against it no more
+    often than alpha (binomial spread); tested on all 30, the reference's luck on the pilot carries
+    over and the rate is far above alpha: why the test reads only the later sequences."""
+    from eagle3conv.verify.evaluate import _Reference
+
+    g = torch.Generator().manual_seed(2)
+    bound = ScreenBound()
+    alpha, trials, hits, biased = 0.05, 400, 0, 0
+    pos_row = [r for r in range(30) for _ in range(30)]
+    pilot = 10 * 30
+    for _ in range(trials):
+        lp = torch.randn(50, len(pos_row), generator=g, dtype=torch.float64) - 4
+        lead = int(lp[1:, :pilot].mean(1).argmax()) + 1  # the best on the pilot (never wiring 0)
+        out = _Reference(lead, 9, alpha, bound).test(lp.float(), list(range(50)), pos_row)
+        hits += bool(out["drop"][0])
+        D, se, m = paired_bound(lp, lead, pos_row, bound)
+        biased += bool(float(D[0]) - bound.quantile(1, m, alpha) * float(se[0]) > 0)
+    sd = math.sqrt(alpha * (1 - alpha) / trials)
+    print(f"\nexcluded against a pilot-chosen reference: later sequences {hits}/{trials}, all {biased}/{trials}")
+    assert hits / trials <= alpha + 3 * sd, hits
+    assert biased / trials > alpha + 5 * sd, biased

@@ -243,13 +243,20 @@ class ScreenBound:
     where se is the standard error of that paired mean over blocks (:func:`paired_bound`:
     runs of up to ``unit`` positions of one sequence once ``min_units`` of them are read;
     before that, runs of ``min(16, positions // 64)`` positions, the error widened for what
-    the positions of a unit may share, ``rho``), and q the Student t quantile at ``1 - alpha / (w * stages)``
-    with (blocks - 1) degrees of freedom, w the wirings in the stage: Bonferroni over every
-    comparison the screen makes. A wiring whose expected score is the best is therefore
-    dropped with probability at most ``alpha`` (under the t approximation for block means).
-    The work cap: the screen stops (its survivors all kept) before a stage would take its
-    work (wirings x positions scored) past ``max_work`` passes of every wiring over the
-    first stage plus ``max_tail`` wirings over every position; the result says so."""
+    the positions of a unit may share, ``rho``), and q the Student t quantile at
+    ``1 - alpha_l / (w * stages)`` with (blocks - 1) degrees of freedom, w the wirings in the
+    stage: Bonferroni over every comparison of this *leader test*. After the first ``pilot``
+    stages, the leader then is the *reference* R, fixed; every later stage also drops i when
+    R's mean minus i's, on the sequences after the pilot's last one only, exceeds its bound
+    at ``1 - alpha_r / (later stages)``: R was chosen on other sequences, so no Bonferroni
+    over the wirings is owed (this *reference test* is the one that excludes the many
+    wirings a little below the best). ``alpha_r = ref_share * alpha``, ``alpha_l`` the rest
+    (all of ``alpha`` when no stage follows the pilot). A wiring whose expected score is the
+    best is therefore dropped with probability at most ``alpha`` (under the t approximation
+    for block means, sequences independent). The work cap: the screen stops (its survivors
+    all kept) before a stage would take its work (wirings x positions scored) past
+    ``max_work`` passes of every wiring over the first stage plus ``max_tail`` wirings over
+    every position; the result says so."""
 
     alpha: float = 0.01
     margin: float = 0.0  # nats per position the leader must lead by beyond the bound
@@ -260,14 +267,25 @@ class ScreenBound:
     growth: float = 2.0
     max_positions: int = 32768  # scored positions the screen reads at most
     max_work: float = 4.0
-    max_tail: float = 200.0
-    seconds: float | None = None  # the user's time budget for the screen (verify --search-budget); None: none
+    max_tail: float = 400.0
+    seconds: float | None = None  # the screen's time budget (verify --search-budget); None: the work cap
+    pilot: int = 3  # stages before the reference is fixed (the leader after them)
+    ref_share: float = 0.5  # the share of alpha the reference test spends (the leader test the rest)
 
-    def quantile(self, tests: int, blocks: int) -> float:
-        """The bound's multiplier for ``tests`` comparisons over ``blocks`` blocks."""
-        if blocks < 2 or self.alpha <= 0:
+    def quantile(self, tests: int, blocks: int, alpha: float | None = None) -> float:
+        """The bound's multiplier for ``tests`` comparisons over ``blocks`` blocks (at ``alpha``,
+        default the bound's own)."""
+        alpha = self.alpha if alpha is None else alpha
+        if blocks < 2 or alpha <= 0:
             return math.inf
-        return t_quantile(1.0 - self.alpha / max(1, tests), blocks - 1)
+        return t_quantile(1.0 - alpha / max(1, tests), blocks - 1)
+
+    def split(self, stages: int) -> tuple[float, float]:
+        """The leader test's and the reference test's alpha for a screen of ``stages`` stages
+        (no reference test when none follows the pilot)."""
+        if stages <= self.pilot:
+            return self.alpha, 0.0
+        return self.alpha * (1.0 - self.ref_share), self.alpha * self.ref_share
 
     @staticmethod
     def block_size(positions: int) -> int:
@@ -407,6 +425,35 @@ def paired_bound(lp, lead: int, pos_row: list[int], bound: ScreenBound | None = 
     se = (r_.pow(2).sum(1) * (m / max(1, m - 1))).sqrt() / N * inflate
     return D, se, m
 
+
+
+class _Reference:
+    """The screen's reference test (:class:`ScreenBound`): wiring ``index`` (the leader after the
+    pilot's stages, fixed), compared with every wiring still in on the sequences after ``last_row``
+    (the pilot's last, partly read or not) only, each stage at ``alpha`` (the reference test's
+    share over the stages after the pilot)."""
+
+    def __init__(self, index: int, last_row: int, alpha: float, bound: ScreenBound) -> None:
+        self.index, self.last_row, self.alpha, self.bound = index, last_row, alpha, bound
+
+    def test(self, lp_store, alive: list[int], pos_row: list[int]) -> dict | None:
+        """Per wiring in ``alive`` (rows of ``lp_store``, positions in read order, rows ascending),
+        whether the reference's lead over it on the sequences after the pilot exceeds the bound;
+        None while the reference is out or those sequences hold too little."""
+        import bisect
+
+        if self.index not in alive:
+            return None
+        start = bisect.bisect_right(pos_row, self.last_row)  # positions are read row after row
+        if len(pos_row) - start < 2:
+            return None
+        D, se, m = paired_bound(lp_store[:, start:], alive.index(self.index), pos_row[start:], self.bound)
+        q = self.bound.quantile(1, m, self.alpha)
+        if not math.isfinite(q):
+            return None
+        return {"drop": D - q * se > self.bound.margin, "positions": len(pos_row) - start,
+                "sequences": len(set(pos_row[start:])), "blocks": m, "quantile": round(q, 3),
+                "excluded": int((D - q * se > self.bound.margin).sum())}
 
 
 class _SplitStep:
@@ -672,6 +719,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     complete = True
     stopped: str | None = None  # what stopped the screen before the data decided: "work" (cap), "seconds"
     ok_positions = 0
+    alpha_lead, alpha_ref = bound.split(len(plan))
+    reference: _Reference | None = None  # fixed after the pilot's stages (ScreenBound)
 
     def settle(idx: list[int], where: torch.Tensor) -> None:
         """Record the figures of wirings ``idx`` (rows ``where`` of the stores)."""
@@ -840,8 +889,11 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         _refuse_non_finite(means, [sets[i] for i in alive], states)
         lead = int(means.argmax())
         D, se, m = paired_bound(lp_store, lead, pos_row, bound)
-        q = bound.quantile(len(alive) * len(plan), m)  # Bonferroni: the wirings in this stage x the stages
+        q = bound.quantile(len(alive) * len(plan), m, alpha_lead)  # Bonferroni: the wirings here x the stages
         drop = (D - q * se > bound.margin) if math.isfinite(q) else torch.zeros(len(alive), dtype=torch.bool)
+        against = reference.test(lp_store, alive, pos_row) if reference is not None else None
+        if against is not None:
+            drop |= against["drop"]
         for j, i in enumerate(alive):
             if i in protected:
                 drop[j] = False
@@ -854,9 +906,17 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
                        "kept": len(alive) - len(gone), "quantile": round(q, 3) if math.isfinite(q) else None,
                        "leader": describe(sets[alive[lead]]), "leader_log_score": round(float(means[lead]), 5),
                        "widest_kept_gap": round(widest, 5), "seconds": round(time.perf_counter() - ts, 3)})
+        if against is not None:
+            stages[-1]["reference"] = {"wiring": describe(sets[reference.index]),
+                                       **{k: v for k, v in against.items() if k != "drop"}}
         phases[f"stage {len(stages)}: {len(alive)} wirings x {n_pos} positions"] = stages[-1]["seconds"]
         alive = [i for j, i in enumerate(alive) if not drop[j]]
         lp_store, hit_store = lp_store[keepm], hit_store[keepm]
+        if reference is None and alpha_ref > 0 and len(stages) == bound.pilot and alive:
+            # the leader now (best mean of the wirings kept) is the reference for every later stage
+            kept_means = means[keepm]
+            reference = _Reference(alive[int(kept_means.argmax())], max(pos_row) if pos_row else -1,
+                                   alpha_ref / max(1, len(plan) - bound.pilot), bound)
         if len(alive) <= 1 or not (set(alive) - protected):
             break
     # the wirings still in: their figures on everything read, best first

@@ -37,7 +37,6 @@ from eagle3conv.verify.search import (
     MIN_SEARCH_SEQUENCES,
     REFINE_CONFIRM,
     REFINE_ROUNDS,
-    SCREEN_BOUND,
     candidates,
     config_candidate,
     decide,
@@ -45,6 +44,7 @@ from eagle3conv.verify.search import (
     names_layers,
     norm_comparison,
     refine,
+    screen_bound,
     screen_dtype,
     set_members,
 )
@@ -323,7 +323,7 @@ class _Verification:
             cands, self.found, self.screened = global_search(
                 self.screener, states, cands, self.avail, self.dc.num_aux, self.n, target_embeds=self.target_embeds,
                 labels=self.labels, max_sequences=self.opts.max_sequences, progress=self.progress,
-                bound=replace(SCREEN_BOUND, seconds=self.opts.search_budget))
+                bound=screen_bound(self.dev, self.opts.search_budget))
         else:
             states.check_refs(base.layers)
         for i, cand in enumerate(cands):

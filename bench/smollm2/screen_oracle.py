@@ -1,0 +1,178 @@
+"""The wiring screen's oracle (issue 30): a sample of wirings scored on every position, then
+screening rules replayed on those scores, to count the work each would spend and what it keeps.
+
+    # 1. score (the real screen with NO_DROP: every wiring of the sample on every log-scored position)
+    PYTHONPATH=TREE python bench/smollm2/screen_oracle.py score DRAFTER STATES --trained 1,14,26 \
+        --sample 250 --out oracle.pt
+    # 2. replay rules on it (seconds, no forward)
+    PYTHONPATH=TREE python bench/smollm2/screen_oracle.py simulate oracle.pt
+
+The sample: the trained wiring, its single-slot neighbours (the wirings a search must tell from
+it) and ``--sample`` wirings drawn at random (seed 0) from every ascending wiring of the layers
+the states hold. Replayed: the screen's stages of doubling positions in file order (what
+``evaluate.screen`` reads), with its block rule (``paired_bound``: sequences once 20 are read,
+else runs of positions widened for what a sequence shares) and
+
+* ``leader``: the leader test alone at 1% (the screen before issue 30);
+* ``leader+reference``: the leader test at 0.5% and, after ``--pilot`` stages, the reference
+  test at 0.5% on the sequences after the pilot's (the screen after issue 30; docs/facts.md §12).
+
+Work (wiring-positions) and the survivors per stage are estimated for the whole population: the
+random sample's surviving fraction times the wirings, plus the neighbours that survive. The
+neighbours and the trained wiring are followed exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+
+def score(a) -> int:
+    import torch
+
+    from eagle3conv.spec.layers import LayerRef
+    from eagle3conv.states.readers import open_states
+    from eagle3conv.verify import build_drafter, load_drafter_weights
+    from eagle3conv.verify.evaluate import NO_DROP, screen
+    from eagle3conv.verify.search import all_wirings, neighbours
+
+    config, tensors = load_drafter_weights(Path(a.drafter))
+    drafter, target_embeds = build_drafter(config, tensors, "cpu", torch.bfloat16)
+    states = open_states(Path(a.states))
+    avail = list(states.layers)
+    sets = all_wirings(avail, len(a.trained))
+    trained = tuple(LayerRef(i) for i in a.trained)
+    pick = torch.randperm(len(sets), generator=torch.Generator().manual_seed(0))[:a.sample].tolist()
+    chosen = list(dict.fromkeys([trained] + neighbours(trained, avail)))
+    n_near = len(chosen)
+    chosen += [sets[i] for i in pick]  # a random wiring may be a neighbour too: kept twice, counted apart
+    c0, t0 = time.process_time(), time.perf_counter()
+    res, _ = screen(drafter, states, chosen, rows=states.num_sequences, target_embeds=target_embeds, bound=NO_DROP)
+    print(f"scored {len(chosen)} wirings x {res.stages[-1]['positions']} positions: {res.work:,} wiring-positions, "
+          f"{time.process_time() - c0:.1f} CPU s, {time.perf_counter() - t0:.1f} s wall", file=sys.stderr)
+    torch.save({"sets": [[r.output_of for r in s] for s in chosen], "near": n_near, "sample": len(pick),
+                "wirings": len(sets), "vectors": torch.stack([res.vectors[i] for i in range(len(chosen))]),
+                "pos_row": res.pos_row}, a.out)
+    return 0
+
+
+class Oracle:
+    def __init__(self, path: str) -> None:
+        import torch
+
+        d = torch.load(path)
+        self.V = d["vectors"].double()
+        self.rows = torch.tensor(d["pos_row"], dtype=torch.long)
+        self.sets, self.near, self.N = d["sets"], d["near"], d["wirings"]
+        self.n, self.P = self.V.shape
+        R = int(self.rows.max()) + 1
+        per = torch.bincount(self.rows, minlength=R)
+        first = torch.zeros(R + 1, dtype=torch.long)
+        first[1:] = per.cumsum(0)
+        self.first = first
+        self.rank = torch.arange(self.P) - first[self.rows]
+
+    def bound(self, idx, lead):
+        """The screen's paired bound (evaluate.paired_bound's rule) on positions ``idx`` against ``lead``."""
+        import torch
+
+        r = self.rows[idx]
+        nseq = len(set(r.tolist()))
+        infl = 1.0
+        if nseq >= 20:
+            blk = r
+        else:
+            b = max(1, min(16, len(idx) // 64))
+            blk = r * 100000 + self.rank[idx] // b
+            infl = math.sqrt(1 + (len(idx) / nseq - 1) * 0.01)
+        _, inv = torch.unique(blk, return_inverse=True)
+        m = int(inv.max()) + 1
+        X = torch.zeros(self.n, m, dtype=torch.float64).index_add_(1, inv, self.V[:, idx])
+        C = torch.bincount(inv, minlength=m).double()
+        N = float(C.sum())
+        d = X[lead] - X
+        D = d.sum(1) / N
+        res = d - D[:, None] * C[None, :]
+        se = (res.pow(2).sum(1) * m / max(1, m - 1)).sqrt() / N * infl
+        return D, se, m
+
+    def population(self, alive) -> float:
+        """Wirings of the whole population still in: the sample's fraction times all, plus the neighbours."""
+        return float(alive[self.near:].double().mean()) * self.N + int(alive[1:self.near].sum())
+
+    def replay(self, pilot: int | None, alpha: float = 0.01) -> dict:
+        import torch
+
+        from eagle3conv.verify.stats import t_quantile
+
+        sizes = [64 * 2 ** j for j in range(16) if 64 * 2 ** j < self.P] + [self.P]
+        s = len(sizes)
+        a_lead, a_ref = (alpha, 0.0) if pilot is None or s <= pilot else (alpha / 2, alpha / 2)
+        alive = torch.ones(self.n, dtype=torch.bool)
+        work, prev, trail, ref, last_row = 0.0, 0, [], None, None
+        for k, want in enumerate(sizes):
+            work += self.population(alive) * (want - prev)
+            prev = want
+            idx = torch.arange(want)
+            means = torch.where(alive, self.V[:, idx].mean(1), torch.tensor(-1e30, dtype=torch.float64))
+            lead = int(means.argmax())
+            D, se, m = self.bound(idx, lead)
+            q = t_quantile(1 - a_lead / (self.population(alive) * s), m - 1)
+            drop = D - q * se > 0
+            if ref is not None and bool(alive[ref]):
+                start = int(self.first[last_row + 1])
+                if want - start >= 2:
+                    main = torch.arange(start, want)
+                    Dr, ser, mr = self.bound(main, ref)
+                    drop |= Dr - t_quantile(1 - a_ref / (s - pilot), mr - 1) * ser > 0
+            alive &= ~drop
+            trail.append({"positions": want, "wirings": round(self.population(alive)),
+                          "neighbours": int(alive[1:self.near].sum()), "trained_in": bool(alive[0])})
+            if pilot is not None and k + 1 == pilot and a_ref > 0:
+                kept = torch.where(alive, self.V[:, idx].mean(1), torch.tensor(-1e30, dtype=torch.float64))
+                ref, last_row = int(kept.argmax()), int(self.rows[want - 1])
+                trail[-1]["reference"] = self.sets[ref]
+        return {"work": round(work), "stages": trail}
+
+
+def simulate(a) -> int:
+    import json
+
+    o = Oracle(a.oracle)
+    print(f"{o.n} wirings scored ({o.near - 1} neighbours of {o.sets[0]}, the rest a random sample of {o.N}), "
+          f"{o.P} positions, {int(o.rows.max()) + 1} sequences")
+    out = {"leader": o.replay(None)}
+    for p in a.pilot:
+        out[f"leader+reference, pilot {p}"] = o.replay(p)
+    for name, r in out.items():
+        print(f"{name}: {r['work'] / 1e6:.3f}M wiring-positions; " + ", ".join(
+            f"{x['positions']}: {x['wirings']} ({x['neighbours']} nb{'' if x['trained_in'] else ', TRAINED OUT'})"
+            for x in r["stages"]))
+    if a.out:
+        Path(a.out).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("score")
+    s.add_argument("drafter")
+    s.add_argument("states")
+    s.add_argument("--trained", type=lambda x: [int(v) for v in x.split(",")], required=True)
+    s.add_argument("--sample", type=int, default=250)
+    s.add_argument("--out", required=True)
+    m = sub.add_parser("simulate")
+    m.add_argument("oracle")
+    m.add_argument("--pilot", type=int, nargs="*", default=[3, 4])
+    m.add_argument("--out")
+    a = ap.parse_args()
+    return score(a) if a.cmd == "score" else simulate(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
