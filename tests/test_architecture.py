@@ -219,6 +219,15 @@ def test_the_aux_id_fields_are_spelled_in_one_module():
     assert len(spelled) <= 3 and {str(p) for p, _ in spelled} <= {"eagle3conv/spec/drafter.py"}, spelled
 
 
+def test_a_switch_name_is_spelled_in_few_modules():
+    """issue 27's measure of the variant table: ``norm_before_fc`` (12 modules before it) is spelled in at
+    most three -- the table's reader (spec/drafter.py), the forward's maths (model/drafter.py) and the
+    example's trainer naming; everything else takes it from the variant table."""
+    spelled = sorted(str(path.relative_to(PKG.parent)) for path, _, _ in _modules()
+                     if "norm_before_fc" in path.read_text())
+    assert len(spelled) <= 3, spelled
+
+
 def test_no_decision_reads_display_text():
     """Engine identity and the kind of id field are typed (EngineRelease, IdField): nothing turns a
     display label back into a release or asks a field name whether it is a launch option."""
