@@ -499,24 +499,11 @@ def formats_cmd():
     json_ = _flag("json")
     from eagle3conv.spec.formats import load_formats
 
-    formats, common = load_formats()
-    data = [
-        {
-            "name": f.name,
-            "title": f.title,
-            "priority": f.priority,
-            "rules": [{"rule": r.describe(), "why": r.why} for r in f.rules + common.rules],
-            "aux_ids_numbering": f.aux_numbering,
-            "later_layer_norm": f.later_layer_norm,
-            "config_set": [{"field": c.field, "value": c.value, "why": c.why} for c in f.config_set],
-            "findings": [{"level": x.level, "code": x.code, "message": x.message} for x in f.findings],
-            "record": None if f.record is None else {"file": f.record.file, "field": f.record.field,
-                                                     "numbering": f.record.numbering, "why": f.record.why},
-        }
-        for f in sorted(formats.values(), key=lambda f: -f.priority)
-    ]
-    text = "\n".join(f"{f['name']:<22} {f['title']}" for f in data)
-    _emit(json_, {"formats": data}, text)
+    from eagle3conv.api import FormatsResult
+    from eagle3conv.render import formats_text
+
+    res = FormatsResult.of(load_formats())
+    _emit(json_, res.to_dict(), formats_text(res))
 
 
 @main.command("example")
@@ -642,11 +629,11 @@ def targets_cmd(name):
         from eagle3conv.errors import UsageError
 
         raise UsageError("targets NAME: the name is empty", hint="eagle3conv targets lists them all")
-    from eagle3conv.api import target_summary
+    from eagle3conv.api import TargetsResult, target_summary
 
     profiles = [resolve_target(name)] if name else list(list_targets())
-    data = [target_summary(p, detail=bool(name)) for p in profiles]
-    _emit(json_, {"targets": data}, targets_text(data, detail=bool(name)))
+    res = TargetsResult(tuple(target_summary(p, detail=bool(name)) for p in profiles), detail=bool(name))
+    _emit(json_, res.to_dict(), targets_text(res))
 
 
 @main.command("push")
@@ -845,7 +832,7 @@ def capture_cmd(options):
         return
     from eagle3conv.api import capture
     from eagle3conv.errors import UsageError
-    from eagle3conv.render import human_bytes
+    from eagle3conv.render import capture_text, human_bytes
     from eagle3conv.spec.layers import parse_ids
 
     from pathlib import Path
@@ -869,7 +856,7 @@ def capture_cmd(options):
                       on_size=lambda n, how: click.echo(
                           f"capture: {o.out} will be about {human_bytes(n)} ({how})", err=True))
     d = dict(res.to_dict(), target_load_seconds=round(res.target_load_seconds, 3))
-    _emit(json_, d, "\n".join(f"{k}: {v}" for k, v in d.items()))
+    _emit(json_, d, capture_text(d, res.verdict()))
 
 
 _VLLM_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -880,6 +867,7 @@ def _capture_vllm(json_, o) -> None:
     then --dry-run's print or the run."""
     from pathlib import Path
 
+    from eagle3conv.render import capture_plan_text, capture_text
     from eagle3conv.spec.layers import parse_ids
     from eagle3conv.states.capture import read_prompts
     from eagle3conv.states.vllm_capture import (
@@ -891,36 +879,19 @@ def _capture_vllm(json_, o) -> None:
     check_out_folder(out_p)
     extra = parse_vllm_args(o.vllm_args)
     n, hidden, vocab = target_dims(o.target, trust_remote_code=o.trust_remote_code)
+    layers = parse_ids(o.layers) if o.layers else None
     plan = VllmCapturePlan(target=o.target, num_layers=n, hidden_size=hidden, vocab_size=vocab,
-                           vllm_ids=vllm_ids_for(parse_ids(o.layers) if o.layers else None, n), out=out_p,
+                           vllm_ids=vllm_ids_for(layers, n), out=out_p, layers_asked=layers,
                            tensor_parallel_size=o.tensor_parallel_size, max_length=o.max_length,
                            generate=o.generate, dtype=_VLLM_DTYPES[o.dtype], chat_template=o.chat_template,
                            trust_remote_code=o.trust_remote_code, extra=extra)
     if o.dry_run:
-        d = dict(plan.invocation(), dry_run=True, prompts_file=str(o.prompts), prompt_count=len(items))
-        _emit(json_, d, _vllm_plan_text(d))
+        v = plan.verdict(prompts=len(items))
+        d = dict(plan.invocation(), dry_run=True, prompts_file=str(o.prompts), prompt_count=len(items),
+                 verdict=v.to_dict())
+        _emit(json_, d, capture_plan_text(d, v))
         return
     with _ProgressBars(unit="file") as progress:
         res = run_vllm_capture(plan, items, progress=progress)
     d = res.to_dict()
-    _emit(json_, d, "\n".join(f"{k}: {v}" for k, v in d.items()))
-
-
-def _vllm_plan_text(d: dict) -> str:
-    import json
-
-    return "\n".join([
-        f"capture --engine vllm, dry run: nothing was run ({d['prompt_count']} prompts from {d['prompts_file']})",
-        f"vllm layer ids (vLLM numbering: id i = output of layer i-1, 0 = embedding): {d['vllm_layer_ids']}",
-        f"the same as eagle3conv output-of ids: {d['layers']['output_of']}",
-        "",
-        "vllm.LLM(**" + json.dumps(d["llm_kwargs"], indent=2) + ")",
-        "vllm.SamplingParams(**" + json.dumps(d["sampling_params"]) + ")  # one per prompt",
-        f"prompts: {d['prompts']}",
-        "",
-        "the same engine as a server (speculators generate-offline-data --endpoint ... --output DIR moves "
-        "its files to DIR/hs_{i}; it writes no eagle3conv-capture.json: give verify --states-layers):",
-        "  " + d["serve"],
-        "",
-        f"writes: {d['out']}/{d['files'][0]} per prompt and {d['out']}/{d['files'][1]}",
-    ])
+    _emit(json_, d, capture_text(d, res.verdict()))
