@@ -36,7 +36,9 @@ from eagle3conv.checkpoint.writer import (
 from eagle3conv.errors import Eagle3ConvError, InvalidCheckpointError, UsageError, WiringError
 from eagle3conv.findings import AUDIT_D2T_MISSING, AUX_LAYERS, EVIDENCE_NOTE, NO_D2T, Finding
 from eagle3conv.spec.canonical import D2T, FC, in_canonical_names
-from eagle3conv.spec.layers import describe
+from eagle3conv.spec.engines import EngineRelease
+from eagle3conv.spec.layers import LayerSet, describe
+from eagle3conv.spec.targets import TargetProfile
 from eagle3conv.wiring import apply as wiring
 from eagle3conv.wiring.apply import WiringOptions
 from eagle3conv.checkpoint.options import FixOptions
@@ -502,9 +504,9 @@ _WORST = (DefaultsOutcome.ALIKE, DefaultsOutcome.DIFFER, DefaultsOutcome.CANNOT)
 class DefaultCapture:
     """What one engine release captures from a config that names no aux layers, on one target."""
 
-    release: object  # spec.engines.EngineRelease
+    release: EngineRelease
     ids: tuple[int, ...] | None
-    layers: object | None  # spec.layers.LayerSet; None: it cannot capture (error)
+    layers: LayerSet | None  # None: it cannot capture (``error`` says why)
     error: Finding | None
 
     def to_dict(self) -> dict:
@@ -535,7 +537,7 @@ class TargetSummary:
     """A target profile as `eagle3conv targets` shows it: its numbers, and what each engine release
     checked by default captures with no ids (``defaults``); ``detail``: with its sources."""
 
-    profile: object  # spec.targets.TargetProfile
+    profile: TargetProfile
     defaults: tuple[DefaultCapture, ...]
     detail: bool = False
 
