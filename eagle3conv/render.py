@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the result types, imported where their codes are read (render loads fast for --help)
-    from eagle3conv.api import ConfigResult, ConfigVerdict, FixResult, InspectResult
+    from eagle3conv.api import (ConfigResult, ConfigVerdict, FixResult, FormatsResult, InspectResult, TargetsResult,
+                                TargetVerdict)
     from eagle3conv.checkpoint.plan import Plan, PlanVerdict
+    from eagle3conv.states.capture import CaptureVerdict
 
 
 from eagle3conv.findings import CANNOT_SERVE
@@ -258,28 +260,46 @@ def config_text(res: ConfigResult, *, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
-def targets_text(data: list[dict], *, detail: bool) -> str:
-    if not detail:
+def targets_verdict_words(v: TargetVerdict) -> str:
+    """Whether a target's releases checked by default capture alike from a config naming no layers."""
+    from eagle3conv.api import DefaultsOutcome
+
+    if v.outcome is DefaultsOutcome.CANNOT:
+        return (f"{', '.join(v.cannot)} cannot capture with {'its' if len(v.cannot) == 1 else 'their'} default ids: "
+                "a drafter's config.json must name its layers for them")
+    if v.outcome is DefaultsOutcome.DIFFER:
+        return ("the releases capture different layers with their defaults: a drafter's config.json must name "
+                "its layers")
+    return "every release captures the same layers with its default ids"
+
+
+def targets_text(res: TargetsResult) -> str:
+    """``targets`` (a :class:`~eagle3conv.api.TargetsResult`): the table of profiles, or one with its sources."""
+    if not res.detail:
         lines = [f"{'name':<18} {'layers':>6} {'hidden':>6} {'vocab':>7}  default aux layers (outputs of)   architectures"]
-        for t in data:
-            layers = sorted({tuple(a["layers"]) for a in t.get("default_aux_layers", []) if a.get("layers")})
-            aux = ", ".join(str(list(x)) for x in layers) or "-"
-            lines.append(f"{t['name']:<18} {t['num_hidden_layers']:>6} {t['hidden_size']:>6} {t['vocab_size']:>7}  "
-                         f"{aux:<31}  {', '.join(t['architectures'])}")
+        for t in res.targets:
+            p = t.profile
+            aux = ", ".join(str(list(x)) for x in t.verdict().layer_sets) or "-"
+            lines.append(f"{p.name:<18} {p.num_hidden_layers:>6} {p.hidden_size:>6} {p.vocab_size:>7}  "
+                         f"{aux:<31}  {', '.join(p.architectures)}")
         return "\n".join(lines)
+    from eagle3conv.spec.layers import describe
+
     lines = []
-    for t in data:
-        lines.append(f"{t['name']}: {t['description']}")
+    for t in res.targets:
+        p = t.profile
+        lines.append(f"{p.name}: {p.description}")
         for k in ("hf_repo", "architectures", "family", "hidden_size", "num_hidden_layers", "vocab_size",
                   "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size", "aliases"):
-            lines.append(f"  {k}: {t[k]}")
-        aux = t.get("default_aux_layers")
-        if aux:
+            value = getattr(p, k)
+            lines.append(f"  {k}: {list(value) if isinstance(value, tuple) else value}")
+        if t.defaults:
             lines.append("  with no aux ids in config.json, each engine release captures:")
-            for a in aux:
-                what = a["captures"] or f"nothing: {a['error']}"
-                lines.append(f"    {a['release']}: its default {a['default_ids']} -> {what}")
-        src = t.get("sources") or {}
+            for a in t.defaults:
+                what = describe(a.layers) if a.layers else f"nothing: {None if a.error is None else a.error.message}"
+                lines.append(f"    {a.release}: its default {None if a.ids is None else list(a.ids)} -> {what}")
+            lines.append(f"  so {targets_verdict_words(t.verdict())}")
+        src = p.sources or {}
         if src.get("upstream"):
             lines.append(f"  source: {src['upstream']}")
         for ref, what in (src.get("references") or {}).items():
@@ -287,6 +307,67 @@ def targets_text(data: list[dict], *, detail: bool) -> str:
         if src.get("unchecked"):
             lines.append(f"  single-source numbers: {', '.join(src['unchecked'])}")
     return "\n".join(lines)
+
+
+def formats_text(res: FormatsResult) -> str:
+    """``formats`` (a :class:`~eagle3conv.api.FormatsResult`): one line per format. It decides nothing
+    (its verdict is ``listed``), so no verdict line leads it."""
+    return "\n".join(f"{f.name:<22} {f.title}" for f in res.formats)
+
+
+def capture_verdict_words(v: CaptureVerdict) -> str:
+    """What ``capture`` wrote (or, planned, would run), in one clause."""
+    from eagle3conv.states.capture import CaptureOutcome
+
+    kept = ("every layer's output" if v.every_layer else
+            f"the outputs of layer{'s' * (sum(i >= 0 for i in v.layers) != 1)} "
+            f"{', '.join(str(i) for i in v.layers if i >= 0)}")
+    what = f"the embedding output and {kept} of the target's {v.num_layers} layers"
+    if v.outcome is CaptureOutcome.PLANNED:
+        return f"dry run: nothing was run; it would capture {what} for {v.sequences} prompts"
+    generated = f", {v.generated_tokens} of them generated" if v.generate else ""
+    return (f"wrote {v.sequences} sequence{'s' * (v.sequences != 1)} ({v.tokens} tokens{generated}) with {what}")
+
+
+def capture_note_words(v: CaptureVerdict) -> list[str]:
+    """The capture's notes (:class:`~eagle3conv.states.capture.CaptureNote`), one line each."""
+    from eagle3conv.states.capture import CaptureNote
+
+    words = {
+        CaptureNote.NO_CHAT_TEMPLATE: "the tokenizer has no chat template: the prompts were tokenized as plain text",
+        CaptureNote.AT_MAX_LENGTH: f"{v.at_max_length} sequence{'s' * (v.at_max_length != 1)} reached --max-length "
+                                   f"{v.max_length} (cut there, or exactly that long)",
+        CaptureNote.CHOSEN_LAYERS: "only the layers asked for were kept: verify can score and search wirings of "
+                                   "these layers only",
+    }
+    return [f"note: {words[n]}" for n in v.notes]
+
+
+def capture_text(d: dict, v: CaptureVerdict) -> str:
+    """``capture`` (its ``--json`` document ``d`` and verdict ``v``): the verdict, its notes, then every field."""
+    return "\n".join([f"capture: {capture_verdict_words(v)}", *capture_note_words(v),
+                      *(f"{k}: {x}" for k, x in d.items() if k != "verdict")])
+
+
+def capture_plan_text(d: dict, v: CaptureVerdict) -> str:
+    """``capture --engine vllm --dry-run`` (the plan's document ``d``, its verdict ``v``): the exact invocation."""
+    import json
+
+    return "\n".join([
+        f"capture --engine vllm, dry run: nothing was run ({v.sequences} prompts from {d['prompts_file']})",
+        f"vllm layer ids (vLLM numbering: id i = output of layer i-1, 0 = embedding): {d['vllm_layer_ids']}",
+        f"the same as eagle3conv output-of ids: {d['layers']['output_of']}",
+        "",
+        "vllm.LLM(**" + json.dumps(d["llm_kwargs"], indent=2) + ")",
+        "vllm.SamplingParams(**" + json.dumps(d["sampling_params"]) + ")  # one per prompt",
+        f"prompts: {d['prompts']}",
+        "",
+        "the same engine as a server (speculators generate-offline-data --endpoint ... --output DIR moves "
+        "its files to DIR/hs_{i}; it writes no eagle3conv-capture.json: give verify --states-layers):",
+        "  " + d["serve"],
+        "",
+        f"writes: {d['out']}/{d['files'][0]} per prompt and {d['out']}/{d['files'][1]}",
+    ])
 
 
 def plan_verdict_words(v: PlanVerdict) -> str:

@@ -31,7 +31,7 @@ ALLOWED: dict[str, set[str]] = {
     "example": {"errors", "io", "spec"},
     "api": {"errors", "version", "io", "spec", "findings", "checkpoint", "model", "wiring", "states", "verify", "hub"},
     "publish": {"errors", "io", "spec", "findings", "checkpoint", "model", "wiring", "verify", "hub", "api"},
-    "render": {"errors", "version", "io", "spec", "findings", "checkpoint", "wiring", "verify", "api"},
+    "render": {"errors", "version", "io", "spec", "findings", "checkpoint", "wiring", "states", "verify", "api"},
     "cli": {"*"},
     "__main__": {"console"},
     "console": {"cli", "errors", "io"},  # the read-ahead validates headers with io/safetensors.py
@@ -219,6 +219,15 @@ def test_the_aux_id_fields_are_spelled_in_one_module():
     assert len(spelled) <= 3 and {str(p) for p, _ in spelled} <= {"eagle3conv/spec/drafter.py"}, spelled
 
 
+def test_a_switch_name_is_spelled_in_few_modules():
+    """issue 27's measure of the variant table: ``norm_before_fc`` (12 modules before it) is spelled in at
+    most three -- the table's reader (spec/drafter.py), the forward's maths (model/drafter.py) and the
+    example's trainer naming; everything else takes it from the variant table."""
+    spelled = sorted(str(path.relative_to(PKG.parent)) for path, _, _ in _modules()
+                     if "norm_before_fc" in path.read_text())
+    assert len(spelled) <= 3, spelled
+
+
 def test_no_decision_reads_display_text():
     """Engine identity and the kind of id field are typed (EngineRelease, IdField): nothing turns a
     display label back into a release or asks a field name whether it is a launch option."""
@@ -257,15 +266,31 @@ def test_no_decision_compares_prose():
                             isinstance(c, ast.Name) and c.id in phrases):
                         what = c.value[:40] if isinstance(c, ast.Constant) else c.id
                         bad.append(f"{path.relative_to(PKG.parent)}:{node.lineno} compares {what!r}")
-    search = PKG / "verify" / "search.py"
-    (decide,) = [n for n in ast.walk(ast.parse(search.read_text())) if isinstance(n, ast.FunctionDef)
-                 and n.name == "decide"]
-    body = decide.body[1:]  # its docstring aside
-    for node in (n for stmt in body for n in ast.walk(stmt)):
-        if isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str)
-                                               and _prose(node.value)):
-            bad.append(f"eagle3conv/verify/search.py:{node.lineno}: decide spells words")
+    for rel, name in DECIDERS:
+        tree = ast.parse((PKG.parent / rel).read_text())
+        found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name.split(".")[-1]
+                 and (name.count(".") == 0 or any(isinstance(c, ast.ClassDef) and c.name == name.split(".")[0]
+                                                  and n in c.body for c in ast.walk(tree)))]
+        assert len(found) == 1, (rel, name)
+        body = found[0].body[1:] if ast.get_docstring(found[0]) else found[0].body  # its docstring aside
+        for node in (n for stmt in body for n in ast.walk(stmt)):
+            if isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                                                   and _prose(node.value)):
+                bad.append(f"{rel}:{node.lineno}: {name} spells words")
     assert not bad, bad
+
+
+# the functions that decide a command's verdict: codes and values only, no sentence (render says them)
+DECIDERS = (
+    ("eagle3conv/verify/search.py", "decide"),
+    ("eagle3conv/api.py", "ConfigResult.verdict"),
+    ("eagle3conv/api.py", "TargetSummary.verdict"),
+    ("eagle3conv/api.py", "TargetsResult.verdict"),
+    ("eagle3conv/api.py", "FormatsResult.verdict"),
+    ("eagle3conv/states/capture.py", "capture_verdict"),
+    ("eagle3conv/states/capture.py", "CaptureResult.verdict"),
+    ("eagle3conv/states/vllm_capture.py", "VllmCapturePlan.verdict"),
+)
 
 
 def test_verdicts_are_typed_and_every_code_has_words():
@@ -291,13 +316,36 @@ def test_verdicts_are_typed_and_every_code_has_words():
     for o in PlanOutcome:
         if o is not PlanOutcome.CANNOT_PLAN:  # inspect says its plan_error instead
             assert plan_verdict_words(PlanVerdict(o, 1, first_error=err))
+    # targets, formats and capture (issue 27): a verdict each, typed; every code with its words
+    from eagle3conv.api import (DefaultCapture, DefaultsOutcome, FormatsVerdict, ListOutcome, TargetsVerdict,
+                                TargetSummary, TargetVerdict)
+    from eagle3conv.render import capture_note_words, capture_verdict_words, targets_verdict_words
+    from eagle3conv.states.capture import CaptureNote, CaptureOutcome, CaptureVerdict, capture_verdict
+
+    for cls in (TargetVerdict, TargetsVerdict, TargetSummary, DefaultCapture, FormatsVerdict, CaptureVerdict):
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls
+    for o in DefaultsOutcome:
+        assert targets_verdict_words(TargetVerdict(o, ((1, 2, 3),), ("sglang 0.5.23",)))
+    assert [o.value for o in ListOutcome] == ["listed"]  # formats decides nothing: it lists
+    for o in CaptureOutcome:
+        v = capture_verdict(o, layers=(-1, 1), num_layers=4, layers_asked=(1,), chat_template_asked=True,
+                            chat_template_used=False, at_max_length=2, sequences=3, tokens=30, generated_tokens=0,
+                            generate=0, max_length=10)
+        assert capture_verdict_words(v) and set(v.notes) == set(CaptureNote)
+        assert len(capture_note_words(v)) == len(CaptureNote)
 
 
 def test_render_spells_no_finding_code():
-    """render.py reads finding codes through their owner (findings.py), never as literals."""
+    """render.py reads finding codes through their owner (findings.py), and the verdicts' codes through their
+    enums, never as literals."""
     import eagle3conv.findings as F
+    from eagle3conv.api import ConfigOutcome, DefaultsOutcome, ListOutcome
+    from eagle3conv.checkpoint.plan import PlanOutcome
+    from eagle3conv.states.capture import CaptureNote, CaptureOutcome
 
     codes = {v for k, v in vars(F).items() if k.isupper() and isinstance(v, str) and "-" in v}
+    codes |= {o.value for e in (ConfigOutcome, PlanOutcome, DefaultsOutcome, ListOutcome, CaptureOutcome, CaptureNote)
+              for o in e if "-" in o.value}  # the one-word codes ("wrote", "passed") are also plain words
     render = PKG / "render.py"
     spelled = [(line, text) for line, text in _string_constants(render) if text in codes]
     assert not spelled, spelled

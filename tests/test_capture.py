@@ -167,6 +167,34 @@ def test_capture_with_generation(tiny, tmp_path):
                 assert sf.input_ids[b, n_prompt:n].tolist() == sf.target_next[b, n_prompt - 1:n - 1].tolist()
 
 
+def test_capture_verdict_says_what_was_kept_against_what_was_asked(tiny, tmp_path):
+    """issue 27: capture's --json carries its verdict: the layers stored of the target's (every one, or
+    those asked), the chat template asked and used, sequences that reached --max-length; notes as codes."""
+    import copy
+
+    from eagle3conv.render import capture_note_words, capture_verdict_words
+    from eagle3conv.states.capture import CaptureNote, CaptureOutcome
+
+    model, tok = tiny
+    res = capture_states(model, tok, PROMPTS, tmp_path / "a.safetensors", max_length=32, batch_size=2)
+    v = res.verdict()
+    assert (v.outcome, v.every_layer, v.layers, v.layers_asked, v.notes) == (
+        CaptureOutcome.WROTE, True, (-1, 0, 1, 2, 3), None, ())
+    assert (v.sequences, v.tokens, v.chat_template_asked, v.chat_template_used) == (3, res.tokens, True, True)
+    assert res.to_dict()["verdict"] == v.to_dict() and v.to_dict()["outcome"] == "wrote"
+    # chosen layers (a generator: read once), no chat template on the tokenizer, a sequence cut at max_length
+    plain = copy.deepcopy(tok)
+    plain.chat_template = None
+    res = capture_states(model, plain, PROMPTS, tmp_path / "b.safetensors", layers=(i for i in (3, 1)),
+                         max_length=5, batch_size=2)
+    v = res.verdict()
+    assert v.layers == (-1, 1, 3) and v.layers_asked == (1, 3) and not v.every_layer
+    assert (v.chat_template_asked, v.chat_template_used, v.at_max_length) == (True, False, 2)
+    assert v.notes == (CaptureNote.NO_CHAT_TEMPLATE, CaptureNote.AT_MAX_LENGTH, CaptureNote.CHOSEN_LAYERS)
+    assert res.to_dict()["verdict"]["notes"] == ["no-chat-template", "at-max-length", "chosen-layers"]
+    assert capture_verdict_words(v).startswith("wrote 3 sequences") and len(capture_note_words(v)) == 3
+
+
 def test_capture_messages_with_answer_masks_the_answer(tiny, tmp_path):
     model, tok = tiny
     msgs = [{"role": "user", "content": "what is two plus two"}, {"role": "assistant", "content": "four"}]

@@ -95,6 +95,10 @@ def test_dry_run_prints_the_exact_invocation(target, tmp_path):
     assert d["sampling_params"]["temperature"] == 0.0
     assert d["sampling_params"]["extra_args"] == {"kv_transfer_params": {"include_output_tokens": True}}
     assert d["layers"]["output_of"] == [-1, 1, 14, 26] and d["prompt_count"] == 1
+    v = d["verdict"]  # issue 27: planned, nothing run; the layers it would keep of the target's, against those asked
+    assert (v["outcome"], v["layers"], v["layers_asked"], v["num_layers"], v["every_layer"]) == (
+        "planned", [-1, 1, 14, 26], [1, 14, 26], N, False)
+    assert (v["sequences"], v["tokens"], v["chat_template_used"], v["notes"]) == (1, None, None, ["chosen-layers"])
     assert d["serve"].startswith(f"vllm serve {target} --tensor-parallel-size 8 ")
     assert "--speculative-config '" in d["serve"] and "--kv-transfer-config '" in d["serve"]
     assert not out.exists()  # a dry run writes nothing
@@ -315,3 +319,17 @@ def test_a_bad_file_leaves_nothing_at_out(target, tmp_path, monkeypatch):
     with pytest.raises(WriteError, match="hs_1.safetensors: token_ids differ"):
         run_vllm_capture(_plan(target, out, generate=2), ["the cat", "the dog"])
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_runs_verdict_says_what_it_wrote_against_its_plan(target, tmp_path):
+    """issue 27: the run's --json verdict: written (sequences, tokens), every layer or those asked, the chat
+    template asked and the one the target's tokenizer let it use (its record's)."""
+    from eagle3conv.states.vllm_capture import VllmCaptureResult
+
+    plan = _plan(target, tmp_path / "o", layers=None, generate=4)
+    res = VllmCaptureResult(out=plan.out, sequences=2, tokens=40, generated_tokens=8, vllm_ids=plan.vllm_ids,
+                            categories=None, sidecar={"chat_template": False}, plan=plan)
+    v = res.to_dict()["verdict"]
+    assert (v["outcome"], v["every_layer"], v["layers_asked"], v["sequences"], v["tokens"]) == (
+        "wrote", True, None, 2, 40)
+    assert (v["chat_template_asked"], v["chat_template_used"], v["notes"]) == (True, False, ["no-chat-template"])

@@ -64,6 +64,8 @@ def test_formats_command():
         assert all(r["rule"] and r["why"] for r in f["rules"])
         # the common rules are shown with every format
         assert any("rotary_emb" in r["rule"] for r in f["rules"])
+    # it decides nothing about the user's files: its verdict says so, as a code (issue 27)
+    assert data["verdict"] == {"outcome": "listed", "formats": len(names)}
 
 
 def test_example_command_then_fix(tmp_path):

@@ -155,6 +155,15 @@ def test_every_switch_has_a_handling_in_every_forward_entry():
             assert all(isinstance(h, Handling) for h in fw.switches.values())
 
 
+def test_a_forward_entry_keeps_a_switchs_reading_only_as_its_handling():
+    """The engine model reads a release's switch through ``Forward.switches`` (a Handling), never through a
+    second copy of the data's text (``norm_before_residual``, ``layers`` and ``sliding_window`` were)."""
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(E.Forward)}
+    assert not fields & {s.engine.field for s in switches() if s.engine}
+
+
 def test_every_gated_tensor_names_a_switch():
     names = {s.name: s for s in switches()}
     canonical = json.loads((MAPPINGS / "canonical.json").read_text())

@@ -1,6 +1,6 @@
 """Options declared once: the command line is generated from the options models, and gives them back.
 
-Each options model (WiringOptions, VerifyOptions, PushOptions, FixOptions) is a frozen dataclass whose
+Each options model (WiringOptions, VerifyOptions, PushOptions, FixOptions, CaptureOptions) is a frozen dataclass whose
 fields carry their command-line option (eagle3conv/io/options.py). For every option field of every
 command: the model with that field set, written back as options by ``flags()``, parsed by the real
 command (through Click, the command's own callback, up to the library call it makes) is the same model.
@@ -24,11 +24,12 @@ from eagle3conv.cli import main
 from eagle3conv.errors import UsageError
 from eagle3conv.hub.options import PushOptions
 from eagle3conv.io.options import flags, option_fields, spec_of, value_type
+from eagle3conv.states.options import CaptureOptions
 from eagle3conv.verify.options import VerifyOptions
 from eagle3conv.wiring.options import COMMAND_FIELDS, WiringOptions
 from helpers import NEWEST_SGLANG, VLLM_RELEASES
 
-MODELS = (WiringOptions, VerifyOptions, PushOptions, FixOptions)
+MODELS = (WiringOptions, VerifyOptions, PushOptions, FixOptions, CaptureOptions)
 
 
 class Captured(UsageError):
@@ -39,6 +40,8 @@ def sample(model, name: str, tmp_path):
     """A value of the field that is not its default (a path that exists where the option wants one)."""
     f = option_fields(model)[name]
     spec = spec_of(f)
+    if model is CaptureOptions and name == "layers":
+        return "1,14,26"  # the text given: capture reads it where it always did
     if name == "engines":
         return (f"sglang=={NEWEST_SGLANG}", f"vllm=={VLLM_RELEASES[-1]}")
     if name in ("layers", "states_layers"):
@@ -80,6 +83,8 @@ def capture(monkeypatch, args: list[str]) -> dict:
     for module, name in ((eagle3conv.api, "inspect"), (eagle3conv.api, "fix_keys"), (eagle3conv.api, "configure"),
                          (eagle3conv.api, "launch"), (eagle3conv.publish, "push"), (eagle3conv.verify, "verify")):
         monkeypatch.setattr(module, name, keep(name))
+    # capture checks its model first, on either engine: the stand-in keeps the model it was handed
+    monkeypatch.setattr(CaptureOptions, "check", lambda self: keep("capture")(self))
     res = CliRunner().invoke(main, args)
     assert got, f"the command stopped before its library call (exit {res.exit_code}):\n{res.output}"
     return got
@@ -87,6 +92,8 @@ def capture(monkeypatch, args: list[str]) -> dict:
 
 # command -> (the models it receives, how to run it, where the library call finds each model)
 def _invocation(command: str, tmp_path) -> list[str]:
+    if command == "capture":  # its arguments are options: the required ones come with the model (BASE)
+        return ["capture"]
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir(exist_ok=True)
     if command == "verify":
@@ -97,6 +104,8 @@ def _invocation(command: str, tmp_path) -> list[str]:
 
 
 def received(command: str, got: dict) -> dict:
+    if command == "capture":
+        return {CaptureOptions: got["args"][0]}
     if command == "verify":
         options = got["args"][2]
         return {WiringOptions: options.wiring_options, VerifyOptions: dataclasses.replace(options, wiring_options=None)}
@@ -115,14 +124,22 @@ COMMAND_MODELS = {
     "launch": {WiringOptions: COMMAND_FIELDS["launch"]},
     "verify": {WiringOptions: COMMAND_FIELDS["verify"], VerifyOptions: tuple(option_fields(VerifyOptions))},
     "push": {PushOptions: tuple(option_fields(PushOptions))},
+    "capture": {CaptureOptions: tuple(option_fields(CaptureOptions))},
 }
+
+
+def base(model, tmp_path) -> dict:
+    """The options a command cannot run without (capture's --target, --prompts, --out), each a real value."""
+    if model is not CaptureOptions:
+        return {}
+    return {n: sample(model, n, tmp_path) for n in ("target", "prompts", "out")}
 CASES = [(command, model, name) for command, models in COMMAND_MODELS.items()
          for model, names in models.items() for name in names]
 
 
 @pytest.mark.parametrize("command,model,name", CASES, ids=[f"{c}-{m.__name__}-{n}" for c, m, n in CASES])
 def test_flags_parsed_back_by_the_command_give_the_options(monkeypatch, tmp_path, command, model, name):
-    opts = model(**{name: sample(model, name, tmp_path)})
+    opts = model(**{**base(model, tmp_path), name: sample(model, name, tmp_path)})
     text = flags(opts, COMMAND_MODELS[command][model])
     assert text, f"{name}: flags() wrote nothing for a value not at its default"
     got = capture(monkeypatch, _invocation(command, tmp_path) + shlex.split(text))

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from eagle3conv.errors import MappingFileError
+from eagle3conv.spec.variants import Handling
 from eagle3conv.spec.engines import (
     draft_window,
     forward_rule,
@@ -57,10 +58,10 @@ def test_the_window_a_config_gives_its_layers(cfg, want):
 def test_the_rules_say_who_reads_the_window():
     for rel in (OLDEST_SGLANG, NEWEST_SGLANG):
         fw = forward_rule(parse_engine(f"sglang=={rel}"), "llama")
-        assert (fw.sliding_window, fw.sliding_window_option) == ("launch_option", OPTION)
-    assert forward_rule(parse_engine(f"vllm=={NEWEST_VLLM}"), "llama").sliding_window == "config"
-    assert forward_rule(parse_engine(f"vllm=={NEWEST_VLLM}"), "mla").sliding_window == "ignored"
-    assert forward_rule(parse_engine("tensorrt-llm"), "llama").sliding_window is None  # not read
+        assert (fw.handling("sliding_window"), fw.sliding_window_option) == (Handling.LAUNCH_OPTION, OPTION)
+    assert forward_rule(parse_engine(f"vllm=={NEWEST_VLLM}"), "llama").handling("sliding_window") is Handling.HONOURED
+    assert forward_rule(parse_engine(f"vllm=={NEWEST_VLLM}"), "mla").handling("sliding_window") is Handling.IGNORED
+    assert forward_rule(parse_engine("tensorrt-llm"), "llama").handling("sliding_window") is Handling.NOT_READ
 
 
 @pytest.mark.parametrize("edit, match", [

@@ -370,3 +370,46 @@ def test_malformed_config(tmp_path, text):
 def test_configs_without_usable_numbers(tmp_path, config):
     with pytest.raises(CheckpointReadError):
         target_from_config(_model_dir(tmp_path, "bad", config))
+
+
+# --------------------------------------------------------------------------- the command's verdict (issue 27)
+
+
+def _targets_json(*args) -> dict:
+    from helpers import run
+
+    return json.loads(run("targets", *args, "--json").stdout)
+
+
+def test_targets_json_carries_whether_the_default_ids_capture_alike():
+    """`targets --json` carries its verdict: per target whether every release checked by default captures the
+    same layers from a config naming none (and which), and over the list the worst of them."""
+    d = _targets_json()
+    assert d["verdict"] == {"outcome": "alike", "targets": len(list_targets()), "differ": [], "cannot": []}
+    smol = next(t for t in d["targets"] if t["name"] == "smollm2-135m")
+    assert smol["verdict"] == {"outcome": "alike", "layer_sets": [[1, 14, 26]], "cannot": []}
+    assert _targets_json("kimi-k2.5")["targets"][0]["verdict"]["layer_sets"] == [[1, 29, 57]]
+
+
+def test_targets_verdict_names_the_releases_whose_default_cannot_capture(tmp_path):
+    """A 4-layer target: every release's default names one state twice, so none captures with no ids."""
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["FooForCausalLM"], "model_type": "foo",
+                                                      "hidden_size": 64, "num_hidden_layers": 4, "vocab_size": 100}))
+    d = _targets_json(str(tmp_path))
+    releases = [a["release"] for a in d["targets"][0]["default_aux_layers"]]
+    assert d["targets"][0]["verdict"] == {"outcome": "cannot", "layer_sets": [], "cannot": releases}
+    assert d["verdict"]["outcome"] == "cannot" and d["verdict"]["cannot"] == [d["targets"][0]["name"]]
+
+
+def test_targets_verdict_differ_when_the_releases_capture_other_layers():
+    from eagle3conv.api import DefaultCapture, DefaultsOutcome, TargetsResult, TargetSummary
+    from eagle3conv.render import targets_text, targets_verdict_words
+
+    p = get_target("smollm2-135m")
+    a, b = default_engines()[:2]
+    t = TargetSummary(p, (DefaultCapture(a, (2, 15, 27), outputs(1, 14, 26), None),
+                          DefaultCapture(b, (3, 16, 28), outputs(2, 15, 27), None)))
+    assert t.verdict().outcome is DefaultsOutcome.DIFFER and t.verdict().layer_sets == ((1, 14, 26), (2, 15, 27))
+    assert TargetsResult((t,)).verdict().differ == ("smollm2-135m",)
+    assert "[1, 14, 26], [2, 15, 27]" in targets_text(TargetsResult((t,)))  # the list's column is the verdict's
+    assert "different layers" in targets_verdict_words(t.verdict())

@@ -659,6 +659,25 @@ def test_engines_emulate_whose_embedding(world, tmp_path):
     assert f"{cmp['rows']} rows the states hold equal the target's" in f["message"] and "--embeddings" in f["fix"]
 
 
+def test_the_embedding_audit_completes_the_one_wiring_check(world, tmp_path, monkeypatch):
+    """A drafter with its own embed_tokens: the embedding audit is added to verify's wiring check, which
+    is made once (it was made a second time, the same, to add it)."""
+    import eagle3conv.wiring.apply as apply
+
+    _, captured, drafter = world
+    config, _ = load_drafter_weights(drafter)
+    V, H = config["vocab_size"], config["hidden_size"]
+    gen = torch.Generator().manual_seed(3)
+    rnd = _copy_with(drafter, tmp_path / "rnd", {"embed_tokens.weight": torch.randn(V, H, generator=gen) * 0.02})
+    made = []
+    real = apply.check_fixed
+    monkeypatch.setattr(apply, "check_fixed", lambda *a, **kw: made.append(kw) or real(*a, **kw))
+    res = verify(rnd, captured, layers=(1, 3, 4), steps=2, save=False)
+    assert len(made) == 1
+    codes = [f["code"] for f in res.wiring_check["findings"]]
+    assert codes[-1] == "audit-embed-differs", codes  # the audit comes last, as assembled() puts it
+
+
 def test_plot_svg_and_bad_paths(world, tmp_path):
     """issue 13: verify --plot draws each slot's acceptance per layer from the global search; SVG needs nothing."""
     import xml.etree.ElementTree as ET

@@ -105,13 +105,14 @@ def _named_config(index) -> str:
     return ""
 
 
-def _from_speculators(config: dict, top_level: tuple[str, ...]) -> tuple[dict, list[str]]:
-    """speculators: transformer_layer_config with the top-level fields the format file names carried over."""
+def _from_speculators(config: dict, fmt) -> tuple[dict, list[str]]:
+    """speculators: transformer_layer_config with the top-level fields the format file names
+    (``config_top_level``) carried over."""
     layer = config.get("transformer_layer_config")
     if not isinstance(layer, dict):
         raise InvalidCheckpointError("speculators config.json has no transformer_layer_config object")
     out = copy.deepcopy(layer)
-    for f in top_level:
+    for f in fmt.config_top_level:
         if config.get(f) is not None:
             out[f] = copy.deepcopy(config[f])
     said = ["config.json rebuilt from speculators' transformer_layer_config (the decoder layers' settings: "
@@ -132,7 +133,8 @@ def _from_speculators(config: dict, top_level: tuple[str, ...]) -> tuple[dict, l
     return out, said
 
 
-def _from_eagle_config(config: dict) -> tuple[dict, list[str]]:
+def _from_eagle_config(config: dict, fmt) -> tuple[dict, list[str]]:
+    """Model Optimizer's training config: the drafter's fields from its eagle_config over the base model's."""
     nested = config.get("eagle_config")
     if not isinstance(nested, dict):
         raise InvalidCheckpointError(
@@ -146,7 +148,7 @@ def _from_eagle_config(config: dict) -> tuple[dict, list[str]]:
     return out, ["drafter config built from the training config's eagle_config over the base model's settings"]
 
 
-def _from_automodel(config: dict) -> tuple[dict, list[str]]:
+def _from_automodel(config: dict, fmt) -> tuple[dict, list[str]]:
     """NeMo Automodel 0.7.0 writes the target's text config with the drafter's fields on top
     (recipes/llm/train_eagle3.py:610-648): the target's depth and attention layout would mislead the
     engines. docs/facts.md §6."""
@@ -177,10 +179,9 @@ def _from_automodel(config: dict) -> tuple[dict, list[str]]:
     return out, said
 
 
-# a format's ``config_from`` (spec/formats.py CONFIG_FROM) -> the drafter config it implies, and what it said
-CONFIG_BUILDERS = {"speculators": lambda c, fmt: _from_speculators(c, fmt.config_top_level),
-                   "eagle_config": lambda c, fmt: _from_eagle_config(c),
-                   "automodel": lambda c, fmt: _from_automodel(c)}
+# a format's ``config_from`` (spec/formats.py CONFIG_FROM) -> the builder of the drafter config it implies
+# (called with the source's config and the Format; it returns that config and what it said)
+CONFIG_BUILDERS = {"speculators": _from_speculators, "eagle_config": _from_eagle_config, "automodel": _from_automodel}
 
 
 def _forced(setting, config: dict) -> tuple[dict, list[Finding]]:

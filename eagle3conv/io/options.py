@@ -1,7 +1,7 @@
 """Options declared once: a dataclass field carries its command-line option.
 
 An options model is a frozen dataclass (``WiringOptions``, ``VerifyOptions``,
-``PushOptions``, ``FixOptions``) whose fields are made with :func:`option`: the
+``PushOptions``, ``FixOptions``, ``CaptureOptions``) whose fields are made with :func:`option`: the
 field's default is the option's default, its metadata the flag, the help text,
 the choices, the metavar and how a typed value is read from the text. The command
 line (``eagle3conv/cli.py``, the only user of Click) generates its options from
@@ -37,6 +37,8 @@ class Option:
     """A path option: ``exists``, ``file_okay``, ``dir_okay`` (as Click's Path takes them)."""
     multiple: bool = False
     show_default: bool = False
+    required: bool = False
+    """The command line must give it (the field's default is then the library's, None)."""
     parse: Callable[[str], Any] | None = None
     """How the field's value is read from the text given (``"3,31,59"`` -> ``(3, 31, 59)``)."""
     unparse: Callable[[Any], str] | None = None

@@ -250,9 +250,6 @@ def forward_values(table: Sequence[Switch]) -> Mapping[str, tuple[str, ...]]:
                                              for f, s in _switch_fields(table).items()}})
 
 
-#: the settings a Forward keeps as text too (spec.engines.serving reads them): each is a switch's field
-_TEXT_SWITCH_FIELDS = ("norm_before_residual", "layers", "sliding_window")
-
 FORWARD_VALUES: Mapping[str, tuple[str, ...]] = forward_values(switches())
 """How an engine runs the drafter where engines differ (null in the data: not applicable
 or not read, and the drafter runs as its config says): ``rope_interleave`` "config"
@@ -285,28 +282,26 @@ under."""
 @dataclass(frozen=True)
 class Forward:
     """How one engine runs one kind of drafter (see :data:`FORWARD_VALUES`); ``switches``: its reading of
-    every switch the engine files record, keyed by switch (mappings/variants.json). ``norm_before_residual``,
-    ``layers`` and ``sliding_window`` are also kept as the data writes them, for :func:`spec.engines.serving`."""
+    every switch the engine files record, keyed by switch (mappings/variants.json), ``norm_before_residual``,
+    ``layers`` (the switch ``later_layers``) and ``sliding_window`` among them."""
 
     releases: ReleaseRange
     drafters: tuple[str, ...]
     rope_interleave: str | None
-    norm_before_residual: str | None
     embedding: str | None
     head_without_draft_vocab_size: str | None
     why: str
     source: str
     later_layer_norm: str | None = None
-    layers: str | None = None
     layers_without_weights: str | None = None
     weights_past_layers: str | None = None
     layers_source: str | None = None
     architectures: tuple[str, ...] | None = None
     mask_token_fields: tuple[str, ...] | None = None
     """Where a release that drafts in parallel reads the mask token id, in order (None: not read)."""
-    sliding_window: str | None = None
     sliding_window_option: str | None = None
-    """The launch option that sets the drafter's window where ``sliding_window`` is "launch_option"."""
+    """The launch option that sets the drafter's window where the switch ``sliding_window`` is
+    :attr:`~eagle3conv.spec.variants.Handling.LAUNCH_OPTION`."""
     readings: tuple[tuple[Switch, Handling], ...] = ()
     """(switch, how this release reads it) for every switch the engine files record, in the table's order."""
 
@@ -548,11 +543,11 @@ def _parse_forward(path: Path, i: int, raw: object, table: Sequence[Switch]) -> 
                           "is \"launch_option\"")
     if option is not None and (not isinstance(option, str) or not option.startswith("--")):
         raise _fail(path, f"{where}: 'sliding_window_option' must be a launch option such as \"--name\"")
-    return Forward(_range(path, raw, where), drafters, raw["rope_interleave"], raw["norm_before_residual"],
-                   raw["embedding"], raw["head_without_draft_vocab_size"],
-                   _text(path, raw, "why", where), _text(path, raw, "source", where),
-                   **{k: raw[k] for k in (*_SETTINGS, *_TEXT_SWITCH_FIELDS) if k not in (
-                       "rope_interleave", "norm_before_residual", "embedding", "head_without_draft_vocab_size")},
+    return Forward(_range(path, raw, where), drafters, raw["rope_interleave"], raw["embedding"],
+                   raw["head_without_draft_vocab_size"], _text(path, raw, "why", where),
+                   _text(path, raw, "source", where),
+                   **{k: raw[k] for k in _SETTINGS if k not in (
+                       "rope_interleave", "embedding", "head_without_draft_vocab_size")},
                    readings=tuple((s, s.engine.handling(raw[f]))  # type: ignore[union-attr]
                                   for f, s in _switch_fields(table).items()),
                    architectures=archs,

@@ -731,7 +731,7 @@ def window_launch_option(engine: EngineRelease | str, config: Mapping[str, Any] 
     rel = as_release(engine)
     fw = forward_rule(rel, drafter_kind(config or {}))
     win = draft_window(config)
-    if win is None or fw.sliding_window != "launch_option":
+    if win is None or fw.handling("sliding_window") is not Handling.LAUNCH_OPTION:
         return None
     return f"{fw.sliding_window_option} {win[0]}"
 
@@ -749,9 +749,10 @@ def window_note(engine: EngineRelease | str, config: Mapping[str, Any] | None) -
     cfg = config or {}
     fw = forward_rule(rel, drafter_kind(cfg))
     win = draft_window(cfg)
-    if win is None or fw.sliding_window in (None, "config"):
+    reading = fw.handling("sliding_window")
+    if win is None or reading in (Handling.NOT_READ, Handling.HONOURED):
         return None
-    if fw.sliding_window == "ignored":
+    if reading is Handling.IGNORED:
         return (f"config.json gives the drafter a {_window_words(win)}, but {rel} ignores it and attends over the "
                 "whole context")
     every = "" if len(win[1]) == _layers(cfg) else " (the option windows every draft layer)"
@@ -905,14 +906,15 @@ def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
             if fw.rope_interleave is None:
                 not_read.append(f"whether {who} honours rope_interleave")
     nbr_declared = cfg.get("norm_before_residual") is True
-    if fw.norm_before_residual == "config":
+    nbr_reading = fw.handling("norm_before_residual")
+    if nbr_reading is Handling.HONOURED:
         nbr = nbr_declared
     else:
         nbr = False
-        if fw.norm_before_residual == "ignored" and nbr_declared:
+        if nbr_reading is Handling.IGNORED and nbr_declared:
             diffs.append(f"norm_before_residual is true in config.json, but {who} ignores it (the residual is "
                          "the un-normed state)")
-        elif fw.norm_before_residual is None:
+        elif nbr_reading is Handling.NOT_READ:
             not_read.append(f"whether {who} honours norm_before_residual")
     own = "never"
     if fw.embedding == "own_unless_equal" and EMBED in names:
@@ -939,7 +941,8 @@ def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
             if f"layers.{i}.{later}.weight" not in names:
                 diffs.append(f"layers.{i}.{later}.weight is missing: {rel} normalises layer {i}'s input with it and "
                              "serves it untrained (weight 1)")
-    if switch("later_layers") in on and fw.later_layer_norm is None and fw.layers != "one":
+    if switch("later_layers") in on and fw.later_layer_norm is None \
+            and fw.handling("later_layers") is not Handling.REFUSED:
         not_read.append(f"which norm {who} applies to a later decoder layer's input")
     without = served_without(rel, cfg, names)
     for sw in (s for s in switches() if s.name in without):
@@ -947,14 +950,14 @@ def serving(engine: EngineRelease | str, config: Mapping[str, Any] | None,
                      "serves the drafter without it")
     not_read += [s.engine.not_read.format(who=who, words=s.words)  # type: ignore[union-attr]
                  for s in _read(fw, on, Handling.NOT_READ) if s.engine.not_read]  # type: ignore[union-attr]
-    win = draft_window(cfg)
-    if win is not None and fw.sliding_window == "config":
+    win, win_reading = draft_window(cfg), fw.handling("sliding_window")
+    if win is not None and win_reading is Handling.HONOURED:
         missing.append(f"{rel} applies the drafter's {_window_words(win)}; verify attends over the whole context, "
                        f"the same on sequences of up to {win[0]} tokens")
-    elif win is not None and fw.sliding_window == "launch_option":
+    elif win is not None and win_reading is Handling.LAUNCH_OPTION:
         missing.append(f"{rel} launched with {fw.sliding_window_option} {win[0]} windows every draft layer; verify "
                        "runs it as launched without (the whole context)")
-    elif win is not None and fw.sliding_window is None:
+    elif win is not None and win_reading is Handling.NOT_READ:
         not_read.append(f"whether {who} applies the drafter's sliding window")
     refused = cannot_load(rel, cfg, names)
     parallel = switch("parallel_drafting")

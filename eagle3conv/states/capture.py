@@ -35,6 +35,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -128,6 +129,75 @@ def read_prompts(path: str | os.PathLike) -> list[Prompt]:
 # --------------------------------------------------------------------------- result
 
 
+class CaptureOutcome(str, Enum):
+    """What ``capture`` did: :class:`CaptureVerdict`'s code (a refusal is an error, exit 2 or 3, not a verdict)."""
+
+    WROTE = "wrote"  # the states were captured and written
+    PLANNED = "planned"  # --engine vllm --dry-run: the invocation printed, nothing run
+
+
+class CaptureNote(str, Enum):
+    """What the capture did otherwise than asked, or left for the user to know (codes; render says them)."""
+
+    NO_CHAT_TEMPLATE = "no-chat-template"  # a chat template was asked for; the tokenizer has none: plain text
+    AT_MAX_LENGTH = "at-max-length"  # sequences reached --max-length (cut there, or exactly that long)
+    CHOSEN_LAYERS = "chosen-layers"  # only the layers asked: verify can search wirings of those layers only
+
+
+@dataclass(frozen=True)
+class CaptureVerdict:
+    """``capture``'s verdict in codes and values (the text's first line and ``--json``'s ``verdict``):
+    ``layers`` (output-of ids, -1 the embedding output) stored or to be stored of the target's ``num_layers``,
+    ``every_layer`` when that is each of them (the states can check every wiring), ``layers_asked`` (None:
+    every layer); ``sequences``, ``tokens`` and ``generated_tokens`` written (None: planned), the tokens
+    ``generate`` asked per prompt; the chat template asked and used (None: not known before the run);
+    ``at_max_length``: sequences that reached ``max_length`` (None: not counted); ``notes``: codes."""
+
+    outcome: CaptureOutcome
+    layers: tuple[int, ...]
+    num_layers: int
+    layers_asked: tuple[int, ...] | None
+    sequences: int | None
+    tokens: int | None
+    generated_tokens: int | None
+    generate: int
+    max_length: int
+    chat_template_asked: bool
+    chat_template_used: bool | None
+    at_max_length: int | None = None
+    notes: tuple[CaptureNote, ...] = ()
+
+    @property
+    def every_layer(self) -> bool:
+        return set(range(self.num_layers)) <= set(self.layers)
+
+    def to_dict(self) -> dict:
+        return {"outcome": self.outcome.value, "every_layer": self.every_layer, "layers": list(self.layers),
+                "num_layers": self.num_layers,
+                "layers_asked": None if self.layers_asked is None else list(self.layers_asked),
+                "sequences": self.sequences, "tokens": self.tokens, "generated_tokens": self.generated_tokens,
+                "generate": self.generate, "max_length": self.max_length,
+                "chat_template_asked": self.chat_template_asked, "chat_template_used": self.chat_template_used,
+                "at_max_length": self.at_max_length, "notes": [n.value for n in self.notes]}
+
+
+def capture_verdict(outcome: CaptureOutcome, *, layers: Sequence[int], num_layers: int,
+                    layers_asked: Iterable[int] | None, chat_template_asked: bool, chat_template_used: bool | None,
+                    at_max_length: int | None = None, **values) -> CaptureVerdict:
+    """The verdict of a capture (or of its plan), its notes decided from the values."""
+    notes = []
+    if chat_template_asked and chat_template_used is False:
+        notes.append(CaptureNote.NO_CHAT_TEMPLATE)
+    if at_max_length:
+        notes.append(CaptureNote.AT_MAX_LENGTH)
+    if not set(range(num_layers)) <= set(layers):
+        notes.append(CaptureNote.CHOSEN_LAYERS)
+    asked = None if layers_asked is None else tuple(sorted({int(i) for i in layers_asked}))
+    return CaptureVerdict(outcome, tuple(layers), num_layers, asked, chat_template_asked=chat_template_asked,
+                          chat_template_used=chat_template_used, at_max_length=at_max_length,
+                          notes=tuple(notes), **values)
+
+
 @dataclass
 class CaptureResult:
     path: Path
@@ -144,6 +214,18 @@ class CaptureResult:
     capture: dict = field(default_factory=dict)
     categories: dict | None = None  # sequences per prompt category; None: the prompts named none
     target_load_seconds: float | None = None  # loading the target (eagle3conv.api.capture sets it)
+    layers_asked: tuple[int, ...] | None = None  # the layers asked for (None: every layer)
+    chat_template_asked: bool = True
+    at_max_length: int = 0  # sequences whose length reached max_length
+
+    def verdict(self) -> CaptureVerdict:
+        """What was captured, against what was asked (codes and values; render says them)."""
+        info = self.capture
+        return capture_verdict(CaptureOutcome.WROTE, layers=self.layers, num_layers=self.num_layers,
+                               layers_asked=self.layers_asked, chat_template_asked=self.chat_template_asked,
+                               chat_template_used=info.get("chat_template"), at_max_length=self.at_max_length,
+                               sequences=self.sequences, tokens=self.tokens, generated_tokens=self.generated_tokens,
+                               generate=info.get("generate_tokens", 0), max_length=info.get("max_length", 0))
 
     def to_dict(self) -> dict:
         return {
@@ -152,7 +234,7 @@ class CaptureResult:
             "layers": list(self.layers), "num_layers": self.num_layers,
             "hidden_size": self.hidden_size, "vocab_size": self.vocab_size,
             "dtype": self.dtype, "seconds": round(self.seconds, 3), "capture": self.capture,
-            "categories": self.categories,
+            "categories": self.categories, "verdict": self.verdict().to_dict(),
         }
 
 
@@ -314,6 +396,7 @@ def capture_states(
     blocks = decoder_layers(model)
     if len(blocks) != n_layers:
         raise UsageError(f"the config says {n_layers} layers but the model has {len(blocks)}")
+    layers = None if layers is None else tuple(layers)  # read twice: the layers stored, the verdict's asked
     wanted = wanted_layers(layers, n_layers, "stored")
     if device is not None:
         model.to(device)
@@ -438,6 +521,8 @@ def capture_states(
         layers=(-1, *wanted), num_layers=n_layers, hidden_size=hidden, vocab_size=vocab,
         dtype=info["dtype"], seconds=time.perf_counter() - t0, capture=info,
         categories=category_counts(categories),
+        layers_asked=None if layers is None else tuple(int(i) for i in layers), chat_template_asked=chat_template,
+        at_max_length=sum(len(q) >= max_length for q in seqs),
     )
 
 

@@ -40,10 +40,13 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eagle3conv.errors import CheckpointReadError, Eagle3ConvError, UsageError, WriteError
 from eagle3conv.spec.drafter import AUX_KEY
+
+if TYPE_CHECKING:
+    from eagle3conv.states.capture import CaptureVerdict
 
 VLLM_RELEASE = "0.33.0"  # the release whose method, connector and file layout docs/capture-at-scale.md reads
 VLLM_REQUIREMENT = f"vllm=={VLLM_RELEASE}"
@@ -78,6 +81,20 @@ class VllmCapturePlan:
     chat_template: bool = True
     trust_remote_code: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)  # further LLM(...) keyword arguments (--vllm-arg)
+    layers_asked: tuple[int, ...] | None = None  # the output-of layers asked for (None: every layer)
+
+    def verdict(self, result: VllmCaptureResult | None = None, *, prompts: int | None = None) -> CaptureVerdict:
+        """The capture's verdict (:class:`~eagle3conv.states.capture.CaptureVerdict`): planned (``--dry-run``;
+        its ``sequences`` are the ``prompts`` it would run), or with the run's ``result``, what it wrote."""
+        from eagle3conv.states.capture import CaptureOutcome, capture_verdict
+
+        ran = ({"sequences": prompts, "tokens": None, "generated_tokens": None} if result is None else
+               {"sequences": result.sequences, "tokens": result.tokens, "generated_tokens": result.generated_tokens})
+        return capture_verdict(CaptureOutcome.PLANNED if result is None else CaptureOutcome.WROTE,
+                               layers=self.output_of, num_layers=self.num_layers, layers_asked=self.layers_asked,
+                               chat_template_asked=self.chat_template,
+                               chat_template_used=None if result is None else result.sidecar.get("chat_template"),
+                               generate=self.generate, max_length=self.max_length, **ran)
 
     @property
     def output_of(self) -> tuple[int, ...]:
@@ -200,12 +217,18 @@ class VllmCaptureResult:
     vllm_ids: tuple[int, ...]
     categories: dict | None
     sidecar: dict
+    plan: VllmCapturePlan | None = None  # what was run (its verdict says what was asked)
+
+    def verdict(self) -> CaptureVerdict | None:
+        """What was captured, against what was asked (a :class:`~eagle3conv.states.capture.CaptureVerdict`)."""
+        return None if self.plan is None else self.plan.verdict(self)
 
     def to_dict(self) -> dict:
+        v = self.verdict()
         return {"engine": "vllm", "out": str(self.out), "sequences": self.sequences, "tokens": self.tokens,
                 "generated_tokens": self.generated_tokens, "vllm_layer_ids": list(self.vllm_ids),
                 "layers": [i - 1 for i in self.vllm_ids], "categories": self.categories,
-                "sidecar": str(self.out / SIDECAR)}
+                "sidecar": str(self.out / SIDECAR), "verdict": None if v is None else v.to_dict()}
 
 
 def check_out_folder(out: Path) -> None:
@@ -265,7 +288,7 @@ def run_vllm_capture(plan: VllmCapturePlan, prompts: Sequence[Any], *, progress=
     return VllmCaptureResult(out=plan.out, sequences=len(sequences), tokens=sum(s["tokens"] for s in sequences),
                              generated_tokens=sum(s["generated"] for s in sequences), vllm_ids=plan.vllm_ids,
                              categories=category_counts(known_categories(s["category"] for s in sequences)),
-                             sidecar=sidecar)
+                             sidecar=sidecar, plan=plan)
 
 
 def _keep_file(plan: VllmCapturePlan, staging: Path, i: int, out: Any, ids: list[int], response_start: int,

@@ -687,8 +687,9 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     # combine per wiring: the sum, a scale per position and wiring where a norm spans the slots, the bias)
     if not drafter.step1_factors:
         from eagle3conv.errors import UsageError
+        from eagle3conv.spec.drafter import NORM_BEFORE_FC
 
-        raise UsageError("the global search cannot screen a drafter with both norm_before_fc and fc_norm (the "
+        raise UsageError(f"the global search cannot screen a drafter with both {NORM_BEFORE_FC.name} and fc_norm (the "
                          "concatenation's norm then does not factor through fc_norm)",
                          hint="score the wirings you suspect with --layers")
     split = _SplitStep.of(drafter)

@@ -53,6 +53,7 @@ from typing import Any, Literal
 from eagle3conv.errors import CheckpointReadError
 from eagle3conv.spec.drafter import NORM_BEFORE_RESIDUAL
 from eagle3conv.spec.engines import Run
+from eagle3conv.spec.variants import switches
 from eagle3conv.verify.evaluate import Score
 from eagle3conv.verify.profile import category_figures
 from eagle3conv.verify.search import Verdict
@@ -321,14 +322,13 @@ _KIND_NAMES = {list: "list", dict: "object", int: "integer", str: "string", bool
 
 
 def _forward(r: Run) -> dict:
-    """A Run as the report shows it."""
-    from eagle3conv.model.drafter import SKIPPABLE
-
+    """A Run as the report shows it (``without`` in the variant table's order)."""
     return {"rope": None if r.rope_interleave is None else ("interleaved" if r.rope_interleave else "half-split (neox)"),
             NORM_BEFORE_RESIDUAL.name: r.norm_before_residual,  # the report's field is the switch's name
             "embedding": "drafter's own" if r.own_embedding == "always" else "target's",
             "head": "target's" if r.target_head else "drafter's own",
-            "later_layer_norm": r.later_layer_norm, "without": [s for s in SKIPPABLE if s in r.without],
+            "later_layer_norm": r.later_layer_norm,
+            "without": [s.name for s in switches() if s.skippable and s.name in r.without],
             "parallel_mask_token": r.parallel_mask_token, "why": r.why, "source": r.source}
 
 

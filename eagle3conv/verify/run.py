@@ -171,13 +171,13 @@ class _Verification:
         self.got_log: dict = {}
         self.screened_logs: dict = {}  # layers -> the screens' own log score, for wirings they read everywhere
 
-    def checked(self, extra=()):
-        """The wiring check of this drafter as it is, completed by ``extra`` (the embedding audit,
-        once the forwards are built: the check is made again, the same, with it)."""
+    def checked(self):
+        """The wiring check of this drafter as it is (the embedding audit, once the forwards are built,
+        completes it: :func:`~eagle3conv.wiring.apply.completed`)."""
         from eagle3conv.wiring.apply import check_fixed
 
         return check_fixed(self.config, self.tensors, self.wopts, ev=self.ev, path=self.path,
-                           target_hidden=self.dc.target_hidden_size, audit=False, extra=extra)
+                           target_hidden=self.dc.target_hidden_size, audit=False)
 
     def choose_wiring(self) -> None:
         """The wiring scored first: ``--layers``, else what the first ``--engine`` captures from
@@ -246,9 +246,11 @@ class _Verification:
                                 own_only=own, stored=self.stored)
         self.table = table
         if EMBED in tensors and not own:
+            from eagle3conv.wiring.apply import completed
             from eagle3conv.wiring.audit import audit_embedding
 
-            self.check = self.checked(audit_embedding(self.serving.compare(), where=f"{self.path}/config.json"))
+            audit = audit_embedding(self.serving.compare(), where=f"{self.path}/config.json")
+            self.check = completed(self.check, audit)
         self.own_tokens(*target_read)
         self.main_fw = self.serving.main()
         ran = self.serving.describe(self.main_fw)

@@ -246,6 +246,12 @@ def assembled(report: WiringReport, config: dict, ev: Evidence, target_hidden: i
     return replace(report, findings=(*head, *report.findings, *audit, *extra))
 
 
+def completed(w: Wiring, extra: Sequence[Finding]) -> Wiring:
+    """``w``, a check assembled without ``extra``, with the caller's audits ``extra`` after its findings (where
+    :func:`assembled` puts them): what :func:`check_fixed` gives with ``extra``, without checking again."""
+    return replace(w, report=replace(w.report, findings=(*w.report.findings, *extra)))
+
+
 def target_mismatches(config: dict, target: TargetProfile) -> list[Finding]:
     """The drafter's config against the target's numbers beyond the hidden size: its ``vocab_size`` (token ids
     and d2t index the target's vocabulary) and the target layer count its config records (eagle3conv's
@@ -304,4 +310,4 @@ def check_fixed(config: dict, tensors: Mapping, opts: WiringOptions | None, *, e
 
 
 __all__ = ["Evidence", "WiringOptions", "Wiring", "gather", "wire", "resolve_target", "fc_width",
-           "check_fixed", "assembled", "CONFLICTS", "describe"]
+           "check_fixed", "assembled", "completed", "CONFLICTS", "describe"]
