@@ -341,7 +341,8 @@ def qkv_no_cat(self, g, input_ids, position_offset, embeddings=None):
 
 
 def global_search_bench(folder: Path, d: dict, dev: str, work: Path, seqs: int, S: int, steps: int,
-                        runs: int = 2, screen_max_work: float | None = None) -> dict:
+                        runs: int = 2, screen_max_work: float | None = None,
+                        search_budget: float | None = None) -> dict:
     """5. ``verify --search-wiring`` over every layer of the 61-layer target: states holding the
     embedding output and all 61 layer outputs of ``seqs`` x ``S`` tokens (16k by default), written
     once; the budget is 60 s on one H200 (issue 13). The weights are random, so every wiring
@@ -357,7 +358,8 @@ def global_search_bench(folder: Path, d: dict, dev: str, work: Path, seqs: int, 
 
     T, V = d["T"], d["V"]
     path = work / "states_all_layers.safetensors"
-    out = {"sequences": seqs, "S": S, "tokens": seqs * S, "screen_max_work": screen_max_work}
+    out = {"sequences": seqs, "S": S, "tokens": seqs * S, "screen_max_work": screen_max_work,
+           "search_budget": search_budget}
     if not path.exists():
         # Layer outputs that drift like a residual stream (a shared part plus a random walk over the
         # layers, so neighbouring layers are alike), and reference tokens planted from the drafter's
@@ -436,7 +438,8 @@ def global_search_bench(folder: Path, d: dict, dev: str, work: Path, seqs: int, 
             label = ("first", "second", "third")[i] if i < 3 else f"run{i}"
             seen.clear()
             t = time.perf_counter()
-            res = verify(folder, path, steps=steps, device=dev, save=False, search=True)
+            budget = {} if search_budget is None else {"search_budget": search_budget}
+            res = verify(folder, path, steps=steps, device=dev, save=False, search=True, **budget)
             wall = time.perf_counter() - t
             cov = res.verdict.coverage.to_dict() if res.verdict.coverage is not None else {}  # undecided too
             cov.pop("slot_profile", None)
@@ -863,6 +866,8 @@ def main() -> int:
     ap.add_argument("--search-runs", type=int, default=2, help="verify --search-wiring runs on the same states")
     ap.add_argument("--screen-max-work", type=float, default=None,
                     help="search: the screen's work cap (ScreenBound.max_work; default: eagle3conv's)")
+    ap.add_argument("--search-budget", type=float, default=None,
+                    help="search: verify --search-budget (default: eagle3conv's, 15 s on a GPU)")
     ap.add_argument("--keep", action="store_true", help="keep the states files")
     ap.add_argument("--fresh-labels", default="", help="only these fresh-process cases, ';' separated")
     ap.add_argument("--mla-light", action="store_true",
@@ -1222,7 +1227,8 @@ def main() -> int:
     if "search" in sections:
         RESULT["global_search"] = global_search_bench(folder, d, dev, work, 2 if args.small else args.search_seqs,
                                                       S, steps, runs=args.search_runs,
-                                                      screen_max_work=args.screen_max_work)
+                                                      screen_max_work=args.screen_max_work,
+                                                      search_budget=args.search_budget)
         dump()
     if dev == "cuda":
         torch.cuda.empty_cache()
