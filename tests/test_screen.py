@@ -5,6 +5,7 @@ and the screen records how long each of its phases took."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from eagle3conv.spec.layers import LayerRef
 from eagle3conv.states.format import write_states
 from eagle3conv.states.readers import open_states
 from eagle3conv.verify import Candidate, build_drafter, evaluate, load_drafter_weights
-from eagle3conv.verify.evaluate import NO_DROP, screen
+from eagle3conv.verify.evaluate import NO_DROP, ScreenBound, screen
 
 DIMS = Dims(hidden=64, target_hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=512,
             draft_vocab=300, aux_ids=(1, 3, 4))
@@ -249,3 +250,35 @@ def test_a_two_layer_drafter_is_screened_over_the_prompt_columns_too(tmp_path):
         assert res.hits[i] == sc.matched[0], ls
         ref = log_scores(drafter, open_states(path), [ls], steps=1, batch_size=4, target_embeds=True)[0]
         assert res.log_score(i).logp[0] == pytest.approx(ref.logp[0], rel=1e-4, abs=1e-3)
+
+
+def test_a_second_screen_takes_the_first_screens_scores_where_it_has_them(planted):
+    """Refinement screens again wirings the global screen read on some positions: with ``known`` it
+    takes those scores (the same states and labels: the same positions in the same order) and
+    computes only the rest, with the same result as computing everything."""
+    drafter, path = planted
+    states = open_states(path)
+    refs = sorted(states.layers, key=lambda r: r.output_of)
+    sets = [tuple(c) for c in itertools.combinations(refs, 3)]
+    bound = ScreenBound(first=16)
+    first, _ = screen(drafter, states, sets, rows=states.num_sequences, target_embeds=True, bound=bound)
+    left_early = [i for i in range(len(sets)) if 0 < len(first.vectors[i]) < first.total]
+    assert left_early  # some wirings left before the end: a second screen has part of their scores
+    pick = [sets[i] for i in left_early[:6]] + [sets[first.alive[0]]]
+    index = [sets.index(ls) for ls in pick]
+    nodrop = replace(NO_DROP, first=16)
+    again, _ = screen(drafter, states, pick, rows=states.num_sequences, target_embeds=True, bound=nodrop,
+                      known=(first, index))
+    fresh, _ = screen(drafter, states, pick, rows=states.num_sequences, target_embeds=True, bound=nodrop)
+    assert again.pos_row == fresh.pos_row
+    for i in range(len(pick)):
+        assert torch.allclose(again.vectors[i], fresh.vectors[i], atol=1e-5), pick[i]
+        assert torch.equal(again.hit_vectors[i], fresh.hit_vectors[i]) and again.hits[i] == fresh.hits[i]
+    taken = sum(len(first.vectors[k]) for k in index)
+    assert again.work == fresh.work - taken and fresh.work == len(pick) * fresh.total
+    # fewer rows read the same positions first, in the same order: what the first screen has is taken
+    fewer = states.num_sequences - 1
+    other, _ = screen(drafter, states, pick, rows=fewer, target_embeds=True, bound=nodrop, known=(first, index))
+    alone, _ = screen(drafter, states, pick, rows=fewer, target_embeds=True, bound=nodrop)
+    assert other.work < alone.work and other.pos_row == alone.pos_row
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(other.vectors, alone.vectors))

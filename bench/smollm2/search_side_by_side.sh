@@ -7,7 +7,8 @@
 # Usage: bash bench/smollm2/search_side_by_side.sh STATES OUTDIR TREE [TREE ...]
 #   STATES  states from `eagle3conv capture --generate 96` on the first 50 held-out prompts (bench/README.md)
 #   OUTDIR  one JSON report per (tree, drafter, mode) and a summary.tsv
-#   TREE    an eagle3conv source tree (PYTHONPATH for it), e.g. /tmp/base (git archive 8455a44) and .
+#   TREE    an eagle3conv source tree (PYTHONPATH for it; python -P, so the folder this runs in never
+#           shadows it), e.g. /tmp/base (git archive 8455a44) and .
 # Environment: PYTHON (default /work/main/.venv/bin/python); DRAFTERS: "name=folder:plain-layers ..."
 #   (default: the three lost-wiring cases, made under OUTDIR/drafters by this script from tests/data)
 set -euo pipefail
@@ -40,7 +41,7 @@ for spec in $DRAFTERS; do
       extra=(--layers "$layers"); [ "$mode" = search ] && extra=(--search-wiring)
       out="$outdir/$tag-$name-$mode.json"
       lb=$(cut -d' ' -f1-3 /proc/loadavg)
-      EAGLE3CONV_PHASES=1 PYTHONPATH=$tree /usr/bin/time -v -o "$out.time" "$py" -m eagle3conv verify "$folder" \
+      EAGLE3CONV_PHASES=1 PYTHONPATH=$tree /usr/bin/time -v -o "$out.time" "$py" -P -m eagle3conv verify "$folder" \
           --states "$states" "${extra[@]}" --no-save --json > "$out" 2> "$out.err" || true
       la=$(cut -d' ' -f1-3 /proc/loadavg)
       wall=$(grep "Elapsed (wall" "$out.time" | awk '{print $NF}')

@@ -337,6 +337,7 @@ class ScreenResult:
     work: int = 0  # wiring x scored positions
     bound: ScreenBound | None = None
     vectors: list = field(default_factory=list)  # per wiring: its log score per position scored (CPU)
+    hit_vectors: list = field(default_factory=list)  # per wiring: its step-1 hit per position scored (CPU)
     pos_row: list[int] = field(default_factory=list)  # the sequence of each position, in the order read
     tests: int = 0  # the comparisons the bound allows for (wirings x stages)
     total: int = 0  # the log-scored positions of the rows screened (a vector this long is complete)
@@ -567,6 +568,27 @@ class _SplitStep:
         return out
 
 
+def _reusable(known, alive: list[int], order: list[int], start: int) -> dict:
+    """Per place ``j`` in ``alive`` whose wiring the earlier screen ``known`` scored on every position
+    up to ``len(order)`` (read in the same ``order``, row by row), its log scores and hits on
+    positions ``[start, len(order))``. Nothing where the orders differ."""
+    if known is None:
+        return {}
+    res, index = known
+    n = len(order)
+    if res.pos_row[:n] != order:
+        return {}
+    out = {}
+    for j, i in enumerate(alive):
+        k = index[i]
+        if k is None or k >= len(res.vectors) or k >= len(res.hit_vectors):
+            continue
+        v, h = res.vectors[k], res.hit_vectors[k]
+        if v is not None and h is not None and len(v) >= n:
+            out[j] = (v[start:n], h[start:n])
+    return out
+
+
 def _finite_at(x, mask):
     """Per slot of ``x`` ``[B, S, k, T]``: every value finite at the real tokens (``mask``), on the
     device (one elementwise pass and a reduction; nothing read back). For the aux slots ``x`` is
@@ -620,7 +642,8 @@ def _refuse_non_finite(means, wirings: list, states) -> None:
 
 def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: bool, labels=None,
            bound: ScreenBound | None = None, keep: tuple[int, ...] = (), chunk_tokens: int | None = None,
-           memory_bytes: int | None = None, progress: Progress | None = None) -> tuple[ScreenResult, list[int]]:
+           memory_bytes: int | None = None, progress: Progress | None = None,
+           known: tuple[ScreenResult, list[int | None]] | None = None) -> tuple[ScreenResult, list[int]]:
     """The step-1 log score of every wiring in ``sets`` on the first ``rows`` sequences,
     each wiring read only until the data excludes it (:class:`ScreenBound`); returns the
     result and the wirings kept, best first. ``keep``: indices never dropped (a reference
@@ -630,7 +653,14 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     each slot's projection of each layer is computed once per sequence, and a wiring's
     ``fc`` output is their sum. Only the rest of step 1 (attention, MLP, head) runs per
     wiring, many wirings to a forward. Attention is causal, so a stage that extends a
-    sequence scores the new positions exactly."""
+    sequence scores the new positions exactly.
+
+    ``known``: an earlier screen of the same drafter, states and labels and, per wiring of
+    ``sets``, its index there (or None): where that screen scored a wiring on every position a
+    stage reads (positions are read row after row from the first, so any two screens of them
+    read the same positions first; the order is checked),
+    its scores are taken, not computed again (a position's score depends on the columns up to
+    it only), and count as no work."""
     import torch
     import torch.nn.functional as F
 
@@ -712,6 +742,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     reached = [0] * n_sets
     row_hits: list[list[int]] = [[0] * rows for _ in range(n_sets)]
     vectors: list = [None] * n_sets  # per wiring: its log score at each position it was scored on
+    hit_vectors: list = [None] * n_sets
     stages: list[dict] = []
     phases: dict = {"project": 0.0}
     # the work cap, unless the user gave a time budget (which then replaces it)
@@ -739,6 +770,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         kept_lp = lp_store[where]
         for j, i in enumerate(idx):
             vectors[i] = kept_lp[j].clone()
+            hit_vectors[i] = hs[j].clone()
             logp[i] = lps[j] / n_lp if lp_store.shape[1] else 0.0
             step1[i] = hsum[j] / den
             reached[i] = lp_store.shape[1]
@@ -748,7 +780,11 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         ts = time.perf_counter()
         stops = region(want)
         todo = [r for r in range(rows) if stops[r] > done[r]]
-        need = len(alive) * (want - lp_store.shape[1])
+        # the positions this stage adds, row after row (the order the stores keep)
+        added = [r for r in todo for _ in range(int(lp_ok_all[r, done[r]:stops[r]].sum()))]
+        reuse = _reusable(known, alive, pos_row + added, lp_store.shape[1])
+        calc = [i for j, i in enumerate(alive) if j not in reuse]  # the wirings this stage computes
+        need = len(calc) * len(added)
         if todo and stage_no > 0:
             spent = time.perf_counter() - t0
             if work + need > cap:
@@ -758,16 +794,16 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             if stopped:
                 complete = False
                 break
-        used = sorted({int(x) for x in wiring_cols[alive].flatten().tolist()})
+        used = sorted({int(x) for x in wiring_cols[calc].flatten().tolist()}) if calc else []
         ucol = {j: u for u, j in enumerate(used)}
         remap = torch.full((len(refs),), -1, dtype=torch.long)  # column of a layer -> its place in `used`
         remap[torch.tensor(used, dtype=torch.long)] = torch.arange(len(used))
-        alive_cols = remap[wiring_cols[alive]].to(dev)
+        alive_cols = remap[wiring_cols[calc]].to(dev) if calc else None
         new_lp, new_hit = [], []
         # rows in groups of consecutive rows whose projections fit in memory_bytes and whose
         # padding (to the group's longest read) wastes little
         groups, cur = [], []
-        for r in todo:
+        for r in todo if calc else ():
             cur.append(r)
             g_len = max(stops[x] for x in cur)
             if len(cur) > 1 and (r != cur[-2] + 1 or k_slots * len(used) * len(cur) * g_len * width * elt > memory_bytes
@@ -785,7 +821,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             proj = torch.empty(k_slots, len(used), g, Sg, H, dtype=dt, device=dev)
             # each slot's projection of each layer through W_h too, where that is less work than one
             # projection of each wiring's sum (more wirings than slot-layer pairs)
-            pre = split is not None and len(alive) > k_slots * len(used)
+            pre = split is not None and len(calc) > k_slots * len(used)
             qkvp = torch.empty(k_slots, len(used), g, Sg, split.width, dtype=dt, device=dev) if pre else None
             if split is not None:
                 split.positions(drafter, Sg, dev)
@@ -833,12 +869,12 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             qmask = torch.arange(Sg, device=dev)[None, :] <= qi[:, None]  # causal, for the columns scored
             per = max(1, chunk_tokens // max(1, g * Sg))
             # the same for every chunk of wirings: built once per group (the last chunk takes a slice)
-            tokens_rep = tokens.repeat(min(per, len(alive)), 1)
+            tokens_rep = tokens.repeat(min(per, len(calc)), 1)
             ref_d_flat, ref_t_flat = ref_d.flatten()[flat], ref_t.flatten()[flat]
             lp_parts, hit_parts = [], []
             if split is not None:  # what no wiring changes, once per group
                 split.begin(drafter, tokens, qi, roped=pre, embeddings=table)
-            for a in range(0, len(alive), per):
+            for a in range(0, len(calc), per):
                 part = alive_cols[a:a + per]
                 P = part.shape[0]
                 sq = None if msq is None else [msq[part[:, s]] for s in range(k_slots)]
@@ -870,21 +906,27 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
                 hit_parts.append((target_ids == ref_t_flat).cpu())
                 del out, logits, target_ids, gg, lin
                 if progress:
-                    progress(min(a + P, len(alive)), len(alive))
+                    progress(min(a + P, len(calc)), len(calc))
             new_lp.append(torch.cat(lp_parts) if lp_parts else torch.zeros(0, 0))
             new_hit.append(torch.cat(hit_parts) if hit_parts else torch.zeros(0, 0, dtype=torch.bool))
-            for a, r in enumerate(grp):
-                pos_row.extend([r] * int(take[a].sum()))
             del proj, qkvp
         for r in todo:  # step-1 positions: a row read to its last log-scored position counts to its end
             end = S if stops[r] == scored_at[r][-1] + 1 else stops[r]
             ok_positions += int(ok_all[r, done[r]:end].sum())
             done[r] = stops[r]
-        if new_lp:
-            lp_store = torch.cat([lp_store[:len(alive)]] + new_lp, dim=1)
-            hit_store = torch.cat([hit_store[:len(alive)]] + new_hit, dim=1)
+        if added:
+            lp_new = torch.empty(len(alive), len(added), dtype=torch.float32)
+            hit_new = torch.empty(len(alive), len(added), dtype=torch.bool)
+            if calc:
+                lp_new[[j for j in range(len(alive)) if j not in reuse]] = torch.cat(new_lp, dim=1)
+                hit_new[[j for j in range(len(alive)) if j not in reuse]] = torch.cat(new_hit, dim=1)
+            for j, (lv, hv) in reuse.items():
+                lp_new[j], hit_new[j] = lv, hv
+            lp_store = torch.cat([lp_store[:len(alive)], lp_new], dim=1)
+            hit_store = torch.cat([hit_store[:len(alive)], hit_new], dim=1)
+            pos_row.extend(added)
         n_pos = lp_store.shape[1]
-        work += len(alive) * (n_pos - (stages[-1]["positions"] if stages else 0))
+        work += len(calc) * len(added)
         # the bound: paired differences against the leader, over blocks of one sequence's positions
         means = lp_store.double().sum(1) / max(1, n_pos)
         _refuse_non_finite(means, [sets[i] for i in alive], states)
@@ -926,7 +968,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     res = ScreenResult(sets=list(sets), hits=row_hits, counted=counted, sequences=rows,
                        seconds=time.perf_counter() - t0, step1=step1, logp=logp, positions=ok_positions,
                        phase_seconds=phases, alive=alive, reached=reached, stages=stages, complete=complete,
-                       work=work, bound=bound, vectors=vectors, pos_row=pos_row, tests=n_sets * len(plan),
+                       work=work, bound=bound, vectors=vectors, hit_vectors=hit_vectors, pos_row=pos_row,
+                       tests=n_sets * len(plan),
                        total=total, stopped_by=stopped, cap=cap)
     if stopped:  # what reading every position would take for the wirings still in (none excluded on the way)
         left = len(alive) * (plan[-1] - lp_store.shape[1])

@@ -62,8 +62,8 @@ class VerifyOptions:
         "the data separates it. Automatic when config.json names no layers."))
     search_budget: float | None = option(metavar="SECONDS", help=(
         "The seconds the search's screen may spend (it stops at a stage boundary and says what more would "
-        "read); default: a work cap the report names."))
-    """Seconds the search's screen may spend (None: its work cap)."""
+        "read); default: 15 on a GPU, on a CPU a work cap the report names."))
+    """Seconds the search's screen may spend (None: 15 s on a GPU, else its work cap)."""
     steps: int = option(3, show_default=True, help="Draft steps per chain.")
     min_accept: float | None = option(help=(
         "Fail (exit 4) when step-1 acceptance is below this fraction."))

@@ -528,9 +528,11 @@ def refine(drafter, states, res, reference: LayerSet, leaders: Sequence[LayerSet
     if progress:
         def cb(d, t):
             progress(f"refining: {len(open_)} wirings one slot from a leader", d, t)
+    # where the global screen scored a wiring on a stage's positions, its scores are taken (the same
+    # rows and stages: the same positions in the same order)
     again, kept = screen(drafter, states, sets, rows=total, target_embeds=target_embeds, labels=labels,
                          bound=dataclasses.replace(bound, max_work=math.inf, max_tail=math.inf), keep=(0,),
-                         progress=cb)
+                         progress=cb, known=(res, [index.get(ls) for ls in sets]))
     out = whole + [sets[i] for i in kept if i != 0]
     rec.update({"kept": [describe(x) for x in out], "screen": screen_record(again, bound),
                 "seconds": round(again.seconds, 3)})
