@@ -393,6 +393,9 @@ def cases(inputs: Path) -> list[Case]:
                 Case(f"launch {fmt} --engine vllm --tp 2", ("launch", "drafter", "--target", TARGET, "--engine", "vllm",
                                                             "--tp", "2", "--json"), fx),
             ]
+            if fmt == "sglang":  # verify --launch: the launch check after the smoke test's report
+                out.append(Case(f"verify {fmt} (smoke) --launch wrong", ("verify", "drafter", "--launch", WRONG_LAUNCH,
+                                                                         "--json"), fx))
     # tests/data: the bench's SmolLM2 drafters
     states = (("smollm2-states.safetensors", "states.safetensors"),)
     data = ["smollm2-drafter", "smollm2-drafter-2layer", "smollm2-drafter-lost", "smollm2-drafter-mla"]
@@ -442,6 +445,8 @@ def cases(inputs: Path) -> list[Case]:
                                                                "--steps", "2", "--batch-size", "2", "--json"), tiny),
         Case("verify tiny --search-wiring", ("verify", "drafter", "--states", "states.safetensors",
                                              "--search-wiring", "--json"), tiny),
+        Case("verify tiny --states --launch wrong", ("verify", "drafter", "--states", "states.safetensors", "--launch",
+                                                      WRONG_LAUNCH, "--json"), tiny),
         Case("verify tiny --layers bad", ("verify", "drafter", "--states", "states.safetensors", "--layers", "1,2",
                                           "--json"), tiny),
         Case("capture smollm2 (2 prompts, 8 tokens)", ("capture", "--target", TARGET, "--prompts", "prompts.txt",
