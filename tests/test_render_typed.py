@@ -159,6 +159,10 @@ def test_the_wiring_rows_are_rendered_from_the_typed_wiring(fixed, monkeypatch):
             assert f"  {where} = {f['ids']}   (read by {', '.join(f['read_by'])})" in lines
         shown = [x for x in lines if x.startswith("  ok ") or x.startswith("  BAD ") or x.startswith("  warn ")]
         assert len(shown) == len({tuple(r["releases"]) for r in w["engines"]})
+        for r in (r for r in w["engines"] if r["release"] == r["releases"][0]):  # --verbose: the runner, the notes
+            assert (f"       runner: {r['runner_assumed']}" in lines) == bool(r["runner_assumed"]), r["release"]
+            assert all(f"       ({note})" in lines for note in r["notes"]), r["release"]
+    assert any(r["runner_assumed"] for r in w["engines"])  # vLLM's default runner: the line is exercised
     with pytest.raises(AttributeError):
         wiring_lines(w)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Protocol
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
