@@ -425,10 +425,9 @@ def fix_text(res: FixResult, *, verbose: bool = False) -> str:
         counts[dec["action"]] = counts.get(dec["action"], 0) + 1
     lines.append("keys:     " + ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
                  + "  (--verbose lists them)")
-    written = (plan.get("wiring") or {}).get("written")
-    for f in (written or {}).get("ids", []):
-        where = f["field"] if f["kind"] == "config" else f"launch option {f['field']}"
-        lines.append(f"aux ids:  {where} = {f['ids']}   (read by {', '.join(f['read_by'])})")
+    edits = res.plan.wiring.report.edits if res.plan.wiring is not None else None  # the typed Wiring's edits
+    for where, ids, read_by in edits.written_ids() if edits is not None else ():
+        lines.append(f"aux ids:  {where} = {list(ids)}   (read by {', '.join(str(r) for r in read_by)})")
     for e in plan["config_edits"]:
         lines.append("config.json: " + edit_line(e))
     lines += quantization_lines(plan.get("quantization"))
