@@ -13,7 +13,8 @@ when) and the temporary folders' paths are normalised away.
 
 ``--mode text`` (or ``both``) runs each of those commands once more without ``--json`` and compares
 what people read: the exit code, stdout line by line (the same temporary paths replaced, and the
-wall-clock figures: "0.12 s", "seconds: 0.123") and the files it leaves.
+wall-clock figures: "0.12 s", "seconds: 0.123", a timing key's "target_load_seconds: 22.1") and the
+files it leaves.
 
 The inputs (example checkpoints, a tiny random states file, SmolLM2 states captured with the real
 target) are made once with the *before* tree and kept in the cache, so both sides read the same
@@ -55,6 +56,9 @@ TIMING_WORDS = {"seconds", "elapsed", "wall", "time", "times", "timing", "timing
 TIMING_PROSE = re.compile(r"\b\d+(?:\.\d+)?\s?(?:s|ms|seconds?|min)\b")
 # a text line that names a timing, then its figure: "seconds: 0.123" (verify's smoke test)
 TIMING_FIELD = re.compile(r"\b(seconds|elapsed|wall|time|took|duration)(:\s*)\d+(?:\.\d+)?")
+# a "key: figure" line (capture's text prints its JSON keys so: "target_load_seconds: 22.1"), normalised
+# when the key is a timing key, as in the JSON mode
+KEY_FIGURE = re.compile(r"^(\s*)([A-Za-z_][\w.\-]*)(:\s*)-?\d+(?:\.\d+)?\s*$")
 TEXT_SUFFIX = " [text]"  # a text case's name: its JSON case's name and this
 WRONG_LAUNCH = ("python -m sglang.launch_server --model-path HuggingFaceTB/SmolLM2-135M-Instruct "
                 "--speculative-algorithm EAGLE --speculative-draft-model-path drafter --quantization fp8 "
@@ -230,9 +234,16 @@ def diff(a, b, path="") -> list[tuple[str, object, object]]:
     return [] if a == b and type(a) is type(b) else [(path or "<document>", a, b)]
 
 
+def _normalise_line(line: str) -> str:
+    m = KEY_FIGURE.match(line)
+    if m and _is_timing_key(m.group(2)):
+        return f"{m.group(1)}{m.group(2)}{m.group(3)}<timing>"
+    return TIMING_FIELD.sub(r"\1\2<t>", TIMING_PROSE.sub("<t>", line))
+
+
 def normalise_text(text: str | None) -> list[str]:
     """A text output's lines, each with its wall-clock figures replaced."""
-    return [TIMING_FIELD.sub(r"\1\2<t>", TIMING_PROSE.sub("<t>", line)) for line in (text or "").splitlines()]
+    return [_normalise_line(line) for line in (text or "").splitlines()]
 
 
 def text_diff(a: str | None, b: str | None) -> list[tuple[str, object, object]]:
