@@ -557,6 +557,10 @@ def _wiring_result_lines(res: VerifyResult, rep: VerifyReport) -> list[str]:
 
     lines = []
     for i, (r, score) in enumerate(zip(rep.results, res.scores)):
+        missing = [k for k in ("accept_length_all_starts", "accept_length_all_starts_ci95", "chains", "ci_method")
+                   if getattr(r, k) is None]
+        if missing:  # a fresh result states them all: one missing is a renamed field, never a blank in the text
+            raise ValueError(f"verify's result states no {', '.join(missing)} for {r.name}")
         acc = ", ".join(f"{a:.3f} [{lo:.3f}, {hi:.3f}]" for a, (lo, hi) in zip(r.acceptance, r.acceptance_ci95))
         lo, hi = r.accept_length_ci95
         alo, ahi = r.accept_length_all_starts_ci95

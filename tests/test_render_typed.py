@@ -179,3 +179,23 @@ def test_the_smoke_text_renders_the_typed_wiring(fixed):
     assert d["wiring"] == r.wiring.to_dict(str(fixed)) and d["wiring_ok"] is r.wiring_ok
     text = smoke_text(r)
     assert "wiring:\n  trained on: " in text and f"ok: {r.ok}" in text
+
+
+def test_a_figure_renamed_in_the_scores_document_fails_the_text_loudly(tiny, monkeypatch):
+    """The wiring's figures are the report's (as rounded there): a figure the score's document stops
+    stating under its name is an error in the text, not "None chains"."""
+    from eagle3conv.render import verify_text
+    from eagle3conv.verify import verify
+    from eagle3conv.verify.evaluate import Score
+
+    to_dict = Score.to_dict
+
+    def renamed(self):
+        d = to_dict(self)
+        d["full_chains"] = d.pop("chains")
+        return d
+
+    monkeypatch.setattr(Score, "to_dict", renamed)
+    res = verify(*tiny, save=False, steps=2)
+    with pytest.raises(ValueError, match="states no chains"):
+        verify_text(res)

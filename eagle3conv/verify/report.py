@@ -84,6 +84,7 @@ class WiringFigures:
     positions_scored: int
     sequences: int
     rounds: int
+    # shown by verify's text (None: not stated; a report the card reads need not state them)
     why: str | None = None  # why this wiring was scored
     accept_length_all_starts: float | None = None  # over every chain start (the figure wirings are ranked by)
     accept_length_all_starts_ci95: tuple[float, float] | None = None
@@ -262,6 +263,26 @@ class _Fields:
             raise self._bad(where, key, "fractions between 0 and 1", v)
         return out
 
+    def loose(self, obj: dict, key: str, *, where: str = "", pair: bool = False, kind: type | None = None) -> Any:
+        """A value only the text shows, as it is (a number; with ``pair`` two; with ``kind`` str or int,
+        one of those), or None when the field is absent or null: a report is never refused for it."""
+        v = obj.get(key)
+        if v is None:
+            return None
+        if kind is not None:
+            if isinstance(v, bool) or not isinstance(v, kind):
+                raise self._bad(where, key, f"a JSON {_KIND_NAMES[kind]} or null", v)
+            return v
+        if pair:
+            ok = isinstance(v, list) and len(v) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                             for x in v)
+            if not ok:
+                raise self._bad(where, key, "two numbers [low, high]", v)
+            return (float(v[0]), float(v[1]))
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise self._bad(where, key, "a number", v)
+        return float(v)
+
     def interval(self, obj: dict, key: str, *, where: str = "") -> tuple[float, float]:
         v = self.numbers(obj, key, where=where)
         if len(v) != 2 or v[0] > v[1]:
@@ -295,12 +316,12 @@ class _Fields:
             positions_scored=self.get(r, "positions_scored", int, where=where),
             sequences=self.get(r, "sequences", int, where=where),
             rounds=self.get(r, "rounds", int, where=where),
-            why=self.get(r, "why", str, optional=True, where=where),
-            accept_length_all_starts=self.number(r, "accept_length_all_starts", optional=True, where=where),
-            accept_length_all_starts_ci95=None if r.get("accept_length_all_starts_ci95") is None else
-            self.interval(r, "accept_length_all_starts_ci95", where=where),
-            chains=self.get(r, "chains", int, optional=True, where=where),
-            ci_method=self.get(r, "ci_method", str, optional=True, where=where),
+            # what only the text shows: optional (None: not stated), and not judged (the card never reads them)
+            why=self.loose(r, "why", where=where, kind=str),
+            accept_length_all_starts=self.loose(r, "accept_length_all_starts", where=where),
+            accept_length_all_starts_ci95=self.loose(r, "accept_length_all_starts_ci95", where=where, pair=True),
+            chains=self.loose(r, "chains", where=where, kind=int),
+            ci_method=self.loose(r, "ci_method", where=where, kind=str),
         )
 
 
