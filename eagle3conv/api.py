@@ -20,6 +20,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eagle3conv.io.progress import Progress
 from eagle3conv.checkpoint.index import CheckpointIndex, open_checkpoint
@@ -42,6 +43,10 @@ from eagle3conv.spec.targets import TargetProfile
 from eagle3conv.wiring import apply as wiring
 from eagle3conv.wiring.apply import WiringOptions
 from eagle3conv.checkpoint.options import FixOptions
+
+if TYPE_CHECKING:  # the launch result's parts (imported where launch lines are made: the CLI loads fast)
+    from eagle3conv.spec.launch import LaunchLine
+    from eagle3conv.spec.launch_check import LaunchCheck
 
 
 @dataclass
@@ -167,8 +172,8 @@ def _wired(plan: Plan, opts: WiringOptions, ckpt: str, served: str | None = None
         found = list(w.report.errors)
         hint = next((f.fix for f in found if f.fix), None)
     found += w.report.warnings + [Finding("notice", AUX_LAYERS, EVIDENCE_NOTE, n) for n in ev.notes]
-    return plan.with_wiring(WiringOutcome(config, edits, tuple(found), hint, w.to_dict(served or str(plan.index.root)),
-                                          record_known=w.report.layers is not None))
+    return plan.with_wiring(WiringOutcome(config, edits, tuple(found), hint, w, record_known=w.report.layers is not None,
+                                          served=served or str(plan.index.root)))
 
 
 def _plan(index: CheckpointIndex, *, source_format: str | None, config: str | Path | None, keep_embed: bool,
@@ -670,8 +675,8 @@ class LaunchResult:
 
     checkpoint: Path
     target: str | None
-    rows: list  # spec.launch.LaunchLine, one per release asked (default: each engine's default releases)
-    check: object | None = None
+    rows: list[LaunchLine]  # one per release asked (default: each engine's default releases)
+    check: LaunchCheck | None = None
     notes: list[str] = field(default_factory=list)
 
     @property

@@ -604,8 +604,7 @@ def launch_cmd(checkpoint, tp, drafter, check, wiring):
 
     wiring.releases()  # a bad --engine is a usage error before anything is read
     res = launch(checkpoint, options=wiring, tp=tp, check=check, drafter=drafter)
-    d = res.to_dict()
-    _emit(json_, d, launch_text(d))
+    _emit(json_, res.to_dict(), launch_text(res))
     if not res.ok:
         click.get_current_context().exit(EXIT_INVALID)
 
@@ -754,16 +753,16 @@ def verify_cmd(checkpoint, states, plot, launch, options, wiring):
 
         r = smoke(checkpoint, device=options.device, dtype=options.dtype, wiring_options=wiring)
         d = r.to_dict()
-        launch_ok = _verify_launch(d, checkpoint, wiring, launch)
-        _emit(json_, d, smoke_text(r) + _launch_tail(d))
-        if not r.ok or not launch_ok:
+        checked = _verify_launch(d, checkpoint, wiring, launch)
+        _emit(json_, d, smoke_text(r) + _launch_tail(checked))
+        if not r.ok or (checked is not None and not checked.ok):
             click.get_current_context().exit(EXIT_INVALID)
         return
 
     with _ProgressBars(unit="seq") as progress:
         res = verify(checkpoint, states, replace(options, wiring_options=wiring), progress=progress)
     d = res.to_dict()
-    launch_ok = _verify_launch(d, checkpoint, wiring, launch)
+    checked = _verify_launch(d, checkpoint, wiring, launch)
     plot_error = None
     if plot:  # the results are printed whatever happens to the figure
         from eagle3conv.verify.plot import write_plot
@@ -774,7 +773,7 @@ def verify_cmd(checkpoint, states, plot, launch, options, wiring):
             plot_error = e if isinstance(e, Eagle3ConvError) else Eagle3ConvError(
                 f"--plot {plot}: cannot write the figure: {e.strerror or e}")
             d["plot_error"] = plot_error.message
-    _emit(json_, d, "" if json_ else verify_text(d) + _launch_tail(d))
+    _emit(json_, d, "" if json_ else verify_text(res) + _launch_tail(checked))
     if res.save_error:
         click.echo(f"warning: {res.save_error}", err=True)
     if plot_error is not None:
@@ -782,27 +781,29 @@ def verify_cmd(checkpoint, states, plot, launch, options, wiring):
         if plot_error.hint:
             click.echo(f"hint: {plot_error.hint}", err=True)
         click.get_current_context().exit(plot_error.exit_code)
-    if not res.wiring_check_ok or not launch_ok:
+    if not res.wiring_check_ok or (checked is not None and not checked.ok):
         click.get_current_context().exit(EXIT_INVALID)
 
 
-def _verify_launch(d: dict, checkpoint: str, opts, launch: str | None) -> bool:
-    """verify --launch: the user's launch line judged, put in ``d["launch_check"]``; False on an error."""
+def _verify_launch(d: dict, checkpoint: str, opts, launch: str | None):
+    """verify --launch: the user's launch line judged (a LaunchCheck, put in ``d["launch_check"]``);
+    None without --launch."""
     if launch is None:
-        return True
+        return None
     from eagle3conv.api import check_launch
 
     check = check_launch(checkpoint, launch, options=opts)
     d["launch_check"] = check.to_dict()
-    return check.ok
+    return check
 
 
-def _launch_tail(d: dict) -> str:
-    if not d.get("launch_check"):
+def _launch_tail(check) -> str:
+    """verify --launch's check (a LaunchCheck, or None) as the text's last lines."""
+    if check is None:
         return ""
     from eagle3conv.render import launch_check_lines
 
-    return "\n" + "\n".join(launch_check_lines(d["launch_check"]))
+    return "\n" + "\n".join(launch_check_lines(check))
 
 
 @main.command("capture")

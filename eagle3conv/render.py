@@ -3,16 +3,24 @@ data, its ``verdict()``, which both use: the words for it are made here.)"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the result types, imported where their codes are read (render loads fast for --help)
-    from eagle3conv.api import (ConfigResult, ConfigVerdict, FixResult, FormatsResult, InspectResult, TargetsResult,
-                                TargetVerdict)
+    from eagle3conv.api import (ConfigResult, ConfigVerdict, FixResult, FormatsResult, InspectResult, LaunchResult,
+                                TargetsResult, TargetVerdict)
     from eagle3conv.checkpoint.plan import Plan, PlanVerdict
+    from eagle3conv.spec.engines import EngineRow
+    from eagle3conv.spec.launch import LaunchLine
+    from eagle3conv.spec.launch_check import LaunchCheck
     from eagle3conv.states.capture import CaptureVerdict
+    from eagle3conv.verify.report import CategoryFigures, EngineScore, ScoredStates, VerifyReport, VerifyResult
+    from eagle3conv.verify.search import Verdict
+    from eagle3conv.verify.run import SmokeResult
+    from eagle3conv.wiring.apply import Wiring
 
 
-from eagle3conv.findings import CANNOT_SERVE
+from eagle3conv.findings import CANNOT_SERVE, Finding
 from eagle3conv.spec.alike import alike, releases_label
 
 
@@ -102,82 +110,99 @@ def edit_line(e: dict) -> str:
 _MARK = {"error": "BAD ", "warning": "warn", None: "ok  "}
 
 
-def _row_line(r: dict, label: str | None = None) -> str:
-    """One engine release's row (``label``: the releases sharing it): what it reads and captures from
-    this config."""
-    if r.get("unknown"):
-        what = r["unknown"]
-    elif r.get("error"):
-        what = r["error"].removeprefix(f"{r['release']} ")
-        if r.get("needs") is not None:
-            what += f"; needs {r['needs']}"
-    elif r["field"]["kind"] == "launch_option":
-        what = (f"{r['reads']}: launch with {r['needs']}" if r.get("needs") is not None
-                else f"{r['reads']} not given: captures {r['captures']} (its default)")
+def _row_line(row: EngineRow, label: str | None = None) -> str:
+    """One engine release's row (an :class:`~eagle3conv.spec.engines.EngineRow`; ``label``: the releases
+    sharing it): what it reads and captures from this config."""
+    from eagle3conv.spec.engine_rules import KIND_WORDS
+    from eagle3conv.spec.layers import describe
+
+    cap, release = row.capture, str(row.release)
+    needs = None if row.needs is None else list(row.needs)
+    captures = None if cap.layers is None else describe(cap.layers)
+    if cap.unknown:
+        what = cap.unknown
+    elif cap.error:
+        what = cap.error.message.removeprefix(f"{release} ")
+        if needs is not None:
+            what += f"; needs {needs}"
+    elif not row.field.in_config:
+        what = (f"{cap.reads}: launch with {needs}" if needs is not None
+                else f"{cap.reads} not given: captures {captures} (its default)")
     else:
-        src = "no ids: its default" if r["fell_back"] else r["reads"]
-        what = f"reads {src} {r['ids']} ({r['rule']}) -> captures {r['captures']}"
-        if r.get("as_trained") is False and r.get("needs") is not None:
-            what += f"; needs {r['needs']}"
-    levels = {(r.get(k) or {}).get("level") for k in ("finding", "serve")}
+        src = "no ids: its default" if cap.fell_back else cap.reads
+        rule = None if cap.kind is None else KIND_WORDS[cap.kind]
+        what = f"reads {src} {None if cap.ids is None else list(cap.ids)} ({rule}) -> captures {captures}"
+        if row.as_trained is False and needs is not None:
+            what += f"; needs {needs}"
+    levels = {f.level for f in (row.finding, row.serve) if f is not None}
     worst = next((lv for lv in ("error", "warning") if lv in levels), None)
-    mark = "?   " if r.get("unknown") and worst is None else _MARK.get(worst, "ok  ")
-    return f"{mark} {label or r['release']}: {what}"
+    mark = "?   " if cap.unknown and worst is None else _MARK.get(worst, "ok  ")
+    return f"{mark} {label or release}: {what}"
 
 
-def wiring_lines(w: dict | None, *, verbose: bool = False) -> list[str]:
-    """The aux-layer wiring (a Wiring.to_dict()) in plain words: what it was trained on, what was
-    written, one row per engine release (its problem and fix under it), then the other findings."""
-    if not w:
+def _runner_line(row: EngineRow) -> str:
+    """A row whose runner is the engine's default, not one asked for: which, and how to ask for another."""
+    from eagle3conv.spec.engines import RUNNER_SUFFIX
+
+    rel = row.release
+    return (f"{row.capture.runner}, {rel.engine}'s default runner (ask for another with --engine "
+            f"{rel.spec}{RUNNER_SUFFIX}NAME)")
+
+
+def wiring_lines(w: Wiring | None, *, verbose: bool = False) -> list[str]:
+    """The aux-layer wiring (a :class:`~eagle3conv.wiring.apply.Wiring`) in plain words: what it was
+    trained on, what was written, one row per engine release (its problem and fix under it), then the
+    other findings."""
+    if w is None:
         return []
+    from eagle3conv.spec.layers import describe
+
+    rep = w.report
     lines = []
-    t = w.get("trained_on")
-    lines.append(f"trained on: {t['described']} ({t['source']})" if t else "trained on: not recorded")
-    wr = w.get("written")
-    if wr:
+    lines.append(f"trained on: {describe(rep.layers)} ({rep.record.source if rep.record else None})"
+                 if rep.layers is not None else "trained on: not recorded")
+    if w.edits is not None:
         lines.append("written:")
-        for f in wr["ids"]:
-            where = f["field"] if f["kind"] == "config" else f"launch option {f['field']}"
-            lines.append(f"  {where} = {f['ids']}   (read by {', '.join(f['read_by'])})")
-    rows = w.get("engines") or []
-    specs = {r["engine"] for r in rows}
-    fixes = [(r.get("finding") or {}).get("fix") for r in rows]
+        for where, ids, read_by in w.edits.written_ids():
+            lines.append(f"  {where} = {list(ids)}   (read by {', '.join(str(r) for r in read_by)})")
+    rows = rep.rows
+    specs = {r.release.spec for r in rows}
+    fixes = [r.finding.fix if r.finding is not None else None for r in rows]
     shared_fix = fixes[0] if len({f for f in fixes if f}) == 1 and sum(bool(f) for f in fixes) > 1 else None
     if rows:
         lines.append("per engine release (what each captures from this config):")
-    shared = [r for r in rows if r["release"] == (r.get("releases") or [r["release"]])[0]]  # one row per group
-    for r, fix in zip(rows, fixes):
-        if r not in shared:
-            continue
-        lines.append("  " + _row_line(r, releases_label(r.get("releases") or [r["release"]])))
-        if r.get("release_note"):
-            lines.append(f"       note: {r['release_note']}")
-        if r.get("runner_assumed") and verbose:
-            lines.append(f"       runner: {r['runner_assumed']}")
+    for group in rep.row_groups():  # one row per group of releases that read alike
+        r = group[0]
+        fix = r.finding.fix if r.finding is not None else None
+        lines.append("  " + _row_line(r, releases_label([str(x.release) for x in group])))
+        if r.release.note:
+            lines.append(f"       note: {r.release.note}")
+        if r.runner_assumed and verbose:
+            lines.append(f"       runner: {_runner_line(r)}")
         if fix and not shared_fix:
             lines.append(f"       fix: {fix}")
-        serve = r.get("serve")
-        if serve:
-            lines.append(f"       {'CANNOT SERVE' if serve['code'] == CANNOT_SERVE else 'serves'}: {serve['message']}"
-                         + (f" ({serve['fix']})" if serve.get("fix") else ""))
+        serve = r.serve
+        if serve is not None:
+            lines.append(f"       {'CANNOT SERVE' if serve.code == CANNOT_SERVE else 'serves'}: {serve.message}"
+                         + (f" ({serve.fix})" if serve.fix else ""))
         if verbose:
-            for note in r.get("notes") or []:
+            for note in (*r.capture.notes, *([r.capture.fallback_why] if r.capture.fallback_why else [])):
                 lines.append(f"       ({note})")
     if shared_fix:
         lines.append(f"  fix (every BAD row): {next(f for f in fixes if f)}")
-    for f in w.get("findings", []):
-        if f.get("subject") in specs or (rows and f["level"] == "ok"):
+    for f in rep.findings:
+        if f.subject in specs or (rows and f.level == "ok"):
             continue  # said on its row (a release's problem, or that its ids are as trained)
-        tag = {"ok": "ok", "notice": "note", "warning": "warning", "error": "ERROR"}[f["level"]]
-        lines.append(f"{tag}: {f['message']}")
-        if f.get("fix") and f["level"] != "ok":
-            lines.append(f"  fix: {f['fix']}")
-    for r in w.get("refused") or []:
+        tag = {"ok": "ok", "notice": "note", "warning": "warning", "error": "ERROR"}[f.level]
+        lines.append(f"{tag}: {f.message}")
+        if f.fix and f.level != "ok":
+            lines.append(f"  fix: {f.fix}")
+    for r in w.refused:
         lines.append(f"REFUSED: {r}")
     return lines
 
 
-def smoke_text(r) -> str:
+def smoke_text(r: SmokeResult) -> str:
     """``verify`` without states (an :class:`eagle3conv.verify.run.SmokeResult`): the smoke test's
     fields, then the wiring report."""
     f = r.forward
@@ -199,8 +224,8 @@ def smoke_text(r) -> str:
     return "\n".join(lines)
 
 
-def _count(findings: list[dict]) -> str:
-    return _counted(sum(f["level"] == "error" for f in findings), sum(f["level"] == "warning" for f in findings))
+def _count(findings: Sequence[Finding]) -> str:
+    return _counted(sum(f.level == "error" for f in findings), sum(f.level == "warning" for f in findings))
 
 
 def _counted(errors: int, warnings: int) -> str:
@@ -239,7 +264,7 @@ def config_text(res: ConfigResult, *, verbose: bool = False) -> str:
     if verbose:
         for r in d["records"]:
             lines.append(f"record:     {r['described']}")
-    lines += wiring_lines(w, verbose=verbose)
+    lines += wiring_lines(res.wiring, verbose=verbose)
     if d["mode"] == "check":
         return "\n".join(lines)
     if wr:
@@ -426,7 +451,8 @@ def inspect_text(res: InspectResult, *, verbose: bool = False) -> str:
     if plan is not None:
         lines.append("")
         lines.append("aux layers:")
-        lines += ["  " + line for line in wiring_lines(plan.get("wiring"), verbose=verbose)]
+        lines += ["  " + line for line in wiring_lines(res.plan.wiring.report if res.plan.wiring else None,
+                                                        verbose=verbose)]
         lines.append("")
         lines.append("what fix-keys would do:")
         lines += ["  " + line for line in _plan_lines(plan, res.plan, verbose=verbose)]
@@ -480,10 +506,9 @@ def fix_text(res: FixResult, *, verbose: bool = False) -> str:
         counts[dec["action"]] = counts.get(dec["action"], 0) + 1
     lines.append("keys:     " + ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
                  + "  (--verbose lists them)")
-    written = (plan.get("wiring") or {}).get("written")
-    for f in (written or {}).get("ids", []):
-        where = f["field"] if f["kind"] == "config" else f"launch option {f['field']}"
-        lines.append(f"aux ids:  {where} = {f['ids']}   (read by {', '.join(f['read_by'])})")
+    edits = res.plan.wiring.report.edits if res.plan.wiring is not None else None  # the typed Wiring's edits
+    for where, ids, read_by in edits.written_ids() if edits is not None else ():
+        lines.append(f"aux ids:  {where} = {list(ids)}   (read by {', '.join(str(r) for r in read_by)})")
     for e in plan["config_edits"]:
         lines.append("config.json: " + edit_line(e))
     lines += quantization_lines(plan.get("quantization"))
@@ -492,15 +517,15 @@ def fix_text(res: FixResult, *, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
-def confidence_set_lines(v: dict) -> list[str]:
+def confidence_set_lines(v: Verdict) -> list[str]:
     """The verdict's confidence set for people: the first 12 members, then how many more (the
     report lists the screen's unconfirmed survivors up to a cap and counts them all)."""
-    members = v.get("confidence_set") or []
-    lines = [f"not excluded at 95% against the best ({v.get('set_statistic')}, paired over sequences):"]
-    for c in members[:12]:
+    members = v.confidence_set
+    lines = [f"not excluded at 95% against the best ({v.set_statistic}, paired over sequences):"]
+    for c in members[:12]:  # the members are search.py's dicts (the report's confidence_set entries)
         lines.append(f"  {c['layers']}" + (f": accept length {c['accept_length_all_starts']:.4f} over every chain "
                                            "start" if c.get("confirmed") else ": kept by the screen, not confirmed"))
-    total = max(len(members), int((v.get("to_separate") or {}).get("members") or 0))
+    total = max(len(members), int(v.to_separate.members if v.to_separate is not None else 0))
     if total > 12:
         unlisted = total - len(members)
         lines.append(f"  ... and {total - 12} more" + (f" ({unlisted} of them kept by the screen or refinement, "
@@ -508,226 +533,273 @@ def confidence_set_lines(v: dict) -> list[str]:
     return lines
 
 
-def category_lines(per: dict | None) -> list[str]:
-    """verify's per-category figures (the main wiring), one line per prompt category."""
+def category_lines(per: Sequence[CategoryFigures] | None) -> list[str]:
+    """verify's per-category figures (the main wiring, as the report states them), one line per prompt
+    category."""
     if not per:
         return []
     out = ["  per prompt category (accept length, then acceptance per draft position; 95% intervals):"]
-    width = max(len(name) for name in per)
-    for name, c in per.items():
-        lo, hi = c["accept_length_ci95"]
-        acc = ", ".join(f"{a:.3f} [{alo:.3f}, {ahi:.3f}]" for a, (alo, ahi) in zip(c["acceptance_per_position"],
-                                                                                  c["acceptance_ci95"]))
-        out.append(f"    {name:<{width}}  {c['accept_length']:.3f} [{lo:.3f}, {hi:.3f}]  {acc}  "
-                   f"({c['sequences']} sequences, {c['positions_scored']} positions)")
+    width = max(len(c.name) for c in per)
+    for c in per:
+        lo, hi = c.accept_length_ci95
+        acc = ", ".join(f"{a:.3f} [{alo:.3f}, {ahi:.3f}]" for a, (alo, ahi) in zip(c.acceptance, c.acceptance_ci95))
+        out.append(f"    {c.name:<{width}}  {c.accept_length:.3f} [{lo:.3f}, {hi:.3f}]  {acc}  "
+                   f"({c.sequences} sequences, {c.positions_scored} positions)")
     return out
 
 
-def _scored_block(r: dict, row: dict, unchecked: bool) -> list[str]:
-    """One engine release's scored row (its label a placeholder, the NUL character) and the lines under it."""
-    mark = _MARK.get((row.get("finding") or {}).get("level"), "ok  ")
+def _scored_block(e: EngineScore, row: EngineRow | None, unchecked: bool) -> list[str]:
+    """One engine release's scored row (``e``, beside its wiring row; its label a placeholder, the NUL
+    character) and the lines under it."""
+    from eagle3conv.spec.layers import describe
+
+    mark = _MARK.get(row.finding.level if row is not None and row.finding is not None else None, "ok  ")
     if unchecked and mark == "ok  ":
         mark = "n/a "  # the slots were labelled with the config's own ids: nothing here checks them
-    if "accept_length" in r:
-        lines = [f"  {mark} \0: {row.get('captures')}: accept length {r['accept_length']:.3f}, "
-                 f"step-1 acceptance {r['acceptance'][0]:.3f}"]
+    if e.score is not None:
+        captures = None if row is None or row.layers is None else describe(row.layers)
+        lines = [f"  {mark} \0: {captures}: accept length {e.accept_length:.3f}, "
+                 f"step-1 acceptance {e.acceptance[0]:.3f}"]
     else:  # not scored: its config row may be fine, but these states say nothing of how it serves
         mark = mark if mark != "ok  " else "?   "
-        lines = [f"  {mark} \0: not scored: {r['not_scored']}"]
-    for e in r.get("emulated") or []:
-        lines.append(f"    runs differently: {e}")
-    for e in r.get("not_emulated") or []:
-        lines.append(f"    not emulated: {e}")
-    if r.get("not_read"):
-        lines.append(f"    not in the engine rules ({'; '.join(r['not_read'])}): run as SGLang does")
+        lines = [f"  {mark} \0: not scored: {e.not_scored}"]
+    for x in e.emulated:
+        lines.append(f"    runs differently: {x}")
+    for x in e.not_emulated:
+        lines.append(f"    not emulated: {x}")
+    if e.not_read:
+        lines.append(f"    not in the engine rules ({'; '.join(e.not_read)}): run as SGLang does")
     return lines
 
 
-def verify_text(d: dict) -> str:
-    """A verify report (VerifyResult.to_dict()) for people."""
-    st = d["states"]
-    m = d["results"][0]
-    lo_, hi_ = m["accept_length_ci95"]
-    unchecked = st.get("wiring_checked") is False
+def _decided(v: Verdict) -> bool:
+    """Whether the verdict weighed a search (the report's verdict carries its figures then)."""
+    return v.status is not None and v.status != "undecided"
+
+
+def _verify_head(res: VerifyResult, rep: VerifyReport, st: ScoredStates) -> list[str]:
+    """The verdict line, and what was scored on what."""
+    from eagle3conv.verify.report import QuantizationCost
+
+    m = rep.main
+    lo_, hi_ = m.accept_length_ci95
+    unchecked = st.wiring_checked is False
     lines = [("verify: these states cannot check the wiring (they do not record their slots' layers: pass "
               "--states-layers); " if unchecked else "verify: ")
-             + f"accept length {m['accept_length']:.3f} [{lo_:.3f}, {hi_:.3f}], step-1 acceptance "
-             f"{m['acceptance_per_position'][0]:.3f}, on {m['described']}"
-             + ("" if d.get("passed", True) else f" -- below --min-accept {d['min_accept']}")
-             + ("" if d["wiring_check"].get("ok", True) else "; the wiring check FAILED (below)"),
-             f"checkpoint: {d['checkpoint']}",
-             f"states:     {st.get('path')} ({st.get('source')}; {st.get('sequences')} sequences, "
-             f"{st.get('tokens')} tokens; " + (f"target {st['target']})" if st.get("target") else
-                                               "the states name no target)"),
-             f"ran on:     {d['device']}, {d['dtype']}, {d['steps']} draft steps; {d['statistic']}"]
-    if st.get("layers_from"):
-        lines.append(f"layers:     from {st['layers_from']}"
-                     + ("; the wiring check rests on that statement" if "--states-layers" in st["layers_from"] else ""))
-    qz = d.get("quantization")
-    if qz:
-        ci = qz.get("ci95")
-        lines.append(f"quantized:  accept length {qz['accept_length']:.3f} vs {qz['reference_accept_length']:.3f} for "
-                     f"the bf16 reference {qz['reference']}: {qz['difference']:+.4f}"
+             + f"accept length {m.accept_length:.3f} [{lo_:.3f}, {hi_:.3f}], step-1 acceptance "
+             f"{m.acceptance[0]:.3f}, on {m.described}"
+             + ("" if res.passed else f" -- below --min-accept {res.min_accept}")
+             + ("" if res.wiring_check_ok else "; the wiring check FAILED (below)"),
+             f"checkpoint: {res.checkpoint.name}",
+             f"states:     {st.path} ({st.source}; {st.sequences} sequences, "
+             f"{st.tokens} tokens; " + (f"target {st.target})" if st.target else "the states name no target)"),
+             f"ran on:     {res.device}, {res.dtype}, {res.steps} draft steps; {rep.statistic}"]
+    if st.layers_from:
+        lines.append(f"layers:     from {st.layers_from}"
+                     + ("; the wiring check rests on that statement" if "--states-layers" in st.layers_from else ""))
+    if res.quantization is not None:
+        qz = QuantizationCost.of(res.quantization)
+        ci = qz.ci95
+        lines.append(f"quantized:  accept length {qz.accept_length:.3f} vs {qz.reference_accept_length:.3f} for "
+                     f"the bf16 reference {qz.reference}: {qz.difference:+.4f}"
                      + (f" [{ci[0]:+.4f}, {ci[1]:+.4f}] (paired 95%)" if ci else ""))
-    for n in st.get("verify_notes") or []:
+    for n in (*st.verify_notes, *st.notes):
         lines.append(f"note:       {n}")
-    for n in st.get("notes") or []:
-        lines.append(f"note:       {n}")
-    w = d["wiring_check"]
-    rows = {r["engine"]: r for r in w.get("engines") or []}
-    scored = w.get("engine_scores") or []
+    return lines
+
+
+def _engine_lines(res: VerifyResult, unchecked: bool) -> list[str]:
+    """Each engine release scored as it serves this config (releases that read alike in one row), then the
+    wiring check's findings."""
+    rep = res.wiring.report
+    rows = {r.release.spec: r for r in rep.rows}
+    groups = {r.release.spec: tuple(str(x.release) for x in g) for g in rep.row_groups() for r in g}
+    scored = res.engine_scores
+    lines = []
     if scored:
         lines.append("per engine release (what each captures from this config, scored on these states):")
-    blocks = [_scored_block(r, rows.get(r["engine"]) or {}, unchecked) for r in scored]
-    for group in alike(zip(scored, blocks), lambda x: x[0]["release"].split(" ")[0],
-                       lambda x: (tuple((rows.get(x[0]["engine"]) or {}).get("releases") or ()) or x[0]["release"],
-                                  x[1])):
+    blocks = [_scored_block(e, rows.get(e.engine), unchecked) for e in scored]
+    for group in alike(zip(scored, blocks), lambda x: x[0].release.split(" ")[0],
+                       lambda x: (groups.get(x[0].engine) or x[0].release, x[1])):
         head, *rest = group[0][1]
-        lines.append(head.replace("\0", releases_label([x[0]["release"] for x in group]), 1))
+        lines.append(head.replace("\0", releases_label([x[0].release for x in group]), 1))
         lines += rest
-    for f in w.get("findings", []):
-        if f["level"] != "ok":
-            lines.append(f"wiring {f['level']}: {f['message']}")
-            if f.get("fix"):
-                lines.append(f"  fix: {f['fix']}")
-    for i, r in enumerate(d["results"]):
-        head = "wiring" if i == 0 else "candidate"
-        acc = ", ".join(f"{a:.3f} [{lo:.3f}, {hi:.3f}]" for a, (lo, hi) in zip(r["acceptance_per_position"],
-                                                                              r["acceptance_ci95"]))
-        lo, hi = r["accept_length_ci95"]
+    for f in rep.findings:
+        if f.level != "ok":
+            lines.append(f"wiring {f.level}: {f.message}")
+            if f.fix:
+                lines.append(f"  fix: {f.fix}")
+    return lines
+
+
+def _wiring_result_lines(res: VerifyResult, rep: VerifyReport) -> list[str]:
+    """The main wiring's figures (its norms, per prompt category), then the search's other wirings."""
+    from eagle3conv.verify.report import NormComparison, SlotNorms
+
+    lines = []
+    for i, (r, score) in enumerate(zip(rep.results, res.scores)):
+        missing = [k for k in ("accept_length_all_starts", "accept_length_all_starts_ci95", "chains", "ci_method")
+                   if getattr(r, k) is None]
+        if missing:  # a fresh result states them all: one missing is a renamed field, never a blank in the text
+            raise ValueError(f"verify's result states no {', '.join(missing)} for {r.name}")
+        acc = ", ".join(f"{a:.3f} [{lo:.3f}, {hi:.3f}]" for a, (lo, hi) in zip(r.acceptance, r.acceptance_ci95))
+        lo, hi = r.accept_length_ci95
+        alo, ahi = r.accept_length_all_starts_ci95
         if i == 1:
             lines.append("")
             lines.append("wiring search (accept length over every chain start, the figure wirings are ranked by):")
-        if i == 0:
-            lines.append("")
-            lines.append(f"{head}: {r['described']} — {r['why']}")
-            lines.append(f"  acceptance per draft position: {acc}")
-            alo, ahi = r["accept_length_all_starts_ci95"]
-            lines.append(f"  accept length: {r['accept_length']:.3f} [{lo:.3f}, {hi:.3f}] tokens per target forward "
-                         f"(greedy chain decoding replayed: {r['rounds']} rounds)")
-            lines.append(f"  over every chain start: {r['accept_length_all_starts']:.3f} [{alo:.3f}, {ahi:.3f}] "
-                         f"({r['chains']} chains, {r['positions_scored']} positions, {r['sequences']} sequences; "
-                         f"{r['ci_method']})")
-            for s, nm in enumerate(r["norms"]):
-                if nm.get("median") is not None:
-                    lines.append(f"  slot {s} ({r['layers'][s]['output_of']}): norm median {nm['median']:.4g} "
-                                 f"(p10 {nm['p10']:.4g}, p90 {nm['p90']:.4g})")
-            for c in r.get("norm_comparison") or []:
-                mark = "  <-- out of line" if c["flagged"] else ""
-                lines.append(f"  slot {c['slot']} vs training: {c['inference_median']:.4g} vs "
-                             f"{c['training_median']:.4g} ({c['ratio']}x){mark}")
-            lines += category_lines(d.get("per_category"))
-        else:
-            alo, ahi = r["accept_length_all_starts_ci95"]
-            lines.append(f"  {r['accept_length_all_starts']:.3f} [{alo:.3f}, {ahi:.3f}]  step-1 "
-                         f"{r['acceptance_per_position'][0]:.3f}  {r['wiring']}: {r['described']}")
-    v = d["verdict"]
-    lines.append("")
-    for f in v.get("norm_flags", []):
-        lines.append(f"norm flag: {f}")
-    for pd in (v.get("paired_differences") or [])[:4]:
-        lo, hi = pd["ci95"]
-        lines.append(f"best vs {pd['wiring']} ({pd['layers']}): accept length +{pd['accept_length_gap']:.3f} "
-                     f"[{lo:+.3f}, {hi:+.3f}] (paired)")
-    status = v.get("status")  # eagle3conv.verify.search.Verdict: named / stands / ambiguous / undecided / None
-    cov = v.get("coverage")
-    if cov:
-        lines.append(cov.get("summary") or (f"search: {cov['screened']} wirings screened, {cov['confirmed']} "
-                                            f"confirmed (not global: the states lack layers "
-                                            f"{', '.join(map(str, cov['missing_layers'][:8]))})"))
-    if cov and cov.get("screen"):
-        sc = cov["screen"]
+        if i > 0:
+            lines.append(f"  {r.accept_length_all_starts:.3f} [{alo:.3f}, {ahi:.3f}]  step-1 "
+                         f"{r.acceptance[0]:.3f}  {r.name}: {r.described}")
+            continue
+        lines.append("")
+        lines.append(f"wiring: {r.described} — {r.why}")
+        lines.append(f"  acceptance per draft position: {acc}")
+        lines.append(f"  accept length: {r.accept_length:.3f} [{lo:.3f}, {hi:.3f}] tokens per target forward "
+                     f"(greedy chain decoding replayed: {r.rounds} rounds)")
+        lines.append(f"  over every chain start: {r.accept_length_all_starts:.3f} [{alo:.3f}, {ahi:.3f}] "
+                     f"({r.chains} chains, {r.positions_scored} positions, {r.sequences} sequences; "
+                     f"{r.ci_method})")
+        for slot, nm in enumerate(SlotNorms.of(x) for x in score.norms):
+            if nm.median is not None:
+                lines.append(f"  slot {slot} ({r.layers[slot]}): norm median {nm.median:.4g} "
+                             f"(p10 {nm.p10:.4g}, p90 {nm.p90:.4g})")
+        for c in (NormComparison.of(x) for x in res.comparisons[i] or ()):
+            mark = "  <-- out of line" if c.flagged else ""
+            lines.append(f"  slot {c.slot} vs training: {c.inference_median:.4g} vs "
+                         f"{c.training_median:.4g} ({c.ratio}x){mark}")
+        lines += category_lines(rep.per_category)
+    return lines
+
+
+def _search_lines(v: Verdict) -> list[str]:
+    """What the search covered: the coverage's summary, the screen's stages, local refinement."""
+    from eagle3conv.verify.words import coverage_summary
+
+    cov = v.coverage if _decided(v) else None  # the report states a coverage with a weighed verdict only
+    if cov is None:
+        return []
+    lines = [coverage_summary(v) or (f"search: {cov.screened} wirings screened, {cov.confirmed} confirmed (not "
+                                     f"global: the states lack layers {', '.join(map(str, cov.missing_layers[:8]))})")]
+    if cov.screen:  # search.py's screen record (a dict)
+        sc = cov.screen
         stages = sc.get("stages") or []
-        lines.append(f"screen: {cov.get('screen_kept', '?')} of {cov['screened']} wirings not excluded after "
+        lines.append(f"screen: {cov.screen_kept} of {cov.screened} wirings not excluded after "
                      + " -> ".join(f"{st['kept']} at {st['positions']}" for st in stages[:8])
                      + " positions; " + sc.get("guarantee", ""))
-    ref = (cov or {}).get("refinement")
+    ref = cov.refinement  # local refinement's record (a dict)
     if ref:
         tried = sum(r.get("tried", 0) for r in ref.get("rounds", []))
         lines.append(f"local refinement: {tried} wirings one slot from a leader compared with the best, "
                      f"{ref.get('confirmed', 0)} confirmed"
                      + (f", {len(ref['not_confirmed'])} kept but not confirmed" if ref.get("not_confirmed") else ""))
-    members = v.get("confidence_set") or []
-    if len(members) > 1:
-        lines += confidence_set_lines(v)
-    elif v.get("tied_set"):
-        lines.append(f"tied (acceptance cannot separate): {'; '.join(v['tied_set'][:6])}")
-    if status == "named" or (status == "stands" and len(members) <= 1):
-        lines.append(f"trained on (most likely): {v['best_layers']} — decided by {v['decided_by']}")
-    elif status == "stands":  # in a set of several: not excluded, which is not "most likely"
-        lines.append(f"stands (in the set, not singled out by the data): {v['best_layers']} — {v['decided_by']}")
-    elif status in ("ambiguous", "undecided"):
-        lines.append(f"wiring search: {v['decided_by']}")
-    if status in ("named", "stands", "ambiguous", "undecided") and v.get("advice"):
-        lines.append(f"fix: {v['advice']}")
-    if d["min_accept"] is not None:
-        lines.append(f"threshold: step-1 acceptance >= {d['min_accept']}: {'passed' if d['passed'] else 'FAILED'}")
-    if d.get("profile"):
-        lines.append(f"acceptance profile: {d['profile']} (speculation_profile.json, schema 1.0)")
-    s = d["seconds"]
-    lines.append(f"time: first result {s['first_result']:.2f} s, total {s['total']:.2f} s")
-    return "\n".join(lines)
-
-
-def launch_check_lines(c: dict) -> list[str]:
-    """A checked launch line (LaunchCheck.to_dict()): its verdict, each finding with its fix, the corrected line."""
-    lines = [f"launch check for {c['label']}: {'passed' if c['ok'] else 'FAILED'} ({_count(c['findings'])})"]
-    if c.get("option_names_note"):
-        lines.append(f"note: {c['option_names_note']}")
-    for f in c["findings"]:
-        tag = {"error": "ERROR", "warning": "warning", "notice": "note", "ok": "ok"}[f["level"]]
-        lines.append(f"{tag}: {f['message'].removeprefix(c['label'] + ': ')}")
-        if f.get("fix"):
-            lines.append(f"  fix: {f['fix']}")
-    if not c["findings"]:
-        lines.append("no problem found")
-    lines.append("checked: " + "; ".join(c["checked"]))
-    if c.get("corrected"):
-        lines.append(f"corrected: {c['corrected']}")
     return lines
 
 
-def alike_rows(rows: list[dict]) -> list[dict]:
-    """Launch rows with neighbouring releases of one engine that print the same line (and the same needs,
-    file and refusal) merged into one row labelled with every release: ``sglang 0.5.12, 0.5.23``."""
-    out: list[dict] = []
+def _verdict_lines(v: Verdict) -> list[str]:
+    """The verdict: norm flags, the leader against the others, the coverage, the set, what decided, the fix."""
+    decided = _decided(v)
+    lines = [f"norm flag: {f}" for f in v.norm_flags]
+    for pd in (v.paired_differences if decided else [])[:4]:  # search.py's dicts (the report's entries)
+        lo, hi = pd["ci95"]
+        lines.append(f"best vs {pd['wiring']} ({pd['layers']}): accept length +{pd['accept_length_gap']:.3f} "
+                     f"[{lo:+.3f}, {hi:+.3f}] (paired)")
+    lines += _search_lines(v)
+    members = v.confidence_set if decided else []
+    if len(members) > 1:
+        lines += confidence_set_lines(v)
+    elif decided and v.tied_set:
+        lines.append(f"tied (acceptance cannot separate): {'; '.join(v.tied_set[:6])}")
+    status = v.status  # eagle3conv.verify.search.Verdict: named / stands / ambiguous / undecided / None
+    if status == "named" or (status == "stands" and len(members) <= 1):
+        lines.append(f"trained on (most likely): {v.best_layers} — decided by {v.decided_by}")
+    elif status == "stands":  # in a set of several: not excluded, which is not "most likely"
+        lines.append(f"stands (in the set, not singled out by the data): {v.best_layers} — {v.decided_by}")
+    elif status in ("ambiguous", "undecided"):
+        lines.append(f"wiring search: {v.decided_by}")
+    if decided and v.advice:
+        lines.append(f"fix: {v.advice}")
+    return lines
 
-    def same(a: dict, b: dict) -> bool:
-        strip = [[x.removeprefix(r["label"] + " ") for x in r["refused"]] for r in (a, b)]
-        return (a["label"].split()[0] == b["label"].split()[0] and strip[0] == strip[1]
-                and all(a[k] == b[k] for k in ("line", "needs", "extra_file", "extra_text")))
 
-    for r in rows:
-        if out and same(out[-1]["_last"], r):
-            out[-1]["label"] += ", " + r["label"].split(" ", 1)[-1]
-            out[-1]["_last"] = r
-            continue
-        out.append(dict(r, refused=[x.removeprefix(r["label"] + " ") for x in r["refused"]], _last=r))
-    return out
+def verify_text(res: VerifyResult) -> str:
+    """A verify result (a :class:`~eagle3conv.verify.report.VerifyResult`) for people: its figures as the
+    report states them (:meth:`~eagle3conv.verify.report.VerifyResult.report`, validated), the rest from
+    the typed result."""
+    from eagle3conv.verify.report import Timings
+
+    rep, st = res.report(), res.scored_states
+    lines = _verify_head(res, rep, st)
+    lines += _engine_lines(res, st.wiring_checked is False)
+    lines += _wiring_result_lines(res, rep)
+    lines.append("")
+    lines += _verdict_lines(res.verdict)
+    if res.min_accept is not None:
+        lines.append(f"threshold: step-1 acceptance >= {res.min_accept}: {'passed' if res.passed else 'FAILED'}")
+    if res.profile is not None:
+        lines.append(f"acceptance profile: {res.profile} (speculation_profile.json, schema 1.0)")
+    t = Timings.of(res.seconds)
+    lines.append(f"time: first result {t.first_result:.2f} s, total {t.total:.2f} s")
+    return "\n".join(lines)
 
 
-def launch_text(d: dict) -> str:
-    """``eagle3conv launch`` (LaunchResult.to_dict()): the check's verdict first (with --check), then one
-    row per engine release (its line, or why it cannot serve the drafter), then the check's findings."""
-    rows = d["rows"]
-    served = [r for r in rows if r["line"]]
-    checked = launch_check_lines(d["check"]) if d.get("check") else None
+def launch_check_lines(c: LaunchCheck) -> list[str]:
+    """A checked launch line (a :class:`~eagle3conv.spec.launch_check.LaunchCheck`): its verdict, each
+    finding with its fix, the corrected line."""
+    label = str(c.release)
+    lines = [f"launch check for {label}: {'passed' if c.ok else 'FAILED'} ({_count(c.findings)})"]
+    if c.names_note:
+        lines.append(f"note: {c.names_note}")
+    for f in c.findings:
+        tag = {"error": "ERROR", "warning": "warning", "notice": "note", "ok": "ok"}[f.level]
+        lines.append(f"{tag}: {f.message.removeprefix(label + ': ')}")
+        if f.fix:
+            lines.append(f"  fix: {f.fix}")
+    if not c.findings:
+        lines.append("no problem found")
+    lines.append("checked: " + "; ".join(c.checked))
+    if c.corrected:
+        lines.append(f"corrected: {c.corrected}")
+    return lines
+
+
+def alike_rows(rows: Sequence[LaunchLine]) -> list[tuple[str, LaunchLine, tuple[str, ...]]]:
+    """Launch rows (:class:`~eagle3conv.spec.launch.LaunchLine`) with neighbouring releases of one engine
+    that print the same line (and the same needs, file and refusal) merged into one row: per row, its
+    label (every release: ``sglang 0.5.12, 0.5.23``), its first line, and its refusals without the
+    release's name."""
+
+    def refused(r: LaunchLine) -> tuple[str, ...]:
+        return tuple(x.removeprefix(f"{r.release} ") for x in r.refused)
+
+    groups = alike(rows, lambda r: str(r.release).split()[0],
+                   lambda r: (refused(r), r.text, tuple(r.needs), r.extra_name, r.extra_file))
+    return [(releases_label([str(r.release) for r in g]), g[0], refused(g[0])) for g in groups]
+
+
+def launch_text(res: LaunchResult) -> str:
+    """``eagle3conv launch`` (a :class:`~eagle3conv.api.LaunchResult`): the check's verdict first (with
+    --check), then one row per engine release (its line, or why it cannot serve the drafter), then the
+    check's findings."""
+    rows = res.rows
+    served = [r for r in rows if r.text]
+    checked = launch_check_lines(res.check) if res.check is not None else None
     head = checked[0] if checked else f"launch: {len(served)} of {len(rows)} engine releases serve this drafter"
-    lines = [head, f"checkpoint: {d['checkpoint']}",
-             f"target:     {d['target'] or 'not given (--target): TARGET in the lines'}"]
-    for n in d.get("notes") or []:
+    lines = [head, f"checkpoint: {res.checkpoint}",
+             f"target:     {res.target or 'not given (--target): TARGET in the lines'}"]
+    for n in res.notes:
         lines.append(f"note:       {n}")
     lines.append("per engine release:")
-    for r in alike_rows(rows):
-        if r["line"] is None:
-            lines.append(f"  BAD  {r['label']}: cannot serve it: " + "; ".join(r["refused"]))
+    for label, r, refused in alike_rows(rows):
+        if r.text is None:
+            lines.append(f"  BAD  {label}: cannot serve it: " + "; ".join(refused))
             continue
-        lines.append(f"  ok   {r['label']}: {r['line']}")
-        for need in r["needs"]:
+        lines.append(f"  ok   {label}: {r.text}")
+        for need in r.needs:
             lines.append(f"       needs {need}")
-        if r.get("extra_text"):
-            lines.append(f"       {r['extra_file']}:")
-            lines += [f"         {x}" for x in r["extra_text"].splitlines()]
+        if r.extra_file:  # TensorRT-LLM: the YAML file the line names, and its text
+            lines.append(f"       {r.extra_name}:")
+            lines += [f"         {x}" for x in r.extra_file.splitlines()]
     if checked:
         lines += checked[1:]
     return "\n".join(lines)

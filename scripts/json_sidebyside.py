@@ -11,12 +11,18 @@ exit code, the JSON document on stdout, and every file the command leaves in its
 field by field, others by sha256). Timings (keys such as seconds / elapsed / wall / time / duration /
 when) and the temporary folders' paths are normalised away.
 
+``--mode text`` (or ``both``) runs each of those commands once more without ``--json`` and compares
+what people read: the exit code, stdout line by line (the same temporary paths replaced, and the
+wall-clock figures: "0.12 s", "seconds: 0.123", a timing key's "target_load_seconds: 22.1") and the
+files it leaves.
+
 The inputs (example checkpoints, a tiny random states file, SmolLM2 states captured with the real
 target) are made once with the *before* tree and kept in the cache, so both sides read the same
 bytes; the before side's results are cached too (``--cache``, default
 /tmp/json-sidebyside-cache/<before commit>), so a re-run only runs the after side.
 
-    python scripts/json_sidebyside.py --before /work/wt/base --after /work/wt/mine [--only REGEX] [-j 2]
+    python scripts/json_sidebyside.py --before /work/wt/base --after /work/wt/mine [--only REGEX] [-j 2] \
+        [--mode json|text|both]
 
 Exit 0 when every command is the same on both sides, 1 when anything differs, 2 on a usage error.
 """
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import difflib
 import hashlib
 import json
 import os
@@ -47,6 +54,12 @@ TIMING_WORDS = {"seconds", "elapsed", "wall", "time", "times", "timing", "timing
                 "took", "date", "ms", "s"}
 # prose that quotes a wall-clock figure, e.g. "(12.3 s)" or "took 0.4s"
 TIMING_PROSE = re.compile(r"\b\d+(?:\.\d+)?\s?(?:s|ms|seconds?|min)\b")
+# a text line that names a timing, then its figure: "seconds: 0.123" (verify's smoke test)
+TIMING_FIELD = re.compile(r"\b(seconds|elapsed|wall|time|took|duration)(:\s*)\d+(?:\.\d+)?")
+# a "key: figure" line (capture's text prints its JSON keys so: "target_load_seconds: 22.1"), normalised
+# when the key is a timing key, as in the JSON mode
+KEY_FIGURE = re.compile(r"^(\s*)([A-Za-z_][\w.\-]*)(:\s*)-?\d+(?:\.\d+)?\s*$")
+TEXT_SUFFIX = " [text]"  # a text case's name: its JSON case's name and this
 WRONG_LAUNCH = ("python -m sglang.launch_server --model-path HuggingFaceTB/SmolLM2-135M-Instruct "
                 "--speculative-algorithm EAGLE --speculative-draft-model-path drafter --quantization fp8 "
                 "--context-length 2048")
@@ -75,6 +88,7 @@ class Result:
     stderr_tail: str = ""
     seconds: float = 0.0
     extra: dict = field(default_factory=dict)
+    text: str | None = None  # stdout as it was, for a text case (its ``json`` is then None)
 
 
 # --- running ------------------------------------------------------------------------------------
@@ -116,14 +130,18 @@ def run_case(case: Case, tree: Path, inputs: Path) -> Result:
         subs = [(str(p_), "<work>") for p_ in {str(work.resolve()), str(work)}]
         subs += [(str(p_), "<home>") for p_ in {str(home.resolve()), str(home)}]
         subs += [(str(tree.resolve()), "<tree>"), (str(tree), "<tree>")]
-        try:
-            doc = json.loads(out) if out.strip() else None
-        except json.JSONDecodeError:
-            doc = {"<stdout, not JSON>": out}
+        text = None
+        if "--json" not in case.argv:
+            doc, text = None, substitute(out, subs)
+        else:
+            try:
+                doc = json.loads(out) if out.strip() else None
+            except json.JSONDecodeError:
+                doc = {"<stdout, not JSON>": out}
         files = _digest(work)
         # the folders' paths replaced now; timings at comparison time (the cache keeps the figures)
         return Result(rc=rc, json=substitute(doc, subs), files=substitute(files, subs),
-                      stderr_tail=substitute(err[-1500:], subs), seconds=round(dt, 2))
+                      stderr_tail=substitute(err[-1500:], subs), seconds=round(dt, 2), text=text)
     finally:
         shutil.rmtree(top, ignore_errors=True)
 
@@ -216,9 +234,38 @@ def diff(a, b, path="") -> list[tuple[str, object, object]]:
     return [] if a == b and type(a) is type(b) else [(path or "<document>", a, b)]
 
 
+def _normalise_line(line: str) -> str:
+    m = KEY_FIGURE.match(line)
+    if m and _is_timing_key(m.group(2)):
+        return f"{m.group(1)}{m.group(2)}{m.group(3)}<timing>"
+    return TIMING_FIELD.sub(r"\1\2<t>", TIMING_PROSE.sub("<t>", line))
+
+
+def normalise_text(text: str | None) -> list[str]:
+    """A text output's lines, each with its wall-clock figures replaced."""
+    return [_normalise_line(line) for line in (text or "").splitlines()]
+
+
+def text_diff(a: str | None, b: str | None) -> list[tuple[str, object, object]]:
+    """The lines that differ (a unified diff's hunks, one entry per hunk)."""
+    la, lb = normalise_text(a), normalise_text(b)
+    if la == lb:
+        return []
+    out = []
+    sm = difflib.SequenceMatcher(a=la, b=lb, autojunk=False)
+    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+        if tag != "equal":
+            out.append((f"stdout lines {i1 + 1}-{i2} / {j1 + 1}-{j2}", "\n".join(la[i1:i2]) or "<absent>",
+                        "\n".join(lb[j1:j2]) or "<absent>"))
+    return out
+
+
 def compare(before: Result, after: Result) -> list[tuple[str, object, object]]:
     out = [("exit code", before.rc, after.rc)] if before.rc != after.rc else []
-    out += diff(normalise(before.json), normalise(after.json), "json")
+    if before.text is not None or after.text is not None:
+        out += text_diff(before.text, after.text)
+    else:
+        out += diff(normalise(before.json), normalise(after.json), "json")
     out += diff(normalise(before.files), normalise(after.files), "files")
     return out
 
@@ -357,6 +404,9 @@ def cases(inputs: Path) -> list[Case]:
                 Case(f"launch {fmt} --engine vllm --tp 2", ("launch", "drafter", "--target", TARGET, "--engine", "vllm",
                                                             "--tp", "2", "--json"), fx),
             ]
+            if fmt == "sglang":  # verify --launch: the launch check after the smoke test's report
+                out.append(Case(f"verify {fmt} (smoke) --launch wrong", ("verify", "drafter", "--launch", WRONG_LAUNCH,
+                                                                         "--json"), fx))
     # tests/data: the bench's SmolLM2 drafters
     states = (("smollm2-states.safetensors", "states.safetensors"),)
     data = ["smollm2-drafter", "smollm2-drafter-2layer", "smollm2-drafter-lost", "smollm2-drafter-mla"]
@@ -406,6 +456,8 @@ def cases(inputs: Path) -> list[Case]:
                                                                "--steps", "2", "--batch-size", "2", "--json"), tiny),
         Case("verify tiny --search-wiring", ("verify", "drafter", "--states", "states.safetensors",
                                              "--search-wiring", "--json"), tiny),
+        Case("verify tiny --states --launch wrong", ("verify", "drafter", "--states", "states.safetensors", "--launch",
+                                                      WRONG_LAUNCH, "--json"), tiny),
         Case("verify tiny --layers bad", ("verify", "drafter", "--states", "states.safetensors", "--layers", "1,2",
                                           "--json"), tiny),
         Case("capture smollm2 (2 prompts, 8 tokens)", ("capture", "--target", TARGET, "--prompts", "prompts.txt",
@@ -419,6 +471,12 @@ def cases(inputs: Path) -> list[Case]:
         Case("verify missing states", ("verify", "drafter", "--states", "nope.safetensors", "--json"), tiny),
     ]
     return out
+
+
+def text_cases(json_cases: list[Case]) -> list[Case]:
+    """Each JSON case once more without ``--json``: the text people read."""
+    return [Case(c.name + TEXT_SUFFIX, tuple(x for x in c.argv if x != "--json"), c.inputs, c.env)
+            for c in json_cases if "--json" in c.argv]
 
 
 def _first_of_each_fixed(inputs: Path, formats) -> dict[str, str]:
@@ -497,6 +555,9 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="list the commands and exit")
     ap.add_argument("--rerun-before", action="store_true", help="ignore the cached before results")
     ap.add_argument("--max-diffs", type=int, default=40, help="differences shown per command (default 40)")
+    ap.add_argument("--mode", choices=("json", "text", "both"), default="json",
+                    help="compare each command's --json (default), its text output (the same command without "
+                    "--json), or both")
     a = ap.parse_args(argv)
     before, after = a.before.resolve(), a.after.resolve()
     for t in (before, after):
@@ -517,6 +578,7 @@ def main(argv=None) -> int:
     build_inputs(before, inputs, log)
     build_verified(before, inputs)
     todo = cases(inputs)
+    todo = {"json": todo, "text": text_cases(todo), "both": todo + text_cases(todo)}[a.mode]
     if a.only:
         todo = [c for c in todo if re.search(a.only, c.name)]
     if a.list:
@@ -543,6 +605,10 @@ def main(argv=None) -> int:
         differing += 1
         print(f"DIFFERENT {c.name}   (eagle3conv {' '.join(c.argv)})")
         for path, b, af in d[:a.max_diffs]:
+            if path.startswith("stdout lines"):  # a text hunk: its lines as they read
+                print(f"    {path}\n" + "".join(f"      - {x}\n" for x in b.splitlines())
+                      + "".join(f"      + {x}\n" for x in af.splitlines()), end="")
+                continue
             print(f"    {path}\n        before: {_short(b)}\n        after:  {_short(af)}")
         if len(d) > a.max_diffs:
             print(f"    ... and {len(d) - a.max_diffs} more differences")

@@ -300,11 +300,17 @@ def test_releases_that_print_the_same_line_share_one_row(tmp_path):
                                                                  "tensorrt-llm"], text
     d = json.loads(run("launch", out, "--target", "smollm2-135m", "--json").stdout)
     assert [r["release"] for r in d["rows"]][:2] == ["sglang==0.5.12", "sglang==0.5.23"]  # --json keeps each release
-    a, b = d["rows"][0], d["rows"][1]
-    assert len(alike_rows([a, dict(b, line=b["line"] + " --tp 2")])) == 2
-    refused = [dict(r, line=None, refused=[f"{r['label']} cannot serve a Qwen3 drafter"]) for r in (a, b)]
-    (merged,) = alike_rows(refused)
-    assert merged["label"] == "sglang 0.5.12, 0.5.23" and merged["refused"] == ["cannot serve a Qwen3 drafter"]
+    from dataclasses import replace
+
+    from eagle3conv.api import launch
+    from eagle3conv.wiring.options import WiringOptions
+
+    a, b = launch(out, options=WiringOptions(target="smollm2-135m")).rows[:2]
+    assert len(alike_rows([a, b])) == 1
+    assert len(alike_rows([a, replace(b, argv=(*b.argv, "--tp", "2"))])) == 2
+    refused = [replace(r, argv=None, refused=(f"{r.release} cannot serve a Qwen3 drafter",)) for r in (a, b)]
+    ((label, first, why),) = alike_rows(refused)
+    assert label == "sglang 0.5.12, 0.5.23" and first is refused[0] and why == ("cannot serve a Qwen3 drafter",)
 
 
 def test_a_line_serving_another_target_than_the_drafters_is_a_warning(tmp_path):

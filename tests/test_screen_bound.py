@@ -112,7 +112,7 @@ def test_the_reference_test_reads_only_the_sequences_after_the_pilot():
     """The reference test compares on the sequences after the pilot's last one (the rest of a
     sequence the pilot read in part included in neither): a wiring worse only there is dropped, one
     worse only on the pilot's sequences is not; its figures are the ratio estimator on that slice."""
-    from eagle3conv.verify.evaluate import _Reference
+    from eagle3conv.verify.evaluate import ScreenReference
 
     g = torch.Generator().manual_seed(1)
     pos_row = [r for r in range(30) for _ in range(40)]
@@ -121,7 +121,7 @@ def test_the_reference_test_reads_only_the_sequences_after_the_pilot():
     lp[1, rows <= 9] -= 1.0  # worse on the pilot's sequences (0..9) only
     lp[2, rows > 9] -= 0.2   # worse after them only
     bound = ScreenBound()
-    ref = _Reference(0, 9, 0.005, bound)
+    ref = ScreenReference(0, 9, 0.005, bound)
     out = ref.test(lp.float(), [0, 1, 2], pos_row)
     assert out["drop"].tolist() == [False, False, True]
     assert out["sequences"] == 20 and out["positions"] == 800
@@ -137,7 +137,7 @@ def test_a_reference_chosen_on_the_pilot_keeps_the_level_on_later_sequences():
     sequences. Tested on the 20 later sequences only, a given wiring is excluded against it no more
     often than alpha (binomial spread); tested on all 30, the reference's luck on the pilot carries
     over and the rate is far above alpha: why the test reads only the later sequences."""
-    from eagle3conv.verify.evaluate import _Reference
+    from eagle3conv.verify.evaluate import ScreenReference
 
     g = torch.Generator().manual_seed(2)
     bound = ScreenBound()
@@ -147,7 +147,7 @@ def test_a_reference_chosen_on_the_pilot_keeps_the_level_on_later_sequences():
     for _ in range(trials):
         lp = torch.randn(50, len(pos_row), generator=g, dtype=torch.float64) - 4
         lead = int(lp[1:, :pilot].mean(1).argmax()) + 1  # the best on the pilot (never wiring 0)
-        out = _Reference(lead, 9, alpha, bound).test(lp.float(), list(range(50)), pos_row)
+        out = ScreenReference(lead, 9, alpha, bound).test(lp.float(), list(range(50)), pos_row)
         hits += bool(out["drop"][0])
         D, se, m = paired_bound(lp, lead, pos_row, bound)
         biased += bool(float(D[0]) - bound.quantile(1, m, alpha) * float(se[0]) > 0)

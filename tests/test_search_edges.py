@@ -97,7 +97,7 @@ def test_a_config_that_stands_in_a_set_of_several_is_not_called_most_likely(tmp_
         res = verify(folder, path, save=False, search=True, steps=1)
         v = res.verdict
         if v.status == "stands" and len(v.confidence_set) > 1:
-            text = verify_text(res.to_dict())
+            text = verify_text(res)
             assert f"stands (in the set, not singled out by the data): {v.best_layers}" in text
             assert "trained on (most likely)" not in text
             return

@@ -209,15 +209,20 @@ def test_confidence_set_text_counts_every_member_not_only_the_listed():
     confirmed = [{"layers": f"outputs of layers 1, {i}, 26", "confirmed": True, "accept_length_all_starts": 1.8}
                  for i in range(5, 20)]
     unconfirmed = [{"layers": f"outputs of layers 2, {i}, 25", "confirmed": False} for i in range(3, 23)]
-    v = {"confidence_set": confirmed + unconfirmed, "set_statistic": "acceptance",
-         "to_separate": {"members": 569}}
-    lines = confidence_set_lines(v)
+    from eagle3conv.verify.search import Verdict
+
+    def verdict(members, counted=None):
+        return Verdict.from_dict({"config_accept_length": 1.0, "status": "stands", "confidence_set": members,
+                                  "set_statistic": "acceptance",
+                                  **({"to_separate": {"members": counted}} if counted else {})})
+
+    lines = confidence_set_lines(verdict(confirmed + unconfirmed, 569))
     assert len(lines) == 1 + 12 + 1
     assert lines[-1] == "  ... and 557 more (534 of them kept by the screen or refinement, counted but not listed)"
     assert lines[1].endswith("accept length 1.8000 over every chain start")
-    v["to_separate"] = {"members": 35}  # every member listed: no word of unlisted ones
-    assert confidence_set_lines(v)[-1] == "  ... and 23 more"
-    assert confidence_set_lines({"confidence_set": confirmed[:3]})[-1].startswith("  outputs of layers 1, 7, 26")
+    # every member listed: no word of unlisted ones
+    assert confidence_set_lines(verdict(confirmed + unconfirmed, 35))[-1] == "  ... and 23 more"
+    assert confidence_set_lines(verdict(confirmed[:3]))[-1].startswith("  outputs of layers 1, 7, 26")
 
 
 def test_a_submodule_import_leaves_the_packages_function_of_its_name():

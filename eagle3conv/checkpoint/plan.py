@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -123,19 +124,29 @@ class Output:
         return d
 
 
+class WiringReportLike(Protocol):
+    """The wiring step's report as the plan holds it (a :class:`eagle3conv.wiring.apply.Wiring`, which this
+    level does not import): its document for a drafter folder's launch lines."""
+
+    def to_dict(self, drafter: str | None = None) -> dict: ...
+
+
 @dataclass(frozen=True)
 class WiringOutcome:
     """What the wiring step (:mod:`eagle3conv.wiring`) brings to a plan: the config with every engine's
     aux ids (None: unchanged) and the edits that made it, its findings, the hint for its errors, and
-    its report (``Wiring.to_dict()``, which ``inspect`` and ``fix-keys`` show)."""
+    its report (the typed ``Wiring``, which ``inspect``'s text renders; ``report.to_dict(served)`` is
+    the plan document's ``wiring``, its launch lines naming the folder ``served``)."""
 
     config: dict | None
     config_edits: tuple
     findings: tuple[Finding, ...]
     hint: str | None
-    report: dict
+    report: WiringReportLike
     record_known: bool
     """Whether a training record named the layers (the check compared the config against it)."""
+    served: str | None = None
+    """The folder the report's launch lines name."""
 
 
 class PlanOutcome(str, Enum):
@@ -286,7 +297,7 @@ class Plan:
             "output_bytes": self.output_bytes,
             "config_edits": [e.to_dict() for e in self.config_edits],
             "aux_layer_ids": self.aux_ids,
-            "wiring": None if self.wiring is None else self.wiring.report,
+            "wiring": None if self.wiring is None else self.wiring.report.to_dict(self.wiring.served),
             "symbols": self.symbols,
             "quantization": None if self.quantization is None else self.quantization.to_dict(),
             "identity": self.ok and self.is_identity(),

@@ -428,7 +428,7 @@ def paired_bound(lp, lead: int, pos_row: list[int], bound: ScreenBound | None = 
 
 
 
-class _Reference:
+class ScreenReference:
     """The screen's reference test (:class:`ScreenBound`): wiring ``index`` (the leader after the
     pilot's stages, fixed), compared with every wiring still in on the sequences after ``last_row``
     (the pilot's last, partly read or not) only, each stage at ``alpha`` (the reference test's
@@ -752,7 +752,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     stopped: str | None = None  # what stopped the screen before the data decided: "work" (cap), "seconds"
     ok_positions = 0
     alpha_lead, alpha_ref = bound.split(len(plan))
-    reference: _Reference | None = None  # fixed after the pilot's stages (ScreenBound)
+    reference: ScreenReference | None = None  # fixed after the pilot's stages (ScreenBound)
 
     def settle(idx: list[int], where: torch.Tensor) -> None:
         """Record the figures of wirings ``idx`` (rows ``where`` of the stores)."""
@@ -958,7 +958,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         if reference is None and alpha_ref > 0 and len(stages) == bound.pilot and alive:
             # the leader now (best mean of the wirings kept) is the reference for every later stage
             kept_means = means[keepm]
-            reference = _Reference(alive[int(kept_means.argmax())], max(pos_row) if pos_row else -1,
+            reference = ScreenReference(alive[int(kept_means.argmax())], max(pos_row) if pos_row else -1,
                                    alpha_ref / max(1, len(plan) - bound.pilot), bound)
         if len(alive) <= 1 or not (set(alive) - protected):
             break
@@ -980,4 +980,4 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     return res, list(alive)
 
 
-__all__ = ["NO_DROP", "Candidate", "Score", "ScreenBound", "ScreenResult", "evaluate", "paired_bound", "screen"]
+__all__ = ["NO_DROP", "Candidate", "Score", "ScreenBound", "ScreenReference", "ScreenResult", "evaluate", "paired_bound", "screen"]

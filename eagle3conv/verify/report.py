@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from eagle3conv.errors import CheckpointReadError
 from eagle3conv.spec.drafter import NORM_BEFORE_RESIDUAL
@@ -57,6 +57,9 @@ from eagle3conv.spec.variants import switches
 from eagle3conv.verify.evaluate import Score
 from eagle3conv.verify.profile import category_figures
 from eagle3conv.verify.search import Verdict
+
+if TYPE_CHECKING:
+    from eagle3conv.wiring.apply import Wiring
 
 REPORT_FILE = "eagle3conv-verify.json"
 REPORT_FORMAT = "eagle3conv-verify"
@@ -82,6 +85,12 @@ class WiringFigures:
     positions_scored: int
     sequences: int
     rounds: int
+    # shown by verify's text (None: not stated; a report the card reads need not state them)
+    why: str | None = None  # why this wiring was scored
+    accept_length_all_starts: float | None = None  # over every chain start (the figure wirings are ranked by)
+    accept_length_all_starts_ci95: tuple[float, float] | None = None
+    chains: int | None = None
+    ci_method: str | None = None
 
 
 @dataclass(frozen=True)
@@ -255,6 +264,26 @@ class _Fields:
             raise self._bad(where, key, "fractions between 0 and 1", v)
         return out
 
+    def loose(self, obj: dict, key: str, *, where: str = "", pair: bool = False, kind: type | None = None) -> Any:
+        """A value only the text shows, as it is (a number; with ``pair`` two; with ``kind`` str or int,
+        one of those), or None when the field is absent or null: a report is never refused for it."""
+        v = obj.get(key)
+        if v is None:
+            return None
+        if kind is not None:
+            if isinstance(v, bool) or not isinstance(v, kind):
+                raise self._bad(where, key, f"a JSON {_KIND_NAMES[kind]} or null", v)
+            return v
+        if pair:
+            ok = isinstance(v, list) and len(v) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                             for x in v)
+            if not ok:
+                raise self._bad(where, key, "two numbers [low, high]", v)
+            return (float(v[0]), float(v[1]))
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise self._bad(where, key, "a number", v)
+        return float(v)
+
     def interval(self, obj: dict, key: str, *, where: str = "") -> tuple[float, float]:
         v = self.numbers(obj, key, where=where)
         if len(v) != 2 or v[0] > v[1]:
@@ -288,6 +317,12 @@ class _Fields:
             positions_scored=self.get(r, "positions_scored", int, where=where),
             sequences=self.get(r, "sequences", int, where=where),
             rounds=self.get(r, "rounds", int, where=where),
+            # what only the text shows: optional (None: not stated), and not judged (the card never reads them)
+            why=self.loose(r, "why", where=where, kind=str),
+            accept_length_all_starts=self.loose(r, "accept_length_all_starts", where=where),
+            accept_length_all_starts_ci95=self.loose(r, "accept_length_all_starts_ci95", where=where, pair=True),
+            chains=self.loose(r, "chains", where=where, kind=int),
+            ci_method=self.loose(r, "ci_method", where=where, kind=str),
         )
 
 
@@ -321,6 +356,91 @@ _KIND_NAMES = {list: "list", dict: "object", int: "integer", str: "string", bool
 # --------------------------------------------------------------------------- the result in memory
 
 
+@dataclass(frozen=True)
+class ScoredStates:
+    """What was scored (:attr:`VerifyResult.states`, the report's ``states``), as the text reads it:
+    :meth:`of` reads each field by its name, so a field renamed where the summary is made fails here."""
+
+    path: str  # the file's name (the report carries no local paths)
+    source: str
+    sequences: int
+    tokens: int
+    target: str | None
+    layers_from: str | None  # what the slots' layers rest on (None: the states do not record them)
+    wiring_checked: bool  # False: the slots were labelled with the wiring scored, so nothing checks it
+    notes: tuple[str, ...]  # the states' own notes
+    verify_notes: tuple[str, ...]  # verify's notes on them
+
+    @classmethod
+    def of(cls, states: dict) -> ScoredStates:
+        return cls(path=Path(str(states["path"])).name, source=states["source"], sequences=states["sequences"],
+                   tokens=states["tokens"], target=states["target"], layers_from=states["layers_from"],
+                   wiring_checked=states["wiring_checked"], notes=tuple(states["notes"]),
+                   verify_notes=tuple(states["verify_notes"]))
+
+
+@dataclass(frozen=True)
+class Timings:
+    """:attr:`VerifyResult.seconds` as the text reads it (wall-clock seconds from the start)."""
+
+    first_result: float
+    total: float
+
+    @classmethod
+    def of(cls, seconds: dict) -> Timings:
+        return cls(first_result=seconds["first_result"], total=seconds["total"])
+
+
+@dataclass(frozen=True)
+class SlotNorms:
+    """One aux slot's per-token L2 norms of the inference states (a :class:`~eagle3conv.verify.evaluate.Score`'s
+    ``norms`` entry; None: no token to measure)."""
+
+    median: float | None
+    p10: float | None
+    p90: float | None
+
+    @classmethod
+    def of(cls, norms: dict) -> SlotNorms:
+        return cls(median=norms["median"], p10=norms["p10"], p90=norms["p90"])
+
+
+@dataclass(frozen=True)
+class NormComparison:
+    """One slot's inference median beside training's (a :attr:`VerifyResult.comparisons` entry, made by
+    :func:`eagle3conv.verify.search.norm_comparison`)."""
+
+    slot: int
+    inference_median: float | None
+    training_median: float | None
+    ratio: float | None
+    flagged: bool
+
+    @classmethod
+    def of(cls, c: dict) -> NormComparison:
+        return cls(slot=c["slot"], inference_median=c["inference_median"], training_median=c["training_median"],
+                   ratio=c["ratio"], flagged=c["flagged"])
+
+
+@dataclass(frozen=True)
+class QuantizationCost:
+    """A quantized drafter against its bf16 reference (:attr:`VerifyResult.quantization`): accept length
+    over every chain start of each, the difference and its paired 95% interval (None: not finite)."""
+
+    reference: str
+    accept_length: float
+    reference_accept_length: float
+    difference: float
+    ci95: tuple[float, float] | None
+
+    @classmethod
+    def of(cls, q: dict) -> QuantizationCost:
+        ci = q["ci95"]
+        return cls(reference=q["reference"], accept_length=q["accept_length"],
+                   reference_accept_length=q["reference_accept_length"], difference=q["difference"],
+                   ci95=None if ci is None else (ci[0], ci[1]))
+
+
 def _forward(r: Run) -> dict:
     """A Run as the report shows it (``without`` in the variant table's order)."""
     return {"rope": None if r.rope_interleave is None else ("interleaved" if r.rope_interleave else "half-split (neox)"),
@@ -350,17 +470,34 @@ class EngineScore:
     not_scored: str | None = None
     paired_vs_main: dict | None = None
 
+    @property
+    def accept_length(self) -> float | None:
+        """The accept length as reported (4 decimals); None: not scored."""
+        return None if self.score is None else round(self.score.accept_length, 4)
+
+    @property
+    def acceptance(self) -> tuple[float, ...] | None:
+        """The acceptance per draft position as reported (4 decimals); None: not scored."""
+        return None if self.score is None else tuple(round(a, 4) for a in self.score.acceptance)
+
+    @property
+    def not_emulated(self) -> tuple[str, ...]:
+        return tuple(self.run.not_emulated) if self.run else ()
+
+    @property
+    def not_read(self) -> tuple[str, ...]:
+        return tuple(self.run.not_read) if self.run else ()
+
     def to_dict(self) -> dict:
         r = self.run
         out: dict = {"engine": self.engine, "release": self.release, "forward": None if r is None else _forward(r),
-                     "emulated": list(self.emulated), "not_emulated": list(r.not_emulated) if r else [],
-                     "not_read": list(r.not_read) if r else []}
+                     "emulated": list(self.emulated), "not_emulated": list(self.not_emulated),
+                     "not_read": list(self.not_read)}
         if self.score is None:
             out["not_scored"] = self.not_scored
             return out
-        s = self.score
-        out.update({"accept_length": round(s.accept_length, 4), "acceptance": [round(a, 4) for a in s.acceptance],
-                    "accept_length_ci95": [round(x, 4) for x in s.accept_length_ci],
+        out.update({"accept_length": self.accept_length, "acceptance": list(self.acceptance),
+                    "accept_length_ci95": [round(x, 4) for x in self.score.accept_length_ci],
                     "paired_vs_main": self.paired_vs_main})
         return out
 
@@ -375,7 +512,7 @@ class VerifyResult:
     device: str
     dtype: str
     steps: int
-    wiring_check: dict
+    wiring: Wiring  # the wiring check of the drafter as it is (wiring.apply.Wiring)
     scores: list[Score]
     comparisons: list[list[dict] | None]
     verdict: Verdict
@@ -389,6 +526,7 @@ class VerifyResult:
     categories: tuple[str | None, ...] | None = None  # per sequence of the states (None: none recorded)
     profile: Path | None = None  # where speculation_profile.json was written
     quantization: dict | None = None  # a quantized drafter against --reference: the accept-length cost
+    embedding_comparison: dict | None = None  # the drafter's embedding against the target's, where both were read
 
     @property
     def main(self) -> Score:
@@ -400,8 +538,21 @@ class VerifyResult:
         return category_figures(self.main, self.categories)
 
     @property
+    def wiring_check(self) -> dict:
+        """The report's ``wiring_check`` without its engine scores: the check's document, and the embedding
+        comparison."""
+        d = self.wiring.to_dict()
+        if self.embedding_comparison is not None:
+            d["embedding_comparison"] = self.embedding_comparison
+        return d
+
+    @property
     def wiring_check_ok(self) -> bool:
-        return bool(self.wiring_check.get("ok", True))
+        return self.wiring.report.ok
+
+    @property
+    def scored_states(self) -> ScoredStates:
+        return ScoredStates.of(self.states)
 
     @property
     def passed(self) -> bool:
@@ -446,7 +597,7 @@ class VerifyResult:
 
 
 __all__ = [
-    "REFERENCES", "REPORT_FILE", "REPORT_FORMAT", "REPORT_VERSION", "CategoryFigures", "EngineScore", "Reference", "VerifyReport",
-    "VerifyResult",
+    "REFERENCES", "REPORT_FILE", "REPORT_FORMAT", "REPORT_VERSION", "CategoryFigures", "EngineScore", "NormComparison",
+    "QuantizationCost", "Reference", "ScoredStates", "SlotNorms", "Timings", "VerifyReport", "VerifyResult",
     "WiringFigures",
 ]

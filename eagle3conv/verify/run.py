@@ -55,6 +55,8 @@ from eagle3conv.states.format import NO_NEXT_TOKENS
 
 if TYPE_CHECKING:
     from eagle3conv.model.drafter import SmokeTestResult
+    from eagle3conv.spec.targets import TargetProfile
+    from eagle3conv.wiring.apply import Wiring
 
 
 def verify(path: str | os.PathLike, states_path: str | os.PathLike, options: VerifyOptions | None = None, *,
@@ -107,6 +109,15 @@ def _quantization_cost(result: VerifyResult, run, opts: VerifyOptions, progress)
                           "same states and wiring, resampling sequences jointly"}
 
 
+def _captured_target(states) -> TargetProfile:
+    """A stand-in profile for the target the states were captured from, when no --target or record names
+    one: its name (as the states give it) and the sizes the states record."""
+    from eagle3conv.spec.targets import TargetProfile
+
+    return TargetProfile(name=states.target or "the captured target", hidden_size=states.hidden_size,
+                         num_hidden_layers=states.num_layers, vocab_size=states.vocab_size or 0)
+
+
 class _Verification:
     """The state of one :func:`verify`, one method per step (called in the order :func:`verify`
     lists them)."""
@@ -144,13 +155,10 @@ class _Verification:
             self.data_note = ("these states hold no target next tokens: drafts are scored against the data's next "
                               "tokens (a lower bound on acceptance unless the data is the target's own output)")
             self.notes.append(self.data_note)
-        self.ev = ev = gather(self.root, None, self.config, self.wopts)
-        if ev.target is None and self.states.num_layers is not None:
-            from eagle3conv.spec.targets import TargetProfile
-
-            ev.target = TargetProfile(name=self.states.target or "the captured target",
-                                      hidden_size=self.states.hidden_size, num_hidden_layers=self.states.num_layers,
-                                      vocab_size=self.states.vocab_size or 0)
+        ev = gather(self.root, None, self.config, self.wopts)
+        if ev.target is None and self.states.num_layers is not None:  # no profile: the states' own target
+            ev = replace(ev, target=_captured_target(self.states))
+        self.ev = ev
         self.n = ev.target.num_hidden_layers if ev.target else self.states.num_layers
         if self.n is None and opts.embeddings is not None:  # the target's own config.json beside its weights
             self.n = target_num_layers(opts.embeddings)
@@ -392,14 +400,11 @@ class _Verification:
         """Each engine release scored as it serves this config, the norms against training's,
         the verdict (:func:`~eagle3conv.verify.search.decide`), and the result."""
         o, scores, states = self.opts, self.scores, self.states
-        wiring_check = self.check.to_dict()
         engine_scores = _score_engines(self.check.report.rows, scores, self.drafter, states, steps=o.steps,
                                        batch_size=o.batch_size, target_embeds=self.target_embeds,
                                        max_sequences=o.max_sequences, labels=self.labels, serving=self.serving,
                                        main_fw=self.main_fw, device=self.dev, dtype=self.dt)
         self.serving.release()
-        if self.serving.embedding_comparison is not None:
-            wiring_check["embedding_comparison"] = self.serving.embedding_comparison
         training = next((r for r in self.ev.records if r.norms), None)
         t_norms, t_layers = (training.norms, training.layers) if training is not None else (None, None)
         if o.training_states is not None:  # the trainer's own data: its norms, slot by slot
@@ -423,14 +428,14 @@ class _Verification:
         return VerifyResult(
             checkpoint=self.root, states=dict(states.summary(), verify_notes=self.notes, **self._wiring_basis()),
             device=self.dev,
-            dtype=str(self.dt).removeprefix("torch."), steps=o.steps, wiring_check=wiring_check, scores=scores,
+            dtype=str(self.dt).removeprefix("torch."), steps=o.steps, wiring=self.check, scores=scores,
             comparisons=comparisons, verdict=verdict, training_norms=t_norms,
             seconds={"load_drafter": round(self.t_loaded - self.t_start, 3),
                      "build": round(self.t_built - self.t_loaded, 3),
                      "first_result": round((self.first_result or t_end) - self.t_start, 3),
                      "total": round(t_end - self.t_start, 3)},
             min_accept=o.min_accept, reference=self.reference, engine_scores=engine_scores,
-            categories=states.categories)
+            categories=states.categories, embedding_comparison=self.serving.embedding_comparison)
 
     def _wiring_basis(self) -> dict:
         """Whether these states can check the wiring, and what the slots' layers rest on."""
@@ -734,7 +739,7 @@ class SmokeResult:
     dtype: str  # torch's name: float32, bfloat16, float16
     seconds: float
     mla: bool  # an MLA drafter (Eagle3DeepseekV2ForCausalLM): the report says which forward ran
-    wiring: dict | None = None  # the wiring check's report, when one ran
+    wiring: Wiring | None = None  # the wiring check (wiring.apply.Wiring), when one ran
     wiring_ok: bool | None = None  # None: no wiring check
 
     @property
@@ -764,7 +769,7 @@ class SmokeResult:
             d["kind"] = self.kind
             d["engine_notes"] = list(r.engine_notes)
         if self.wiring is not None:
-            d["wiring"] = self.wiring
+            d["wiring"] = self.wiring.to_dict(self.checkpoint)  # its launch lines name the folder as given
             d["wiring_ok"] = self.wiring_ok
         return d
 
@@ -788,7 +793,7 @@ def smoke(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto",
     w = check_fixed(config, tensors, wiring_options, ev=gather(Path(path), None, config, wiring_options),
                     path=path, target_hidden=t if isinstance(t, int) else None,
                     read_d2t=lambda: tensors[D2T].tolist())
-    return replace(r, wiring=w.to_dict(str(path)), wiring_ok=bool(w.report.ok))
+    return replace(r, wiring=w, wiring_ok=bool(w.report.ok))
 
 
 def smoke_forward(path, config: dict, tensors: dict, *, device: str = "auto", dtype: str = "auto") -> SmokeResult:

@@ -123,9 +123,9 @@ class WiringReport:
                     f"fails: {cap.error.message}" if cap.error else f"not known: {cap.unknown}")
         return out
 
-    def engine_rows(self) -> list[dict]:
-        """The rows for the report, each with ``releases``: the releases whose rows read alike with it
-        (neighbours of one engine; itself included), which the text shows as one row."""
+    def row_groups(self) -> list[tuple[EngineRow, ...]]:
+        """The rows in groups that read alike (neighbouring releases of one engine whose rows are the
+        same but for the release's name), in order: the text shows each group as one row."""
         rows = [(r, r.to_dict()) for r in self.rows]
 
         def body(x) -> str:  # every field but the release's name (an error's leading name set aside)
@@ -134,10 +134,16 @@ class WiringReport:
                                "error": d["error"] and d["error"].removeprefix(f"{d['release']} ")},
                               sort_keys=True, default=str)
 
-        for group in alike(rows, lambda x: x[0].release.engine, body):
-            for _, d in group:
-                d["releases"] = [g[1]["release"] for g in group]
-        return [d for _, d in rows]
+        return [tuple(r for r, _ in group) for group in alike(rows, lambda x: x[0].release.engine, body)]
+
+    def engine_rows(self) -> list[dict]:
+        """The rows for the report, each with ``releases``: the releases whose rows read alike with it
+        (:meth:`row_groups`; itself included)."""
+        out = []
+        for group in self.row_groups():
+            names = [str(r.release) for r in group]
+            out += [dict(r.to_dict(), releases=names) for r in group]
+        return out
 
     def to_dict(self) -> dict:
         return {

@@ -76,12 +76,14 @@ class WiringEdits:
                 return self.plan.ids(where)
         return None
 
+    def written_ids(self) -> list[tuple[IdField, tuple[int, ...], list[EngineRelease]]]:
+        """Each field written (config fields first, then launch options), its ids, and the releases that
+        read their ids there first."""
+        return [(where, ids, self.readers.get(where, [])) for where, ids in (*self.plan.fields, *self.plan.launch)]
+
     def fields(self) -> list[dict]:
-        out = []
-        for where, ids in (*self.plan.fields, *self.plan.launch):
-            out.append({"field": where.name, "kind": where.kind, "ids": list(ids),
-                        "read_by": [str(r) for r in self.readers.get(where, [])]})
-        return out
+        return [{"field": where.name, "kind": where.kind, "ids": list(ids), "read_by": [str(r) for r in read_by]}
+                for where, ids, read_by in self.written_ids()]
 
     def provenance(self) -> dict:
         return {
