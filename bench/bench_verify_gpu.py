@@ -454,7 +454,7 @@ def global_search_bench(folder: Path, d: dict, dev: str, work: Path, seqs: int, 
                           "screen_work": getattr(sr, "work", None), "screen_complete": getattr(sr, "complete", None),
                           "screen_kept": len(getattr(sr, "alive", []) or []),
                           "refinement_screen_s": round(refine_s, 2),
-                          "confidence_set": [c["layers"] for c in res.verdict.confidence_set][:10],
+                          "confidence_set": [c.layers for c in res.verdict.confidence_set][:10],
                           "evaluations_s": round(secs["total"] - secs["load_drafter"] - secs["build"] - screen_s
                                                  - refine_s, 2) if screen_s is not None else None,
                           "within_60s_budget": wall <= 60, "within_30s_budget": wall <= 30}

@@ -522,9 +522,9 @@ def confidence_set_lines(v: Verdict) -> list[str]:
     report lists the screen's unconfirmed survivors up to a cap and counts them all)."""
     members = v.confidence_set
     lines = [f"not excluded at 95% against the best ({v.set_statistic}, paired over sequences):"]
-    for c in members[:12]:  # the members are search.py's dicts (the report's confidence_set entries)
-        lines.append(f"  {c['layers']}" + (f": accept length {c['accept_length_all_starts']:.4f} over every chain "
-                                           "start" if c.get("confirmed") else ": kept by the screen, not confirmed"))
+    for c in members[:12]:
+        lines.append(f"  {c.layers}" + (f": accept length {c.accept_length_all_starts:.4f} over every chain "
+                                        "start" if c.confirmed else ": kept by the screen, not confirmed"))
     total = max(len(members), int(v.to_separate.members if v.to_separate is not None else 0))
     if total > 12:
         unlisted = total - len(members)
@@ -700,12 +700,12 @@ def _verdict_lines(v: Verdict) -> list[str]:
     """The verdict: norm flags, the leader against the others, the coverage, the set, what decided, the fix."""
     decided = _decided(v)
     lines = [f"norm flag: {f}" for f in v.norm_flags]
-    for pd in (v.paired_differences if decided else [])[:4]:  # search.py's dicts (the report's entries)
-        lo, hi = pd["ci95"]
-        lines.append(f"best vs {pd['wiring']} ({pd['layers']}): accept length +{pd['accept_length_gap']:.3f} "
+    for pd in (v.paired_differences if decided else ())[:4]:
+        lo, hi = pd.ci95
+        lines.append(f"best vs {pd.wiring} ({pd.layers}): accept length +{pd.accept_length_gap:.3f} "
                      f"[{lo:+.3f}, {hi:+.3f}] (paired)")
     lines += _search_lines(v)
-    members = v.confidence_set if decided else []
+    members = v.confidence_set if decided else ()
     if len(members) > 1:
         lines += confidence_set_lines(v)
     elif decided and v.tied_set:

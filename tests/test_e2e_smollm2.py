@@ -234,7 +234,7 @@ def _lost_wiring_checks(res):
     scored = {s.candidate.layers: s for s in res.scores}
     trained, default = scored[outputs(4, 11, 21)], scored[outputs(1, 14, 26)]  # the screen kept the trained set
     # the verdict's set holds the trained wiring, whatever it names
-    assert "outputs of layers 4, 11, 21" in [c["layers"] for c in v.confidence_set], v.confidence_set
+    assert "outputs of layers 4, 11, 21" in [c.layers for c in v.confidence_set], v.confidence_set
     # the engines' default (what runs with null ids) is clearly worse, and the advice says so first
     assert v.config_worse is True and v.advice.startswith("the engines' default (config.json names no layers)")
     assert trained.acceptance[0] > default.acceptance[0] + 0.1
@@ -288,7 +288,7 @@ def test_lost_wiring_on_few_generated_sequences_is_in_the_set(smollm2_states, tm
     shutil.copytree(LOST, dest)
     res = verify(dest, smollm2_states, search=True, save=False)
     v, trained = _lost_wiring_checks(res)
-    members = [c["layers"] for c in v.confidence_set]
+    members = [c.layers for c in v.confidence_set]
     assert v.status in ("named", "ambiguous"), v.decided_by
     if v.status == "named":
         assert v.best_layers == "outputs of layers 4, 11, 21" and members == [v.best_layers]

@@ -199,3 +199,33 @@ def test_a_figure_renamed_in_the_scores_document_fails_the_text_loudly(tiny, mon
     res = verify(*tiny, save=False, steps=2)
     with pytest.raises(ValueError, match="states no chains"):
         verify_text(res)
+
+
+def test_the_verdicts_set_members_and_paired_differences_are_typed():
+    """The confidence set's members and the paired differences are typed values (search.SetMember,
+    PairedDifference): the report's entries round-trip byte for byte, and the text reads their
+    fields, so a dict where a member is wanted fails loudly."""
+    import dataclasses
+
+    from eagle3conv.render import confidence_set_lines
+    from eagle3conv.verify.search import PairedDifference, SetMember, Verdict
+
+    members = [{"wiring": "search #1", "layers": "outputs of layers 1, 14, 26", "confirmed": True,
+                "accept_length_all_starts": 1.8424, "accept_length_gap": [0.0, -0.01, 0.01],
+                "log_score_gap": [0.001, None, 0.002]},
+               {"wiring": "config", "layers": "outputs of layers 2, 14, 26", "confirmed": True,
+                "accept_length_all_starts": 1.8401},
+               {"layers": "outputs of layers 3, 14, 26", "confirmed": False}]
+    pds = [{"wiring": "config", "layers": "outputs of layers 2, 14, 26", "accept_length_gap": 0.0023,
+            "ci95": [-0.01, 0.014], "excluded": False}]
+    v = Verdict.from_dict({"config_accept_length": 1.84, "status": "ambiguous", "confidence_set": members,
+                           "paired_differences": pds, "set_statistic": "acceptance"})
+    assert all(isinstance(m, SetMember) for m in v.confidence_set)
+    assert isinstance(v.paired_differences[0], PairedDifference)
+    d = v.to_dict()
+    assert d["confidence_set"] == members and d["paired_differences"] == pds
+    lines = confidence_set_lines(v)
+    assert lines[1] == "  outputs of layers 1, 14, 26: accept length 1.8424 over every chain start"
+    assert lines[3] == "  outputs of layers 3, 14, 26: kept by the screen, not confirmed"
+    with pytest.raises(AttributeError):
+        confidence_set_lines(dataclasses.replace(v, confidence_set=tuple(members)))

@@ -47,13 +47,13 @@ def test_states_missing_a_layer_keep_every_survivor_and_say_what_was_not_searche
     assert cov.is_global is False and cov.missing_layers == (6,)
     assert v.status in ("ambiguous", "undecided") and v.best is None
     size = v.to_separate.members if v.to_separate else len(v.confidence_set)
-    confirmed = [c for c in v.confidence_set if c.get("confirmed")]
+    confirmed = [c for c in v.confidence_set if c.confirmed]
     # the screen's survivors verify did not confirm are counted in the set, not dropped
     assert size == len(confirmed) + cov.unconfirmed_count
     assert "the states lack 1 of the target's layers (6)" in v.decided_by
     assert "capture every layer" in v.decided_by and "capture every layer" in (v.advice or "")
     # the planted wiring reads layer 6: it cannot be in the set, and the text says why
-    assert 6 in planted and describe(outputs(*planted)) not in [c["layers"] for c in v.confidence_set]
+    assert 6 in planted and describe(outputs(*planted)) not in [c.layers for c in v.confidence_set]
 
 
 def _capped_screen(monkeypatch):
@@ -77,11 +77,11 @@ def test_a_screen_stopped_by_its_work_cap_keeps_its_survivors_and_blames_the_cap
     assert cov.screen["complete"] is False and len(cov.screen["stages"]) == 1
     assert cov.unconfirmed_count > 0  # survivors past what verify confirms: counted, not dropped
     assert v.status == "ambiguous" and v.best is None
-    confirmed = [c for c in v.confidence_set if c.get("confirmed")]
+    confirmed = [c for c in v.confidence_set if c.confirmed]
     assert v.to_separate.members == len(confirmed) + cov.unconfirmed_count
     assert v.to_separate.reason is SeparationReason.CAPPED
     assert v.to_dict()["to_separate"]["why"].startswith("the screen stopped at its work cap")
-    assert describe(outputs(*planted)) in [c["layers"] for c in v.confidence_set]
+    assert describe(outputs(*planted)) in [c.layers for c in v.confidence_set]
     assert "the work, not the data, ran out" in v.decided_by
     assert "more sequences like these would not finish it" in v.advice and "capture about" not in v.advice
 
@@ -131,7 +131,7 @@ def test_a_search_budget_stops_the_screen_and_says_what_more_would_read(tmp_path
     fin = scr["to_finish"]
     left = scr["stages"][0]["kept"] * (scr["read"]["of"] - scr["read"]["positions"])
     assert fin["work"] == left and fin["seconds"] > 0 and fin["budget"] >= fin["seconds"]
-    assert describe(outputs(*planted)) in [c["layers"] for c in v.confidence_set]
+    assert describe(outputs(*planted)) in [c.layers for c in v.confidence_set]
     assert v.status == "ambiguous" and "its time budget" in v.decided_by
     assert f"verify --search-budget {fin['budget']}" in v.decided_by
     bad = CliRunner().invoke(main, ["verify", str(folder), "--states", str(path), "--search-budget", "0", "--no-save"])

@@ -143,7 +143,7 @@ def outcomes(tmp_path_factory):
             v = res.verdict
             out.append({"seed": seed, "k": k, "step": step, "planted": describe(outputs(*planted)),
                         "status": v.status, "best": v.best_layers,
-                        "members": [c["layers"] for c in v.confidence_set] or [v.best_layers],
+                        "members": [c.layers for c in v.confidence_set] or [v.best_layers],
                         "separated": separated(folder, path, planted), "coverage": v.to_dict().get("coverage")})
     finally:
         torch.set_num_threads(threads)

@@ -444,7 +444,7 @@ def test_verdict_rules():
     assert v.best is None and v.status == "ambiguous"
     assert v.decided_by.startswith("the data cannot tell which of 2 wirings the drafter was trained on")
     # the set, and what would separate it: never a config command for one member
-    assert [c["layers"] for c in v.confidence_set] == ["outputs of layers 4, 14, 26", "outputs of layers 3, 14, 26"]
+    assert [c.layers for c in v.confidence_set] == ["outputs of layers 4, 14, 26", "outputs of layers 3, 14, 26"]
     assert v.to_separate.sequences > seqs and "eagle3conv config" not in v.advice
     assert "capture about" in v.advice and "no config is written for any one of them" in v.advice
     # separated by acceptance

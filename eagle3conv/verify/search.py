@@ -630,6 +630,57 @@ class Grounds:
 
 
 @dataclass(frozen=True)
+class PairedDifference:
+    """The best by acceptance against one other confirmed wiring: the every-chain-start accept-length
+    gap (best minus it), its paired 95% interval, and whether the set's bound excluded it."""
+
+    wiring: str  # the candidate's name
+    layers: str
+    accept_length_gap: float
+    ci95: tuple[float, float]
+    excluded: bool
+
+    def to_dict(self) -> dict:
+        return {"wiring": self.wiring, "layers": self.layers, "accept_length_gap": self.accept_length_gap,
+                "ci95": list(self.ci95), "excluded": self.excluded}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PairedDifference:
+        return cls(d["wiring"], d["layers"], d["accept_length_gap"], tuple(d["ci95"]), bool(d["excluded"]))
+
+
+@dataclass(frozen=True)
+class SetMember:
+    """One member of the verdict's confidence set: a confirmed wiring with its every-chain-start
+    accept length and its gaps to the leaders (accept length, and the log score where consulted:
+    each a (gap, low, high) triple), or a wiring the screen or refinement kept unconfirmed."""
+
+    layers: str
+    confirmed: bool
+    wiring: str | None = None  # the candidate's name (confirmed members)
+    accept_length_all_starts: float | None = None
+    accept_length_gap: tuple[float, ...] | None = None
+    log_score_gap: tuple[float | None, ...] | None = None
+
+    def to_dict(self) -> dict:
+        if not self.confirmed:
+            return {"layers": self.layers, "confirmed": False}
+        out: dict = {"wiring": self.wiring, "layers": self.layers, "confirmed": True,
+                     "accept_length_all_starts": self.accept_length_all_starts}
+        if self.accept_length_gap is not None:
+            out["accept_length_gap"] = list(self.accept_length_gap)
+        if self.log_score_gap is not None:
+            out["log_score_gap"] = list(self.log_score_gap)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SetMember:
+        gap, log = d.get("accept_length_gap"), d.get("log_score_gap")
+        return cls(d["layers"], bool(d.get("confirmed")), d.get("wiring"), d.get("accept_length_all_starts"),
+                   None if gap is None else tuple(gap), None if log is None else tuple(log))
+
+
+@dataclass(frozen=True)
 class Verdict:
     """What the scores say about the wiring. ``status``: see the module docstring."""
 
@@ -637,7 +688,7 @@ class Verdict:
     status: Status | None = None
     norm_flags: list[str] = field(default_factory=list)  # the config's slots whose norms are out of line
     config_is_best: bool | None = None
-    paired_differences: list[dict] = field(default_factory=list)  # the leader vs every other wiring
+    paired_differences: tuple[PairedDifference, ...] = ()  # the leader vs every other wiring
     best: str | None = None  # the wiring named (None unless named or stands)
     best_layers: str | None = None
     best_accept_length: float | None = None
@@ -651,7 +702,7 @@ class Verdict:
     config_worse: bool | None = None  # the config's wiring is clearly (paired interval) below the best found
     statistic: str | None = None  # what decided: acceptance | log-score | norm-fingerprint | training-record | config
     log_score: dict | None = None  # the log-score comparison, where acceptance left wirings tied
-    confidence_set: list[dict] = field(default_factory=list)  # every wiring not excluded at 95% vs the best
+    confidence_set: tuple[SetMember, ...] = ()  # every wiring not excluded at 95% vs the best
     set_statistic: str | None = None  # the statistics that narrowed the set, in order
     to_separate: Separation | None = None  # what would separate the set (its reason, factor, sequences)
     positions: int | None = None  # the positions every confirmed wiring was scored on (coverage's summary)
@@ -687,7 +738,7 @@ class Verdict:
         if self.status == "undecided":
             out.update({"decided_by": self.decided_by, "config_is_best": self.config_is_best})
             return out
-        out["paired_differences"] = list(self.paired_differences)
+        out["paired_differences"] = [p.to_dict() for p in self.paired_differences]
         out.update({
             "best": self.best, "best_layers": self.best_layers, "best_accept_length": self.best_accept_length,
             "decided_by": self.decided_by, "tied": self.tied, "separated": self.separated,
@@ -708,7 +759,7 @@ class Verdict:
         if self.tied_set:
             out["tied_set"] = list(self.tied_set)
         if self.confidence_set:
-            out["confidence_set"] = list(self.confidence_set)
+            out["confidence_set"] = [m.to_dict() for m in self.confidence_set]
         return out
 
     @classmethod
@@ -717,9 +768,9 @@ class Verdict:
         names = {f for f in cls.__dataclass_fields__}
         kw = {k: v for k, v in d.items() if k in names}
         kw["norm_flags"] = list(kw.get("norm_flags") or [])
-        kw["paired_differences"] = list(kw.get("paired_differences") or [])
+        kw["paired_differences"] = tuple(PairedDifference.from_dict(p) for p in kw.get("paired_differences") or ())
         kw["tied_set"] = list(kw.get("tied_set") or [])
-        kw["confidence_set"] = list(kw.get("confidence_set") or [])
+        kw["confidence_set"] = tuple(SetMember.from_dict(m) for m in kw.get("confidence_set") or ())
         kw.pop("grounds", None)
         kw["said"] = (d.get("decided_by"), d.get("advice"))
         if kw.get("coverage") is not None:
@@ -843,9 +894,9 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
     ranked = [tied[0]] + sorted(diffs, key=lambda i: -scores[i].accept_length_all)
     best, second = scores[ranked[0]], scores[ranked[1]]
     kw["positions"] = main.tokens
-    kw["paired_differences"] = [
-        {"wiring": scores[i].candidate.name, "layers": names[i], "accept_length_gap": round(d, 4),
-         "ci95": [round(lo, 4), round(hi, 4)], "excluded": acc_bounds[i][3]} for i, (d, lo, hi) in diffs.items()]
+    kw["paired_differences"] = tuple(
+        PairedDifference(scores[i].candidate.name, names[i], round(d, 4), (round(lo, 4), round(hi, 4)),
+                         acc_bounds[i][3]) for i, (d, lo, hi) in diffs.items())
     kw["best_found"] = names[ranked[0]]
     if 0 in acc_bounds and acc_bounds[0][3]:
         kw["config_worse"] = True
@@ -895,12 +946,11 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
     anchor = next((i for i in anchors if in_line(i) is not False), None)
     how = statistic_words(by, LOG_SCORE_STEP)
     kw["set_statistic"] = how
-    kw["confidence_set"] = [
-        {"wiring": scores[i].candidate.name, "layers": names[i], "confirmed": True,
-         "accept_length_all_starts": round(scores[i].accept_length_all, 4),
-         **({"accept_length_gap": [round(x, 4) for x in diffs[i]]} if i in diffs else {}),
-         **({"log_score_gap": [_finite(x, 5) for x in log_diffs[i]]} if i in log_diffs else {})}
-        for i in members] + [{"layers": u, "confirmed": False} for u in unconfirmed]
+    kw["confidence_set"] = tuple(
+        SetMember(names[i], True, scores[i].candidate.name, round(scores[i].accept_length_all, 4),
+                  tuple(round(x, 4) for x in diffs[i]) if i in diffs else None,
+                  tuple(_finite(x, 5) for x in log_diffs[i]) if i in log_diffs else None)
+        for i in members) + tuple(SetMember(u, False) for u in unconfirmed)
     size = len(members) + n_unconfirmed
     chosen, status, statistic, standing = lead, "ambiguous", None, None
     if anchor is not None:
@@ -950,7 +1000,8 @@ def decide(scores: list[Score], comparisons: Sequence[list[dict] | None], search
 
 __all__ = [
     "Coverage", "LISTED", "LOG_SCORE_STEP", "MAX_CONFIRM", "MIN_SEARCH_SEQUENCES", "NORM_FLAG_RATIO", "REFINE_CONFIRM",
-    "REFINE_OPEN", "REFINE_ROUNDS", "SET_ALPHA", "SET_LEADERS", "ScreenSearch", "Separation", "SeparationReason",
+    "GPU_SCREEN_SECONDS", "PairedDifference", "REFINE_OPEN", "REFINE_ROUNDS", "SET_ALPHA", "SET_LEADERS", "ScreenSearch",
+    "Separation", "SeparationReason", "SetMember", "screen_bound",
     "SCREEN_BOUND", "STATUSES", "Status", "Verdict", "Grounds", "acceptance_set", "all_wirings", "candidates", "config_candidate",
     "decide", "global_search", "log_score_exclusions", "names_layers", "neighbours",
     "norm_comparison", "norm_mismatch", "refine", "screen_dtype", "screen_ranking", "screen_record", "set_members",

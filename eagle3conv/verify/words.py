@@ -112,7 +112,7 @@ def _decided_by(v, g) -> str:
                                              ": more data may (capture more and search again)"))
     else:
         sep = "no amount of data like this separates them at the gaps seen (some show none); a training record would"
-    listed = set_words([c["layers"] for c in v.confidence_set], total=size)
+    listed = set_words([c.layers for c in v.confidence_set], total=size)
     return (f"the data cannot tell which of {what} the drafter was trained on ({how}{verb} "
             f"them all within 95% of the best: {listed}); {sep}" + _not_global(cov))
 
@@ -174,7 +174,7 @@ def _not_global(coverage) -> str:
 
 def _capture_advice(v, g) -> str:
     """What to do when the set has several members: the set, and what to capture."""
-    members = [c["layers"] for c in v.confidence_set]
+    members = [c.layers for c in v.confidence_set]
     sep = v.to_separate
     why = type(sep.reason)
     cap = g.capture or {}
