@@ -822,8 +822,22 @@ def launch_text(res: LaunchResult) -> str:
 
 
 def push_verdict_words(v: PushVerdict) -> str:
-    """What ``push`` did (:meth:`~eagle3conv.hub.push.PushResult.verdict`), its text's last line. (A push the
-    gate refused is an error: its message says so, naming the checks.)"""
+    """``push``'s verdict (:meth:`~eagle3conv.hub.push.PushResult.verdict`) in one line, its text's first: what
+    was sent where, and what the gate said. (A push the gate refused is an error: its message names the checks.)"""
+    from eagle3conv.hub.push import GateOutcome, PushOutcome
+
+    what = {PushOutcome.DRY_RUN: f"dry run for {v.repo_id}, nothing sent",
+            PushOutcome.UNCHANGED: f"{v.repo_id} already holds these files, no commit made",
+            PushOutcome.PULL_REQUEST: f"opened a pull request on {v.repo_id}",
+            PushOutcome.COMMITTED: f"committed to {v.repo_id}@{v.revision or 'main'}"}[v.outcome]
+    gate = {GateOutcome.PASSED: "every check passed", GateOutcome.NO_CHECKS: "no checks ran",
+            GateOutcome.FORCED: f"forced past the failed check{'s' * (len(v.failed) != 1)} {', '.join(v.failed)}",
+            }[v.gate]
+    return f"push: {what}; {gate}"
+
+
+def push_done_words(v: PushVerdict) -> str:
+    """What ``push`` did, with where to find it (the commit, the pull request): its text's last line."""
     from eagle3conv.hub.push import PushOutcome
 
     if v.outcome is PushOutcome.DRY_RUN:
@@ -836,12 +850,13 @@ def push_verdict_words(v: PushVerdict) -> str:
 
 
 def push_text(res: PushResult) -> str:
-    """``push`` (a :class:`~eagle3conv.hub.push.PushResult`): the checks, the files sent (with a dry run, the
-    card), then its verdict."""
+    """``push`` (a :class:`~eagle3conv.hub.push.PushResult`): its verdict, the checks, the files sent (with a
+    dry run, the card), then what it did."""
     from eagle3conv.hub.push import GateOutcome, PushOutcome
 
     v = res.verdict()
-    lines = [f"check {c.name}: {'ok' if c.ok else 'FAILED'} — {c.detail}" for c in res.checks]
+    lines = [push_verdict_words(v)]
+    lines += [f"check {c.name}: {'ok' if c.ok else 'FAILED'} — {c.detail}" for c in res.checks]
     if v.gate is GateOutcome.FORCED:
         lines.append("forced: pushed despite failed checks (the card says so)")
     for link, target in res.followed_symlinks or []:
@@ -852,7 +867,7 @@ def push_text(res: PushResult) -> str:
         lines.append(f"  {f.path}  {human_bytes(f.size)}" + tags.get(f.source, ""))
     if v.outcome is PushOutcome.DRY_RUN:
         lines += ["", res.card or "(no card)"]
-    lines.append(push_verdict_words(v))
+    lines.append(push_done_words(v))
     return "\n".join(lines)
 
 

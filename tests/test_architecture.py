@@ -339,17 +339,20 @@ def test_verdicts_are_typed_and_every_code_has_words():
     # launch, push and example (issue 27): a verdict each, typed; every code with its words
     from eagle3conv.api import ExampleOutcome, ExampleResult, ExampleVerdict, LaunchOutcome, LaunchVerdict
     from eagle3conv.hub.push import GateOutcome, PushOutcome, PushVerdict
-    from eagle3conv.render import example_text, launch_verdict_words, push_verdict_words
+    from eagle3conv.render import example_text, launch_verdict_words, push_done_words, push_verdict_words
 
     for cls in (LaunchVerdict, PushVerdict, ExampleVerdict, ExampleResult):
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls
     said = {launch_verdict_words(LaunchVerdict(o, 3, ("sglang 0.5.23",), "sglang 0.5.23", ("e",), 1))
             for o in LaunchOutcome}
     assert len(said) == len(LaunchOutcome) - 1  # served and cannot-serve share a sentence: "N of M serve"
-    said = {push_verdict_words(PushVerdict(o, GateOutcome.PASSED, "me/d", commit="c", pr_url="u"))
-            for o in PushOutcome if o is not PushOutcome.REFUSED}  # a refused push is an error: its message
-    assert len(said) == len(PushOutcome) - 1 and all(said)
-    assert {g.value for g in GateOutcome} == {"passed", "forced", "failed", "no-checks"}  # push_text says forced
+    for words in (push_verdict_words, push_done_words):
+        said = {words(PushVerdict(o, GateOutcome.PASSED, "me/d", commit="c", pr_url="u"))
+                for o in PushOutcome if o is not PushOutcome.REFUSED}  # a refused push is an error: its message
+        assert len(said) == len(PushOutcome) - 1 and all(said)
+    said = {push_verdict_words(PushVerdict(PushOutcome.DRY_RUN, g, "me/d", ("smoke-test",)))
+            for g in GateOutcome if g is not GateOutcome.FAILED}  # failed: the refusal, an error
+    assert len(said) == len(GateOutcome) - 1
     assert [o.value for o in ExampleOutcome] == ["wrote"]  # example decides nothing: it writes the example
     assert example_text(ExampleResult(Path("d"), "sglang")) == "wrote an example sglang drafter to d"
 
