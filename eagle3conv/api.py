@@ -60,6 +60,14 @@ class InspectResult:
         """What fix-keys would do to this checkpoint (or that it cannot plan it)."""
         return self.plan.verdict() if self.plan is not None else PlanVerdict(PlanOutcome.CANNOT_PLAN, 1)
 
+    def shards(self) -> list:
+        """The files fix-keys would write (like the source's) and each one's outputs; none without a plan."""
+        return [] if self.plan is None else plan_shards(self.plan)
+
+    def config_summary(self) -> dict | None:
+        """The config's fields inspect shows (None: the checkpoint has no config)."""
+        return _config_summary(self.index.config)
+
     def to_dict(self) -> dict:
         idx = self.index
         d = {
@@ -72,16 +80,14 @@ class InspectResult:
                 for t in sorted(idx.tensors.values(), key=lambda t: t.name)
             ],
             "total_bytes": idx.total_bytes,
-            "config": _config_summary(idx.config),
+            "config": self.config_summary(),
             "other_files": [p.name for p in idx.other_files],
             "recovered": self.recovered,
             "verdict": self.verdict().to_dict(),
         }
         if self.plan is not None:
             d["plan"] = self.plan.to_dict()
-            d["plan"]["shards"] = [
-                {"file": f, "tensors": [o.name for o in outs]} for f, outs in plan_shards(self.plan)
-            ]
+            d["plan"]["shards"] = [{"file": f, "tensors": [o.name for o in outs]} for f, outs in self.shards()]
         if self.plan_error is not None:  # the error leads the document, as it leads the text
             d = {"plan_error": getattr(self.plan_error, "to_dict", lambda: {"message": str(self.plan_error)})(), **d}
         return d
@@ -665,7 +671,72 @@ class FormatsResult:
         return {"formats": data, "verdict": self.verdict().to_dict()}
 
 
+class ExampleOutcome(str, Enum):
+    """``example``'s verdict code: it decides nothing about the user's files, it writes the example drafter
+    asked for (an unknown format or an unwritable folder is an error, not a verdict)."""
+
+    WROTE = "wrote"
+
+
+@dataclass(frozen=True)
+class ExampleVerdict:
+    """``example``'s verdict: ``WROTE``, the drafter's ``format`` and the folder ``path`` it wrote."""
+
+    outcome: ExampleOutcome
+    format: str
+    path: str
+
+    def to_dict(self) -> dict:
+        return {"outcome": self.outcome.value, "format": self.format, "path": self.path}
+
+
+@dataclass(frozen=True)
+class ExampleResult:
+    """``eagle3conv example``: the example drafter written (:func:`eagle3conv.example.write_example`'s folder)."""
+
+    path: Path
+    format: str
+
+    def verdict(self) -> ExampleVerdict:
+        return ExampleVerdict(ExampleOutcome.WROTE, self.format, str(self.path))
+
+    def to_dict(self) -> dict:
+        return {"path": str(self.path), "format": self.format, "verdict": self.verdict().to_dict()}
+
+
 # --------------------------------------------------------------------------- launch lines
+
+
+class LaunchOutcome(str, Enum):
+    """What ``launch`` found: :class:`LaunchVerdict`'s code."""
+
+    SERVED = "served"  # every release asked has a launch line
+    CANNOT_SERVE = "cannot-serve"  # some release cannot serve the drafter (``cannot`` names them): no line
+    CHECK_PASSED = "check-passed"  # --check: the user's line has no error (warnings perhaps)
+    CHECK_FAILED = "check-failed"  # --check: the user's line has errors (``errors``: their codes); exit 3
+
+
+@dataclass(frozen=True)
+class LaunchVerdict:
+    """``launch``'s verdict in codes and values (the text's first line, ``--json``'s ``verdict``):
+    ``releases``, the rows; ``cannot``, the releases among them with no line; with ``--check``,
+    ``checked``, the release the user's line was judged for, and its findings' ``errors`` (their codes,
+    in order) and ``warnings`` (how many)."""
+
+    outcome: LaunchOutcome
+    releases: int
+    cannot: tuple[str, ...] = ()
+    checked: str | None = None
+    errors: tuple[str, ...] = ()
+    warnings: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is not LaunchOutcome.CHECK_FAILED
+
+    def to_dict(self) -> dict:
+        return {"outcome": self.outcome.value, "ok": self.ok, "releases": self.releases, "cannot": list(self.cannot),
+                "checked": self.checked, "errors": list(self.errors), "warnings": self.warnings}
 
 
 @dataclass
@@ -681,12 +752,24 @@ class LaunchResult:
 
     @property
     def ok(self) -> bool:
-        return self.check is None or self.check.ok
+        return self.verdict().ok
+
+    def verdict(self) -> LaunchVerdict:
+        """Whether every release serves the drafter, or (with ``check``) whether the user's line passed."""
+        rows = dict(releases=len(self.rows), cannot=tuple(str(r.release) for r in self.rows if r.text is None))
+        c = self.check
+        if c is None:
+            return LaunchVerdict(LaunchOutcome.CANNOT_SERVE if rows["cannot"] else LaunchOutcome.SERVED, **rows)
+        errors = tuple(f.code for f in c.findings if f.level == "error")
+        return LaunchVerdict(LaunchOutcome.CHECK_FAILED if errors else LaunchOutcome.CHECK_PASSED, **rows,
+                             checked=str(c.release), errors=errors,
+                             warnings=sum(f.level == "warning" for f in c.findings))
 
     def to_dict(self) -> dict:
         return {"checkpoint": str(self.checkpoint), "target": self.target, "ok": self.ok,
                 "rows": [r.to_dict() for r in self.rows],
-                "check": None if self.check is None else self.check.to_dict(), "notes": self.notes}
+                "check": None if self.check is None else self.check.to_dict(), "notes": self.notes,
+                "verdict": self.verdict().to_dict()}
 
 
 def _launch_inputs(path: str | Path, opts: WiringOptions):

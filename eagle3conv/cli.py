@@ -522,10 +522,12 @@ def example_cmd(dest, fmt):
       eagle3conv example ./example-drafter && eagle3conv fix-keys ./example-drafter
     """
     json_ = _flag("json")
+    from eagle3conv.api import ExampleResult
     from eagle3conv.example import write_example
+    from eagle3conv.render import example_text
 
-    path = write_example(dest, fmt)
-    _emit(json_, {"path": str(path), "format": fmt}, f"wrote an example {fmt} drafter to {path}")
+    res = ExampleResult(write_example(dest, fmt), fmt)
+    _emit(json_, res.to_dict(), example_text(res))
 
 
 def _example_formats() -> tuple[str, ...]:
@@ -661,39 +663,11 @@ def push_cmd(checkpoint, launch, options, wiring):
     from pathlib import Path
 
     from eagle3conv.publish import gate_for, push
+    from eagle3conv.render import push_text
 
     with _ProgressBars() as progress:
         res = push(Path(checkpoint), options=options, gate=gate_for(wiring.engines, launch), progress=progress)
-    d = res.to_dict()
-    _emit(json_, d, _push_text(d))
-
-
-def _push_text(d: dict) -> str:
-    from eagle3conv.render import human_bytes
-
-    lines = []
-    for c in d["checks"]:
-        lines.append(f"check {c['name']}: {'ok' if c['ok'] else 'FAILED'} — {c['detail']}")
-    if d["forced"]:
-        lines.append("forced: pushed despite failed checks (the card says so)")
-    for f in d.get("followed_symlinks") or []:
-        lines.append(f"followed symlink {f['path']} -> {f['target']} (--follow-symlinks)")
-    lines.append(f"files ({len(d['files'])}, {human_bytes(d['total_bytes'])}):")
-    for f in d["files"]:
-        lines.append(f"  {f['path']}  {human_bytes(f['size'])}" + {"generated": "  (generated card)",
-                                                                   "plot": "  (wiring plot, shown in the card)"
-                                                                   }.get(f["source"], ""))
-    if d["dry_run"]:
-        lines.append("")
-        lines.append(d["card"] or "(no card)")
-        lines.append("dry run: nothing sent")
-    elif d["unchanged"]:
-        lines.append(f"unchanged: {d['repo_id']} already holds these files; no commit made")
-    elif d["pr_url"]:
-        lines.append(f"opened {d['pr_url']} ({d['pr_revision']}, commit {d['commit']})")
-    else:
-        lines.append(f"committed {d['commit']} to {d['repo_id']}@{d['revision'] or 'main'} ({d['commit_url']})")
-    return "\n".join(lines)
+    _emit(json_, res.to_dict(), push_text(res))
 
 
 @main.command("verify")

@@ -27,24 +27,31 @@ EXIT_VERIFY_FAILED = 4
 
 
 class Eagle3ConvError(Exception):
-    """Base class. ``message`` names the file or key and says why."""
+    """Base class. ``message`` names the file or key and says why; ``verdict``, where a command's refusal is
+    its verdict (push's gate), that typed verdict (its ``to_dict`` is the document's ``verdict``)."""
 
     exit_code = EXIT_ERROR
+    verdict = None
 
-    def __init__(self, message: str, *, hint: str | None = None, details: list[str] | None = None):
+    def __init__(self, message: str, *, hint: str | None = None, details: list[str] | None = None,
+                 verdict=None):
         super().__init__(message)
         self.message = message
         self.hint = hint
         self.details = list(details or [])
+        self.verdict = verdict
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "error": type(self).__name__,
             "message": self.message,
             "hint": self.hint,
             "details": self.details,
             "exit_code": self.exit_code,
         }
+        if self.verdict is not None:
+            d["verdict"] = self.verdict.to_dict()
+        return d
 
 
 class UsageError(Eagle3ConvError):

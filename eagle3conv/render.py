@@ -7,9 +7,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the result types, imported where their codes are read (render loads fast for --help)
-    from eagle3conv.api import (ConfigResult, ConfigVerdict, FixResult, FormatsResult, InspectResult, LaunchResult,
-                                TargetsResult, TargetVerdict)
-    from eagle3conv.checkpoint.plan import Plan, PlanVerdict
+    from eagle3conv.api import (ConfigResult, ConfigVerdict, ExampleResult, FixResult, FormatsResult, InspectResult,
+                                LaunchResult, LaunchVerdict, TargetsResult, TargetVerdict)
+    from eagle3conv.checkpoint.config import ConfigEdit
+    from eagle3conv.checkpoint.plan import Output, Plan, PlanVerdict
+    from eagle3conv.checkpoint.quantized import DraftQuantization
+    from eagle3conv.hub.push import PushResult, PushVerdict
     from eagle3conv.spec.engines import EngineRow
     from eagle3conv.spec.launch import LaunchLine
     from eagle3conv.spec.launch_check import LaunchCheck
@@ -20,7 +23,7 @@ if TYPE_CHECKING:  # the result types, imported where their codes are read (rend
     from eagle3conv.wiring.apply import Wiring
 
 
-from eagle3conv.findings import CANNOT_SERVE, Finding
+from eagle3conv.findings import CANNOT_SERVE
 from eagle3conv.spec.alike import alike, releases_label
 
 
@@ -32,24 +35,20 @@ def human_bytes(n: int) -> str:
     return str(n)
 
 
-def _plan_lines(plan: dict, typed: Plan, *, verbose: bool = True) -> list[str]:
-    """The plan (its ``to_dict``, and the :class:`~eagle3conv.checkpoint.plan.Plan` for its findings'
-    lines) key by key."""
+def _plan_lines(plan: Plan, shards: Sequence[tuple[str, Sequence[Output]]], *, verbose: bool = True) -> list[str]:
+    """The plan (a :class:`~eagle3conv.checkpoint.plan.Plan`, and the files it writes, ``shards``) part by part."""
     lines = []
-    why = "; ".join(plan["format_reasons"])
-    lines.append(f"format:   {plan['format']} — {plan['format_title']}")
+    why = "; ".join(plan.detection.reasons)
+    lines.append(f"format:   {plan.format.name} — {plan.format.title}")
     lines.append(f"          because {why}")
-    if plan["other_matching_formats"]:
-        lines.append(f"          (also matched, lower priority: {', '.join(plan['other_matching_formats'])})")
-    lines.append(f"writes:   {plan['architecture']}")
-    counts: dict[str, int] = {}
-    for d in plan["decisions"]:
-        counts[d["action"]] = counts.get(d["action"], 0) + 1
-    lines.append("keys:     " + ", ".join(f"{n} {a}" for a, n in sorted(counts.items())))
+    if plan.other_formats:
+        lines.append(f"          (also matched, lower priority: {', '.join(plan.other_formats)})")
+    lines.append(f"writes:   {plan.written_architecture}")
+    lines.append("keys:     " + _key_counts(plan))
     shown_drops = 0
     seen_why: set[str] = set()
-    for d in plan["decisions"]:
-        a = d["action"]
+    for d in plan.decisions:
+        a = d.action
         if a == "kept" and not verbose:
             continue
         if a == "dropped":
@@ -65,46 +64,55 @@ def _plan_lines(plan: dict, typed: Plan, *, verbose: bool = True) -> list[str]:
             "refused": "!!",
             "copied": "+",
         }[a]
-        target = ", ".join(d["targets"])
+        target = ", ".join(d.targets)
         why = ""
         if a != "kept":
-            why = f"   ({d['why']})" if d["why"] not in seen_why else "   (same rule)"
-            seen_why.add(d["why"])
-        lines.append(f"  {arrow:2} {d['source']}" + (f"  -> {target}" if target and target != d["source"] else "") + why)
+            why = f"   ({d.why})" if d.why not in seen_why else "   (same rule)"
+            seen_why.add(d.why)
+        lines.append(f"  {arrow:2} {d.source}" + (f"  -> {target}" if target and target != d.source else "") + why)
     if shown_drops > 8:
         lines.append(f"  x  … and {shown_drops - 8} more dropped by the same rules")
-    rewritten = [o for o in plan["outputs"] if o.get("rewritten") or o.get("cast_from")]
-    for o in rewritten:
-        how = f"cast from {o['cast_from']}" if o.get("cast_from") else "rewritten (vocab map repaired or rebuilt)"
-        lines.append(f"  *  {o['name']}: {how}")
-    if plan["config_edits"]:
+    for o in plan.outputs:
+        if o.data is not None or o.cast_from:
+            how = f"cast from {o.cast_from}" if o.cast_from else "rewritten (vocab map repaired or rebuilt)"
+            lines.append(f"  *  {o.name}: {how}")
+    if plan.config_edits:
         lines.append("config.json:")
-        for e in plan["config_edits"]:
+        for e in plan.config_edits:
             lines.append("  " + edit_line(e))
     else:
         lines.append("config.json: no changes")
-    if plan.get("shards"):
+    if shards:
         lines.append("output files:")
-        for s in plan["shards"]:
-            lines.append(f"  {s['file']}: {len(s['tensors'])} tensors")
-    lines.append(f"output:   {len(plan['outputs'])} tensors, {human_bytes(plan['output_bytes'])}")
-    for n in typed.notices:
+        for file, outs in shards:
+            lines.append(f"  {file}: {len(outs)} tensors")
+    lines.append(f"output:   {len(plan.outputs)} tensors, {human_bytes(plan.output_bytes)}")
+    for n in plan.notices:
         lines.append(f"note:     {n}")
-    for e in typed.errors:
+    for e in plan.errors:
         lines.append(f"ERROR:    {e}")
     return lines
 
 
-def edit_line(e: dict) -> str:
-    """One config edit; nested objects shown by what changed in them."""
-    old, new = e["old"], e["new"]
+def _key_counts(plan: Plan) -> str:
+    """How many keys meet each fate, fates in alphabetical order."""
+    counts: dict[str, int] = {}
+    for d in plan.decisions:
+        counts[d.action] = counts.get(d.action, 0) + 1
+    return ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
+
+
+def edit_line(e: ConfigEdit) -> str:
+    """One config edit (a :class:`~eagle3conv.checkpoint.config.ConfigEdit`); nested objects shown by what
+    changed in them."""
+    old, new = e.old, e.new
     if isinstance(new, dict) and (isinstance(old, dict) or old is None):
         changed = [k for k in new if (old or {}).get(k) != new[k]] + [k for k in (old or {}) if k not in new]
         if changed and not any(isinstance(new.get(k), dict) for k in changed):
-            parts = [f"{e['field']}.{k}: {(old or {}).get(k)!r} -> {new.get(k)!r}" for k in changed]
-            return f"{'; '.join(parts)}   ({e['why']})"
-        return f"{e['field']}: block written   ({e['why']})"
-    return f"{e['field']}: {old!r} -> {new!r}   ({e['why']})"
+            parts = [f"{e.field}.{k}: {(old or {}).get(k)!r} -> {new.get(k)!r}" for k in changed]
+            return f"{'; '.join(parts)}   ({e.why})"
+        return f"{e.field}: block written   ({e.why})"
+    return f"{e.field}: {old!r} -> {new!r}   ({e.why})"
 
 
 _MARK = {"error": "BAD ", "warning": "warn", None: "ok  "}
@@ -224,10 +232,6 @@ def smoke_text(r: SmokeResult) -> str:
     return "\n".join(lines)
 
 
-def _count(findings: Sequence[Finding]) -> str:
-    return _counted(sum(f.level == "error" for f in findings), sum(f.level == "warning" for f in findings))
-
-
 def _counted(errors: int, warnings: int) -> str:
     return f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}"
 
@@ -252,36 +256,34 @@ def config_verdict_words(v: ConfigVerdict) -> str:
 
 def config_text(res: ConfigResult, *, verbose: bool = False) -> str:
     """``config`` (a :class:`~eagle3conv.api.ConfigResult`) for people: its verdict, then the wiring."""
-    d = res.to_dict()
-    w = d["wiring"]
-    wr = w.get("written")
-    lines = [config_verdict_words(res.verdict()), f"checkpoint: {d['checkpoint']}"]
-    if d.get("recovered"):
-        lines.append(f"recovered:  {d['recovered']}")
-    t = d.get("target")
-    lines.append(f"target:     {t['name']} ({t['num_hidden_layers']} layers, hidden {t['hidden_size']})" if t
+    lines = [config_verdict_words(res.verdict()), f"checkpoint: {res.checkpoint}"]
+    if res.recovered:
+        lines.append(f"recovered:  {res.recovered}")
+    t = res.evidence.target
+    lines.append(f"target:     {t.name} ({t.num_hidden_layers} layers, hidden {t.hidden_size})" if t
                  else "target:     not given (--target): layer ranges and engine defaults not checked")
     if verbose:
-        for r in d["records"]:
-            lines.append(f"record:     {r['described']}")
+        for r in res.evidence.records:
+            lines.append(f"record:     {r.describe()}")
     lines += wiring_lines(res.wiring, verbose=verbose)
-    if d["mode"] == "check":
+    if res.mode == "check":
         return "\n".join(lines)
-    if wr:
-        for e in wr["config_edits"]:
+    edits = res.wiring.edits
+    if edits is not None:
+        for e in edits.config_edits:
             lines.append("config.json: " + edit_line(e))
-        launch = wr.get("launch") or {}
-        if launch:
+        rows = res.wiring.launch_rows(str(res.checkpoint))
+        if rows:
             lines.append("launch:")
-            for name, key in (("SGLang", "sglang"), ("vLLM", "vllm"), ("TensorRT-LLM", "tensorrt_llm")):
-                if key in launch:
-                    lines.append(f"  {name + ':':<14} {launch[key]}")
-                elif f"{key}_refused" in launch:
-                    lines.append(f"  {name + ':':<14} no line: {launch[key + '_refused']}")
-    if d["mode"] == "dry-run":
+            for name, engine in (("SGLang", "sglang"), ("vLLM", "vllm"), ("TensorRT-LLM", "tensorrt-llm")):
+                row = rows.get(engine)
+                if row is not None:
+                    lines.append(f"  {name + ':':<14} " + (row.one_line if row.text is not None
+                                                            else f"no line: {'; '.join(row.refused)}"))
+    if res.mode == "dry-run":
         lines.append("dry run: nothing written")
     else:
-        lines.append("wrote: " + (", ".join(d["written"]) if d["written"] else "nothing (no changes)"))
+        lines.append("wrote: " + (", ".join(res.written) if res.written else "nothing (no changes)"))
     return "\n".join(lines)
 
 
@@ -415,65 +417,69 @@ def plan_verdict_words(v: PlanVerdict) -> str:
     return f"fix-keys would {' and '.join(what) or 'rewrite the vocab maps only'}"
 
 
+def _error_words(e: Exception) -> tuple[str, str | None]:
+    """An error's message and hint (an :class:`~eagle3conv.errors.Eagle3ConvError`'s own; another's text)."""
+    from eagle3conv.errors import Eagle3ConvError
+
+    return (e.message, e.hint) if isinstance(e, Eagle3ConvError) else (str(e), None)
+
+
 def inspect_text(res: InspectResult, *, verbose: bool = False) -> str:
     """``inspect`` (an :class:`~eagle3conv.api.InspectResult`) for people."""
-    d = res.to_dict()
-    plan = d.get("plan")
-    if "plan_error" in d:  # the error leads the report, whatever else was read
-        verdict = f"inspect: fix-keys cannot plan: {d['plan_error'].get('message')}"
+    idx, plan = res.index, res.plan
+    if res.plan_error is not None:  # the error leads the report, whatever else was read
+        verdict = f"inspect: fix-keys cannot plan: {_error_words(res.plan_error)[0]}"
     elif plan is not None:
-        verdict = (f"inspect: a {plan['format']} checkpoint ({plan['format_title']}); "
-                   f"{plan_verdict_words(res.verdict())}")
+        verdict = f"inspect: a {plan.format.name} checkpoint ({plan.format.title}); {plan_verdict_words(res.verdict())}"
     else:
         verdict = "inspect: read"
-    lines = [verdict, f"checkpoint: {d['checkpoint']}",
-             f"layout:     {d['layout']} ({len(d['weight_files'])} weight file(s))"]
-    if d.get("recovered"):
-        lines.append(f"recovered:  {d['recovered']}")
-    if d["wrapper"]:
-        lines.append(f"wrapper:    weights under '{d['wrapper']}'")
-    lines.append(f"tensors:    {len(d['tensors'])}, {human_bytes(d['total_bytes'])}")
-    shown = d["tensors"] if verbose else d["tensors"][:200]
-    width = max((len(t["name"]) for t in shown), default=10)
+    lines = [verdict, f"checkpoint: {idx.root}", f"layout:     {idx.layout} ({len(idx.weight_files)} weight file(s))"]
+    if res.recovered:
+        lines.append(f"recovered:  {res.recovered}")
+    if idx.wrapper:
+        lines.append(f"wrapper:    weights under '{idx.wrapper}'")
+    tensors = sorted(idx.tensors.values(), key=lambda t: t.name)
+    lines.append(f"tensors:    {len(tensors)}, {human_bytes(idx.total_bytes)}")
+    shown = tensors if verbose else tensors[:200]
+    width = max((len(t.name) for t in shown), default=10)
     for t in shown:
-        lines.append(f"  {t['name']:<{width}}  {t['dtype']:>5}  {str(t['shape']):<18} {human_bytes(t['bytes']):>10}")
-    if len(shown) < len(d["tensors"]):
-        lines.append(f"  … {len(d['tensors']) - len(shown)} more (--verbose or --json for all)")
-    cfg = d["config"]
+        lines.append(f"  {t.name:<{width}}  {t.dtype:>5}  {str(list(t.shape)):<18} {human_bytes(t.nbytes):>10}")
+    if len(shown) < len(tensors):
+        lines.append(f"  … {len(tensors) - len(shown)} more (--verbose or --json for all)")
+    cfg = res.config_summary()
     if cfg is None:
         lines.append("config:     none")
     else:
         lines.append("config:     " + ", ".join(f"{k}={v}" for k, v in cfg.items() if k not in ("eagle_config",)))
         if "eagle_config" in cfg:
             lines.append(f"            eagle_config={cfg['eagle_config']}")
-    if d["other_files"]:
-        lines.append("other files: " + ", ".join(d["other_files"]))
+    if idx.other_files:
+        lines.append("other files: " + ", ".join(p.name for p in idx.other_files))
     if plan is not None:
         lines.append("")
         lines.append("aux layers:")
-        lines += ["  " + line for line in wiring_lines(res.plan.wiring.report if res.plan.wiring else None,
-                                                        verbose=verbose)]
+        lines += ["  " + line for line in wiring_lines(plan.wiring.report if plan.wiring else None, verbose=verbose)]
         lines.append("")
         lines.append("what fix-keys would do:")
-        lines += ["  " + line for line in _plan_lines(plan, res.plan, verbose=verbose)]
-    if "plan_error" in d:
-        pe = d["plan_error"]
-        if pe.get("hint"):
-            lines.append(f"hint: {pe['hint']}")
+        lines += ["  " + line for line in _plan_lines(plan, res.shards(), verbose=verbose)]
+    if res.plan_error is not None:
+        hint = _error_words(res.plan_error)[1]
+        if hint:
+            lines.append(f"hint: {hint}")
     return "\n".join(lines)
 
 
-def quantization_lines(q: dict | None) -> list[str]:
-    """A quantized drafter: the scheme, and per release whether it serves it as stored and the draft
-    quantization option to launch it with."""
+def quantization_lines(q: DraftQuantization | None) -> list[str]:
+    """A quantized drafter (a :class:`~eagle3conv.checkpoint.quantized.DraftQuantization`): the scheme, and
+    per release whether it serves it as stored and the draft quantization option to launch it with."""
     if not q:
         return []
-    left = ", ".join(q["quantized"]) or "none"
-    lines = [f"quantized: {q['title']} ({q['method']} {q['algo']}): {left}"
-             + (f"; written in bf16: {', '.join(q['dequantized'])}" if q["dequantized"] else "")]
-    for r in q["releases"]:
-        tell = f"launch with {r['option']} {r['value']}" if r["option"] and r["value"] else "no option to set"
-        lines.append(f"           {r['release']}: {'serves it as stored' if r['serves_as_defined'] else 'CANNOT serve it as stored'}"
+    left = ", ".join(q.quantized) or "none"
+    lines = [f"quantized: {q.title} ({q.method} {q.algo}): {left}"
+             + (f"; written in bf16: {', '.join(q.dequantized)}" if q.dequantized else "")]
+    for r in q.releases:
+        tell = f"launch with {r.option} {r.value}" if r.option and r.value else "no option to set"
+        lines.append(f"           {r.release}: {'serves it as stored' if r.serves_as_defined else 'CANNOT serve it as stored'}"
                      f"; {tell}")
     return lines
 
@@ -481,38 +487,35 @@ def quantization_lines(q: dict | None) -> list[str]:
 def fix_text(res: FixResult, *, verbose: bool = False) -> str:
     """fix-keys (a :class:`~eagle3conv.api.FixResult`): what it did in one line, then the summary; the
     per-key plan with --verbose or --dry-run (inspect shows it before)."""
-    d = res.to_dict()
-    plan = dict(d["plan"], shards=d["shards"])
-    if d["mode"] == "dry-run":
+    plan = res.plan
+    if res.mode == "dry-run":
         lines = [f"fix-keys (dry run, nothing written): "
                  f"{plan_verdict_words(res.verdict()).removeprefix('fix-keys ')}"]
-        if d.get("recovered"):
-            lines.append(f"recovered: {d['recovered']}")
-        lines += _plan_lines(plan, res.plan)
+        if res.recovered:
+            lines.append(f"recovered: {res.recovered}")
+        lines += _plan_lines(plan, res.shards)
         return "\n".join(lines)
-    if d["unchanged"]:
-        lines = [f"fix-keys: {d['output']} is already SGLang-ready; left byte-for-byte unchanged"]
+    output = str(res.output) if res.output else None
+    if res.unchanged:
+        lines = [f"fix-keys: {output} is already SGLang-ready; left byte-for-byte unchanged"]
     else:
-        lines = [f"fix-keys: wrote {d['output']}: {len(d['files'])} files, {human_bytes(d['bytes_written'])}; "
-                 f"{d['tensors_verified']} tensors re-read and proven equal to their source"]
-    if d.get("recovered"):
-        lines.append(f"recovered: {d['recovered']}")
+        w = res.written
+        lines = [f"fix-keys: wrote {output}: {len(w.files) if w else 0} files, {human_bytes(w.bytes_written if w else 0)}; "
+                 f"{w.verified if w else 0} tensors re-read and proven equal to their source"]
+    if res.recovered:
+        lines.append(f"recovered: {res.recovered}")
     if verbose:
-        lines += _plan_lines(plan, res.plan)
+        lines += _plan_lines(plan, res.shards)
         return "\n".join(lines)
-    lines.append(f"format:   {plan['format']} — {plan['format_title']}")
-    counts: dict[str, int] = {}
-    for dec in plan["decisions"]:
-        counts[dec["action"]] = counts.get(dec["action"], 0) + 1
-    lines.append("keys:     " + ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
-                 + "  (--verbose lists them)")
-    edits = res.plan.wiring.report.edits if res.plan.wiring is not None else None  # the typed Wiring's edits
+    lines.append(f"format:   {plan.format.name} — {plan.format.title}")
+    lines.append("keys:     " + _key_counts(plan) + "  (--verbose lists them)")
+    edits = plan.wiring.report.edits if plan.wiring is not None else None  # the typed Wiring's edits
     for where, ids, read_by in edits.written_ids() if edits is not None else ():
         lines.append(f"aux ids:  {where} = {list(ids)}   (read by {', '.join(str(r) for r in read_by)})")
-    for e in plan["config_edits"]:
+    for e in plan.config_edits:
         lines.append("config.json: " + edit_line(e))
-    lines += quantization_lines(plan.get("quantization"))
-    for n in res.plan.notices:
+    lines += quantization_lines(plan.quantization)
+    for n in plan.notices:
         lines.append(f"note:     {n}")
     return "\n".join(lines)
 
@@ -743,11 +746,26 @@ def verify_text(res: VerifyResult) -> str:
     return "\n".join(lines)
 
 
+def _check_head(release: str, ok: bool, errors: int, warnings: int) -> str:
+    """A checked launch line's verdict (``launch --check``'s first line, ``verify --launch``'s tail)."""
+    return f"launch check for {release}: {'passed' if ok else 'FAILED'} ({_counted(errors, warnings)})"
+
+
+def launch_verdict_words(v: LaunchVerdict) -> str:
+    """``launch``'s verdict (:meth:`~eagle3conv.api.LaunchResult.verdict`) in one line."""
+    from eagle3conv.api import LaunchOutcome
+
+    if v.outcome in (LaunchOutcome.CHECK_PASSED, LaunchOutcome.CHECK_FAILED):
+        return _check_head(v.checked, v.ok, len(v.errors), v.warnings)
+    return f"launch: {v.releases - len(v.cannot)} of {v.releases} engine releases serve this drafter"
+
+
 def launch_check_lines(c: LaunchCheck) -> list[str]:
     """A checked launch line (a :class:`~eagle3conv.spec.launch_check.LaunchCheck`): its verdict, each
     finding with its fix, the corrected line."""
     label = str(c.release)
-    lines = [f"launch check for {label}: {'passed' if c.ok else 'FAILED'} ({_count(c.findings)})"]
+    errors, warnings = (sum(f.level == lv for f in c.findings) for lv in ("error", "warning"))
+    lines = [_check_head(label, not errors, errors, warnings)]
     if c.names_note:
         lines.append(f"note: {c.names_note}")
     for f in c.findings:
@@ -782,10 +800,8 @@ def launch_text(res: LaunchResult) -> str:
     --check), then one row per engine release (its line, or why it cannot serve the drafter), then the
     check's findings."""
     rows = res.rows
-    served = [r for r in rows if r.text]
     checked = launch_check_lines(res.check) if res.check is not None else None
-    head = checked[0] if checked else f"launch: {len(served)} of {len(rows)} engine releases serve this drafter"
-    lines = [head, f"checkpoint: {res.checkpoint}",
+    lines = [launch_verdict_words(res.verdict()), f"checkpoint: {res.checkpoint}",
              f"target:     {res.target or 'not given (--target): TARGET in the lines'}"]
     for n in res.notes:
         lines.append(f"note:       {n}")
@@ -803,3 +819,59 @@ def launch_text(res: LaunchResult) -> str:
     if checked:
         lines += checked[1:]
     return "\n".join(lines)
+
+
+def push_verdict_words(v: PushVerdict) -> str:
+    """``push``'s verdict (:meth:`~eagle3conv.hub.push.PushResult.verdict`) in one line, its text's first: what
+    was sent where, and what the gate said. (A push the gate refused is an error: its message names the checks.)"""
+    from eagle3conv.hub.push import GateOutcome, PushOutcome
+
+    what = {PushOutcome.DRY_RUN: f"dry run for {v.repo_id}, nothing sent",
+            PushOutcome.UNCHANGED: f"{v.repo_id} already holds these files, no commit made",
+            PushOutcome.PULL_REQUEST: f"opened a pull request on {v.repo_id}",
+            PushOutcome.COMMITTED: f"committed to {v.repo_id}@{v.revision or 'main'}"}[v.outcome]
+    gate = {GateOutcome.PASSED: "every check passed", GateOutcome.NO_CHECKS: "no checks ran",
+            GateOutcome.FORCED: f"forced past the failed check{'s' * (len(v.failed) != 1)} {', '.join(v.failed)}",
+            }[v.gate]
+    return f"push: {what}; {gate}"
+
+
+def push_done_words(v: PushVerdict) -> str:
+    """What ``push`` did, with where to find it (the commit, the pull request): its text's last line."""
+    from eagle3conv.hub.push import PushOutcome
+
+    if v.outcome is PushOutcome.DRY_RUN:
+        return "dry run: nothing sent"
+    if v.outcome is PushOutcome.UNCHANGED:
+        return f"unchanged: {v.repo_id} already holds these files; no commit made"
+    if v.outcome is PushOutcome.PULL_REQUEST:
+        return f"opened {v.pr_url} ({v.pr_revision}, commit {v.commit})"
+    return f"committed {v.commit} to {v.repo_id}@{v.revision or 'main'} ({v.commit_url})"
+
+
+def push_text(res: PushResult) -> str:
+    """``push`` (a :class:`~eagle3conv.hub.push.PushResult`): its verdict, the checks, the files sent (with a
+    dry run, the card), then what it did."""
+    from eagle3conv.hub.push import GateOutcome, PushOutcome
+
+    v = res.verdict()
+    lines = [push_verdict_words(v)]
+    lines += [f"check {c.name}: {'ok' if c.ok else 'FAILED'} — {c.detail}" for c in res.checks]
+    if v.gate is GateOutcome.FORCED:
+        lines.append("forced: pushed despite failed checks (the card says so)")
+    for link, target in res.followed_symlinks or []:
+        lines.append(f"followed symlink {link} -> {target} (--follow-symlinks)")
+    lines.append(f"files ({len(res.files)}, {human_bytes(res.total_bytes)}):")
+    tags = {"generated": "  (generated card)", "plot": "  (wiring plot, shown in the card)"}
+    for f in res.files:
+        lines.append(f"  {f.path}  {human_bytes(f.size)}" + tags.get(f.source, ""))
+    if v.outcome is PushOutcome.DRY_RUN:
+        lines += ["", res.card or "(no card)"]
+    lines.append(push_done_words(v))
+    return "\n".join(lines)
+
+
+def example_text(res: ExampleResult) -> str:
+    """``example`` (an :class:`~eagle3conv.api.ExampleResult`): its verdict, the one line."""
+    v = res.verdict()
+    return f"wrote an example {v.format} drafter to {v.path}"

@@ -31,7 +31,7 @@ ALLOWED: dict[str, set[str]] = {
     "example": {"errors", "io", "spec"},
     "api": {"errors", "version", "io", "spec", "findings", "checkpoint", "model", "wiring", "states", "verify", "hub"},
     "publish": {"errors", "io", "spec", "findings", "checkpoint", "model", "wiring", "verify", "hub", "api"},
-    "render": {"errors", "version", "io", "spec", "findings", "checkpoint", "wiring", "states", "verify", "api"},
+    "render": {"errors", "version", "io", "spec", "findings", "checkpoint", "wiring", "states", "verify", "hub", "api"},
     "cli": {"*"},
     "__main__": {"console"},
     "console": {"cli", "errors", "io"},  # the read-ahead validates headers with io/safetensors.py
@@ -287,6 +287,9 @@ DECIDERS = (
     ("eagle3conv/api.py", "TargetSummary.verdict"),
     ("eagle3conv/api.py", "TargetsResult.verdict"),
     ("eagle3conv/api.py", "FormatsResult.verdict"),
+    ("eagle3conv/api.py", "LaunchResult.verdict"),
+    ("eagle3conv/api.py", "ExampleResult.verdict"),
+    ("eagle3conv/hub/push.py", "PushResult.verdict"),
     ("eagle3conv/states/capture.py", "capture_verdict"),
     ("eagle3conv/states/capture.py", "CaptureResult.verdict"),
     ("eagle3conv/states/vllm_capture.py", "VllmCapturePlan.verdict"),
@@ -333,19 +336,41 @@ def test_verdicts_are_typed_and_every_code_has_words():
                             generate=0, max_length=10)
         assert capture_verdict_words(v) and set(v.notes) == set(CaptureNote)
         assert len(capture_note_words(v)) == len(CaptureNote)
+    # launch, push and example (issue 27): a verdict each, typed; every code with its words
+    from eagle3conv.api import ExampleOutcome, ExampleResult, ExampleVerdict, LaunchOutcome, LaunchVerdict
+    from eagle3conv.hub.push import GateOutcome, PushOutcome, PushVerdict
+    from eagle3conv.render import example_text, launch_verdict_words, push_done_words, push_verdict_words
+
+    for cls in (LaunchVerdict, PushVerdict, ExampleVerdict, ExampleResult):
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls
+    said = {launch_verdict_words(LaunchVerdict(o, 3, ("sglang 0.5.23",), "sglang 0.5.23", ("e",), 1))
+            for o in LaunchOutcome}
+    assert len(said) == len(LaunchOutcome) - 1  # served and cannot-serve share a sentence: "N of M serve"
+    for words in (push_verdict_words, push_done_words):
+        said = {words(PushVerdict(o, GateOutcome.PASSED, "me/d", commit="c", pr_url="u"))
+                for o in PushOutcome if o is not PushOutcome.REFUSED}  # a refused push is an error: its message
+        assert len(said) == len(PushOutcome) - 1 and all(said)
+    said = {push_verdict_words(PushVerdict(PushOutcome.DRY_RUN, g, "me/d", ("smoke-test",)))
+            for g in GateOutcome if g is not GateOutcome.FAILED}  # failed: the refusal, an error
+    assert len(said) == len(GateOutcome) - 1
+    assert [o.value for o in ExampleOutcome] == ["wrote"]  # example decides nothing: it writes the example
+    assert example_text(ExampleResult(Path("d"), "sglang")) == "wrote an example sglang drafter to d"
 
 
 def test_render_spells_no_finding_code():
     """render.py reads finding codes through their owner (findings.py), and the verdicts' codes through their
     enums, never as literals."""
     import eagle3conv.findings as F
-    from eagle3conv.api import ConfigOutcome, DefaultsOutcome, ListOutcome
+    from eagle3conv.api import ConfigOutcome, DefaultsOutcome, ExampleOutcome, LaunchOutcome, ListOutcome
     from eagle3conv.checkpoint.plan import PlanOutcome
+    from eagle3conv.hub.push import GateOutcome, PushOutcome
     from eagle3conv.states.capture import CaptureNote, CaptureOutcome
 
     codes = {v for k, v in vars(F).items() if k.isupper() and isinstance(v, str) and "-" in v}
-    codes |= {o.value for e in (ConfigOutcome, PlanOutcome, DefaultsOutcome, ListOutcome, CaptureOutcome, CaptureNote)
+    codes |= {o.value for e in (ConfigOutcome, PlanOutcome, DefaultsOutcome, ListOutcome, CaptureOutcome, CaptureNote,
+                                LaunchOutcome, PushOutcome, GateOutcome, ExampleOutcome)
               for o in e if "-" in o.value}  # the one-word codes ("wrote", "passed") are also plain words
+    codes -= {"dry-run"}  # also the word of config's and fix-keys' ``mode`` (check / write / dry-run), not a code
     render = PKG / "render.py"
     spelled = [(line, text) for line, text in _string_constants(render) if text in codes]
     assert not spelled, spelled

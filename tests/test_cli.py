@@ -82,7 +82,8 @@ def test_example_command_then_fix(tmp_path):
 def test_example_every_format_json(tmp_path, fmt):
     dest = tmp_path / fmt
     data = one_json(run("example", dest, "--format", fmt, "--json"))
-    assert data == {"path": str(dest), "format": fmt}
+    assert data == {"path": str(dest), "format": fmt,
+                    "verdict": {"outcome": "wrote", "format": fmt, "path": str(dest)}}  # it decides nothing
     insp = one_json(run("inspect", dest, "--json"))
     assert insp["plan"]["ok"], plan_errors(insp["plan"])
 

@@ -886,3 +886,60 @@ def test_a_bug_in_the_card_raises_instead_of_dropping_a_section(ckpt, repo, monk
         m.setattr(DrafterSpec, "from_config", classmethod(lambda cls, *a, **k: bug()))
         with pytest.raises(RuntimeError, match="a bug"):
             render_block(facts)
+
+
+# --------------------------------------------------------------------------- the verdict (issue 27, part 4)
+
+
+def test_push_verdict_in_json_and_its_words_in_the_text(hub, ckpt, repo, tmp_path, monkeypatch):
+    """Each outcome of a push as a code in ``--json``'s ``verdict`` (dry run, committed, unchanged, pull
+    request; the gate passed, forced, or no checks), and the text's last line made from it; a push the gate
+    refuses is an error whose document carries the verdict, naming the failed checks."""
+    from eagle3conv.hub.card import Check
+    from eagle3conv.hub.push import PushResult
+    from eagle3conv.render import push_text
+
+    def verdict_and_text(result):
+        d = result.to_dict()
+        with monkeypatch.context() as m:  # the text reads the typed result, never its document
+            m.setattr(PushResult, "to_dict", lambda self: (_ for _ in ()).throw(AssertionError("read to_dict")))
+            return d["verdict"], push_text(result).splitlines()
+
+    v, lines = verdict_and_text(do_push(hub, ckpt, repo, dry_run=True))
+    assert (v["outcome"], v["gate"], v["failed"], v["repo_id"]) == ("dry-run", "passed", [], repo)
+    assert lines[0] == f"push: dry run for {repo}, nothing sent; every check passed"
+    assert lines[-1] == "dry run: nothing sent" and not any(x.startswith("forced:") for x in lines)
+    committed = do_push(hub, ckpt, repo)
+    v, lines = verdict_and_text(committed)
+    assert (v["outcome"], v["commit"], v["revision"]) == ("committed", committed.commit, None)
+    assert lines[0] == f"push: committed to {repo}@main; every check passed"
+    assert lines[-1] == f"committed {committed.commit} to {repo}@main ({committed.commit_url})"
+    v, lines = verdict_and_text(do_push(hub, ckpt, repo))
+    assert v["outcome"] == "unchanged" and lines[-1] == f"unchanged: {repo} already holds these files; no commit made"
+    assert lines[0] == f"push: {repo} already holds these files, no commit made; every check passed"
+    (ckpt / "extra.json").write_text("{}")
+    pr = do_push(hub, ckpt, repo, create_pr=True, include=("extra.json",))
+    v, lines = verdict_and_text(pr)
+    assert (v["outcome"], v["pr_url"], v["pr_revision"]) == ("pull-request", pr.pr_url, pr.pr_revision) and pr.pr_url
+    assert lines[0] == f"push: opened a pull request on {repo}; every check passed"
+    assert lines[-1] == f"opened {pr.pr_url} ({pr.pr_revision}, commit {pr.commit})"
+    v, lines = verdict_and_text(do_push(hub, ckpt, repo, gate=None, dry_run=True))
+    assert v["gate"] == "no-checks" and not any(x.startswith("check ") for x in lines)
+    assert lines[0] == f"push: dry run for {repo}, nothing sent; no checks ran"
+
+    def failing(path):
+        return [Check("config-check", False, "aux ids disagree"), Check("smoke-test", True, "ran")]
+
+    with pytest.raises(InvalidCheckpointError) as info:
+        do_push(hub, ckpt, repo, gate=failing)
+    doc = info.value.to_dict()
+    assert doc["verdict"] == {"outcome": "refused", "gate": "failed", "failed": ["config-check"], "repo_id": repo,
+                              "revision": None, "commit": None, "commit_url": None, "pr_url": None,
+                              "pr_revision": None}
+    assert doc["error"] == "InvalidCheckpointError" and doc["exit_code"] == EXIT_INVALID
+    assert "verdict" not in UsageError("x").to_dict()  # other errors' documents are as they were
+    v, lines = verdict_and_text(do_push(hub, ckpt, repo, gate=failing, force=True, dry_run=True))
+    assert (v["outcome"], v["gate"], v["failed"]) == ("dry-run", "forced", ["config-check"])
+    assert lines[:4] == [f"push: dry run for {repo}, nothing sent; forced past the failed check config-check",
+                         "check config-check: FAILED — aux ids disagree", "check smoke-test: ok — ran",
+                         "forced: pushed despite failed checks (the card says so)"]

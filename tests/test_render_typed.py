@@ -10,6 +10,8 @@ way disabled, which proves they read none of them.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -229,3 +231,280 @@ def test_the_verdicts_set_members_and_paired_differences_are_typed():
     assert lines[3] == "  outputs of layers 3, 14, 26: kept by the screen, not confirmed"
     with pytest.raises(AttributeError):
         confidence_set_lines(dataclasses.replace(v, confidence_set=tuple(members)))
+
+
+# --------------------------------------------------------------------------- inspect, fix-keys, config (review B5)
+
+
+def _no_plan_dicts(monkeypatch):
+    """Every to_dict on the way from a plan or a config result to its text disabled: the result, the plan and
+    its decisions, outputs, config edits, quantization and wiring."""
+    from eagle3conv.api import ConfigResult, FixResult, InspectResult
+    from eagle3conv.checkpoint.config import ConfigEdit
+    from eagle3conv.checkpoint.plan import Decision, Output, Plan
+    from eagle3conv.checkpoint.quantized import DraftQuantization
+    from eagle3conv.errors import Eagle3ConvError
+    from eagle3conv.spec.launch import LaunchLine
+    from eagle3conv.wiring.apply import Wiring
+    from eagle3conv.wiring.check import WiringReport
+    from eagle3conv.wiring.config_ids import WiringEdits
+
+    for cls, name in ((InspectResult, "to_dict"), (FixResult, "to_dict"), (ConfigResult, "to_dict"),
+                      (Plan, "to_dict"), (Decision, "to_dict"), (Output, "to_dict"), (ConfigEdit, "to_dict"),
+                      (DraftQuantization, "to_dict"), (Eagle3ConvError, "to_dict"), (LaunchLine, "to_dict"),
+                      (Wiring, "to_dict"), (WiringReport, "to_dict"), (WiringEdits, "to_dict"),
+                      (WiringEdits, "fields"), (WiringEdits, "launch")):
+        monkeypatch.setattr(cls, name, _no_dict)
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    """Unconverted drafters (a modelopt export, a SpecForge checkpoint), a folder no plan can be made of (no
+    config), and the smollm2 drafter quantized FP8 by compressed-tensors' own code."""
+    from pathlib import Path
+
+    root = tmp_path_factory.mktemp("sources")
+    for fmt in ("modelopt-export", "specforge"):
+        write_example(root / fmt, fmt)
+    write_example(root / "no-config", "modelopt-export")
+    (root / "no-config" / "config.json").unlink()
+    out = {"modelopt-export": root / "modelopt-export", "specforge": root / "specforge",
+           "no-config": root / "no-config"}
+    try:
+        import compressed_tensors  # noqa: F401
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).parent))
+        from quant_producer import quantize_drafter
+
+        out["fp8"] = quantize_drafter(Path(__file__).parent / "data" / "smollm2-drafter", root / "fp8", "FP8_DYNAMIC")
+    except ImportError:
+        pass
+    return out
+
+
+@pytest.mark.parametrize("name", ["modelopt-export", "specforge", "no-config", "fixed"])
+@pytest.mark.parametrize("verbose", [False, True], ids=["plain", "verbose"])
+def test_inspect_text_reads_no_dict(sources, fixed, name, verbose, monkeypatch):
+    from eagle3conv.api import inspect
+    from eagle3conv.render import inspect_text
+    from eagle3conv.wiring.options import WiringOptions
+
+    res = inspect(fixed if name == "fixed" else sources[name], wiring_options=WiringOptions(target=TARGET))
+    d = res.to_dict()
+    _no_plan_dicts(monkeypatch)
+    text = inspect_text(res, verbose=verbose)
+    lines = text.splitlines()
+    if name == "no-config":
+        assert lines[0] == f"inspect: fix-keys cannot plan: {d['plan_error']['message']}"
+        assert (f"hint: {d['plan_error']['hint']}" in lines) == bool(d["plan_error"]["hint"])
+    else:
+        p = d["plan"]
+        assert lines[0].startswith(f"inspect: a {p['format']} checkpoint ({p['format_title']}); ")
+        assert f"  writes:   {p['architecture']}" in lines
+        assert f"  output:   {len(p['outputs'])} tensors, " in text
+        for s in p["shards"]:
+            assert f"    {s['file']}: {len(s['tensors'])} tensors" in lines
+        for o in p["outputs"]:
+            if o.get("cast_from") or o.get("rewritten"):
+                assert any(x.startswith(f"    *  {o['name']}: ") for x in lines), o
+        shown = [x for x in lines if x.startswith("    ") and x[4:6].strip() in ("=", "~", "/", "x", "!!", "+")]
+        assert len(shown) >= sum(dec["action"] not in ("kept", "dropped") for dec in p["decisions"])
+    assert lines[1] == f"checkpoint: {d['checkpoint']}"
+    assert f"tensors:    {len(d['tensors'])}, " in text
+    for t in d["tensors"][:200]:
+        assert any(x.startswith(f"  {t['name']} ") and f" {t['dtype']:>5}  {str(t['shape'])}" in x for x in lines), t
+    with pytest.raises(AttributeError):
+        inspect_text(d)
+
+
+@pytest.mark.parametrize("mode", ["dry-run", "out", "out-verbose", "unchanged", "fp16", "fp8"])
+def test_fix_text_reads_no_dict(sources, fixed, tmp_path, mode, monkeypatch):
+    import shutil
+
+    from eagle3conv.api import fix_keys
+    from eagle3conv.render import fix_text
+    from eagle3conv.wiring.options import WiringOptions
+
+    if mode == "fp8" and "fp8" not in sources:
+        pytest.skip("compressed-tensors is not installed")
+    src = {"fp8": sources.get("fp8"), "unchanged": tmp_path / "fixed"}.get(mode, sources["modelopt-export"])
+    if mode == "unchanged":
+        shutil.copytree(fixed, src)
+    kw = {"dry-run": dict(dry_run=True), "unchanged": {}, "fp16": dict(out=tmp_path / "o", dtype="fp16"),
+          "fp8": dict(out=tmp_path / "o")}.get(mode, dict(out=tmp_path / "o"))
+    opts = WiringOptions(engines=("vllm==0.33.0",)) if mode == "fp8" else WiringOptions(target=TARGET)
+    res = fix_keys(src, wiring_options=opts, **kw)
+    d = res.to_dict()
+    _no_plan_dicts(monkeypatch)
+    text = fix_text(res, verbose=mode == "out-verbose")
+    lines = text.splitlines()
+    p = d["plan"]
+    if mode == "unchanged":
+        assert d["unchanged"] and lines[0] == f"fix-keys: {d['output']} is already SGLang-ready; left byte-for-byte unchanged"
+    elif mode != "dry-run":
+        assert lines[0] == (f"fix-keys: wrote {d['output']}: {len(d['files'])} files, " + lines[0].split(" files, ")[1])
+        assert f"; {d['tensors_verified']} tensors re-read and proven equal" in lines[0] and d["tensors_verified"]
+    assert f"format:   {p['format']} — {p['format_title']}" in lines
+    for e in p["config_edits"]:
+        assert any(e["field"] in x and f"({e['why']})" in x for x in lines), e
+    if mode in ("dry-run", "out-verbose"):
+        assert f"output:   {len(p['outputs'])} tensors, " in text
+        for s in d["shards"]:
+            assert f"  {s['file']}: {len(s['tensors'])} tensors" in lines
+    if mode in ("fp16",):  # cast lines are the plan's: --verbose or --dry-run show them
+        assert sum(bool(o.get("cast_from")) for o in p["outputs"]) > 0
+        monkeypatch.undo()
+        verbose = fix_text(res, verbose=True)
+        _no_plan_dicts(monkeypatch)
+        assert verbose == fix_text(res, verbose=True)
+        for o in p["outputs"]:
+            if o.get("cast_from"):
+                assert f"  *  {o['name']}: cast from {o['cast_from']}" in verbose.splitlines(), o
+    if mode == "fp8":
+        q = p["quantization"]
+        assert q and lines.count(next(x for x in lines if x.startswith("quantized: "))) == 1
+        assert f"quantized: {q['title']} ({q['method']} {q['algo']}): {', '.join(q['quantized'])}" in text
+        for r in q["releases"]:
+            assert any(x.startswith(f"           {r['release']}: ") for x in lines), r
+    with pytest.raises(AttributeError):
+        fix_text(d)
+
+
+@pytest.mark.parametrize("mode", ["check", "dry-run", "write", "already-wired"])
+def test_config_text_reads_no_dict(fixed, tmp_path, mode, monkeypatch):
+    import shutil
+
+    from eagle3conv.api import configure
+    from eagle3conv.render import config_text
+    from eagle3conv.wiring.options import WiringOptions
+
+    folder = tmp_path / "drafter"
+    shutil.copytree(fixed, folder)
+    if mode != "already-wired":  # a config naming no layers (fix-keys wrote them: its provenance, the ids)
+        config = json.loads((folder / "config.json").read_text())
+        config.pop("eagle3conv")
+        config.pop("eagle_aux_hidden_state_layer_ids")
+        config["eagle_config"].pop("eagle_aux_hidden_state_layer_ids")
+        (folder / "config.json").write_text(json.dumps(config))
+        (folder / "training_metadata.json").unlink(missing_ok=True)
+    opts = WiringOptions(target=TARGET, trained_on="1,14,26", captured_at="output")
+    res = configure(folder, options=opts, check=mode == "check", dry_run=mode in ("dry-run", "already-wired"))
+    d = res.to_dict()
+    _no_plan_dicts(monkeypatch)
+    text = config_text(res, verbose=True)
+    lines = text.splitlines()
+    assert lines[1] == f"checkpoint: {d['checkpoint']}"
+    t = d["target"]
+    assert f"target:     {t['name']} ({t['num_hidden_layers']} layers, hidden {t['hidden_size']})" in lines
+    for r in d["records"]:
+        assert f"record:     {r['described']}" in lines
+    w = d["wiring"]["written"]
+    if mode == "check":
+        assert not any(x.startswith("launch:") or x.startswith("wrote:") for x in lines)
+    else:
+        assert w is not None and w["launch"]
+        for e in w["config_edits"]:
+            assert any(x.startswith(f"config.json: {e['field']}") for x in lines), e
+        assert bool(w["config_edits"]) == (mode != "already-wired")
+        for key, line in w["launch"].items():
+            if not key.endswith("_layers"):
+                assert any(x.endswith(f" {line}") for x in lines), key
+        assert any("  # eagle3.yaml: " in x for x in lines)  # TensorRT-LLM's file, inline
+        assert lines[-1] == ("dry run: nothing written" if d["mode"] == "dry-run"
+                             else f"wrote: {', '.join(d['written'])}")
+    with pytest.raises(AttributeError):
+        config_text(d)
+    if w and w["config_edits"]:
+        from eagle3conv.render import edit_line
+
+        with pytest.raises(AttributeError):
+            edit_line(w["config_edits"][0])
+
+
+def test_a_key_renamed_in_the_plan_document_leaves_the_text_as_it_was(sources, tmp_path, monkeypatch):
+    """The text read ``o.get("cast_from")``, ``plan.get("shards")`` and ``plan.get("quantization")``: renaming
+    those keys in the JSON silently dropped the cast lines, the files and the quantized section. Now the
+    JSON's spelling never reaches the text."""
+    from eagle3conv.api import fix_keys
+    from eagle3conv.checkpoint.plan import Output, Plan
+    from eagle3conv.render import fix_text
+
+    res = fix_keys(sources["modelopt-export"], out=tmp_path / "o", dtype="fp16")
+    before = fix_text(res, verbose=True)
+    assert " cast from " in before and "output files:" in before
+    out_dict, plan_dict = Output.to_dict, Plan.to_dict
+
+    def renamed(f, **names):
+        def to_dict(self, *a, **k):
+            d = f(self, *a, **k)
+            return {names.get(key, key): v for key, v in d.items()}
+        return to_dict
+
+    monkeypatch.setattr(Output, "to_dict", renamed(out_dict, cast_from="cast_from_dtype", rewritten="rebuilt"))
+    monkeypatch.setattr(Plan, "to_dict", renamed(plan_dict, quantization="quant", outputs="tensors"))
+    assert fix_text(res, verbose=True) == before
+
+
+# --------------------------------------------------------------------------- launch's and example's verdicts
+
+
+@pytest.mark.parametrize("case", ["served", "cannot-serve", "check-passed", "check-failed"])
+def test_launch_verdict_is_typed_and_leads_the_text(fixed, tmp_path, case, monkeypatch):
+    """``launch --json`` carries its verdict (every release has a line / some cannot serve it, named / the
+    user's line passed / its errors, by code); the text's first line is made from it alone."""
+    from eagle3conv.api import LaunchResult, LaunchVerdict, fix_keys, launch
+    from eagle3conv.render import launch_text, launch_verdict_words
+    from eagle3conv.wiring.options import WiringOptions
+
+    folder = fixed
+    if case == "cannot-serve":  # P-EAGLE: SGLang cannot serve it (tests/test_launch.py)
+        write_example(tmp_path / "src", "speculators-peagle")
+        folder = tmp_path / "drafter"
+        fix_keys(tmp_path / "src", out=folder, wiring_options=WiringOptions(target=TARGET))
+    good = GOOD_LINE.replace("draft-model-path drafter", f"draft-model-path {fixed}") + " --context-length 2048"
+    check = {"check-passed": good, "check-failed": WRONG_LINE}.get(case)
+    res = launch(folder, options=WiringOptions(target=TARGET if check is None else None), check=check)
+    d = res.to_dict()
+    v = d["verdict"]
+    assert v["outcome"] == case and v["ok"] is d["ok"] is (case != "check-failed")
+    assert v["releases"] == len(d["rows"]) and v["cannot"] == [r["label"] for r in d["rows"] if r["line"] is None]
+    assert bool(v["cannot"]) == (case == "cannot-serve")
+    if check is None:
+        assert v["checked"] is None and v["errors"] == [] and v["warnings"] == 0
+    else:
+        found = d["check"]["findings"]
+        assert v["checked"] == d["check"]["label"]
+        assert v["errors"] == [f["code"] for f in found if f["level"] == "error"]
+        assert v["warnings"] == sum(f["level"] == "warning" for f in found)
+        assert bool(v["errors"]) == (case == "check-failed")
+    assert launch_text(res).splitlines()[0] == launch_verdict_words(res.verdict())
+    made_up = LaunchVerdict(res.verdict().outcome, 7, ("x y",), "sglang 9.9", ("a-b",), 2)
+    monkeypatch.setattr(LaunchResult, "verdict", lambda self: made_up)
+    first = launch_text(res).splitlines()[0]  # the words come from the verdict, whatever the rows say
+    assert first == ("launch: 6 of 7 engine releases serve this drafter" if check is None else
+                     f"launch check for sglang 9.9: {'FAILED' if case == 'check-failed' else 'passed'} "
+                     "(1 error, 2 warnings)")
+
+
+def test_example_verdict_says_it_wrote_the_example(tmp_path, monkeypatch):
+    """``example`` decides nothing: its verdict says so in a code (``wrote``), with the format and the folder;
+    its one line of text is made from that verdict."""
+    import json as json_
+
+    from click.testing import CliRunner
+
+    from eagle3conv.api import ExampleOutcome, ExampleResult
+    from eagle3conv.cli import main
+    from eagle3conv.render import example_text
+
+    r = CliRunner().invoke(main, ["example", str(tmp_path / "d"), "--format", "specforge", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json_.loads(r.stdout)
+    assert d == {"path": str(tmp_path / "d"), "format": "specforge",
+                 "verdict": {"outcome": "wrote", "format": "specforge", "path": str(tmp_path / "d")}}
+    assert [o.value for o in ExampleOutcome] == ["wrote"]
+    text = CliRunner().invoke(main, ["example", str(tmp_path / "e"), "--format", "specforge"]).stdout
+    assert text == f"wrote an example specforge drafter to {tmp_path / 'e'}\n"
+    monkeypatch.setattr(ExampleResult, "to_dict", _no_dict)
+    assert example_text(ExampleResult(tmp_path / "e", "specforge")) == text.rstrip("\n")

@@ -111,12 +111,17 @@ class Output:
     def nbytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * dtypes.itemsize(self.dtype)
 
+    @property
+    def cast_from(self) -> str | None:
+        """The source's dtype when the tensor is written in another (None: written as stored)."""
+        return self.source_dtype if self.source_dtype and self.source_dtype != self.dtype else None
+
     def to_dict(self) -> dict:
         d = {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "source": self.source}
         if self.row_end is not None:
             d["rows"] = [self.row_start, self.row_end]
-        if self.source_dtype and self.source_dtype != self.dtype:
-            d["cast_from"] = self.source_dtype
+        if self.cast_from:
+            d["cast_from"] = self.cast_from
         if self.data is not None:
             d["rewritten"] = True
         if self.dequant is not None:
@@ -238,6 +243,16 @@ class Plan:
     def output_bytes(self) -> int:
         return sum(o.nbytes for o in self.outputs)
 
+    @property
+    def written_architecture(self) -> str:
+        """The architecture the written config names (its first ``architectures`` entry, else the layout's)."""
+        return (self.config.get("architectures") or [self.architecture.architecture])[0]
+
+    @property
+    def other_formats(self) -> list[str]:
+        """The other formats whose detection matched too (lower priority)."""
+        return [m.format.name for m in self.candidates if m.format is not self.format]
+
     def raise_for_errors(self) -> None:
         if self.errors:
             raise InvalidCheckpointError(
@@ -288,8 +303,8 @@ class Plan:
             "format_title": self.format.title,
             "format_reasons": list(self.detection.reasons),
             "format_forced": self.detection.forced,
-            "other_matching_formats": [m.format.name for m in self.candidates if m.format is not self.format],
-            "architecture": (self.config.get("architectures") or [self.architecture.architecture])[0],
+            "other_matching_formats": self.other_formats,
+            "architecture": self.written_architecture,
             "ok": self.ok,
             "findings": [f.to_dict() for f in self.findings],
             "decisions": [d.to_dict() for d in self.decisions],

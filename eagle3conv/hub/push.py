@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
+from enum import Enum
 from pathlib import Path
 
 from eagle3conv.io.files import atomic_write_text
@@ -113,6 +114,46 @@ class PushFile:
     source: str  # "local", "generated" (the README card) or "plot" (push --plot's figure, embedded in the card)
 
 
+class PushOutcome(str, Enum):
+    """What ``push`` did: :class:`PushVerdict`'s code."""
+
+    COMMITTED = "committed"  # one commit on the branch (``revision``; None: main)
+    PULL_REQUEST = "pull-request"  # one commit in a new pull request (``pr_url``, ``pr_revision``)
+    UNCHANGED = "unchanged"  # the repo already holds these files: no commit was made
+    DRY_RUN = "dry-run"  # nothing was sent (the card and the files are what a push would send)
+    REFUSED = "refused"  # the gate failed without --force: nothing was sent (the error's verdict, exit 3)
+
+
+class GateOutcome(str, Enum):
+    """What the pre-push checks said (:class:`PushVerdict`'s ``gate``)."""
+
+    PASSED = "passed"  # every check passed
+    FORCED = "forced"  # checks failed (``failed``) and --force pushed past them: the card says so
+    FAILED = "failed"  # checks failed (``failed``): the push was refused
+    NO_CHECKS = "no-checks"  # no check ran (the library's ``gate=None``): the card says so
+
+
+@dataclass(frozen=True)
+class PushVerdict:
+    """``push``'s verdict in codes and values (``--json``'s ``verdict``; the text's last line, and its
+    ``forced:`` line): what was sent where, what the gate said and the checks that ``failed`` (their names)."""
+
+    outcome: PushOutcome
+    gate: GateOutcome
+    repo_id: str
+    failed: tuple[str, ...] = ()
+    revision: str | None = None
+    commit: str | None = None
+    commit_url: str | None = None
+    pr_url: str | None = None
+    pr_revision: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"outcome": self.outcome.value, "gate": self.gate.value, "failed": list(self.failed),
+                "repo_id": self.repo_id, "revision": self.revision, "commit": self.commit,
+                "commit_url": self.commit_url, "pr_url": self.pr_url, "pr_revision": self.pr_revision}
+
+
 @dataclass
 class PushResult:
     repo_id: str
@@ -138,6 +179,14 @@ class PushResult:
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
+    def verdict(self) -> PushVerdict:
+        """What was sent (or, dry run, would be) and what the gate said."""
+        outcome = (PushOutcome.DRY_RUN if self.dry_run else PushOutcome.UNCHANGED if self.unchanged
+                   else PushOutcome.PULL_REQUEST if self.pr_url else PushOutcome.COMMITTED)
+        gate = GateOutcome.FORCED if self.forced else GateOutcome.PASSED if self.checks else GateOutcome.NO_CHECKS
+        return PushVerdict(outcome, gate, self.repo_id, tuple(c.name for c in self.checks if not c.ok),
+                           self.revision, self.commit, self.commit_url, self.pr_url, self.pr_revision)
+
     def to_dict(self) -> dict:
         return {
             "repo_id": self.repo_id,
@@ -159,6 +208,7 @@ class PushResult:
             "record": str(self.record) if self.record else None,
             "card": self.card,
             "followed_symlinks": [{"path": a, "target": b} for a, b in self.followed_symlinks or []],
+            "verdict": self.verdict().to_dict(),
         }
 
 
@@ -601,7 +651,7 @@ def _push(path: str | os.PathLike, opts: PushOptions, hub: _Hub) -> PushResult:
     _check_options(timeout=opts.timeout, revision=opts.revision, base_model=opts.base_model)
     followed, plot_file = _links(root, opts.include, opts.exclude, opts.plot, follow=opts.follow_symlinks, say=say)
     repo_id, _ = resolve_repo_id(root, opts.repo_id)
-    checks = _gate(hub.gate, root, force=opts.force, follow=opts.follow_symlinks, say=say)
+    checks = _gate(hub.gate, root, repo_id, force=opts.force, follow=opts.follow_symlinks, say=say)
     sel = _select(root, opts.include, opts.exclude, opts.plot, plot_file, force=opts.force)
     forced = opts.force and any(not c.ok for c in checks)
 
@@ -672,8 +722,8 @@ def _links(root: Path, include, exclude, plot, *, follow: bool, say) -> tuple[li
     return followed, plot_file
 
 
-def _gate(gate: Gate | None, root: Path, *, force: bool, follow: bool, say) -> list[Check]:
-    """The pre-push checks; a failure refuses the push unless ``force``."""
+def _gate(gate: Gate | None, root: Path, repo_id: str, *, force: bool, follow: bool, say) -> list[Check]:
+    """The pre-push checks; a failure refuses the push unless ``force`` (the error carries the verdict)."""
     if gate is None:
         return []
     say("checking the checkpoint")
@@ -687,6 +737,7 @@ def _gate(gate: Gate | None, root: Path, *, force: bool, follow: bool, say) -> l
             details=[f"{c.name}: {c.detail}" for c in failed],
             hint="fix the checkpoint (eagle3conv fix-keys, the config check, verify) or pass --force "
                  "to push anyway (the card will say so)",
+            verdict=PushVerdict(PushOutcome.REFUSED, GateOutcome.FAILED, repo_id, tuple(c.name for c in failed)),
         )
     return checks
 
@@ -826,8 +877,8 @@ def _default_endpoint() -> str:
 
 
 __all__ = [
-    "DEFAULT_FILES", "PUSH_RECORD", "Gate", "PushFile", "PushResult", "plot_member", "push", "read_record",
-    "resolve_repo_id", "select_files",
+    "DEFAULT_FILES", "PUSH_RECORD", "Gate", "GateOutcome", "PushFile", "PushOutcome", "PushResult", "PushVerdict",
+    "plot_member", "push", "read_record", "resolve_repo_id", "select_files",
 ]
 
 

@@ -243,6 +243,13 @@ class LaunchLine:
     def text(self) -> str | None:
         return None if self.argv is None else shlex.join(self.argv)
 
+    @property
+    def one_line(self) -> str | None:
+        """The line with the file it names, if any, inline after ``#`` (its text on one line): ready to paste."""
+        if self.text is None or not self.extra_file:
+            return self.text
+        return f"{self.text}  # {self.extra_name}: {self.extra_file.replace(chr(10), ' ')}"
+
     def to_dict(self) -> dict:
         return {"release": self.release.spec, "label": str(self.release), "line": self.text,
                 "argv": None if self.argv is None else list(self.argv), "refused": list(self.refused),

@@ -155,6 +155,11 @@ class Wiring:
     def refused(self) -> list[str]:
         return [f.message for f in self.conflicts]
 
+    def launch_rows(self, drafter: str) -> dict:
+        """The launch line per engine for the drafter folder ``drafter`` as written
+        (:meth:`~eagle3conv.wiring.config_ids.WiringEdits.launch_rows`); none when nothing was written."""
+        return {} if self.edits is None else self.edits.launch_rows(drafter, self.config, self.tensor_names)
+
     def to_dict(self, drafter: str | None = None) -> dict:
         d = self.report.to_dict()
         d["written"] = None if self.edits is None else self.edits.to_dict(drafter, self.config, self.tensor_names)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from eagle3conv.version import __version__
 from eagle3conv.errors import UsageError, WiringError
@@ -38,6 +39,9 @@ from eagle3conv.spec.engines import (
 )
 from eagle3conv.spec.layers import LayerRef, LayerSet, describe, validate_refs
 from eagle3conv.wiring.metadata import TrainingRecord, make_record
+
+if TYPE_CHECKING:  # the launch lines' type (spec/launch.py is imported where the lines are made)
+    from eagle3conv.spec.launch import LaunchLine
 
 PROVENANCE_KEY = "eagle3conv"
 PROVENANCE_LAYERS = "aux_layers"
@@ -96,25 +100,28 @@ class WiringEdits:
             "written_by": f"eagle3conv {__version__}",
         }
 
-    def launch(self, drafter: str, config: Mapping | None = None, tensor_names=()) -> dict[str, str]:
-        """Ready-to-paste launch lines, one per engine, from the one builder
-        (:func:`eagle3conv.spec.launch.launch_lines`; the target is the profile's repo or a placeholder):
-        ``sglang``, ``vllm``, ``tensorrt_llm`` (and ``tensorrt_llm_layers``), or ``ENGINE_refused`` with
-        why, for an engine whose release served first cannot load the drafter (``config``)."""
+    def launch_rows(self, drafter: str, config: Mapping | None = None, tensor_names=()) -> dict[str, LaunchLine]:
+        """The launch line of each engine's release served first, by engine, from the one builder
+        (:func:`eagle3conv.spec.launch.launch_lines`; the target is the profile's repo or a placeholder);
+        a line with no ``text`` (its ``refused`` says why) where that release cannot load the drafter."""
         from eagle3conv.spec.launch import launch_lines
 
+        return launch_lines(served_releases(self.asked), config, drafter=drafter,
+                            target=self.target_repo or self.target, capture_ids=self.launch_ids("tensorrt-llm"),
+                            tensor_names=tensor_names)
+
+    def launch(self, drafter: str, config: Mapping | None = None, tensor_names=()) -> dict[str, str]:
+        """Ready-to-paste launch lines, one per engine (:meth:`launch_rows`): ``sglang``, ``vllm``,
+        ``tensorrt_llm`` (and ``tensorrt_llm_layers``), or ``ENGINE_refused`` with why, for an engine whose
+        release served first cannot load the drafter (``config``)."""
         trt_ids = self.launch_ids("tensorrt-llm")
-        lines = launch_lines(served_releases(self.asked), config, drafter=drafter,
-                             target=self.target_repo or self.target, capture_ids=trt_ids, tensor_names=tensor_names)
         out: dict[str, str] = {}
-        for engine, line in lines.items():
+        for engine, line in self.launch_rows(drafter, config, tensor_names).items():
             key = engine.replace("-", "_")
             if line.text is None:
                 out[f"{key}_refused"] = "; ".join(line.refused)
-            elif line.extra_file:
-                out[key] = f"{line.text}  # {line.extra_name}: {line.extra_file.replace(chr(10), ' ')}"
             else:
-                out[key] = line.text
+                out[key] = line.one_line
         if trt_ids is not None and "tensorrt_llm" in out:
             out["tensorrt_llm_layers"] = f"eagle3_layers_to_capture: {sorted(trt_ids)}"
         return out
