@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the result types, imported where their codes are read (rend
     from eagle3conv.states.capture import CaptureVerdict
     from eagle3conv.verify.report import CategoryFigures, EngineScore, ScoredStates, VerifyReport, VerifyResult
     from eagle3conv.verify.search import Verdict
-    from eagle3conv.verify.run import SmokeResult
+    from eagle3conv.verify.run import SmokeResult, SmokeVerdict
     from eagle3conv.wiring.apply import Wiring
 
 
@@ -210,16 +210,21 @@ def wiring_lines(w: Wiring | None, *, verbose: bool = False) -> list[str]:
     return lines
 
 
+def smoke_verdict_words(v: SmokeVerdict) -> str:
+    """The smoke test's verdict for its ``ok:`` line: True, or False with what failed."""
+    from eagle3conv.verify.run import SmokeOutcome
+
+    failed = {SmokeOutcome.RUNS: None, SmokeOutcome.FORWARD_FAILED: "the forward failed",
+              SmokeOutcome.WIRING_FAILED: "the wiring failed; the forward itself ran clean",
+              SmokeOutcome.BOTH_FAILED: "the forward and the wiring failed"}[v.outcome]
+    return "True" if failed is None else f"False ({failed})"
+
+
 def smoke_text(r: SmokeResult) -> str:
     """``verify`` without states (an :class:`eagle3conv.verify.run.SmokeResult`): the smoke test's
     fields, then the wiring report."""
     f = r.forward
-    ok = str(r.ok)
-    if not r.ok:
-        why = [what for what, good in (("the forward", r.forward_ok), ("the wiring", r.wiring_ok)) if good is False]
-        clean = "; the forward itself ran clean" if r.forward_ok is not False else ""
-        ok = f"False ({' and '.join(why)} failed{clean})"
-    lines = [f"checkpoint: {r.checkpoint}", f"ok: {ok}",
+    lines = [f"checkpoint: {r.checkpoint}", f"ok: {smoke_verdict_words(r.verdict())}",
              f"forward problems: {', '.join(f.problems) if f.problems else 'none'}", f"device: {r.device}",
              f"dtype: {r.dtype}", f"step1_input_width: {f.step1_input_width}",
              f"step2_input_width: {f.step2_input_width}", f"logits_width: {f.logits_width}",

@@ -293,6 +293,7 @@ DECIDERS = (
     ("eagle3conv/states/capture.py", "capture_verdict"),
     ("eagle3conv/states/capture.py", "CaptureResult.verdict"),
     ("eagle3conv/states/vllm_capture.py", "VllmCapturePlan.verdict"),
+    ("eagle3conv/verify/run.py", "SmokeResult.verdict"),
 )
 
 
@@ -354,6 +355,12 @@ def test_verdicts_are_typed_and_every_code_has_words():
             for g in GateOutcome if g is not GateOutcome.FAILED}  # failed: the refusal, an error
     assert len(said) == len(GateOutcome) - 1
     assert [o.value for o in ExampleOutcome] == ["wrote"]  # example decides nothing: it writes the example
+    # verify's smoke test (verify without states): its verdict typed, every outcome with its words
+    from eagle3conv.render import smoke_verdict_words
+    from eagle3conv.verify.run import SmokeOutcome, SmokeVerdict
+
+    assert SmokeVerdict.__dataclass_params__.frozen
+    assert len({smoke_verdict_words(SmokeVerdict(o)) for o in SmokeOutcome}) == len(SmokeOutcome)
     assert example_text(ExampleResult(Path("d"), "sglang")) == "wrote an example sglang drafter to d"
 
 
@@ -365,10 +372,11 @@ def test_render_spells_no_finding_code():
     from eagle3conv.checkpoint.plan import PlanOutcome
     from eagle3conv.hub.push import GateOutcome, PushOutcome
     from eagle3conv.states.capture import CaptureNote, CaptureOutcome
+    from eagle3conv.verify.run import SmokeOutcome
 
     codes = {v for k, v in vars(F).items() if k.isupper() and isinstance(v, str) and "-" in v}
     codes |= {o.value for e in (ConfigOutcome, PlanOutcome, DefaultsOutcome, ListOutcome, CaptureOutcome, CaptureNote,
-                                LaunchOutcome, PushOutcome, GateOutcome, ExampleOutcome)
+                                LaunchOutcome, PushOutcome, GateOutcome, ExampleOutcome, SmokeOutcome)
               for o in e if "-" in o.value}  # the one-word codes ("wrote", "passed") are also plain words
     codes -= {"dry-run"}  # also the word of config's and fix-keys' ``mode`` (check / write / dry-run), not a code
     render = PKG / "render.py"

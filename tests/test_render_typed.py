@@ -183,6 +183,36 @@ def test_the_smoke_text_renders_the_typed_wiring(fixed):
     assert "wiring:\n  trained on: " in text and f"ok: {r.ok}" in text
 
 
+def test_the_smoke_verdict_is_typed_and_its_words_make_the_ok_line(fixed):
+    """verify without states carries a typed verdict (SmokeVerdict: runs / forward-failed /
+    wiring-failed / both-failed, the forward's problems, the wiring check's error codes), in --json
+    and as the text's ``ok:`` line."""
+    import dataclasses
+
+    from eagle3conv.findings import LOGITS_SHAPE, Finding
+    from eagle3conv.render import smoke_text
+    from eagle3conv.verify import smoke
+    from eagle3conv.verify.run import SmokeOutcome
+    from eagle3conv.wiring.options import WiringOptions
+
+    r = smoke(fixed, wiring_options=WiringOptions(target=TARGET))
+    v = r.verdict()
+    assert v.outcome is SmokeOutcome.RUNS and v.wiring_errors == () and r.to_dict()["verdict"] == {
+        "outcome": "runs", "problems": [], "wiring_errors": []}
+    assert "ok: True" in smoke_text(r)
+    bad = dataclasses.replace(r.forward, ok=False, findings=(Finding("error", "smoke", LOGITS_SHAPE, "step 1: NaN"),))
+    cases = {SmokeOutcome.FORWARD_FAILED: dataclasses.replace(r, forward=bad),
+             SmokeOutcome.WIRING_FAILED: dataclasses.replace(r, wiring_ok=False),
+             SmokeOutcome.BOTH_FAILED: dataclasses.replace(r, forward=bad, wiring_ok=False)}
+    lines = {"forward-failed": "ok: False (the forward failed)",
+             "wiring-failed": "ok: False (the wiring failed; the forward itself ran clean)",
+             "both-failed": "ok: False (the forward and the wiring failed)"}
+    for outcome, res in cases.items():
+        assert res.verdict().outcome is outcome and res.to_dict()["verdict"]["outcome"] == outcome.value
+        assert lines[outcome.value] in smoke_text(res)
+    assert cases[SmokeOutcome.FORWARD_FAILED].verdict().problems == ("step 1: NaN",)
+
+
 def test_a_figure_renamed_in_the_scores_document_fails_the_text_loudly(tiny, monkeypatch):
     """The wiring's figures are the report's (as rounded there): a figure the score's document stops
     stating under its name is an error in the text, not "None chains"."""

@@ -13,6 +13,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, replace
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -727,6 +728,29 @@ def _score_engines(rows, scores: list[Score], drafter, states, *, serving: _Serv
     return out
 
 
+class SmokeOutcome(str, Enum):
+    """What ``verify`` without states decided (:class:`SmokeVerdict`)."""
+
+    RUNS = "runs"  # the forward ran clean and the wiring check (where one ran) found no error
+    FORWARD_FAILED = "forward-failed"  # the forward on random inputs went wrong (NaN, a shape, ...)
+    WIRING_FAILED = "wiring-failed"  # the forward ran clean; the wiring check found an error
+    BOTH_FAILED = "both-failed"
+
+
+@dataclass(frozen=True)
+class SmokeVerdict:
+    """:class:`SmokeResult`'s verdict: its outcome, the forward's problems and the wiring check's
+    error codes (None: no wiring check ran)."""
+
+    outcome: SmokeOutcome
+    problems: tuple[str, ...] = ()
+    wiring_errors: tuple[str, ...] | None = None
+
+    def to_dict(self) -> dict:
+        return {"outcome": self.outcome.value, "problems": list(self.problems),
+                "wiring_errors": None if self.wiring_errors is None else list(self.wiring_errors)}
+
+
 @dataclass(frozen=True)
 class SmokeResult:
     """What ``verify`` without states found (:func:`smoke`): the drafter's forward on random inputs
@@ -754,6 +778,16 @@ class SmokeResult:
     def problems(self) -> tuple[str, ...]:
         return self.forward.problems
 
+    def verdict(self) -> SmokeVerdict:
+        """The outcome as a code, with the forward's problems and the wiring check's error codes."""
+        errors = None if self.wiring is None else tuple(f.code for f in self.wiring.report.findings
+                                                        if f.level == "error")
+        wiring_bad = self.wiring_ok is False
+        outcome = (SmokeOutcome.RUNS if self.forward.ok and not wiring_bad else
+                   SmokeOutcome.WIRING_FAILED if self.forward.ok else
+                   SmokeOutcome.BOTH_FAILED if wiring_bad else SmokeOutcome.FORWARD_FAILED)
+        return SmokeVerdict(outcome, tuple(self.forward.problems), errors)
+
     @property
     def kind(self) -> str | None:
         """Which forward ran, where it is not the Llama-style one."""
@@ -771,6 +805,7 @@ class SmokeResult:
         if self.wiring is not None:
             d["wiring"] = self.wiring.to_dict(self.checkpoint)  # its launch lines name the folder as given
             d["wiring_ok"] = self.wiring_ok
+        d["verdict"] = self.verdict().to_dict()
         return d
 
 
