@@ -155,3 +155,17 @@ def test_a_reference_chosen_on_the_pilot_keeps_the_level_on_later_sequences():
     print(f"\nexcluded against a pilot-chosen reference: later sequences {hits}/{trials}, all {biased}/{trials}")
     assert hits / trials <= alpha + 3 * sd, hits
     assert biased / trials > alpha + 5 * sd, biased
+
+
+def test_the_screens_guarantee_names_the_reference_test_where_it_ran():
+    from eagle3conv.verify.evaluate import ScreenResult
+    from eagle3conv.verify.search import screen_record
+
+    def said(stages):
+        res = ScreenResult(sets=[], hits=[], counted=[], sequences=1, stages=stages, total=128)
+        return screen_record(res, ScreenBound())["guarantee"]
+
+    alone = said([{"positions": 64}, {"positions": 128}])
+    both = said([{"positions": 64}, {"positions": 128, "reference": {"excluded": 3}}])
+    assert "reference" not in alone and "Bonferroni over every comparison, family-wise 0.01" in alone
+    assert "the reference's did on the later sequences" in both and "family-wise 0.01" in both

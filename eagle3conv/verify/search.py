@@ -421,12 +421,16 @@ def screen_record(res, bound: ScreenBound) -> dict:
     """What a screen did, for the report: its bound, its stages, whether the data (not the
     work cap) decided what it kept."""
     read = res.stages[-1]["positions"] if res.stages else 0
+    referenced = any("reference" in st for st in res.stages)  # the reference test ran (evaluate.ScreenReference)
     out = {"bound": bound.to_dict(), "stages": res.stages, "complete": res.complete, "work": res.work,
            "cap": res.cap, "read": {"positions": read, "of": res.total,
                                     "fraction": round(read / res.total, 4) if res.total else None},
            "guarantee": (f"a wiring left the screen only when the leader's step-1 log score exceeded its own by "
-                         f"more than the bound (paired, Bonferroni over every comparison, family-wise "
-                         f"{bound.alpha:g}); docs/facts.md §12")}
+                         f"more than the bound (paired, Bonferroni over every comparison"
+                         + (") or, after the pilot's stages, the reference's did on the later sequences (no "
+                            "correction over the wirings: the reference was chosen on other sequences; "
+                            if referenced else ", ")
+                         + f"family-wise {bound.alpha:g}); docs/facts.md §12")}
     if not res.complete:
         what = (f"its time budget ({bound.seconds:g} s, verify --search-budget)" if res.stopped_by == "seconds" else
                 f"its work cap ({bound.max_work:g} passes of every wiring over the first stage and "
