@@ -82,6 +82,18 @@ def test_verify_text_renders_the_typed_result_and_refuses_its_dict(tiny, kw):
         verify_text(d)
 
 
+def _rename_key(monkeypatch, cls, method, old, new):
+    """Make ``cls.method`` return its dict with the key ``old`` renamed to ``new``."""
+    original = getattr(cls, method)
+
+    def renamed(self):
+        d = original(self)
+        d[new] = d.pop(old)
+        return d
+
+    monkeypatch.setattr(cls, method, renamed)
+
+
 def test_a_field_renamed_where_the_states_summary_is_made_fails_the_text_loudly(tiny, monkeypatch):
     """The text used to read ``st.get("tokens")``: a renamed key printed "None tokens". Now the typed view
     reads each field by its name and the rename is an error."""
@@ -89,14 +101,7 @@ def test_a_field_renamed_where_the_states_summary_is_made_fails_the_text_loudly(
     from eagle3conv.states.format import CapturedStates
     from eagle3conv.verify import verify
 
-    summary = CapturedStates.summary
-
-    def renamed(self):
-        d = summary(self)
-        d["num_tokens"] = d.pop("tokens")
-        return d
-
-    monkeypatch.setattr(CapturedStates, "summary", renamed)
+    _rename_key(monkeypatch, CapturedStates, "summary", "tokens", "num_tokens")
     res = verify(*tiny, save=False, steps=2)
     with pytest.raises(KeyError, match="tokens"):
         verify_text(res)
@@ -220,14 +225,7 @@ def test_a_figure_renamed_in_the_scores_document_fails_the_text_loudly(tiny, mon
     from eagle3conv.verify import verify
     from eagle3conv.verify.evaluate import Score
 
-    to_dict = Score.to_dict
-
-    def renamed(self):
-        d = to_dict(self)
-        d["full_chains"] = d.pop("chains")
-        return d
-
-    monkeypatch.setattr(Score, "to_dict", renamed)
+    _rename_key(monkeypatch, Score, "to_dict", "chains", "full_chains")
     res = verify(*tiny, save=False, steps=2)
     with pytest.raises(ValueError, match="states no chains"):
         verify_text(res)
