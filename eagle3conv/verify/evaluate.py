@@ -452,9 +452,9 @@ class ScreenReference:
         q = self.bound.quantile(1, m, self.alpha)
         if not math.isfinite(q):
             return None
-        return {"drop": D - q * se > self.bound.margin, "positions": len(pos_row) - start,
-                "sequences": len(set(pos_row[start:])), "blocks": m, "quantile": round(q, 3),
-                "excluded": int((D - q * se > self.bound.margin).sum())}
+        drop = D - q * se > self.bound.margin
+        return {"drop": drop, "positions": len(pos_row) - start, "sequences": len(set(pos_row[start:])),
+                "blocks": m, "quantile": round(q, 3), "excluded": int(drop.sum())}
 
 
 class _SplitStep:
@@ -783,7 +783,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         # the positions this stage adds, row after row (the order the stores keep)
         added = [r for r in todo for _ in range(int(lp_ok_all[r, done[r]:stops[r]].sum()))]
         reuse = _reusable(known, alive, pos_row + added, lp_store.shape[1])
-        calc = [i for j, i in enumerate(alive) if j not in reuse]  # the wirings this stage computes
+        calc_at = [j for j in range(len(alive)) if j not in reuse]  # the places in `alive` this stage computes
+        calc = [alive[j] for j in calc_at]  # and their wirings
         need = len(calc) * len(added)
         if todo and stage_no > 0:
             spent = time.perf_counter() - t0
@@ -918,8 +919,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             lp_new = torch.empty(len(alive), len(added), dtype=torch.float32)
             hit_new = torch.empty(len(alive), len(added), dtype=torch.bool)
             if calc:
-                lp_new[[j for j in range(len(alive)) if j not in reuse]] = torch.cat(new_lp, dim=1)
-                hit_new[[j for j in range(len(alive)) if j not in reuse]] = torch.cat(new_hit, dim=1)
+                lp_new[calc_at] = torch.cat(new_lp, dim=1)
+                hit_new[calc_at] = torch.cat(new_hit, dim=1)
             for j, (lv, hv) in reuse.items():
                 lp_new[j], hit_new[j] = lv, hv
             lp_store = torch.cat([lp_store[:len(alive)], lp_new], dim=1)
