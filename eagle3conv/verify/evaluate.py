@@ -11,6 +11,7 @@ accept length and their intervals (:mod:`eagle3conv.verify.stats`).
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -441,8 +442,6 @@ class ScreenReference:
         """Per wiring in ``alive`` (rows of ``lp_store``, positions in read order, rows ascending),
         whether the reference's lead over it on the sequences after the pilot exceeds the bound;
         None while the reference is out or those sequences hold too little."""
-        import bisect
-
         if self.index not in alive:
             return None
         start = bisect.bisect_right(pos_row, self.last_row)  # positions are read row after row

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from enum import Enum
 from typing import Literal
@@ -157,11 +157,9 @@ def screen_bound(device: str, seconds: float | None) -> ScreenBound:
     """The screen's bound for a search on ``device``: the user's time budget, else on a GPU
     :data:`GPU_SCREEN_SECONDS` (a work cap there would stop a 61-layer search at seconds that
     depend on the GPU), else the work cap (the same work on every CPU)."""
-    import dataclasses
-
     if seconds is None and str(device).startswith("cuda"):
         seconds = GPU_SCREEN_SECONDS
-    return dataclasses.replace(SCREEN_BOUND, seconds=seconds)
+    return replace(SCREEN_BOUND, seconds=seconds)
 MAX_CONFIRM = 24  # screen survivors confirmed on every position at most; the rest stay in the verdict's set
 SET_ALPHA = 0.05  # the verdict's set holds the best with 95%: half to acceptance, half to the log score
 LISTED = 50  # unconfirmed survivors named in the report (all are counted)
