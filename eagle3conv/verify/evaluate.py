@@ -11,6 +11,7 @@ accept length and their intervals (:mod:`eagle3conv.verify.stats`).
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -441,8 +442,6 @@ class ScreenReference:
         """Per wiring in ``alive`` (rows of ``lp_store``, positions in read order, rows ascending),
         whether the reference's lead over it on the sequences after the pilot exceeds the bound;
         None while the reference is out or those sequences hold too little."""
-        import bisect
-
         if self.index not in alive:
             return None
         start = bisect.bisect_right(pos_row, self.last_row)  # positions are read row after row
@@ -452,9 +451,9 @@ class ScreenReference:
         q = self.bound.quantile(1, m, self.alpha)
         if not math.isfinite(q):
             return None
-        return {"drop": D - q * se > self.bound.margin, "positions": len(pos_row) - start,
-                "sequences": len(set(pos_row[start:])), "blocks": m, "quantile": round(q, 3),
-                "excluded": int((D - q * se > self.bound.margin).sum())}
+        drop = D - q * se > self.bound.margin
+        return {"drop": drop, "positions": len(pos_row) - start, "sequences": len(set(pos_row[start:])),
+                "blocks": m, "quantile": round(q, 3), "excluded": int(drop.sum())}
 
 
 class _SplitStep:
@@ -783,7 +782,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         # the positions this stage adds, row after row (the order the stores keep)
         added = [r for r in todo for _ in range(int(lp_ok_all[r, done[r]:stops[r]].sum()))]
         reuse = _reusable(known, alive, pos_row + added, lp_store.shape[1])
-        calc = [i for j, i in enumerate(alive) if j not in reuse]  # the wirings this stage computes
+        calc_at = [j for j in range(len(alive)) if j not in reuse]  # the places in `alive` this stage computes
+        calc = [alive[j] for j in calc_at]  # and their wirings
         need = len(calc) * len(added)
         if todo and stage_no > 0:
             spent = time.perf_counter() - t0
@@ -918,8 +918,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             lp_new = torch.empty(len(alive), len(added), dtype=torch.float32)
             hit_new = torch.empty(len(alive), len(added), dtype=torch.bool)
             if calc:
-                lp_new[[j for j in range(len(alive)) if j not in reuse]] = torch.cat(new_lp, dim=1)
-                hit_new[[j for j in range(len(alive)) if j not in reuse]] = torch.cat(new_hit, dim=1)
+                lp_new[calc_at] = torch.cat(new_lp, dim=1)
+                hit_new[calc_at] = torch.cat(new_hit, dim=1)
             for j, (lv, hv) in reuse.items():
                 lp_new[j], hit_new[j] = lv, hv
             lp_store = torch.cat([lp_store[:len(alive)], lp_new], dim=1)

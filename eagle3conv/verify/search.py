@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from enum import Enum
 from typing import Literal
 
@@ -41,7 +42,7 @@ from eagle3conv.verify.stats import (
 )
 from eagle3conv.spec.layers import EMBEDDING, LayerRef, LayerSet, describe, to_ids, to_refs
 from eagle3conv.spec.drafter import aux_ids
-from eagle3conv.verify.words import norm_flag_words, statistic_words
+from eagle3conv.verify.words import SEPARATION_WHY, coverage_summary, norm_flag_words, statistic_words, verdict_words
 
 MIN_SEARCH_SEQUENCES = 10  # below this, sequence-bootstrap intervals are not worth naming a wiring on
 LOG_SCORE_STEP = 0  # the log score that separates wirings acceptance ties: draft step 1's (0-based index)
@@ -156,11 +157,9 @@ def screen_bound(device: str, seconds: float | None) -> ScreenBound:
     """The screen's bound for a search on ``device``: the user's time budget, else on a GPU
     :data:`GPU_SCREEN_SECONDS` (a work cap there would stop a 61-layer search at seconds that
     depend on the GPU), else the work cap (the same work on every CPU)."""
-    import dataclasses
-
     if seconds is None and str(device).startswith("cuda"):
         seconds = GPU_SCREEN_SECONDS
-    return dataclasses.replace(SCREEN_BOUND, seconds=seconds)
+    return replace(SCREEN_BOUND, seconds=seconds)
 MAX_CONFIRM = 24  # screen survivors confirmed on every position at most; the rest stay in the verdict's set
 SET_ALPHA = 0.05  # the verdict's set holds the best with 95%: half to acceptance, half to the log score
 LISTED = 50  # unconfirmed survivors named in the report (all are counted)
@@ -357,8 +356,6 @@ class Separation:
     sequences: int | None = None
 
     def to_dict(self) -> dict:
-        from eagle3conv.verify.words import SEPARATION_WHY
-
         if self.reason is SeparationReason.FACTOR:
             return {"members": self.members, "factor": self.factor, "positions": self.positions,
                     "sequences": self.sequences, "sequences_now": self.sequences_now, "statistic": self.statistic,
@@ -717,20 +714,21 @@ class Verdict:
         if self.status is not None and self.status not in STATUSES:
             raise ValueError(f"verdict status {self.status!r} is not one of {STATUSES}")
 
+    @cached_property
+    def _words(self) -> tuple[str | None, str | None]:
+        """``decided_by`` and ``advice``, made once (the verdict is frozen)."""
+        return verdict_words(self) if self.grounds is not None else self.said
+
     @property
     def decided_by(self) -> str | None:
         """For people: which evidence decided (:func:`eagle3conv.verify.words.verdict_words`; never parsed)."""
-        from eagle3conv.verify.words import verdict_words
-
-        return verdict_words(self)[0] if self.grounds is not None else self.said[0]
+        return self._words[0]
 
     @property
     def advice(self) -> str | None:
         """For people: what to do (the command that writes the named wiring, when it is not the config's;
         what to capture to separate a set)."""
-        from eagle3conv.verify.words import verdict_words
-
-        return verdict_words(self)[1] if self.grounds is not None else self.said[1]
+        return self._words[1]
 
     def to_dict(self) -> dict:
         """The report's ``verdict`` object (keys present only where they apply)."""
@@ -751,8 +749,6 @@ class Verdict:
         if self.advice is not None:
             out["advice"] = self.advice
         if self.coverage is not None:
-            from eagle3conv.verify.words import coverage_summary
-
             out["coverage"] = self.coverage.to_dict(coverage_summary(self))
         for key in ("best_found", "positions_to_separate", "config_worse", "statistic", "log_score",
                     "set_statistic"):
