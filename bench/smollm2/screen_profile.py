@@ -2,7 +2,7 @@
 first positions of real states, under cProfile, with the screen's own phase seconds.
 
 Usage: PYTHONPATH=TREE python bench/smollm2/screen_profile.py DRAFTER STATES [--wirings N]
-       [--positions P] [--dtype bf16|fp32] [--out JSON] [--top 25]
+       [--positions P] [--dtype bf16|fp32] [--out JSON] [--top 25] [--dump FILE.pt]
 
 The wirings are the first N of ``search.all_wirings`` (every ascending 3-set of the layers the
 states hold) taken with a stride, so they span the layers; the bound is ``NO_DROP`` with
@@ -35,6 +35,7 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--tree", default="", help="a label for the tree under test (PYTHONPATH)")
+    ap.add_argument("--dump", help="save every wiring's log scores and hits per position (torch.save) to compare trees")
     a = ap.parse_args()
     import torch
 
@@ -71,6 +72,9 @@ def main() -> int:
     print(json.dumps(out, indent=1))
     if not a.no_profile:
         print(s.getvalue())
+    if a.dump:
+        torch.save({"sets": [[r.output_of for r in ls] for ls in sets], "vectors": res.vectors,
+                    "hits": res.hit_vectors, "pos_row": res.pos_row}, a.dump)
     if a.out:
         if not a.no_profile:
             out["profile_top"] = s.getvalue().splitlines()[:a.top + 12]

@@ -33,6 +33,7 @@ Two entry points:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -283,13 +284,22 @@ class StepOutput:
     """One draft step over ``[B, S]`` positions.
 
     ``hidden`` is what the next step receives: the pre-norm state, or the
-    post-norm state when the config sets ``norm_output``.
+    post-norm state when the config sets ``norm_output``. The guesses (``draft_ids``,
+    ``target_ids``) are the logits' argmax, computed when first read: a caller that scores
+    the logits itself (the wiring screen) does not pay for a pass it does not use.
     """
 
     logits: Tensor  # [B, S, Vd]
-    draft_ids: Tensor  # [B, S] argmax in the draft vocab
-    target_ids: Tensor  # [B, S] draft_ids + d2t[draft_ids]
     hidden: Tensor  # [B, S, H]
+    d2t: Tensor  # [Vd] the vocab map's offsets (target id = draft id + d2t[draft id])
+
+    @functools.cached_property
+    def draft_ids(self) -> Tensor:  # [B, S] argmax in the draft vocab
+        return self.logits.argmax(dim=-1)
+
+    @functools.cached_property
+    def target_ids(self) -> Tensor:  # [B, S] draft_ids + d2t[draft_ids]
+        return self.draft_ids + self.d2t[self.draft_ids]
 
 
 @dataclass(frozen=True)
@@ -699,13 +709,7 @@ class Eagle3Drafter:
         """Final norm, head, d2t; the next step's state (post-norm with norm_output)."""
         normed = rms_norm(h, self.norm, self.config.rms_norm_eps)
         logits = F.linear(normed, self.lm_head)
-        draft_ids = logits.argmax(dim=-1)
-        return StepOutput(
-            logits=logits,
-            draft_ids=draft_ids,
-            target_ids=draft_ids + self.d2t[draft_ids],
-            hidden=normed if self.uses("norm_output") else h,
-        )
+        return StepOutput(logits=logits, hidden=normed if self.uses("norm_output") else h, d2t=self.d2t)
 
     def _causal(self, i: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.gqa, scale=self._attn_scale)

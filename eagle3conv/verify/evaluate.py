@@ -588,6 +588,57 @@ def _reusable(known, alive: list[int], order: list[int], start: int) -> dict:
     return out
 
 
+def slot_sum(table, part):
+    """Per wiring (row of ``part`` ``[P, k]``: the place of each slot's layer), the sum over its slots
+    of ``table[s, part[:, s]]`` (``table`` ``[k, layers, ...]``: each slot's projection of each layer):
+    ``[P, ...]``. On a CPU one gather-and-sum pass (:func:`torch.nn.functional.embedding_bag`, which
+    adds in fp32 and rounds once, so it is closer to the exact sum than adding bf16 parts in turn);
+    elsewhere the parts gathered and added in place."""
+    import torch
+    import torch.nn.functional as F
+
+    k, layers = table.shape[:2]
+    if table.device.type == "cpu":
+        idx = part + torch.arange(k, device=part.device)[None, :] * layers
+        return F.embedding_bag(idx, table.view(k * layers, -1), mode="sum").view(part.shape[0], *table.shape[2:])
+    out = torch.add(table[0, part[:, 0]], table[1, part[:, 1]]) if k > 1 else table[0, part[:, 0]]
+    for s in range(2, k):
+        out.add_(table[s, part[:, s]])
+    return out
+
+
+def log_score_at(logits, ref, rows: int | None = None):
+    """Per row of ``logits`` ``[..., V]``: the log-probability (fp32) of column ``ref`` ``[...]``
+    under the row's softmax, and whether ``ref`` is the row's argmax as :func:`torch.argmax` takes
+    it (the first of equal largest values). The same numbers as a log-softmax over all the rows
+    and an argmax, computed ``rows`` rows at a time (default: 256 on a CPU, where a log-softmax
+    of a block that stays in cache is several times faster than one over every row, and the
+    largest value found by ``amax`` is far cheaper than ``argmax``; every row at once elsewhere)."""
+    import torch
+    import torch.nn.functional as F
+
+    V = logits.shape[-1]
+    x = logits.reshape(-1, V)
+    r = ref.reshape(-1).to(x.device)
+    n = x.shape[0]
+    rows = rows or (256 if x.device.type == "cpu" else max(1, n))
+    lp = torch.empty(n, dtype=torch.float32, device=x.device)
+    first = torch.empty(n, dtype=torch.bool, device=x.device)
+    cols = torch.arange(V, device=x.device)
+    for a in range(0, n, rows):
+        b = min(n, a + rows)
+        ls = F.log_softmax(x[a:b], -1, dtype=torch.float32)  # upcast inside the kernel: no fp32 copy
+        at = ls.gather(-1, r[a:b, None]).squeeze(-1)
+        top = ls.amax(-1)
+        hit = at == top  # ref holds the largest value (bf16 values that differ stay apart in fp32)
+        tied = hit.nonzero().flatten()
+        if tied.numel():  # and no earlier column holds it too (argmax takes the first)
+            before = ls[tied].masked_fill(cols[None, :] >= r[a:b][tied, None], -math.inf).amax(-1)
+            hit[tied[before == top[tied]]] = False
+        lp[a:b], first[a:b] = at, hit
+    return lp.view(ref.shape), first.view(ref.shape)
+
+
 def _finite_at(x, mask):
     """Per slot of ``x`` ``[B, S, k, T]``: every value finite at the real tokens (``mask``), on the
     device (one elementwise pass and a reduction; nothing read back). For the aux slots ``x`` is
@@ -686,6 +737,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     t2d = torch.full((int(max(int(tgt.max()), int(ref_all.max()))) + 1,), -1, dtype=torch.long)
     t2d[tgt] = torch.arange(d2t.numel())
     draft_all = t2d[ref_all.clamp(min=0)]
+    one_to_one = int(tgt.unique().numel()) == int(tgt.numel())  # d2t maps no two draft ids to one token
     lp_ok_all = ok_all & (draft_all >= 0)
     counted = ok_all.sum(1).tolist()
     # positions: a stage reads the first P scored (log-scored) positions, row after row
@@ -878,16 +930,16 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
                 part = alive_cols[a:a + per]
                 P = part.shape[0]
                 sq = None if msq is None else [msq[part[:, s]] for s in range(k_slots)]
-                gg = drafter.combine((proj[s, part[:, s]] for s in range(k_slots)), sq)
+                gg = drafter.combine([slot_sum(proj, part)], sq)
                 lin = None
                 if pre:  # the same through W_h w (and RoPE), its bias too
-                    lin = drafter.combine((qkvp[s, part[:, s]] for s in range(k_slots)), sq, bias=split.fc_bias_at)
+                    lin = drafter.combine([slot_sum(qkvp, part)], sq, bias=split.fc_bias_at)
                 if split is not None and lin is None:
                     lin = F.linear(gg, split.w_hid)
                 with torch.inference_mode():
                     if split is not None:  # one-layer Llama attention: the rest of step 1 on the positions scored
                         out = split.finish(drafter, gg.view(P * g, Sg, H), lin.view(P * g, Sg, -1), qmask, flat, P)
-                        logits, target_ids = out.logits, out.target_ids
+                        logits = out.logits
                     elif Sq == Sg:
                         out = drafter.forward(gg.reshape(P * g, Sg, -1), tokens_rep[:P * g], embeddings=table)
                     else:
@@ -898,13 +950,15 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
                         del residual, q, kk, vv, attn
                     if split is None:
                         logits = out.logits.view(P, g * Sq, -1).index_select(1, flat)
-                        target_ids = out.target_ids.view(P, g * Sq).index_select(1, flat)
-                # log-softmax upcasts inside its kernel (no fp32 copy of the logits)
-                lp = F.log_softmax(logits, -1, dtype=torch.float32).gather(
-                    -1, ref_d_flat.expand(P, -1).unsqueeze(-1)).squeeze(-1)
+                lp, first = log_score_at(logits, ref_d_flat.expand(P, -1))
+                if one_to_one:  # the guess is the reference token exactly when its draft id is the argmax
+                    hit = first
+                else:  # several draft ids map to one target token: compare the guesses themselves
+                    guess = logits.argmax(-1)
+                    hit = (guess + drafter.d2t[guess]) == ref_t_flat
                 lp_parts.append(lp.cpu())
-                hit_parts.append((target_ids == ref_t_flat).cpu())
-                del out, logits, target_ids, gg, lin
+                hit_parts.append(hit.cpu())
+                del out, logits, gg, lin
                 if progress:
                     progress(min(a + P, len(calc)), len(calc))
             new_lp.append(torch.cat(lp_parts) if lp_parts else torch.zeros(0, 0))
@@ -980,4 +1034,5 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     return res, list(alive)
 
 
-__all__ = ["NO_DROP", "Candidate", "Score", "ScreenBound", "ScreenReference", "ScreenResult", "evaluate", "paired_bound", "screen"]
+__all__ = ["NO_DROP", "Candidate", "Score", "ScreenBound", "ScreenReference", "ScreenResult", "evaluate", "log_score_at",
+           "paired_bound", "screen", "slot_sum"]
