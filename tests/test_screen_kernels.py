@@ -92,3 +92,23 @@ def test_a_vocab_map_with_two_ids_for_one_token_scores_hits_by_the_guess(tmp_pat
         assert res.hits[i] == sc.matched[0], ls
     five = (guess == 5)[:, :-1] & (target_next[:, 1:] == tgt[6])
     assert int(five.sum()) > 3  # hits that a draft-id comparison (t2d of the token is 6, not 5) would miss
+
+
+def test_masked_attention_with_grouped_heads_is_sdpas_gqa(tmp_path):
+    """``attention`` under a mask on a CPU runs the query heads that share a key head as one block;
+    the same numbers as SDPA's own grouped-query attention, on a mask that is not causal."""
+    dims = Dims(hidden=64, target_hidden=64, heads=6, kv_heads=2, head_dim=16, intermediate=128, vocab=512,
+                draft_vocab=300, aux_ids=(1, 3, 4))
+    config, tensors = load_drafter_weights(write_example(tmp_path / "drafter", "sglang", dims))
+    drafter, _ = build_drafter(config, tensors, "cpu", torch.float32)
+    assert drafter.gqa
+    g = torch.Generator().manual_seed(6)
+    q = torch.randn(3, 6, 9, 16, generator=g)
+    k, v = torch.randn(3, 2, 20, 16, generator=g), torch.randn(3, 2, 20, 16, generator=g)
+    cols = torch.tensor([2, 3, 5, 8, 9, 12, 15, 18, 19])
+    mask = torch.arange(20)[None, :] <= cols[:, None]
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True, scale=drafter._attn_scale)
+    assert torch.allclose(drafter.attention(q, k, v, mask), want, atol=1e-6, rtol=1e-5)
+    wrong = F.scaled_dot_product_attention(q, k.repeat(1, 3, 1, 1), v.repeat(1, 3, 1, 1), attn_mask=mask,
+                                           scale=drafter._attn_scale)  # the other head order: differs
+    assert not torch.allclose(drafter.attention(q, k, v, mask), wrong, atol=1e-3)
