@@ -657,8 +657,10 @@ class Eagle3Drafter:
         residual = normed_g if c.norm_before_residual else g
         return residual, x
 
-    def _project(self, x: Tensor, att: Mapping[str, Any], position_offset: int) -> tuple[Tensor, Tensor, Tensor]:
-        """RoPE'd q [B,nh,S,hd] and k, v [B,nkv,S,hd] of one Llama (or Qwen3) attention over ``x``."""
+    def _project(self, x: Tensor, att: Mapping[str, Any], position_offset: int | Tensor
+                 ) -> tuple[Tensor, Tensor, Tensor]:
+        """RoPE'd q [B,nh,S,hd] and k, v [B,nkv,S,hd] of one Llama (or Qwen3) attention over ``x``
+        (``position_offset``: the RoPE position of index 0, or a tensor of each index's position)."""
         c = self.config
         b, s, _ = x.shape
         q = F.linear(x, att["q"], att["q_bias"]).view(b, s, c.num_heads, c.head_dim)
@@ -667,12 +669,13 @@ class Eagle3Drafter:
         if att["q_norm"] is not None:  # Qwen3: per-head RMSNorm before RoPE
             q = rms_norm(q, att["q_norm"], c.rms_norm_eps)
             k = rms_norm(k, att["k_norm"], c.rms_norm_eps)
-        positions = torch.arange(position_offset, position_offset + s, device=self.device)
+        positions = (position_offset.to(self.device) if isinstance(position_offset, Tensor)
+                     else torch.arange(position_offset, position_offset + s, device=self.device))
         cos, sin = self._rope(positions)
         return apply_rope(q.transpose(1, 2), cos, sin), apply_rope(k.transpose(1, 2), cos, sin), v
 
     def _qkv(
-        self, g: Tensor, input_ids: Tensor, position_offset: int, embeddings: Tensor | None = None
+        self, g: Tensor, input_ids: Tensor, position_offset: int | Tensor, embeddings: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Residual, then RoPE'd q [B,nh,S,hd] and k, v [B,nkv,S,hd] from cat(embeds, hidden)."""
         residual, x = self._layer_input(g, input_ids, embeddings)
@@ -738,6 +741,14 @@ class Eagle3Drafter:
     def attn_scale(self) -> float | None:
         """The softmax scale attention uses (None: SDPA's ``1/sqrt(qk head dim)``; MLA: yarn's)."""
         return self._attn_scale
+
+    @property
+    def drafts_columns(self) -> bool:
+        """Whether :meth:`draft_chain` can draft chosen chain starts only (``columns``): a one-layer
+        Llama-attention step (later layers attend over every index's layer-0 output, and MLA
+        computes its attention input its own way)."""
+        return (not self.later and type(self)._qkv is Eagle3Drafter._qkv
+                and type(self)._project is Eagle3Drafter._project and type(self)._layers is Eagle3Drafter._layers)
 
     @property
     def gqa(self) -> bool:
@@ -812,6 +823,7 @@ class Eagle3Drafter:
         chunk_size: int = 512,
         parallel: bool | None = None,
         embeddings: Tensor | None = None,
+        columns: Tensor | None = None,
     ) -> DraftChain:
         """Run ``num_steps`` draft steps over whole sequences, as EAGLE-3's training-time test.
 
@@ -851,6 +863,11 @@ class Eagle3Drafter:
 
         ``embeddings``: a table the ids index instead of the drafter's (:meth:`embed`; verify: the
         captured embedding outputs, the ids being positions).
+
+        ``columns`` (ascending indices; only where :attr:`drafts_columns`): the chains started at
+        those indices only. Step 1's keys and values are still computed at every index (each chain
+        attends to them); the rest of step 1 and every later step run at ``columns`` alone, so the
+        result's ``[K, B, len(columns)]`` equals the full chain's at those indices up to rounding.
         """
         c = self.config
         if num_steps < 1:
@@ -872,6 +889,11 @@ class Eagle3Drafter:
                              "(mask_token_id, or pard_token / ptd_token_id as vLLM also reads them)")
         ids = input_ids.to(self.device).long()
         seq = ids.shape[1]
+        cols = None
+        if columns is not None:
+            if parallel or not self.drafts_columns:
+                raise UsageError("draft_chain(columns=...) needs a one-layer Llama-attention drafter drafting in a chain")
+            cols = columns.to(self.device).long()
 
         def shifted(n: int) -> Tensor:  # x_{t+n} at index t, 0 past the end
             out = torch.zeros_like(ids)
@@ -900,14 +922,20 @@ class Eagle3Drafter:
             def attend(i: int, q: Tensor, k: Tensor, v: Tensor, step: int = step) -> Tensor:
                 if step == 0:
                     if num_steps > 1:
-                        caches[i] = ChainKeys(k, v, num_steps - 1, chunk_size)
+                        caches[i] = ChainKeys(k, v, num_steps - 1, chunk_size, cols)
+                    if cols is not None:  # the chains' starts only, over step 1's keys at every index
+                        return self.attention(q[:, :, cols], k, v,
+                                              torch.arange(seq, device=self.device)[None, :] <= cols[:, None])
                     return self._causal(i, q, k, v)
                 cache = caches[i]
                 assert cache is not None
                 cache.add(k, v)
                 return cache.attention(q, enable_gqa=self.gqa, scale=self._attn_scale)
 
-            residual, q, k, v = self._qkv(state, tokens, step, embeddings)
+            at = step if cols is None or step == 0 else cols + step  # step k at index t: RoPE position t + k - 1
+            residual, q, k, v = self._qkv(state, tokens, at, embeddings)
+            if step == 0 and cols is not None:
+                residual = residual[:, cols]
             out = self._head(self._layers(residual, attend(0, q, k, v), step, attend))
             target_ids.append(out.target_ids)
             if return_logits:
@@ -917,10 +945,11 @@ class Eagle3Drafter:
                 tokens = torch.full_like(ids, int(mask_token))  # type: ignore[arg-type]
             else:
                 state = out.hidden
-                tokens = shifted(step + 2) if teacher_forcing else out.target_ids
+                tokens = (shifted(step + 2) if cols is None else shifted(step + 2)[:, cols]) if teacher_forcing \
+                    else out.target_ids
         return DraftChain(
             target_ids=torch.stack(target_ids),
-            labels=torch.stack([labels(k + 2) for k in range(num_steps)]),
+            labels=torch.stack([labels(k + 2) if cols is None else labels(k + 2)[:, cols] for k in range(num_steps)]),
             logits=torch.stack(all_logits) if return_logits else None,
         )
 
@@ -951,10 +980,14 @@ class ChainKeys:
     stores them.
     """
 
-    def __init__(self, k0: Tensor, v0: Tensor, extra_steps: int, chunk_size: int) -> None:
+    def __init__(self, k0: Tensor, v0: Tensor, extra_steps: int, chunk_size: int, cols: Tensor | None = None) -> None:
         b, heads, seq, _ = k0.shape
-        self.seq = seq
-        self.chunk = max(1, min(chunk_size, seq))
+        self.seq = seq  # queries: one per index, or one per chain start in ``cols`` (ascending)
+        self.cols = cols
+        if cols is not None:
+            self.seq = int(cols.numel())
+            self.ends = (cols + 1).tolist()  # query i attends step 1's keys 0..cols[i]
+        self.chunk = max(1, min(chunk_size, self.seq))
         self.pad = extra_steps * self.chunk
         self.k = k0.new_empty(b, self.pad + seq, heads, k0.shape[-1])
         self.v = v0.new_empty(b, self.pad + seq, heads, v0.shape[-1])
@@ -984,17 +1017,16 @@ class ChainKeys:
                 rows = slice(lo + j * size, lo + (j + 1) * size)
                 self.k[:, rows].copy_(kj[:, :, a:b].transpose(1, 2))
                 self.v[:, rows].copy_(vj[:, :, a:b].transpose(1, 2))
-            k = self.k[:, lo : self.pad + b].transpose(1, 2)
-            v = self.v[:, lo : self.pad + b].transpose(1, 2)
+            end = b if self.cols is None else self.ends[b - 1]  # step 1's keys the chunk's last query reads
+            k = self.k[:, lo : self.pad + end].transpose(1, 2)
+            v = self.v[:, lo : self.pad + end].transpose(1, 2)
             eye = torch.eye(size, dtype=torch.bool, device=device)
-            mask = torch.cat(
-                [
-                    eye.repeat(1, n),
-                    torch.ones(size, a, dtype=torch.bool, device=device),
-                    torch.ones(size, size, dtype=torch.bool, device=device).tril(),
-                ],
-                dim=1,
-            )
+            if self.cols is None:
+                causal = torch.cat([torch.ones(size, a, dtype=torch.bool, device=device),
+                                    torch.ones(size, size, dtype=torch.bool, device=device).tril()], dim=1)
+            else:
+                causal = torch.arange(end, device=device)[None, :] <= self.cols[a:b, None]
+            mask = torch.cat([eye.repeat(1, n), causal], dim=1)
             out[:, :, a:b] = F.scaled_dot_product_attention(
                 q[:, :, a:b], k, v, attn_mask=mask, enable_gqa=enable_gqa, scale=scale
             )

@@ -175,17 +175,28 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
             run_ids = torch.arange(B * S, device=dev).view(B, S)
         else:
             table, run_ids = None, ids
-        with torch.inference_mode():
-            chain = drafter.draft_chain(aux, run_ids, steps, embeddings=table)
-        guesses = chain.target_ids  # [K, B, S] target vocab, on the device
         scored = torch.zeros(steps, B, S, dtype=torch.bool, device=dev)
-        hit = torch.zeros(steps, B, S, dtype=torch.bool, device=dev)
         for k in range(1, steps + 1):  # draft k at chain start t guesses target_next[t+k]
-            if k >= S:
-                continue
-            ok = loss[:, k:] & mask[:, k:] & (tnext[:, k:] >= 0)
-            scored[k - 1, :, : S - k] = ok
-            hit[k - 1, :, : S - k] = ok & (guesses[k - 1, :, : S - k] == tnext[:, k:])
+            if k < S:
+                scored[k - 1, :, : S - k] = loss[:, k:] & mask[:, k:] & (tnext[:, k:] >= 0)
+        # on a CPU, the chains to draft: the starts where some draft is scored in some row (the prompt's
+        # are not); step 1's keys are still computed everywhere (on a GPU every chain: no read-back)
+        starts = scored.any(0).any(0).nonzero().flatten() if drafter.drafts_columns and dev.type == "cpu" else None
+        if starts is not None and starts.numel() == S:
+            starts = None
+        if starts is not None and starts.numel() == 0:  # nothing scored in this batch: nothing to draft
+            guesses = torch.full((steps, B, S), -1, dtype=torch.long, device=dev)
+        else:
+            with torch.inference_mode():
+                chain = drafter.draft_chain(aux, run_ids, steps, embeddings=table, columns=starts)
+            guesses = chain.target_ids  # [K, B, S] target vocab, on the device (-1: a chain not drafted)
+            if starts is not None:
+                guesses = torch.full((steps, B, S), -1, dtype=chain.target_ids.dtype, device=dev).index_copy_(
+                    2, starts, chain.target_ids)
+        hit = torch.zeros(steps, B, S, dtype=torch.bool, device=dev)
+        for k in range(1, steps + 1):
+            if k < S:
+                hit[k - 1, :, : S - k] = scored[k - 1, :, : S - k] & (guesses[k - 1, :, : S - k] == tnext[:, k:])
         acc["matched"].append(hit.sum(2))  # [K, B]
         acc["counted"].append(scored.sum(2))
         full = scored.all(0)  # chains whose K drafts all have a reference
@@ -611,9 +622,10 @@ def log_score_at(logits, ref, rows: int | None = None):
     """Per row of ``logits`` ``[..., V]``: the log-probability (fp32) of column ``ref`` ``[...]``
     under the row's softmax, and whether ``ref`` is the row's argmax as :func:`torch.argmax` takes
     it (the first of equal largest values). The same numbers as a log-softmax over all the rows
-    and an argmax, computed ``rows`` rows at a time (default: 256 on a CPU, where a log-softmax
-    of a block that stays in cache is several times faster than one over every row, and the
-    largest value found by ``amax`` is far cheaper than ``argmax``; every row at once elsewhere)."""
+    and an argmax; on a CPU (or given ``rows``) computed ``rows`` rows at a time (default 256: a
+    log-softmax of a block that stays in cache is several times faster there than one over every
+    row, and the largest value found by ``amax`` far cheaper than ``argmax``); on a GPU the two
+    over every row at once (measured faster there, bench/README.md)."""
     import torch
     import torch.nn.functional as F
 
@@ -621,7 +633,10 @@ def log_score_at(logits, ref, rows: int | None = None):
     x = logits.reshape(-1, V)
     r = ref.reshape(-1).to(x.device)
     n = x.shape[0]
-    rows = rows or (256 if x.device.type == "cpu" else max(1, n))
+    if rows is None and x.device.type != "cpu":  # a GPU: one log-softmax and argmax over every row is faster
+        lp = F.log_softmax(x, -1, dtype=torch.float32).gather(-1, r[:, None]).squeeze(-1)
+        return lp.view(ref.shape), (x.argmax(-1) == r).view(ref.shape)
+    rows = rows or 256
     lp = torch.empty(n, dtype=torch.float32, device=x.device)
     first = torch.empty(n, dtype=torch.bool, device=x.device)
     cols = torch.arange(V, device=x.device)
