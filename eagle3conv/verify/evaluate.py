@@ -866,6 +866,10 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         remap = torch.full((len(refs),), -1, dtype=torch.long)  # column of a layer -> its place in `used`
         remap[torch.tensor(used, dtype=torch.long)] = torch.arange(len(used))
         alive_cols = remap[wiring_cols[calc]].to(dev) if calc else None
+        # the (slot, layer) pairs some wiring computed here reads: only those are projected (the
+        # survivors of later stages share few layers per slot)
+        slot_used = [set(wiring_cols[calc][:, s].tolist()) for s in range(k_slots)] if calc else []
+        pairs = sum(len(x) for x in slot_used)
         new_lp, new_hit = [], []
         # rows in groups of consecutive rows whose projections fit in memory_bytes and whose
         # padding (to the group's longest read) wastes little
@@ -887,8 +891,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             sel = torch.tensor(grp, dtype=torch.long)
             proj = torch.empty(k_slots, len(used), g, Sg, H, dtype=dt, device=dev)
             # each slot's projection of each layer through W_h too, where that is less work than one
-            # projection of each wiring's sum (more wirings than slot-layer pairs)
-            pre = split is not None and len(calc) > k_slots * len(used)
+            # projection of each wiring's sum (more wirings than slot-layer pairs read)
+            pre = split is not None and len(calc) > pairs
             qkvp = torch.empty(k_slots, len(used), g, Sg, split.width, dtype=dt, device=dev) if pre else None
             if split is not None:
                 split.positions(drafter, Sg, dev)
@@ -902,6 +906,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
                         msq = torch.empty(len(used), g, Sg, dtype=torch.float32, device=dev)
                     msq[ucol[j]] = m
                 for s in range(k_slots):
+                    if j not in slot_used[s]:  # no wiring here reads layer j in slot s: never gathered
+                        continue
                     drafter.slot_projection(hcap, s, out=proj[s, ucol[j]])
                     if pre:  # and its share of the attention input's hidden half, RoPE'd
                         torch.matmul(proj[s, ucol[j]], split.w_hid.t(), out=qkvp[s, ucol[j]])
