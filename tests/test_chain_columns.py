@@ -48,6 +48,9 @@ def test_chosen_starts_are_refused_where_a_later_layer_reads_every_index(tmp_pat
     config, tensors = load_drafter_weights(folder)
     d, _ = build_drafter(config, tensors, "cpu", torch.float32)
     assert d.drafts_columns
+    d.parallel_mask_token = 5  # P-EAGLE drafts in parallel: its mask slots follow every index
+    assert not d.drafts_columns
+    d.parallel_mask_token = None
     d.later = [object()]  # any later decoder layer: step 1 then needs every index's layer-0 output
     assert not d.drafts_columns
     with pytest.raises(UsageError, match="one-layer"):

@@ -746,8 +746,9 @@ class Eagle3Drafter:
     def drafts_columns(self) -> bool:
         """Whether :meth:`draft_chain` can draft chosen chain starts only (``columns``): a one-layer
         Llama-attention step (later layers attend over every index's layer-0 output, and MLA
-        computes its attention input its own way)."""
-        return (not self.later and type(self)._qkv is Eagle3Drafter._qkv
+        computes its attention input its own way), drafting in a chain as built (not P-EAGLE's parallel
+        drafting, whose mask slots follow every index)."""
+        return (not self.later and self.parallel_mask_token is None and type(self)._qkv is Eagle3Drafter._qkv
                 and type(self)._project is Eagle3Drafter._project and type(self)._layers is Eagle3Drafter._layers)
 
     @property
