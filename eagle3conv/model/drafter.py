@@ -908,6 +908,9 @@ class Eagle3Drafter:
                 out[:, : seq - n] = ids[:, n:]
             return out
 
+        def at_starts(x: Tensor) -> Tensor:  # [B, S] at the chains drafted (every index without columns)
+            return x if cols is None else x[:, cols]
+
         tokens = shifted(1)
         # step 1 reads the target's aux states: through fc, unless this run is an engine that dispatches
         # on width and k x T equals H (SGLang: "fc" in without); fc_in == H makes the width ambiguous
@@ -946,11 +949,10 @@ class Eagle3Drafter:
                 tokens = torch.full_like(ids, int(mask_token))  # type: ignore[arg-type]
             else:
                 state = out.hidden
-                tokens = (shifted(step + 2) if cols is None else shifted(step + 2)[:, cols]) if teacher_forcing \
-                    else out.target_ids
+                tokens = at_starts(shifted(step + 2)) if teacher_forcing else out.target_ids
         return DraftChain(
             target_ids=torch.stack(target_ids),
-            labels=torch.stack([labels(k + 2) if cols is None else labels(k + 2)[:, cols] for k in range(num_steps)]),
+            labels=torch.stack([at_starts(labels(k + 2)) for k in range(num_steps)]),
             logits=torch.stack(all_logits) if return_logits else None,
         )
 

@@ -861,15 +861,15 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             if stopped:
                 complete = False
                 break
-        used = sorted({int(x) for x in wiring_cols[calc].flatten().tolist()}) if calc else []
+        # the (slot, layer) pairs some wiring computed here reads: only those are projected (the
+        # survivors of later stages share few layers per slot); the layers read in any slot
+        slot_used = [set(wiring_cols[calc][:, s].tolist()) for s in range(k_slots)] if calc else []
+        pairs = sum(len(x) for x in slot_used)
+        used = sorted(set().union(*slot_used))
         ucol = {j: u for u, j in enumerate(used)}
         remap = torch.full((len(refs),), -1, dtype=torch.long)  # column of a layer -> its place in `used`
         remap[torch.tensor(used, dtype=torch.long)] = torch.arange(len(used))
         alive_cols = remap[wiring_cols[calc]].to(dev) if calc else None
-        # the (slot, layer) pairs some wiring computed here reads: only those are projected (the
-        # survivors of later stages share few layers per slot)
-        slot_used = [set(wiring_cols[calc][:, s].tolist()) for s in range(k_slots)] if calc else []
-        pairs = sum(len(x) for x in slot_used)
         new_lp, new_hit = [], []
         # rows in groups of consecutive rows whose projections fit in memory_bytes and whose
         # padding (to the group's longest read) wastes little
