@@ -163,3 +163,23 @@ def test_a_large_set_is_reported_ranked_with_its_leaders_and_what_would_separate
     assert f"the screen's {ss['size']} survivors are led by {ss['ranked'][0]['layers']}" in v.decided_by
     if ss["to_leave"].get("3"):
         assert f"about {ss['to_leave']['3']} would leave at most 3" in v.decided_by
+
+
+def test_a_search_with_dtype_auto_runs_in_the_screen_dtype_and_says_so(tmp_path):
+    """On a CPU with native bf16 matmul the screen ranks in bf16; with ``--dtype auto`` the
+    confirmations run in it too (as on a GPU: about half the fp32 cost there), the report's dtype
+    and a note say so, and an explicit ``--dtype fp32`` keeps them in fp32. A plain verify is fp32."""
+    from eagle3conv.verify.search import screen_dtype
+
+    folder, path, _, _, _ = make_case(tmp_path, 8)
+    native = screen_dtype("cpu", torch.float32) is torch.bfloat16
+    auto = verify(folder, path, save=False, search=True, steps=1, device="cpu")
+    note = [n for n in auto.states["verify_notes"] if n.startswith("the search ran in bf16")]
+    assert auto.dtype == ("bfloat16" if native else "float32") and bool(note) == native
+    fp32 = verify(folder, path, save=False, search=True, steps=1, device="cpu", dtype="fp32")
+    assert fp32.dtype == "float32"
+    assert not [n for n in fp32.states["verify_notes"] if n.startswith("the search ran in bf16")]
+    # the same wirings confirmed either way (the screen is bf16 in both); their figures in each dtype
+    assert [s.candidate.layers for s in auto.scores] == [s.candidate.layers for s in fp32.scores]
+    plain = verify(folder, path, save=False, steps=1, device="cpu", layers=(0, 1, 2))  # one wiring, no search
+    assert plain.dtype == "float32"

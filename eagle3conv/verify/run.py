@@ -223,6 +223,11 @@ class _Verification:
                                   "were scored")
                 self.search = False
         self.base = base
+        if self.search and self.opts.dtype == "auto" and (sdt := screen_dtype(self.dev, self.dt)) is not self.dt:
+            # a search on a CPU with native bf16 matmul runs in bf16 throughout, as on a GPU (docs/facts.md §12)
+            self.dt = sdt
+            self.notes.append("the search ran in bf16 (--dtype auto on a CPU with native bf16 matmul, as on a GPU): "
+                              "pass --dtype fp32 to confirm its wirings in fp32")
 
     def prepare_serving(self) -> None:
         """The target's embedding table (and head, where a release serves it in place of the

@@ -184,7 +184,8 @@ def all_wirings(available: Sequence[LayerRef], slots: int) -> list[LayerSet]:
 
 def screen_dtype(device: str, dtype):
     """The dtype the screen runs in: the verify dtype, or bf16 on a CPU with native bf16 matmul
-    (the screen only ranks wirings; the finalists are confirmed in the verify dtype)."""
+    (the screen only ranks wirings). With ``--dtype auto`` the whole search runs in it there, as
+    on a GPU; an explicit ``--dtype fp32`` confirms the finalists in fp32."""
     import torch
 
     if not str(device).startswith("cpu") or dtype is not torch.float32:
