@@ -69,7 +69,8 @@ class VerifyOptions:
         "Fail (exit 4) when step-1 acceptance is below this fraction."))
     device: str = option("auto", show_default=True, help="auto (GPU when present), cpu, cuda, cuda:N.")
     dtype: str = option("auto", choices=("auto", *DTYPE_CHOICES), show_default=True,
-                        help="auto: bf16 on GPU, fp32 on CPU (a wiring search: bf16 where the CPU has native bf16 matmul).")
+                        help=("auto: bf16 on GPU, fp32 on CPU (a wiring search: bf16 where the CPU has "
+                              "native bf16 matmul)."))
     batch_size: int = option(8, show_default=True, help="Sequences per forward.")
     max_sequences: int | None = option(help="Score only the first N sequences.")
     save: bool = option(True, flag="--no-save", negates=True, help=(

@@ -223,7 +223,8 @@ class _Verification:
                                   "were scored")
                 self.search = False
         self.base = base
-        if self.search and self.opts.dtype == "auto" and (sdt := screen_dtype(self.dev, self.dt)) is not self.dt:
+        auto = str(self.opts.dtype).strip().lower() == "auto"
+        if self.search and auto and (sdt := screen_dtype(self.dev, self.dt)) is not self.dt:
             # a search on a CPU with native bf16 matmul runs in bf16 throughout, as on a GPU (docs/facts.md §12)
             self.dt = sdt
             self.notes.append("the search ran in bf16 (--dtype auto on a CPU with native bf16 matmul, as on a GPU): "
