@@ -104,16 +104,28 @@ class Oracle:
         """Wirings of the whole population still in: the sample's fraction times all, plus the neighbours."""
         return float(alive[self.near:].double().mean()) * self.N + int(alive[1:self.near].sum())
 
-    def replay(self, pilot: int | None, alpha: float = 0.01) -> dict:
+    def replay(self, pilot: int | None, alpha: float = 0.01, refs: tuple[tuple[int, float], ...] | None = None,
+               first: int = 64, growth: float = 2.0) -> dict:
+        """The screen's rule in file order: stages of ``first * growth**j`` positions; the leader
+        test, and a reference test after ``pilot`` stages (half of ``alpha`` each), or one per
+        ``(pilot, share)`` of ``refs`` (each reference the leader after its pilot, tested on the
+        sequences after it at ``share * alpha`` over its later stages; the leader test the rest)."""
         import torch
 
         from eagle3conv.verify.stats import t_quantile
 
-        sizes = [64 * 2 ** j for j in range(16) if 64 * 2 ** j < self.P] + [self.P]
+        sizes, p = [], first
+        while p < self.P:
+            sizes.append(int(p))
+            p = max(p + 1, int(math.ceil(p * growth)))
+        sizes.append(self.P)
         s = len(sizes)
-        a_lead, a_ref = (alpha, 0.0) if pilot is None or s <= pilot else (alpha / 2, alpha / 2)
+        if refs is None:
+            refs = () if pilot is None or s <= pilot else ((pilot, 0.5),)
+        refs = tuple((k, sh) for k, sh in refs if k < s)
+        a_lead = alpha * (1.0 - sum(sh for _, sh in refs))
         alive = torch.ones(self.n, dtype=torch.bool)
-        work, prev, trail, ref, last_row = 0.0, 0, [], None, None
+        work, prev, trail, fixed = 0.0, 0, [], []  # fixed: (reference, its pilot's last row, its alpha per stage)
         for k, want in enumerate(sizes):
             work += self.population(alive) * (want - prev)
             prev = want
@@ -123,19 +135,57 @@ class Oracle:
             D, se, m = self.bound(idx, lead)
             q = t_quantile(1 - a_lead / (self.population(alive) * s), m - 1)
             drop = D - q * se > 0
-            if ref is not None and bool(alive[ref]):
+            for ref, last_row, a_ref in fixed:
                 start = int(self.first[last_row + 1])
-                if want - start >= 2:
-                    main = torch.arange(start, want)
-                    Dr, ser, mr = self.bound(main, ref)
-                    drop |= Dr - t_quantile(1 - a_ref / (s - pilot), mr - 1) * ser > 0
+                if bool(alive[ref]) and want - start >= 2:
+                    Dr, ser, mr = self.bound(torch.arange(start, want), ref)
+                    drop |= Dr - t_quantile(1 - a_ref, mr - 1) * ser > 0
             alive &= ~drop
             trail.append({"positions": want, "wirings": round(self.population(alive)),
                           "neighbours": int(alive[1:self.near].sum()), "trained_in": bool(alive[0])})
-            if pilot is not None and k + 1 == pilot and a_ref > 0:
-                kept = torch.where(alive, self.V[:, idx].mean(1), torch.tensor(-1e30, dtype=torch.float64))
-                ref, last_row = int(kept.argmax()), int(self.rows[want - 1])
-                trail[-1]["reference"] = self.sets[ref]
+            for pk, sh in refs:
+                if k + 1 == pk:
+                    kept = torch.where(alive, self.V[:, idx].mean(1), torch.tensor(-1e30, dtype=torch.float64))
+                    fixed.append((int(kept.argmax()), int(self.rows[want - 1]), alpha * sh / (s - pk)))
+                    trail[-1].setdefault("reference", []).append(self.sets[fixed[-1][0]])
+        return {"work": round(work), "stages": trail}
+
+    def interleaved(self, first: int = 2, growth: float = 2.0, alpha: float = 0.01) -> dict:
+        """Another reading order, replayed: stage j reads the first ``first * growth**j`` scored
+        positions of every sequence, the leader test alone with sequences as its blocks (every
+        sequence is read from the first stage: no unit is widened by a model). The work counts
+        scored wiring-positions only: the keys of the columns before them (each sequence's prompt
+        from the first stage on) are not in the oracle, and cost a wiring more there than in file
+        order."""
+        import torch
+
+        from eagle3conv.verify.stats import t_quantile
+
+        R = int(self.rows.max()) + 1
+        longest = int(torch.bincount(self.rows, minlength=R).max())
+        ns, n = [], first
+        while n < longest:
+            ns.append(int(n))
+            n = max(n + 1, int(math.ceil(n * growth)))
+        ns.append(longest)
+        alive = torch.ones(self.n, dtype=torch.bool)
+        work, prev, trail = 0.0, 0, []
+        for n in ns:
+            sel = torch.nonzero(self.rank < n).flatten()
+            work += self.population(alive) * (len(sel) - prev)
+            prev = len(sel)
+            lead = int(torch.where(alive, self.V[:, sel].mean(1), torch.tensor(-1e30, dtype=torch.float64)).argmax())
+            r = self.rows[sel]
+            X = torch.zeros(self.n, R, dtype=torch.float64).index_add_(1, r, self.V[:, sel])
+            C = torch.bincount(r, minlength=R).double()
+            X, C = X[:, C > 0], C[C > 0]
+            m, N = int(C.numel()), float(C.sum())
+            d = X[lead] - X
+            D = d.sum(1) / N
+            se = ((d - D[:, None] * C[None, :]).pow(2).sum(1) * m / max(1, m - 1)).sqrt() / N
+            alive &= ~(D - t_quantile(1 - alpha / (self.population(alive) * len(ns)), m - 1) * se > 0)
+            trail.append({"positions": len(sel), "wirings": round(self.population(alive)),
+                          "neighbours": int(alive[1:self.near].sum()), "trained_in": bool(alive[0])})
         return {"work": round(work), "stages": trail}
 
 
@@ -148,6 +198,12 @@ def simulate(a) -> int:
     out = {"leader": o.replay(None)}
     for p in a.pilot:
         out[f"leader+reference, pilot {p}"] = o.replay(p)
+    for spec in a.refs:  # "1:0.25,3:0.25": a reference after stage 1 and one after stage 3, a quarter of alpha each
+        refs = tuple((int(k), float(sh)) for k, sh in (x.split(":") for x in spec.split(",")))
+        out[f"leader+references {spec}"] = o.replay(None, refs=refs)
+    if a.interleaved:
+        for f in a.interleaved:
+            out[f"interleaved, first {f} per sequence"] = o.interleaved(first=f)
     for name, r in out.items():
         print(f"{name}: {r['work'] / 1e6:.3f}M wiring-positions; " + ", ".join(
             f"{x['positions']}: {x['wirings']} ({x['neighbours']} nb{'' if x['trained_in'] else ', TRAINED OUT'})"
@@ -169,6 +225,10 @@ def main() -> int:
     m = sub.add_parser("simulate")
     m.add_argument("oracle")
     m.add_argument("--pilot", type=int, nargs="*", default=[3, 4])
+    m.add_argument("--refs", nargs="*", default=[], metavar="PILOT:SHARE,...",
+                   help="references fixed after these stages, each with its share of alpha")
+    m.add_argument("--interleaved", type=int, nargs="*", metavar="FIRST",
+                   help="replay reading the first FIRST (then doubling) scored positions of every sequence per stage")
     m.add_argument("--out")
     a = ap.parse_args()
     return score(a) if a.cmd == "score" else simulate(a)
