@@ -49,12 +49,15 @@ def score(a) -> int:
     pick = torch.randperm(len(sets), generator=torch.Generator().manual_seed(0))[:a.sample].tolist()
     chosen = list(dict.fromkeys([trained] + neighbours(trained, avail)))
     n_near = len(chosen)
+    extra = [tuple(LayerRef(i) for i in x) for x in a.extra]  # scored too, counted in no population
     chosen += [sets[i] for i in pick]  # a random wiring may be a neighbour too: kept twice, counted apart
+    chosen += extra
     c0, t0 = time.process_time(), time.perf_counter()
     res, _ = screen(drafter, states, chosen, rows=states.num_sequences, target_embeds=target_embeds, bound=NO_DROP)
     print(f"scored {len(chosen)} wirings x {res.stages[-1]['positions']} positions: {res.work:,} wiring-positions, "
           f"{time.process_time() - c0:.1f} CPU s, {time.perf_counter() - t0:.1f} s wall", file=sys.stderr)
     torch.save({"sets": [[r.output_of for r in s] for s in chosen], "near": n_near, "sample": len(pick),
+                "extra": len(extra),
                 "wirings": len(sets), "vectors": torch.stack([res.vectors[i] for i in range(len(chosen))]),
                 "pos_row": res.pos_row}, a.out)
     return 0
@@ -68,6 +71,7 @@ class Oracle:
         self.V = d["vectors"].double()
         self.rows = torch.tensor(d["pos_row"], dtype=torch.long)
         self.sets, self.near, self.N = d["sets"], d["near"], d["wirings"]
+        self.extra = d.get("extra", 0)  # the last rows: wirings scored for the rules (priors), in no population
         self.n, self.P = self.V.shape
         R = int(self.rows.max()) + 1
         per = torch.bincount(self.rows, minlength=R)
@@ -102,14 +106,18 @@ class Oracle:
 
     def population(self, alive) -> float:
         """Wirings of the whole population still in: the sample's fraction times all, plus the neighbours."""
-        return float(alive[self.near:].double().mean()) * self.N + int(alive[1:self.near].sum())
+        sample = alive[self.near:self.n - self.extra]
+        return float(sample.double().mean()) * self.N + int(alive[1:self.near].sum())
 
     def replay(self, pilot: int | None, alpha: float = 0.01, refs: tuple[tuple[int, float], ...] | None = None,
-               first: int = 64, growth: float = 2.0) -> dict:
+               first: int = 64, growth: float = 2.0, priors: tuple[int, ...] = (), prior_share: float = 0.2) -> dict:
         """The screen's rule in file order: stages of ``first * growth**j`` positions; the leader
         test, and a reference test after ``pilot`` stages (half of ``alpha`` each), or one per
         ``(pilot, share)`` of ``refs`` (each reference the leader after its pilot, tested on the
-        sequences after it at ``share * alpha`` over its later stages; the leader test the rest)."""
+        sequences after it at ``share * alpha`` over its later stages; the leader test the rest).
+        ``priors``: rows of wirings known before the data (a search's evidence), each a reference
+        from the first stage on, over every position read, at ``prior_share * alpha`` over the
+        priors and stages (the other tests share the rest as above)."""
         import torch
 
         from eagle3conv.verify.stats import t_quantile
@@ -123,7 +131,10 @@ class Oracle:
         if refs is None:
             refs = () if pilot is None or s <= pilot else ((pilot, 0.5),)
         refs = tuple((k, sh) for k, sh in refs if k < s)
-        a_lead = alpha * (1.0 - sum(sh for _, sh in refs))
+        a_prior = alpha * prior_share if priors else 0.0
+        rest = alpha - a_prior
+        refs = tuple((k, sh * rest / alpha) for k, sh in refs)
+        a_lead = rest - alpha * sum(sh for _, sh in refs)
         alive = torch.ones(self.n, dtype=torch.bool)
         work, prev, trail, fixed = 0.0, 0, [], []  # fixed: (reference, its pilot's last row, its alpha per stage)
         for k, want in enumerate(sizes):
@@ -135,6 +146,10 @@ class Oracle:
             D, se, m = self.bound(idx, lead)
             q = t_quantile(1 - a_lead / (self.population(alive) * s), m - 1)
             drop = D - q * se > 0
+            for pr in priors:  # always in: a prior is confirmed whatever the screen does
+                Dp, sep, mp = self.bound(idx, pr)
+                drop |= Dp - t_quantile(1 - a_prior / (len(priors) * s), mp - 1) * sep > 0
+            drop[list(priors)] = False
             for ref, last_row, a_ref in fixed:
                 start = int(self.first[last_row + 1])
                 if bool(alive[ref]) and want - start >= 2:
@@ -201,6 +216,9 @@ def simulate(a) -> int:
     for spec in a.refs:  # "1:0.25,3:0.25": a reference after stage 1 and one after stage 3, a quarter of alpha each
         refs = tuple((int(k), float(sh)) for k, sh in (x.split(":") for x in spec.split(",")))
         out[f"leader+references {spec}"] = o.replay(None, refs=refs)
+    if a.priors:  # the wirings known before the data, as references from the first stage on
+        rows = [o.sets.index(x) for x in a.priors]
+        out[f"leader+reference, pilot 3, priors {a.priors}"] = o.replay(3, priors=tuple(rows))
     if a.interleaved:
         for f in a.interleaved:
             out[f"interleaved, first {f} per sequence"] = o.interleaved(first=f)
@@ -221,12 +239,18 @@ def main() -> int:
     s.add_argument("states")
     s.add_argument("--trained", type=lambda x: [int(v) for v in x.split(",")], required=True)
     s.add_argument("--sample", type=int, default=250)
+    s.add_argument("--extra", action="append", default=[], type=lambda x: [int(v) for v in x.split(",")],
+                   help="a wiring scored besides (e.g. the evidence a search starts from, as a prior; "
+                        "--extra=-1,1,14 for one naming the embedding output), once per wiring")
     s.add_argument("--out", required=True)
     m = sub.add_parser("simulate")
     m.add_argument("oracle")
     m.add_argument("--pilot", type=int, nargs="*", default=[3, 4])
     m.add_argument("--refs", nargs="*", default=[], metavar="PILOT:SHARE,...",
                    help="references fixed after these stages, each with its share of alpha")
+    m.add_argument("--priors", action="append", default=[], type=lambda x: [int(v) for v in x.split(",")],
+                   help="a wiring scored in the oracle (--extra, the trained one or a neighbour) used as a prior "
+                        "reference, once per wiring")
     m.add_argument("--interleaved", type=int, nargs="*", metavar="FIRST",
                    help="replay reading the first FIRST (then doubling) scored positions of every sequence per stage")
     m.add_argument("--out")
