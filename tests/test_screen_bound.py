@@ -103,9 +103,48 @@ def test_the_bound_excludes_an_equal_wiring_no_more_often_than_alpha():
 
 def test_the_alpha_is_split_only_when_a_stage_follows_the_pilot():
     bound = ScreenBound(alpha=0.01, pilot=3, ref_share=0.5)
-    assert bound.split(3) == (0.01, 0.0) and bound.split(2) == (0.01, 0.0)
-    assert bound.split(4) == pytest.approx((0.005, 0.005))
+    assert bound.split(3) == (0.01, 0.0, 0.0) and bound.split(2) == (0.01, 0.0, 0.0)
+    assert bound.split(4) == pytest.approx((0.005, 0.005, 0.0))
     assert bound.quantile(10, 30, 0.005) == pytest.approx(t_quantile(1 - 0.0005, 29))
+
+
+def test_priors_take_their_share_of_alpha_and_the_rest_is_split_as_before():
+    bound = ScreenBound(alpha=0.01, pilot=3, ref_share=0.5, prior_share=0.2)
+    assert bound.split(4, priors=3) == pytest.approx((0.004, 0.004, 0.002))
+    assert bound.split(3, priors=3) == pytest.approx((0.008, 0.0, 0.002))
+    assert sum(bound.split(7, priors=1)) == pytest.approx(0.01) and bound.split(7, priors=0)[2] == 0.0
+
+
+def test_a_prior_excludes_from_the_first_stage_and_is_never_dropped(tmp_path):
+    """The screen of a real pico drafter on states whose labels it drew with a planted wiring:
+    given the planted wiring as a prior, the first stage excludes more wirings than the leader test
+    alone, the screen does less work, and the planted wiring stays; a poor prior (the wiring the
+    plain screen drops first) is kept to the end whatever the data say, and excludes little."""
+    from test_search_recall import make_case
+
+    from eagle3conv.spec.layers import outputs
+    from eagle3conv.states.readers import open_states
+    from eagle3conv.verify import build_drafter, load_drafter_weights
+    from eagle3conv.verify.evaluate import screen
+    from eagle3conv.verify.search import all_wirings
+
+    folder, path, planted, _, _ = make_case(tmp_path, 0)
+    config, tensors = load_drafter_weights(folder)
+    drafter, target_embeds = build_drafter(config, tensors, "cpu", torch.float32)
+    states = open_states(path)
+    sets = all_wirings(list(states.layers), len(planted))
+    p = sets.index(outputs(*planted))
+    run = lambda priors: screen(drafter, states, sets, rows=states.num_sequences,  # noqa: E731
+                                target_embeds=target_embeds, priors=priors)
+    plain, kept_plain = run(())
+    with_prior, kept = run((p,))
+    assert p in kept_plain and p in kept
+    assert "priors" not in plain.stages[0] and with_prior.stages[0]["priors"]["wirings"] == 1
+    assert with_prior.stages[0]["priors"]["excluded"] > 0
+    assert with_prior.stages[0]["kept"] < plain.stages[0]["kept"] and with_prior.work < plain.work
+    worst = min(range(len(sets)), key=lambda i: plain.logp[i])  # the plain screen's lowest score
+    _, kept_bad = run((worst,))
+    assert worst in kept_bad and worst not in kept_plain
 
 
 def test_the_reference_test_reads_only_the_sequences_after_the_pilot():
@@ -169,3 +208,7 @@ def test_the_screens_guarantee_names_the_reference_test_where_it_ran():
     both = said([{"positions": 64}, {"positions": 128, "reference": {"excluded": 3}}])
     assert "reference" not in alone and "Bonferroni over every comparison, family-wise 0.01" in alone
     assert "the reference's did on the later sequences" in both and "family-wise 0.01" in both
+    assert "named before the data" not in both
+    priors = said([{"positions": 64, "priors": {"wirings": 4, "excluded": 9}}, {"positions": 128}])
+    assert "one of the 4 wirings named before the data" in priors and "reference" not in priors
+    assert "no correction over the wirings; family-wise 0.01" in priors

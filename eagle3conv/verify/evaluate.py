@@ -263,7 +263,12 @@ class ScreenBound:
     at ``1 - alpha_r / (later stages)``: R was chosen on other sequences, so no Bonferroni
     over the wirings is owed (this *reference test* is the one that excludes the many
     wirings a little below the best). ``alpha_r = ref_share * alpha``, ``alpha_l`` the rest
-    (all of ``alpha`` when no stage follows the pilot). A wiring whose expected score is the
+    (all of ``alpha`` when no stage follows the pilot). *Priors*, wirings named before any data
+    is read (a search's evidence: the config's, the record's, the engine defaults), are
+    references from the first stage on, over every position read, each stage at
+    ``1 - alpha_p / (priors * stages)``: chosen before the data, they owe no Bonferroni over the
+    wirings either; ``alpha_p = prior_share * alpha`` when there are priors, the two tests above
+    sharing the rest as they share ``alpha`` without. A wiring whose expected score is the
     best is therefore dropped with probability at most ``alpha`` (under the t approximation
     for block means, sequences independent). The work cap: the screen stops (its survivors
     all kept) before a stage would take its work (wirings x positions scored) past
@@ -283,6 +288,7 @@ class ScreenBound:
     seconds: float | None = None  # the screen's time budget (verify --search-budget); None: the work cap
     pilot: int = 3  # stages before the reference is fixed (the leader after them)
     ref_share: float = 0.5  # the share of alpha the reference test spends (the leader test the rest)
+    prior_share: float = 0.2  # the share of alpha the priors' test spends, when a screen has priors
 
     def quantile(self, tests: int, blocks: int, alpha: float | None = None) -> float:
         """The bound's multiplier for ``tests`` comparisons over ``blocks`` blocks (at ``alpha``,
@@ -292,12 +298,15 @@ class ScreenBound:
             return math.inf
         return t_quantile(1.0 - alpha / max(1, tests), blocks - 1)
 
-    def split(self, stages: int) -> tuple[float, float]:
-        """The leader test's and the reference test's alpha for a screen of ``stages`` stages
-        (no reference test when none follows the pilot)."""
+    def split(self, stages: int, priors: int = 0) -> tuple[float, float, float]:
+        """The leader test's, the reference test's and the priors' test's alpha for a screen of
+        ``stages`` stages with ``priors`` priors (no reference test when none follows the pilot,
+        no priors' test without priors)."""
+        a_prior = self.alpha * self.prior_share if priors else 0.0
+        rest = self.alpha - a_prior
         if stages <= self.pilot:
-            return self.alpha, 0.0
-        return self.alpha * (1.0 - self.ref_share), self.alpha * self.ref_share
+            return rest, 0.0, a_prior
+        return rest * (1.0 - self.ref_share), rest * self.ref_share, a_prior
 
     @staticmethod
     def block_size(positions: int) -> int:
@@ -706,13 +715,15 @@ def _refuse_non_finite(means, wirings: list, states) -> None:
 
 
 def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: bool, labels=None,
-           bound: ScreenBound | None = None, keep: tuple[int, ...] = (), chunk_tokens: int | None = None,
+           bound: ScreenBound | None = None, keep: tuple[int, ...] = (), priors: tuple[int, ...] = (),
+           chunk_tokens: int | None = None,
            memory_bytes: int | None = None, progress: Progress | None = None,
            known: tuple[ScreenResult, list[int | None]] | None = None) -> tuple[ScreenResult, list[int]]:
     """The step-1 log score of every wiring in ``sets`` on the first ``rows`` sequences,
     each wiring read only until the data excludes it (:class:`ScreenBound`); returns the
     result and the wirings kept, best first. ``keep``: indices never dropped (a reference
-    the others are compared with).
+    the others are compared with). ``priors``: indices of wirings named before the data (the
+    search's evidence), never dropped, each a reference for every stage (:class:`ScreenBound`).
 
     Step 1's ``fc`` is linear in each slot (``fc_norm``, if configured, acts per slot):
     each slot's projection of each layer is computed once per sequence, and a wiring's
@@ -795,7 +806,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     if memory_bytes is None:
         memory_bytes = (8 << 30) if dev.type == "cuda" else (1 << 30)
     elt = torch.empty(0, dtype=dt).element_size()
-    protected = set(keep)
+    priors = tuple(dict.fromkeys(priors))
+    protected = set(keep) | set(priors)
     alive = list(range(len(sets)))
     n_sets = len(sets)
     # per wiring still in: its log score and hits at every position scored so far (in row order)
@@ -817,7 +829,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     complete = True
     stopped: str | None = None  # what stopped the screen before the data decided: "work" (cap), "seconds"
     ok_positions = 0
-    alpha_lead, alpha_ref = bound.split(len(plan))
+    alpha_lead, alpha_ref, alpha_prior = bound.split(len(plan), len(priors))
     reference: ScreenReference | None = None  # fixed after the pilot's stages (ScreenBound)
 
     def settle(idx: list[int], where: torch.Tensor) -> None:
@@ -1012,6 +1024,13 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         against = reference.test(lp_store, alive, pos_row) if reference is not None else None
         if against is not None:
             drop |= against["drop"]
+        by_priors = torch.zeros(len(alive), dtype=torch.bool)
+        for p in priors:  # each prior against every wiring, on every position read (chosen before the data)
+            Dp, sep, mp = paired_bound(lp_store, alive.index(p), pos_row, bound)
+            qp = bound.quantile(len(priors) * len(plan), mp, alpha_prior)
+            if math.isfinite(qp):
+                by_priors |= Dp - qp * sep > bound.margin
+        drop |= by_priors
         for j, i in enumerate(alive):
             if i in protected:
                 drop[j] = False
@@ -1027,6 +1046,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         if against is not None:
             stages[-1]["reference"] = {"wiring": describe(sets[reference.index]),
                                        **{k: v for k, v in against.items() if k != "drop"}}
+        if priors:
+            stages[-1]["priors"] = {"wirings": len(priors), "excluded": int(by_priors.sum())}
         phases[f"stage {len(stages)}: {len(alive)} wirings x {n_pos} positions"] = stages[-1]["seconds"]
         alive = [i for j, i in enumerate(alive) if not drop[j]]
         lp_store, hit_store = lp_store[keepm], hit_store[keepm]

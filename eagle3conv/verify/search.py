@@ -216,8 +216,11 @@ def global_search(drafter, states, near: list[Candidate], available: Sequence[La
     if progress:
         def cb(done, tot):
             progress(f"screening {len(sets)} wirings", done, tot)
+    # the evidence is named before any data is read: each is a reference from the first stage (a prior)
+    at = {ls: i for i, ls in enumerate(sets)}
+    priors = tuple(at[c.layers] for c in near if c.layers in at)
     res, kept = screen(drafter, states, sets, rows=total, target_embeds=target_embeds, labels=labels,
-                       bound=bound, progress=cb)
+                       bound=bound, priors=priors, progress=cb)
     out = list(near)
     seen = {c.layers for c in out}
     confirm = [i for i in kept if sets[i] not in seen]
@@ -420,14 +423,20 @@ def screen_record(res, bound: ScreenBound) -> dict:
     work cap) decided what it kept."""
     read = res.stages[-1]["positions"] if res.stages else 0
     referenced = any("reference" in st for st in res.stages)  # the reference test ran (evaluate.ScreenReference)
+    priors = next((st["priors"]["wirings"] for st in res.stages if "priors" in st), 0)  # the priors' test ran
+    others = []
+    if referenced:
+        others.append("after the pilot's stages, the reference's did on the later sequences (the reference was "
+                      "chosen on other sequences)")
+    if priors:
+        others.append(f"one of the {priors} wirings named before the data (the config's, the record's, the engine "
+                      "defaults) did on every position read")
     out = {"bound": bound.to_dict(), "stages": res.stages, "complete": res.complete, "work": res.work,
            "cap": res.cap, "read": {"positions": read, "of": res.total,
                                     "fraction": round(read / res.total, 4) if res.total else None},
            "guarantee": (f"a wiring left the screen only when the leader's step-1 log score exceeded its own by "
                          f"more than the bound (paired, Bonferroni over every comparison"
-                         + (") or, after the pilot's stages, the reference's did on the later sequences (no "
-                            "correction over the wirings: the reference was chosen on other sequences; "
-                            if referenced else ", ")
+                         + (") or " + " or ".join(others) + " (no correction over the wirings; " if others else ", ")
                          + f"family-wise {bound.alpha:g}); docs/facts.md §12")}
     if not res.complete:
         what = (f"its time budget ({bound.seconds:g} s, verify --search-budget)" if res.stopped_by == "seconds" else
