@@ -119,7 +119,8 @@ def test_a_prior_excludes_from_the_first_stage_and_is_never_dropped(tmp_path):
     """The screen of a real pico drafter on states whose labels it drew with a planted wiring:
     given the planted wiring as a prior, the first stage excludes more wirings than the leader test
     alone, the screen does less work, and the planted wiring stays; a poor prior (the wiring the
-    plain screen drops first) is kept to the end whatever the data say, and excludes little."""
+    plain screen drops first) is scored to the end (a reference) but not counted among the wirings
+    the data kept."""
     from test_search_recall import make_case
 
     from eagle3conv.spec.layers import outputs
@@ -143,8 +144,9 @@ def test_a_prior_excludes_from_the_first_stage_and_is_never_dropped(tmp_path):
     assert with_prior.stages[0]["priors"]["excluded"] > 0
     assert with_prior.stages[0]["kept"] < plain.stages[0]["kept"] and with_prior.work < plain.work
     worst = min(range(len(sets)), key=lambda i: plain.logp[i])  # the plain screen's lowest score
-    _, kept_bad = run((worst,))
-    assert worst in kept_bad and worst not in kept_plain
+    bad, kept_bad = run((worst,))
+    assert worst not in kept_plain and worst not in kept_bad and worst not in bad.alive
+    assert bad.reached[worst] == bad.stages[-1]["positions"] > plain.reached[worst]  # scored to the end
 
 
 def test_the_reference_test_reads_only_the_sequences_after_the_pilot():

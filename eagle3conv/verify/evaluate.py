@@ -723,7 +723,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     each wiring read only until the data excludes it (:class:`ScreenBound`); returns the
     result and the wirings kept, best first. ``keep``: indices never dropped (a reference
     the others are compared with). ``priors``: indices of wirings named before the data (the
-    search's evidence), never dropped, each a reference for every stage (:class:`ScreenBound`).
+    search's evidence), each a reference for every stage (:class:`ScreenBound`): scored on every
+    position the screen reads, and among the wirings kept only where the data did not exclude them.
 
     Step 1's ``fc`` is linear in each slot (``fc_norm``, if configured, acts per slot):
     each slot's projection of each layer is computed once per sequence, and a wiring's
@@ -807,7 +808,9 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         memory_bytes = (8 << 30) if dev.type == "cuda" else (1 << 30)
     elt = torch.empty(0, dtype=dt).element_size()
     priors = tuple(dict.fromkeys(priors))
-    protected = set(keep) | set(priors)
+    prior_set = set(priors)
+    outvoted: set[int] = set()  # priors the data excluded: still scored (references), not survivors
+    protected = set(keep) | prior_set
     alive = list(range(len(sets)))
     n_sets = len(sets)
     # per wiring still in: its log score and hits at every position scored so far (in row order)
@@ -1033,6 +1036,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         drop |= by_priors
         for j, i in enumerate(alive):
             if i in protected:
+                if i in prior_set and drop[j]:
+                    outvoted.add(i)  # excluded by the data: kept as a reference, not among the survivors
                 drop[j] = False
         gone = [i for j, i in enumerate(alive) if drop[j]]
         settle(gone, drop)
@@ -1060,7 +1065,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
             break
     # the wirings still in: their figures on everything read, best first
     settle(alive, torch.ones(len(alive), dtype=torch.bool))
-    alive.sort(key=lambda i: -logp[i])
+    scored = len(alive)  # what a next stage would score: the survivors and every prior (a reference)
+    alive = sorted((i for i in alive if i not in outvoted), key=lambda i: -logp[i])
     res = ScreenResult(sets=list(sets), hits=row_hits, counted=counted, sequences=rows,
                        seconds=time.perf_counter() - t0, step1=step1, logp=logp, positions=ok_positions,
                        phase_seconds=phases, alive=alive, reached=reached, stages=stages, complete=complete,
@@ -1068,7 +1074,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
                        tests=n_sets * len(plan),
                        total=total, stopped_by=stopped, cap=cap)
     if stopped:  # what reading every position would take for the wirings still in (none excluded on the way)
-        left = len(alive) * (plan[-1] - lp_store.shape[1])
+        left = scored * (plan[-1] - lp_store.shape[1])
         rate = res.seconds / max(1, work)
         res.to_finish = {"work": int(left), "seconds": math.ceil(left * rate * 10) / 10,  # up: never "0.0 s more"
                          "seconds_per_million": round(rate * 1e6, 3),
