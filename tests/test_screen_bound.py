@@ -135,8 +135,10 @@ def test_a_prior_excludes_from_the_first_stage_and_is_never_dropped(tmp_path):
     states = open_states(path)
     sets = all_wirings(list(states.layers), len(planted))
     p = sets.index(outputs(*planted))
-    run = lambda priors: screen(drafter, states, sets, rows=states.num_sequences,  # noqa: E731
-                                target_embeds=target_embeds, priors=priors)
+
+    def run(priors):
+        return screen(drafter, states, sets, rows=states.num_sequences, target_embeds=target_embeds, priors=priors)
+
     plain, kept_plain = run(())
     with_prior, kept = run((p,))
     assert p in kept_plain and p in kept

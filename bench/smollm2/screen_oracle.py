@@ -174,8 +174,10 @@ class Oracle:
         order."""
         import torch
 
+        from eagle3conv.verify.evaluate import ScreenBound, paired_bound
         from eagle3conv.verify.stats import t_quantile
 
+        by_sequence = ScreenBound(unit=1 << 30, min_units=1)  # the screen's bound, every block one whole sequence
         R = int(self.rows.max()) + 1
         longest = int(torch.bincount(self.rows, minlength=R).max())
         ns, n = [], first
@@ -190,14 +192,7 @@ class Oracle:
             work += self.population(alive) * (len(sel) - prev)
             prev = len(sel)
             lead = int(torch.where(alive, self.V[:, sel].mean(1), torch.tensor(-1e30, dtype=torch.float64)).argmax())
-            r = self.rows[sel]
-            X = torch.zeros(self.n, R, dtype=torch.float64).index_add_(1, r, self.V[:, sel])
-            C = torch.bincount(r, minlength=R).double()
-            X, C = X[:, C > 0], C[C > 0]
-            m, N = int(C.numel()), float(C.sum())
-            d = X[lead] - X
-            D = d.sum(1) / N
-            se = ((d - D[:, None] * C[None, :]).pow(2).sum(1) * m / max(1, m - 1)).sqrt() / N
+            D, se, m = paired_bound(self.V[:, sel], lead, self.rows[sel].tolist(), by_sequence)
             alive &= ~(D - t_quantile(1 - alpha / (self.population(alive) * len(ns)), m - 1) * se > 0)
             trail.append({"positions": len(sel), "wirings": round(self.population(alive)),
                           "neighbours": int(alive[1:self.near].sum()), "trained_in": bool(alive[0])})

@@ -404,11 +404,12 @@ class ScreenResult:
                            self.tests if tests is None else tests)
 
 
-def paired_bound(lp, lead: int, pos_row: list[int], bound: ScreenBound | None = None):
+def paired_bound(lp, lead, pos_row: list[int], bound: ScreenBound | None = None):
     """For log scores ``lp`` [wirings, positions] (positions in the order read, ``pos_row``
     their sequences): each wiring's mean difference from wiring ``lead`` (lead minus it), its
     standard error, and the number of blocks it was estimated over (a ratio estimator, blocks
-    taken as independent). The blocks are *units* -- runs of up to ``bound.unit`` consecutive
+    taken as independent). ``lead`` a sequence of wirings: the differences from each, ``[leads,
+    wirings]``, over the same blocks (summed into blocks once). The blocks are *units* -- runs of up to ``bound.unit`` consecutive
     positions of one sequence, a whole sequence when shorter -- once ``bound.min_units`` of
     them are read; before that, runs of :meth:`ScreenBound.block_size` positions, the error
     multiplied by ``sqrt(1 + (n - 1) * bound.rho)`` (n the positions per unit read) for what
@@ -441,11 +442,12 @@ def paired_bound(lp, lead: int, pos_row: list[int], bound: ScreenBound | None = 
     X, C = X[:, C > 0], C[C > 0]
     m = int(C.numel())
     N = max(float(C.sum()), 1.0)
-    d = X[lead] - X
-    D = d.sum(1) / N
-    r_ = d - D[:, None] * C[None, :]
-    se = (r_.pow(2).sum(1) * (m / max(1, m - 1))).sqrt() / N * inflate
-    return D, se, m
+    one = isinstance(lead, int)
+    d = X[[lead] if one else list(lead)][:, None, :] - X[None]  # [leads, wirings, blocks]
+    D = d.sum(-1) / N
+    r_ = d - D[..., None] * C
+    se = (r_.pow(2).sum(-1) * (m / max(1, m - 1))).sqrt() / N * inflate
+    return (D[0], se[0], m) if one else (D, se, m)
 
 
 
@@ -1021,18 +1023,18 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         means = lp_store.double().sum(1) / max(1, n_pos)
         _refuse_non_finite(means, [sets[i] for i in alive], states)
         lead = int(means.argmax())
-        D, se, m = paired_bound(lp_store, lead, pos_row, bound)
+        # the leader's differences and each prior's (chosen before the data), over the same blocks
+        Ds, ses, m = paired_bound(lp_store, [lead] + [alive.index(p) for p in priors], pos_row, bound)
+        D, se = Ds[0], ses[0]
         q = bound.quantile(len(alive) * len(plan), m, alpha_lead)  # Bonferroni: the wirings here x the stages
         drop = (D - q * se > bound.margin) if math.isfinite(q) else torch.zeros(len(alive), dtype=torch.bool)
         against = reference.test(lp_store, alive, pos_row) if reference is not None else None
         if against is not None:
             drop |= against["drop"]
         by_priors = torch.zeros(len(alive), dtype=torch.bool)
-        for p in priors:  # each prior against every wiring, on every position read (chosen before the data)
-            Dp, sep, mp = paired_bound(lp_store, alive.index(p), pos_row, bound)
-            qp = bound.quantile(len(priors) * len(plan), mp, alpha_prior)
-            if math.isfinite(qp):
-                by_priors |= Dp - qp * sep > bound.margin
+        qp = bound.quantile(len(priors) * len(plan), m, alpha_prior) if priors else math.inf
+        if math.isfinite(qp):  # each prior against every wiring, on every position read
+            by_priors = (Ds[1:] - qp * ses[1:] > bound.margin).any(0)
         drop |= by_priors
         for j, i in enumerate(alive):
             if i in protected:

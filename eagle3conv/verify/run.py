@@ -192,7 +192,8 @@ class _Verification:
         """The wiring scored first: ``--layers``, else what the first ``--engine`` captures from
         this config, else the config's (its ids as the engines read them, or their default). A
         config naming no layers turns the global search on; states that do not name their slots
-        are read as this wiring (and turn it off)."""
+        are read as this wiring (and turn it off). Once the search is settled here, so is the
+        dtype: a search with ``--dtype auto`` on a CPU with native bf16 matmul runs in bf16."""
         opts, config = self.opts, self.config
         if opts.layers is None and not names_layers(config) and not self.search:
             self.search = True
