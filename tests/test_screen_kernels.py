@@ -1,6 +1,7 @@
-"""The screen's two per-wiring kernels against the plain computations they replace:
+"""The screen's per-wiring kernels against the plain computations they replace:
 ``log_score_at`` (a log-softmax and an argmax, ``rows`` rows at a time, the argmax found
-through ``amax``) and ``slot_sum`` (a wiring's per-slot projections summed in one pass), and
+through ``amax`` and, where ref holds the largest value, an fp32 argmax of those rows),
+``ops.argmax`` (the drafter's guesses: bf16 rows upcast in blocks) and ``slot_sum`` (a wiring's per-slot projections summed in one pass), and
 the screen's hits on a vocab map that sends two draft ids to one token (the argmax path)."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from eagle3conv.example import Dims, write_example
+from eagle3conv.model.ops import argmax
 from eagle3conv.states.format import write_states
 from eagle3conv.states.readers import open_states
 from eagle3conv.verify import Candidate, build_drafter, evaluate, load_drafter_weights
@@ -37,6 +39,21 @@ def test_log_score_at_is_log_softmax_and_argmax_ties_included(dtype, rows):
     tied_last = (x[1].float() == top).sum(-1) > 1
     assert bool(tied_last.any()) and not bool(first[1][tied_last].any())  # ties go to the first, as argmax
     assert bool(first[0].all())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("rows", [1, 5, 256])
+def test_argmax_is_torchs_ties_and_nan_included(dtype, rows):
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(2, 300, 96, generator=g) * 2).round().to(dtype)  # integer logits: many ties at the top
+    x[0, 7, 40] = float("nan")  # NaN counts as the largest, as torch.argmax takes it
+    x[0, 8, [3, 50]] = float("nan")  # the first NaN
+    x[1, 9] = float("-inf")  # every value equal
+    got = argmax(x, rows=rows)
+    assert got.dtype == torch.long and got.shape == (2, 300)
+    assert torch.equal(got, x.argmax(-1))
+    assert int(got[0, 7]) == 40 and int(got[0, 8]) == 3 and int(got[1, 9]) == 0
+    assert bool(((x == x.amax(-1, keepdim=True)).sum(-1) > 1).any())  # ties were there to break
 
 
 def test_slot_sum_is_the_sum_of_each_slots_row():

@@ -59,7 +59,7 @@ from eagle3conv.findings import (
     STATE_WIDTH,
     Finding,
 )
-from eagle3conv.model.ops import apply_rope, rms_norm, rope_inv_freq
+from eagle3conv.model.ops import apply_rope, argmax, rms_norm, rope_inv_freq
 
 __all__ = [
     "ChainKeys",
@@ -294,8 +294,8 @@ class StepOutput:
     d2t: Tensor  # [Vd] the vocab map's offsets (target id = draft id + d2t[draft id])
 
     @functools.cached_property
-    def draft_ids(self) -> Tensor:  # [B, S] argmax in the draft vocab
-        return self.logits.argmax(dim=-1)
+    def draft_ids(self) -> Tensor:  # [B, S] argmax in the draft vocab (ops.argmax: the same, faster on a CPU)
+        return argmax(self.logits)
 
     @functools.cached_property
     def target_ids(self) -> Tensor:  # [B, S] draft_ids + d2t[draft_ids]

@@ -18,7 +18,7 @@ from eagle3conv.errors import InvalidCheckpointError
 if TYPE_CHECKING:
     from eagle3conv.model.drafter import DrafterConfig
 
-__all__ = ["SUPPORTED_ROPE", "apply_rope", "rms_norm", "rope_inv_freq", "rope_params", "rotate_half"]
+__all__ = ["SUPPORTED_ROPE", "apply_rope", "argmax", "rms_norm", "rope_inv_freq", "rope_params", "rotate_half"]
 
 SUPPORTED_ROPE = ("default", "linear", "llama3", "yarn")
 
@@ -87,6 +87,22 @@ def rotate_half(x: Tensor) -> Tensor:
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """x: [B, heads, S, hd]; cos/sin: [S, hd] in x's dtype."""
     return x * cos + rotate_half(x) * sin
+
+
+def argmax(x: Tensor, rows: int = 256) -> Tensor:
+    """``x.argmax(-1)``, the same indices (the first of equal largest values; NaN counts as the
+    largest, as :func:`torch.argmax` takes it). On a CPU a bf16 or fp16 ``x`` is taken ``rows``
+    rows at a time, each block upcast to fp32 (exact: every bf16 and fp16 value is an fp32 value)
+    and reduced there: torch's CPU argmax over bf16 is several times slower than over fp32, and a
+    block that stays in cache costs less than the copy of every row (bench/README.md, issue 30
+    fifth round). Elsewhere, or for fp32, ``x.argmax(-1)`` itself."""
+    if x.device.type != "cpu" or x.dtype not in (torch.bfloat16, torch.float16) or x.dim() == 0 or not x.numel():
+        return x.argmax(-1)
+    flat = x.reshape(-1, x.shape[-1])
+    out = torch.empty(flat.shape[0], dtype=torch.long)
+    for a in range(0, flat.shape[0], rows):
+        torch.argmax(flat[a:a + rows].float(), -1, out=out[a:a + rows])
+    return out.view(x.shape[:-1])
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float, *, out: Tensor | None = None) -> Tensor:

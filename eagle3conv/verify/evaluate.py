@@ -635,8 +635,9 @@ def log_score_at(logits, ref, rows: int | None = None):
     it (the first of equal largest values). The same numbers as a log-softmax over all the rows
     and an argmax; on a CPU (or given ``rows``) computed ``rows`` rows at a time (default 256: a
     log-softmax of a block that stays in cache is several times faster there than one over every
-    row, and the largest value found by ``amax`` far cheaper than ``argmax``); on a GPU the two
-    over every row at once (measured faster there, bench/README.md)."""
+    row), the largest value found by ``amax`` and only the rows where ``ref`` holds it taken
+    through an (fp32) argmax, for the first of equal largest values (far cheaper than an argmax of
+    every row); on a GPU the two over every row at once (measured faster there, bench/README.md)."""
     import torch
     import torch.nn.functional as F
 
@@ -650,17 +651,14 @@ def log_score_at(logits, ref, rows: int | None = None):
     rows = rows or 256
     lp = torch.empty(n, dtype=torch.float32, device=x.device)
     first = torch.empty(n, dtype=torch.bool, device=x.device)
-    cols = torch.arange(V, device=x.device)
     for a in range(0, n, rows):
         b = min(n, a + rows)
         ls = F.log_softmax(x[a:b], -1, dtype=torch.float32)  # upcast inside the kernel: no fp32 copy
         at = ls.gather(-1, r[a:b, None]).squeeze(-1)
-        top = ls.amax(-1)
-        hit = at == top  # ref holds the largest value (bf16 values that differ stay apart in fp32)
-        tied = hit.nonzero().flatten()
-        if tied.numel():  # and no earlier column holds it too (argmax takes the first)
-            before = ls[tied].masked_fill(cols[None, :] >= r[a:b][tied, None], -math.inf).amax(-1)
-            hit[tied[before == top[tied]]] = False
+        hit = at == ls.amax(-1)  # ref holds the largest value (bf16 values that differ stay apart in fp32)
+        held = hit.nonzero().flatten()
+        if held.numel():  # and is the first column that holds it (argmax's rule for ties)
+            hit[held] = ls.index_select(0, held).argmax(-1) == r[a:b][held]
         lp[a:b], first[a:b] = at, hit
     return lp.view(ref.shape), first.view(ref.shape)
 
@@ -742,6 +740,8 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     it only), and count as no work."""
     import torch
     import torch.nn.functional as F
+
+    from eagle3conv.model.ops import argmax
 
     bound = bound or ScreenBound()
     t0 = time.perf_counter()
@@ -992,7 +992,7 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
                 if one_to_one:  # the guess is the reference token exactly when its draft id is the argmax
                     hit = first
                 else:  # several draft ids map to one target token: compare the guesses themselves
-                    guess = logits.argmax(-1)
+                    guess = argmax(logits)
                     hit = (guess + drafter.d2t[guess]) == ref_t_flat
                 lp_parts.append(lp.cpu())
                 hit_parts.append(hit.cpu())
