@@ -94,6 +94,38 @@ def test_screen_hits_equal_evaluate_step1_hits(planted):
     assert all(v >= 0 for v in res.phase_seconds.values())
 
 
+def test_rows_share_a_forward_only_while_the_wirings_do_not_fill_one(planted, monkeypatch):
+    """A row joins a group (its scored columns and keys padded to the group's) only while the
+    wirings do not fill a forward on the rows before it; grouped or one row to a forward, the same
+    hits and log scores."""
+    import sys
+
+    mod = sys.modules["eagle3conv.verify.evaluate"]  # the module (the package's `evaluate` is the function)
+    drafter, path = planted
+    states = open_states(path)
+    refs = sorted(states.layers, key=lambda r: r.output_of)
+    sets = [tuple(c) for c in itertools.combinations(refs, 3)]
+    seen: list[int] = []
+    finish = mod._SplitStep.finish
+
+    def spy(self, drafter, g, lin, qmask, flat, wirings):
+        seen.append(g.shape[0] // wirings)  # the rows of this forward
+        return finish(self, drafter, g, lin, qmask, flat, wirings)
+
+    monkeypatch.setattr(mod._SplitStep, "finish", spy)
+    out = {}
+    for tokens in (35 * 48 * 4, 35 * 40):  # every row fits one forward; one row already fills it
+        seen.clear()
+        out[tokens] = screen(drafter, states, sets, rows=states.num_sequences, target_embeds=True, bound=NO_DROP,
+                             chunk_tokens=tokens)[0]
+        out[tokens, "rows"] = max(seen)
+    assert out[35 * 48 * 4, "rows"] > 1 and out[35 * 40, "rows"] == 1
+    grouped, alone = out[35 * 48 * 4], out[35 * 40]
+    assert grouped.hits == alone.hits and grouped.positions == alone.positions
+    for i in range(len(sets)):
+        assert torch.allclose(grouped.vectors[i], alone.vectors[i], rtol=1e-5, atol=1e-5)
+
+
 def test_state_spans_read_the_same_rows_as_the_mapped_views(planted):
     """The GPU feeder's direct reads (one byte range per slot and batch) land on the same rows
     as the memory-mapped views it reads otherwise."""

@@ -889,13 +889,17 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         alive_cols = remap[wiring_cols[calc]].to(dev) if calc else None
         new_lp, new_hit = [], []
         # rows in groups of consecutive rows whose projections fit in memory_bytes and whose
-        # padding (to the group's longest read) wastes little
+        # padding (to the group's longest read) wastes little, a row joining a group only while the
+        # wirings computed do not yet fill a forward (chunk_tokens) on the rows before it: a group's
+        # attention runs every row over the union of their scored columns and the longest row's
+        # keys, so one row to a forward wastes none (bench/README.md, issue 30 fifth round)
         groups, cur = [], []
         for r in todo if calc else ():
             cur.append(r)
             g_len = max(stops[x] for x in cur)
             if len(cur) > 1 and (r != cur[-2] + 1 or k_slots * len(used) * len(cur) * g_len * width * elt > memory_bytes
-                                 or len(cur) * g_len > 1.25 * sum(stops[x] for x in cur)):
+                                 or len(cur) * g_len > 1.25 * sum(stops[x] for x in cur)
+                                 or len(calc) * (len(cur) - 1) * max(stops[x] for x in cur[:-1]) >= chunk_tokens):
                 cur.pop()
                 groups.append(cur)
                 cur = [r]
