@@ -1,8 +1,9 @@
 """The screen's per-wiring kernels against the plain computations they replace:
 ``log_score_at`` (a log-softmax and an argmax, ``rows`` rows at a time, the argmax found
-through ``amax`` and, where ref holds the largest value, an fp32 argmax of those rows),
-``ops.argmax`` (the drafter's guesses: bf16 rows upcast in blocks) and ``slot_sum`` (a wiring's per-slot projections summed in one pass), and
-the screen's hits on a vocab map that sends two draft ids to one token (the argmax path)."""
+through ``amax``, ties at it through a second ``amax`` without ref's column), ``ops.argmax``
+(the drafter's guesses: bf16 rows upcast in blocks) and ``slot_sum`` (a wiring's per-slot
+projections summed in one pass), and the screen's hits on a vocab map that sends two draft ids
+to one token (the argmax path)."""
 
 from __future__ import annotations
 
