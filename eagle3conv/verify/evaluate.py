@@ -576,18 +576,20 @@ class _SplitStep:
         lin = torch.addcmul(self.emb.unsqueeze(0), lin.view(B // rows, rows, S, -1),
                             r.to(g.dtype).view(B // rows, rows, S, 1)).view(B, S, -1)
         qi = self.qi
-        q = lin[:, qi, :self.dq].reshape(B, len(qi), nh, hd).transpose(1, 2)
+        # q at the scored columns as [B, nh, Sq, hd], contiguous: one copy (the attention's view of
+        # the heads that share a key head as one query block is then free)
+        q = lin[..., :self.dq].unflatten(-1, (nh, hd)).transpose(1, 2).index_select(2, qi)
         k = lin[:, :, self.dq:self.dq + self.dk].reshape(B, S, nkv, hd).transpose(1, 2)
         v = lin[:, :, self.dq + self.dk:].reshape(B, S, nkv, -1).transpose(1, 2)
         if not self.roped:
             q = apply_rope(q, self.cos[qi], self.sin[qi])
             k = apply_rope(k, self.cos, self.sin)
         attn = drafter.attention(q, k, v, qmask)  # [B, nh, Sq, hd]
-        residual = drafter.layer0_residual(g[:, qi])
-        residual = residual.reshape(wirings, -1, H).index_select(1, flat)
-        attn = attn.transpose(1, 2).reshape(wirings, -1, nh, attn.shape[-1]).index_select(1, flat).transpose(1, 2)
-        out = drafter.finish(residual, attn)
-        return out
+        residual = drafter.layer0_residual(g[:, qi]).reshape(wirings, -1, H)
+        attn = attn.transpose(1, 2).reshape(wirings, -1, nh, attn.shape[-1])
+        if flat.numel() != residual.shape[1]:  # some (row, column) pairs are not scored: the scored ones
+            residual, attn = residual.index_select(1, flat), attn.index_select(1, flat)
+        return drafter.finish(residual, attn.transpose(1, 2))
 
 
 def _reusable(known, alive: list[int], order: list[int], start: int) -> dict:
