@@ -10,7 +10,9 @@
 #   TREE    an eagle3conv source tree (PYTHONPATH for it; python -P, so the folder this runs in never
 #           shadows it), e.g. /tmp/base (git archive 8455a44) and .
 # Environment: PYTHON (default /work/main/.venv/bin/python); DRAFTERS: "name=folder:plain-layers ..."
-#   (default: the three lost-wiring cases, made under OUTDIR/drafters by this script from tests/data)
+#   (default: the three lost-wiring cases, made under OUTDIR/drafters by this script from tests/data);
+#   NO_NATIVE_BF16=1: every command as on a CPU without native bf16 matmul, as far as this VM can
+#   play one (AVX2 kernels only, the search in fp32: bench/smollm2/no_native_bf16/sitecustomize.py)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 states=$1; outdir=$2; shift 2
@@ -32,6 +34,11 @@ PY
   cp "$repo/tests/data/smollm2-drafter-lost-record/training_metadata.json" "$d/lostrec/"
   DRAFTERS="incident=$d/incident:-1,1,14 lost=$d/lost:4,11,21 lostrec=$d/lostrec:4,11,21"
 fi
+shim=
+if [ -n "${NO_NATIVE_BF16:-}" ]; then
+  export ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
+  shim="$repo/bench/smollm2/no_native_bf16:"
+fi
 echo -e "tree\tdrafter\tmode\twall_s\tmax_rss_kb\tload_before\tload_after\tstatus\tset_size\tbest" > "$outdir/summary.tsv"
 for spec in $DRAFTERS; do
   name=${spec%%=*}; rest=${spec#*=}; folder=${rest%%:*}; layers=${rest#*:}
@@ -41,7 +48,7 @@ for spec in $DRAFTERS; do
       extra=(--layers "$layers"); [ "$mode" = search ] && extra=(--search-wiring)
       out="$outdir/$tag-$name-$mode.json"
       lb=$(cut -d' ' -f1-3 /proc/loadavg)
-      EAGLE3CONV_PHASES=1 PYTHONPATH=$tree /usr/bin/time -v -o "$out.time" "$py" -P -m eagle3conv verify "$folder" \
+      EAGLE3CONV_PHASES=1 PYTHONPATH=$shim$tree /usr/bin/time -v -o "$out.time" "$py" -P -m eagle3conv verify "$folder" \
           --states "$states" "${extra[@]}" --no-save --json > "$out" 2> "$out.err" || true
       la=$(cut -d' ' -f1-3 /proc/loadavg)
       wall=$(grep "Elapsed (wall" "$out.time" | awk '{print $NF}')
