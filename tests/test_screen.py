@@ -98,28 +98,26 @@ def test_rows_share_a_forward_only_while_the_wirings_do_not_fill_one(planted, mo
     """A row joins a group (its scored columns and keys padded to the group's) only while the
     wirings do not fill a forward on the rows before it; grouped or one row to a forward, the same
     hits and log scores."""
-    import sys
-
-    mod = sys.modules["eagle3conv.verify.evaluate"]  # the module (the package's `evaluate` is the function)
     drafter, path = planted
     states = open_states(path)
     refs = sorted(states.layers, key=lambda r: r.output_of)
     sets = [tuple(c) for c in itertools.combinations(refs, 3)]
     seen: list[int] = []
-    finish = mod._SplitStep.finish
+    finish = drafter.finish
 
-    def spy(self, drafter, g, lin, qmask, flat, wirings):
-        seen.append(g.shape[0] // wirings)  # the rows of this forward
-        return finish(self, drafter, g, lin, qmask, flat, wirings)
+    def spy(residual, attn, **kw):
+        seen.append(residual.shape[1])  # the positions each wiring scores in this forward
+        return finish(residual, attn, **kw)
 
-    monkeypatch.setattr(mod._SplitStep, "finish", spy)
+    monkeypatch.setattr(drafter, "finish", spy)
+    S = states.input_ids.shape[1]  # a row scores fewer positions than it has columns
     out = {}
     for tokens in (35 * 48 * 4, 35 * 40):  # every row fits one forward; one row already fills it
         seen.clear()
         out[tokens] = screen(drafter, states, sets, rows=states.num_sequences, target_embeds=True, bound=NO_DROP,
                              chunk_tokens=tokens)[0]
-        out[tokens, "rows"] = max(seen)
-    assert out[35 * 48 * 4, "rows"] > 1 and out[35 * 40, "rows"] == 1
+        out[tokens, "positions"] = max(seen)
+    assert out[35 * 48 * 4, "positions"] > S >= out[35 * 40, "positions"]  # rows grouped, then one at a time
     grouped, alone = out[35 * 48 * 4], out[35 * 40]
     assert grouped.hits == alone.hits and grouped.positions == alone.positions
     for i in range(len(sets)):
