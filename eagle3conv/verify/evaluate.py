@@ -900,16 +900,15 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
         # wirings computed do not yet fill a forward (chunk_tokens) on the rows before it: a group's
         # attention runs every row over the union of their scored columns and the longest row's
         # keys, so one row to a forward wastes none (bench/README.md, issue 30 fifth round)
-        groups, cur = [], []
+        groups, cur, cur_len, cur_read = [], [], 0, 0  # the group, its longest read, its reads summed
         for r in todo if calc else ():
-            cur.append(r)
-            g_len = max(stops[x] for x in cur)
-            if len(cur) > 1 and (r != cur[-2] + 1 or k_slots * len(used) * len(cur) * g_len * width * elt > memory_bytes
-                                 or len(cur) * g_len > 1.25 * sum(stops[x] for x in cur)
-                                 or len(calc) * (len(cur) - 1) * max(stops[x] for x in cur[:-1]) >= chunk_tokens):
-                cur.pop()
+            n, g_len, read = len(cur) + 1, max(cur_len, stops[r]), cur_read + stops[r]  # with r joined
+            if cur and (r != cur[-1] + 1 or k_slots * len(used) * n * g_len * width * elt > memory_bytes
+                        or n * g_len > 1.25 * read or len(calc) * len(cur) * cur_len >= chunk_tokens):
                 groups.append(cur)
-                cur = [r]
+                cur, g_len, read = [], stops[r], stops[r]
+            cur.append(r)
+            cur_len, cur_read = g_len, read
         if cur:
             groups.append(cur)
         for grp in groups:
