@@ -111,6 +111,34 @@ def test_trained_wiring_beats_the_incident_and_off_by_one(smollm2_states, drafte
     assert right.accept_length > later.accept_length
 
 
+def test_a_search_confirms_its_wirings_together_as_each_alone(smollm2_states, drafter):
+    """The real trained drafter on the real target's states, fp32: the wirings a search confirms
+    scored in one pass (``evaluate_many``, what no wiring changes done once) against each scored
+    alone. Only rounding differs (sums reassociated), so a guess may flip where two logits are
+    within it: at most 0.5% of a step's positions; what involves no guess (positions, chains,
+    norms) is equal."""
+    import torch
+
+    from eagle3conv.states.readers import open_states
+    from eagle3conv.verify import Candidate, build_drafter, evaluate, load_drafter_weights
+    from eagle3conv.verify.evaluate import evaluate_many
+
+    config, tensors = load_drafter_weights(drafter)
+    d, target_embeds = build_drafter(config, tensors, "cpu", torch.float32)
+    states = open_states(smollm2_states)
+    wirings = [(1, 14, 26), (2, 14, 26), (1, 15, 26), (-1, 1, 14), (4, 11, 21), (2, 15, 27)]
+    cands = [Candidate(str(w), tuple(EMBEDDING if o == -1 else outputs(o)[0] for o in w), "test") for w in wirings]
+    one = [evaluate(d, states, c, steps=3, batch_size=8, target_embeds=target_embeds) for c in cands]
+    many = evaluate_many(d, states, cands, steps=3, batch_size=8, target_embeds=target_embeds)
+    assert one[0].acceptance[0] > 0.3  # a real drafter on its trained wiring
+    for a, b in zip(one, many, strict=True):
+        assert (a.counted, a.chains, a.norms) == (b.counted, b.chains, b.norms), a.candidate.name
+        for k in range(3):
+            n = sum(a.counted[k])
+            assert abs(sum(a.matched[k]) - sum(b.matched[k])) <= 0.005 * n, (a.candidate.name, k)
+            assert sum(abs(x - y) for x, y in zip(a.matched[k], b.matched[k], strict=True)) <= 0.005 * n
+
+
 def test_search_names_the_trained_wiring(smollm2_states, drafter):
     import copy
 

@@ -175,15 +175,12 @@ def _variant_states(root, drafter, T: int, target_embeds: bool, wiring=(1, 3, 4)
     return path
 
 
-@pytest.mark.parametrize("variant", ["norm_before_fc", "sglang without fc (k x T == H)",
-                                     "fc and attention biases, norm_before_residual", "eagle-3.1 fc_norm",
-                                     "fc_norm ignored (run without it)"])
-def test_screen_runs_the_step_the_chain_runs(tmp_path, variant):
-    """The screen composes step 1 from per-slot projections; for an EAGLE-3.1 drafter with
-    input_norm over the concatenation (norm_before_fc), for SGLang's width dispatch (k x T ==
-    hidden_size: no fc) and for a drafter with fc, q/k/v and o biases whose residual is the normed
-    state (what the split step adds, RoPE'd, to every wiring's sum) it must still score what the
-    chain scores, wiring by wiring."""
+VARIANTS = ["norm_before_fc", "sglang without fc (k x T == H)", "fc and attention biases, norm_before_residual",
+            "eagle-3.1 fc_norm", "fc_norm ignored (run without it)"]
+
+
+def variant_drafter(tmp_path, variant: str, dtype=torch.float32):
+    """A pico drafter of one step-1 variant (:data:`VARIANTS`): ``(drafter, target_embeds, T)``."""
     if variant != "sglang without fc (k x T == H)":
         dims, T, without = DIMS, 64, ()
     else:
@@ -210,9 +207,20 @@ def test_screen_runs_the_step_the_chain_runs(tmp_path, variant):
         for n, width in (("q", dims.heads * dims.head_dim), ("k", dims.kv_heads * dims.head_dim),
                          ("v", dims.kv_heads * dims.head_dim), ("o", dims.hidden)):
             tensors[f"midlayer.self_attn.{n}_proj.bias"] = (0.2 * torch.randn(width, generator=g)).to(dt_)
-    drafter, target_embeds = build_drafter(config, tensors, "cpu", torch.float32, run=Run(without=frozenset(without)))
+    drafter, target_embeds = build_drafter(config, tensors, "cpu", dtype, run=Run(without=frozenset(without)))
     assert (drafter.input_norm is not None) == (variant == "norm_before_fc")
     assert bool(drafter.fc_norm) == (variant == "eagle-3.1 fc_norm")
+    return drafter, target_embeds, T
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_screen_runs_the_step_the_chain_runs(tmp_path, variant):
+    """The screen composes step 1 from per-slot projections; for an EAGLE-3.1 drafter with
+    input_norm over the concatenation (norm_before_fc), for SGLang's width dispatch (k x T ==
+    hidden_size: no fc) and for a drafter with fc, q/k/v and o biases whose residual is the normed
+    state (what the split step adds, RoPE'd, to every wiring's sum) it must still score what the
+    chain scores, wiring by wiring."""
+    drafter, target_embeds, T = variant_drafter(tmp_path, variant)
     path = _variant_states(tmp_path, drafter, T, target_embeds)
     states = open_states(path)
     refs = sorted(states.layers, key=lambda r: r.output_of)

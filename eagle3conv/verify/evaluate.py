@@ -112,6 +112,157 @@ class Score:
             "seconds": round(self.seconds, 3),
         }
 
+class _Tally:
+    """One wiring's counts over the batches of :func:`evaluate` (or :func:`evaluate_many`): per
+    batch :meth:`add` the norms of its slots and its guesses against the references, then
+    :meth:`score`. The per-position figures stay on the device until :meth:`score`."""
+
+    def __init__(self, candidate: Candidate, steps: int, device) -> None:
+        import torch
+
+        self.candidate, self.steps = candidate, steps
+        k_slots = len(candidate.layers)
+        self.acc: dict[str, list] = {"matched": [], "counted": [], "chain_acc": [], "chains": [], "cond_m": [],
+                                     "cond_n": []}
+        self.norm_vals: list[list] = [[] for _ in range(k_slots)]
+        self.finite = torch.ones(k_slots + 1, dtype=torch.bool, device=device)  # per slot, then the embeddings
+        self.keeps: list = []
+        self.starts_a: list = []  # [B, S] leading matches of the chain started at each position
+        self.starts_full: list = []  # [B, S] chain has a reference for every draft
+
+    def add(self, batch: _Batch, norms: list, finite, guesses) -> None:
+        """One batch: its slots' per-token norms (``[B, S]`` each), whether each slot's values are
+        finite at the real tokens (``finite`` ``[k]``, or None unchecked), and the guesses ``[K, B, S]``
+        (target vocab, -1: a chain not drafted)."""
+        import torch
+
+        steps, (B, S) = self.steps, batch.ids.shape
+        dev = guesses.device
+        self.keeps.append(batch.keep)
+        for s, v in enumerate(norms):
+            self.norm_vals[s].append(v)
+        if finite is not None:
+            self.finite[:len(norms)] &= finite
+            if batch.emb_finite is not None:
+                self.finite[len(norms):] &= batch.emb_finite
+        scored, tnext = batch.scored, batch.tnext
+        hit = torch.zeros(steps, B, S, dtype=torch.bool, device=dev)
+        for k in range(1, steps + 1):
+            if k < S:
+                hit[k - 1, :, : S - k] = scored[k - 1, :, : S - k] & (guesses[k - 1, :, : S - k] == tnext[:, k:])
+        acc = self.acc
+        acc["matched"].append(hit.sum(2))  # [K, B]
+        acc["counted"].append(scored.sum(2))
+        full = batch.full  # chains whose K drafts all have a reference
+        lead = hit.long().cumprod(0)
+        acc["chain_acc"].append(((lead.sum(0) + 1) * full).sum(1))
+        self.starts_a.append(lead.sum(0).to(torch.int16))
+        self.starts_full.append(full)
+        acc["chains"].append(full.sum(1))
+        prev = torch.cat([torch.ones(1, B, S, dtype=torch.bool, device=dev), lead[:-1].bool()])
+        acc["cond_m"].append((hit & prev & full).sum((1, 2)))
+        acc["cond_n"].append((prev & full).sum((1, 2)))
+
+    def score(self, states, t0: float) -> Score:
+        """The wiring's :class:`Score` (states refused where a value read was not finite)."""
+        import torch
+
+        steps, acc = self.steps, self.acc
+        _refuse_non_finite_states(self.finite.cpu().tolist(), self.candidate, states)  # reduced once, at the end
+        got = {k: (torch.cat(v, dim=-1).cpu() if k in ("matched", "counted", "chain_acc", "chains")
+                   else torch.stack(v).sum(0).cpu()) if v else None for k, v in acc.items()}
+        matched = got["matched"].tolist() if got["matched"] is not None else [[] for _ in range(steps)]
+        counted = got["counted"].tolist() if got["counted"] is not None else [[] for _ in range(steps)]
+        norms = []
+        keep_all = torch.cat(self.keeps) if self.keeps else None
+        for vals in self.norm_vals:
+            v = torch.cat(vals)[keep_all].double().cpu() if vals else torch.zeros(0)
+            if v.numel() == 0:
+                norms.append({"median": None, "p10": None, "p90": None, "tokens": 0})
+                continue
+            q = torch.quantile(v[:16_000_000], torch.tensor([0.1, 0.5, 0.9], dtype=torch.double))
+            norms.append({"median": float(q[1]), "p10": float(q[0]), "p90": float(q[2]), "tokens": int(v.numel())})
+        hist = (replay_histogram(torch.cat(self.starts_a).cpu().numpy(), torch.cat(self.starts_full).cpu().numpy(),
+                                 steps) if self.starts_a else [])  # the greedy replay's rounds by length (replay())
+        replay_acc = [sum((n + 1) * c for n, c in enumerate(h)) for h in hist]
+        replay_rounds = [sum(h) for h in hist]
+        score = Score(self.candidate, steps, matched, counted,
+                      got["chain_acc"].tolist() if got["chain_acc"] is not None else [],
+                      got["chains"].tolist() if got["chains"] is not None else [],
+                      got["cond_m"].tolist() if got["cond_m"] is not None else [0] * steps,
+                      got["cond_n"].tolist() if got["cond_n"] is not None else [0] * steps, norms,
+                      replay_acc, replay_rounds, hist)
+        score.seconds = time.perf_counter() - t0
+        return score.finish()
+
+
+@dataclass
+class _Batch:
+    """What every wiring shares of one batch of sequences: ids, masks and references on the device,
+    the positions scored per draft step, the chain starts to draft (None: all), the table the ids
+    index (the captured embeddings, else None) and the ids the drafter reads."""
+
+    ids: object
+    mask: object
+    tnext: object
+    keep: object  # [B, S] the tokens whose norms count: real ones, position 0 excluded
+    scored: object  # [K, B, S] draft k at chain start t has a reference to be compared with
+    full: object  # [B, S] the chain started at t has a reference for every draft
+    starts: object  # the chain starts drafted on a CPU (None: every one)
+    table: object
+    run_ids: object
+    emb_finite: object = None  # [1] whether the embeddings read are finite at the real tokens (None: unchecked)
+
+
+def _batch(drafter, states, rows: slice, emb_b, *, steps: int, target_embeds: bool, labels, check_finite: bool,
+           dev, dt) -> _Batch:
+    """The shared part of one batch (:class:`_Batch`)."""
+    import torch
+
+    all_next = states.target_next if labels is None else labels  # -1: no reference token
+    ids = states.input_ids[rows].to(dev, non_blocking=True)
+    mask = states.attention_mask[rows].to(dev, non_blocking=True).bool()
+    loss = states.loss_mask[rows].to(dev, non_blocking=True).bool() & mask
+    tnext = all_next[rows].to(dev, non_blocking=True)
+    B, S = ids.shape
+    keep = mask.clone()  # norms: real tokens, position 0 excluded (selected once, at the end)
+    keep[:, 0] = False
+    emb_finite = None
+    if target_embeds:
+        # The captured embedding output at position p *is* embed(x_p). Index it by position:
+        # the drafter's id at (b, t) is b*S + t, so the ids it reads k steps ahead (the same row
+        # shifted) land on embed(x_{t+k}). No vocabulary table, no unique(), no device sync.
+        emb = emb_b[:B].to(dev, non_blocking=True).to(dt)
+        if check_finite:  # a token's sum is NaN or Inf when one of its values is: one reduction
+            emb_finite = _finite_at(emb.sum(-1, dtype=torch.float32)[..., None, None], mask)
+        table = emb.reshape(B * S, -1)
+        run_ids = torch.arange(B * S, device=dev).view(B, S)
+    else:
+        table, run_ids = None, ids
+    scored = torch.zeros(steps, B, S, dtype=torch.bool, device=dev)
+    for k in range(1, steps + 1):  # draft k at chain start t guesses target_next[t+k]
+        if k < S:
+            scored[k - 1, :, : S - k] = loss[:, k:] & mask[:, k:] & (tnext[:, k:] >= 0)
+    # on a CPU, the chains to draft: the starts where some draft is scored in some row (the prompt's
+    # are not); step 1's keys are still computed everywhere (on a GPU every chain: no read-back)
+    starts = scored.any(0).any(0).nonzero().flatten() if drafter.drafts_columns and dev.type == "cpu" else None
+    if starts is not None and starts.numel() == S:
+        starts = None
+    return _Batch(ids, mask, tnext, keep, scored, scored.all(0), starts, table, run_ids, emb_finite)
+
+
+def _slot_norms(aux, k_slots: int, T: int, mask, check_finite: bool):
+    """Per slot of ``aux`` ``[B, S, k*T]``: each token's L2 norm (fp32 accumulation, no upcast copy
+    of the states), and whether every value read is finite at the real tokens (None unchecked)."""
+    import torch
+
+    acc = torch.promote_types(aux.dtype, torch.float32)  # fp32 (fp64 states stay fp64)
+    vals = [torch.linalg.vector_norm(aux[..., s * T:(s + 1) * T], dim=-1, dtype=acc) for s in range(k_slots)]
+    # a NaN or Inf makes its token's norm one: on the device, no sync
+    finite = _finite_at(torch.stack(vals, -1)[..., None], mask) if check_finite else None
+    return vals, finite
+
+
 def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: int, target_embeds: bool,
              max_sequences: int | None = None, progress: Progress | None = None, labels=None,
              feeder: bool = True, check_finite: bool = True) -> Score:
@@ -133,110 +284,176 @@ def evaluate(drafter, states, candidate: Candidate, *, steps: int, batch_size: i
     k_slots = len(candidate.layers)
     T = states.hidden_size
     total = states.num_sequences if max_sequences is None else min(max_sequences, states.num_sequences)
-    acc: dict[str, list] = {"matched": [], "counted": [], "chain_acc": [], "chains": [], "cond_m": [],
-                            "cond_n": []}
-    norm_vals: list[list] = [[] for _ in range(k_slots)]
-    finite = torch.ones(k_slots + 1, dtype=torch.bool, device=dev)  # per slot, then the embeddings
-    keeps: list = []
-    starts_a: list = []  # [B, S] leading matches of the chain started at each position
-    starts_full: list = []  # [B, S] chain has a reference for every draft
+    tally = _Tally(candidate, steps, dev)
     done = 0
     source = batches(states, candidate.layers, total=total, batch_size=batch_size, with_embeddings=target_embeds,
                      device=dev, dtype=dt, feeder=feeder)
-    all_ids, all_mask, all_loss = states.input_ids, states.attention_mask, states.loss_mask
-    all_next = states.target_next if labels is None else labels  # -1: no reference token
     for start, stop, aux_b, emb_b in source:
         if done >= total:
             break
         take = min(stop - start, total - done)
-        rows = slice(start, start + take)
-        ids = all_ids[rows].to(dev, non_blocking=True)
-        mask = all_mask[rows].to(dev, non_blocking=True).bool()
-        loss = all_loss[rows].to(dev, non_blocking=True).bool() & mask
-        tnext = all_next[rows].to(dev, non_blocking=True)
+        b = _batch(drafter, states, slice(start, start + take), emb_b, steps=steps, target_embeds=target_embeds,
+                   labels=labels, check_finite=check_finite, dev=dev, dt=dt)
         aux = aux_b[:take].to(dev, non_blocking=True).to(dt)
-        B, S = ids.shape
-        keep = mask.clone()  # norms: real tokens, position 0 excluded (selected once, at the end)
-        keep[:, 0] = False
-        keeps.append(keep)
-        for s in range(k_slots):  # fp32 accumulation, no upcast copy of the states
-            norm_vals[s].append(torch.linalg.vector_norm(aux[..., s * T:(s + 1) * T], dim=-1,
-                                                         dtype=torch.float32))
-        if check_finite:  # every value read: a NaN or Inf makes its token's norm one; on the device, no sync
-            finite[:k_slots] &= _finite_at(torch.stack([v[-1] for v in norm_vals], -1)[..., None], mask)
-        if target_embeds:
-            # The captured embedding output at position p *is* embed(x_p). Index it by position:
-            # the drafter's id at (b, t) is b*S + t, so the ids it reads k steps ahead (the same row
-            # shifted) land on embed(x_{t+k}). No vocabulary table, no unique(), no device sync.
-            emb = emb_b[:take].to(dev, non_blocking=True).to(dt)
-            if check_finite:  # a token's sum is NaN or Inf when one of its values is: one reduction
-                finite[k_slots:] &= _finite_at(emb.sum(-1, dtype=torch.float32)[..., None, None], mask)
-            table = emb.reshape(B * S, T)
-            run_ids = torch.arange(B * S, device=dev).view(B, S)
-        else:
-            table, run_ids = None, ids
-        scored = torch.zeros(steps, B, S, dtype=torch.bool, device=dev)
-        for k in range(1, steps + 1):  # draft k at chain start t guesses target_next[t+k]
-            if k < S:
-                scored[k - 1, :, : S - k] = loss[:, k:] & mask[:, k:] & (tnext[:, k:] >= 0)
-        # on a CPU, the chains to draft: the starts where some draft is scored in some row (the prompt's
-        # are not); step 1's keys are still computed everywhere (on a GPU every chain: no read-back)
-        starts = scored.any(0).any(0).nonzero().flatten() if drafter.drafts_columns and dev.type == "cpu" else None
-        if starts is not None and starts.numel() == S:
-            starts = None
-        if starts is not None and starts.numel() == 0:  # nothing scored in this batch: nothing to draft
+        norms, finite = _slot_norms(aux, k_slots, T, b.mask, check_finite)
+        B, S = b.ids.shape
+        if b.starts is not None and b.starts.numel() == 0:  # nothing scored in this batch: nothing to draft
             guesses = torch.full((steps, B, S), -1, dtype=torch.long, device=dev)
         else:
             with torch.inference_mode():
-                chain = drafter.draft_chain(aux, run_ids, steps, embeddings=table, columns=starts)
-            guesses = chain.target_ids  # [K, B, S] target vocab, on the device (-1: a chain not drafted)
-            if starts is not None:
-                guesses = torch.full((steps, B, S), -1, dtype=chain.target_ids.dtype, device=dev).index_copy_(
-                    2, starts, chain.target_ids)
-        hit = torch.zeros(steps, B, S, dtype=torch.bool, device=dev)
-        for k in range(1, steps + 1):
-            if k < S:
-                hit[k - 1, :, : S - k] = scored[k - 1, :, : S - k] & (guesses[k - 1, :, : S - k] == tnext[:, k:])
-        acc["matched"].append(hit.sum(2))  # [K, B]
-        acc["counted"].append(scored.sum(2))
-        full = scored.all(0)  # chains whose K drafts all have a reference
-        lead = hit.long().cumprod(0)
-        acc["chain_acc"].append(((lead.sum(0) + 1) * full).sum(1))
-        starts_a.append(lead.sum(0).to(torch.int16))
-        starts_full.append(full)
-        acc["chains"].append(full.sum(1))
-        prev = torch.cat([torch.ones(1, B, S, dtype=torch.bool, device=dev), lead[:-1].bool()])
-        acc["cond_m"].append((hit & prev & full).sum((1, 2)))
-        acc["cond_n"].append((prev & full).sum((1, 2)))
+                chain = drafter.draft_chain(aux, b.run_ids, steps, embeddings=b.table, columns=b.starts)
+            guesses = _at_starts(chain.target_ids, b.starts, S)
+        tally.add(b, norms, finite, guesses)
         done += take
         if progress:
             progress(candidate.name, done, total)
-    _refuse_non_finite_states(finite.cpu().tolist(), candidate, states)  # reduced once, at the end
-    got = {k: (torch.cat(v, dim=-1).cpu() if k in ("matched", "counted", "chain_acc", "chains")
-               else torch.stack(v).sum(0).cpu()) if v else None for k, v in acc.items()}
-    matched = got["matched"].tolist() if got["matched"] is not None else [[] for _ in range(steps)]
-    counted = got["counted"].tolist() if got["counted"] is not None else [[] for _ in range(steps)]
-    norms = []
-    keep_all = torch.cat(keeps) if keeps else None
-    for s in range(k_slots):
-        v = torch.cat(norm_vals[s])[keep_all].double().cpu() if norm_vals[s] else torch.zeros(0)
-        if v.numel() == 0:
-            norms.append({"median": None, "p10": None, "p90": None, "tokens": 0})
-            continue
-        q = torch.quantile(v[:16_000_000], torch.tensor([0.1, 0.5, 0.9], dtype=torch.double))
-        norms.append({"median": float(q[1]), "p10": float(q[0]), "p90": float(q[2]), "tokens": int(v.numel())})
-    hist = (replay_histogram(torch.cat(starts_a).cpu().numpy(), torch.cat(starts_full).cpu().numpy(), steps)
-            if starts_a else [])  # the greedy replay's rounds by length; its sums are replay()'s
-    replay_acc = [sum((n + 1) * c for n, c in enumerate(h)) for h in hist]
-    replay_rounds = [sum(h) for h in hist]
-    score = Score(candidate, steps, matched, counted,
-                  got["chain_acc"].tolist() if got["chain_acc"] is not None else [],
-                  got["chains"].tolist() if got["chains"] is not None else [],
-                  got["cond_m"].tolist() if got["cond_m"] is not None else [0] * steps,
-                  got["cond_n"].tolist() if got["cond_n"] is not None else [0] * steps, norms,
-                  replay_acc, replay_rounds, hist)
-    score.seconds = time.perf_counter() - t0
-    return score.finish()
+    return tally.score(states, t0)
+
+
+def evaluate_many(drafter, states, candidates: list[Candidate], *, steps: int, batch_size: int, target_embeds: bool,
+                  max_sequences: int | None = None, progress: Progress | None = None, labels=None,
+                  check_finite: bool = True, memory_bytes: int | None = None) -> list[Score]:
+    """Score several wirings (of one slot count) in one pass over the states: per wiring what
+    :func:`evaluate` gives, up to rounding (fc's and the attention input's sums reassociated;
+    tests/test_evaluate_many.py holds the two together).
+
+    What no wiring changes is done once per batch: reading it, the positions scored, every layer's
+    norms, each slot's fc projection of each layer read, the embedding half of q, k, v at every step
+    (teacher forcing: the chains read the reference tokens) and, while more wirings than slot-layer
+    pairs are in, each pair's share of the hidden half at step 1 (:class:`_SplitStep`). Per wiring:
+    the sums, attention, o_proj, the MLP and the head, as :meth:`_SplitStep.chain`. Where that split
+    is not the drafter's step (MLA, later layers, per-head norms, parallel drafting), off a CPU
+    (measured there only: bench/README.md, issue 30 sixth round) or for one wiring, each is
+    :func:`evaluate`'d in turn. ``memory_bytes`` (default 1 GiB) bounds the per-pair projections one
+    pass holds: the wirings are taken in passes whose pairs fit. A score's ``seconds`` is its share
+    of its pass."""
+    k_slots = len(candidates[0].layers) if candidates else 0
+    split = _SplitStep.of(drafter)
+    if (len(candidates) < 2 or split is None or not drafter.drafts_columns or drafter.device.type != "cpu"
+            or not drafter.step1_factors or any(len(c.layers) != k_slots for c in candidates)):
+        return [evaluate(drafter, states, c, steps=steps, batch_size=batch_size, target_embeds=target_embeds,
+                         max_sequences=max_sequences, progress=progress, labels=labels, check_finite=check_finite)
+                for c in candidates]
+    import torch
+
+    memory_bytes = (1 << 30) if memory_bytes is None else memory_bytes
+    S = states.input_ids.shape[1]
+    elt = torch.empty(0, dtype=drafter.dtype).element_size()
+    per_pair = batch_size * S * (drafter.config.hidden_size + split.width) * elt
+    passes: list[list[int]] = []
+    pairs: set = set()
+    for i, c in enumerate(candidates):  # in order, a pass taking wirings while their slot-layer pairs fit
+        more = pairs | set(enumerate(c.layers))
+        if passes and len(more) * per_pair > memory_bytes:
+            passes.append([i])
+            pairs = set(enumerate(c.layers))
+        else:
+            if not passes:
+                passes.append([])
+            passes[-1].append(i)
+            pairs = more
+    out: list[Score | None] = [None] * len(candidates)
+    for idx in passes:
+        got = (_evaluate_pass(drafter, split, states, [candidates[i] for i in idx], steps=steps,
+                              batch_size=batch_size, target_embeds=target_embeds, max_sequences=max_sequences,
+                              progress=progress, labels=labels, check_finite=check_finite)
+               if len(idx) > 1 else
+               [evaluate(drafter, states, candidates[idx[0]], steps=steps, batch_size=batch_size,
+                         target_embeds=target_embeds, max_sequences=max_sequences, progress=progress, labels=labels,
+                         check_finite=check_finite)])
+        for i, sc in zip(idx, got, strict=True):
+            out[i] = sc
+    return out  # type: ignore[return-value]
+
+
+def _evaluate_pass(drafter, split: _SplitStep, states, candidates: list[Candidate], *, steps: int, batch_size: int,
+                   target_embeds: bool, max_sequences: int | None, progress, labels, check_finite: bool) -> list[Score]:
+    """:func:`evaluate_many`'s one pass over the states for ``candidates``."""
+    import torch
+    import torch.nn.functional as F
+
+    from eagle3conv.verify.feed import batches
+
+    t0 = time.perf_counter()
+    dev, dt = drafter.device, drafter.dtype
+    k_slots = len(candidates[0].layers)
+    T = states.hidden_size
+    total = states.num_sequences if max_sequences is None else min(max_sequences, states.num_sequences)
+    refs = sorted({r for c in candidates for r in c.layers}, key=lambda r: r.output_of)
+    col = {r: j for j, r in enumerate(refs)}
+    wirings = [[col[r] for r in c.layers] for c in candidates]
+    slot_used = [{w[s] for w in wirings} for s in range(k_slots)]
+    pre = len(candidates) > sum(len(x) for x in slot_used)  # each pair through W_h w: less work than per wiring
+    tallies = [_Tally(c, steps, dev) for c in candidates]
+    label = f"{len(candidates)} wirings"
+    done = 0
+    for start, stop, aux_b, emb_b in batches(states, tuple(refs), total=total, batch_size=batch_size,
+                                             with_embeddings=target_embeds, device=dev, dtype=dt):
+        if done >= total:
+            break
+        take = min(stop - start, total - done)
+        b = _batch(drafter, states, slice(start, start + take), emb_b, steps=steps, target_embeds=target_embeds,
+                   labels=labels, check_finite=check_finite, dev=dev, dt=dt)
+        B, S = b.ids.shape
+        nothing = b.starts is not None and b.starts.numel() == 0  # nothing scored in this batch: nothing to draft
+        if not nothing:
+            split.positions(drafter, S, dev)
+        norms, finite, proj, lins, msq = {}, {}, {}, {}, {}
+        for j, ref in enumerate(refs):  # each layer read once: its norms, and each slot's projection of it
+            h = aux_b[:take, :, j * T:(j + 1) * T].to(dev, non_blocking=True).to(dt)
+            norms[j] = torch.linalg.vector_norm(h, dim=-1, dtype=torch.promote_types(h.dtype, torch.float32))
+            if check_finite:
+                finite[j] = _finite_at(norms[j][..., None, None], b.mask)
+            if nothing:
+                continue
+            msq[j] = drafter.slot_sq_mean(h)
+            for s in range(k_slots):
+                if j in slot_used[s]:
+                    proj[s, j] = drafter.slot_projection(h, s)
+                    if pre:  # and its share of the attention input's hidden half, RoPE'd
+                        lins[s, j] = F.linear(proj[s, j], split.w_hid)
+                        split.rope(lins[s, j])
+            del h
+        later = None
+        if not nothing:
+            tokens = torch.zeros_like(b.run_ids)  # tokens read at step 1: x_{t+1} at index t
+            tokens[:, :S - 1] = b.run_ids[:, 1:]
+            qi = b.starts if b.starts is not None else torch.arange(S, device=dev)
+            split.begin(drafter, tokens, qi, roped=pre, embeddings=b.table)
+            later = split.later_halves(drafter, b.run_ids, steps, b.table)
+        for w, tally in zip(wirings, tallies, strict=True):
+            if nothing:
+                guesses = torch.full((steps, B, S), -1, dtype=torch.long, device=dev)
+            else:
+                sq = None if msq[w[0]] is None else [msq[w[s]] for s in range(k_slots)]
+                g = drafter.combine([proj[s, w[s]] for s in range(k_slots)], sq)
+                lin = (drafter.combine([lins[s, w[s]] for s in range(k_slots)], sq, bias=split.fc_bias_at) if pre
+                       else F.linear(g, split.w_hid))
+                with torch.inference_mode():
+                    guesses = _at_starts(split.chain(drafter, g, lin, steps, later), b.starts, S)
+                del g, lin
+            fin = torch.cat([finite[w[s]] for s in range(k_slots)]) if check_finite else None
+            tally.add(b, [norms[w[s]] for s in range(k_slots)], fin, guesses)
+        del proj, lins, later
+        done += take
+        if progress:
+            progress(label, done, total)
+    scores = [t.score(states, t0) for t in tallies]
+    share = (time.perf_counter() - t0) / len(scores)
+    for sc in scores:
+        sc.seconds = share
+    return scores
+
+
+def _at_starts(target_ids, starts, S: int):
+    """The guesses ``[K, B, S]`` of chains drafted at ``starts`` only (-1 elsewhere; None: every start)."""
+    import torch
+
+    if starts is None:
+        return target_ids
+    K, B = target_ids.shape[:2]
+    return torch.full((K, B, S), -1, dtype=target_ids.dtype, device=target_ids.device).index_copy_(2, starts, target_ids)
+
 
 @dataclass(frozen=True)
 class ScreenBound:
@@ -501,6 +718,7 @@ class _SplitStep:
         self.width = w.shape[0]
         self.w_emb = w[:, :H].contiguous()
         self.w_hid = (w[:, H:].float() * drafter.hidden_norm.float()).to(w.dtype).contiguous()
+        self.w_hid_raw = w[:, H:].contiguous()  # later steps: hidden_norm as the drafter applies it, then this
         self.bias = (torch.cat([drafter.q_bias, drafter.k_bias, drafter.v_bias])
                      if drafter.q_bias is not None else None)
         b = drafter.step1_bias  # step 1's bias through W_h w: the sums' share of it (combine's bias=)
@@ -590,6 +808,70 @@ class _SplitStep:
         if flat.numel() != residual.shape[1]:  # some (row, column) pairs are not scored: the scored ones
             residual, attn = residual.index_select(1, flat), attn.index_select(1, flat)
         return drafter.finish(residual, attn.transpose(1, 2))
+
+
+    def chain(self, drafter, g, lin, steps: int, later: list, chunk_size: int = 512):
+        """The K-step chain (:meth:`~eagle3conv.model.drafter.Eagle3Drafter.draft_chain` with
+        ``columns``, teacher forcing) of one wiring from its step-1 ``g`` [B, S, H] (the fc output)
+        and ``lin`` (its projection through ``W_h w``, RoPE'd where :meth:`begin` was told so), the
+        chains started at the columns ``qi`` of :meth:`begin`: ``[K, B, len(qi)]`` target ids. Later
+        steps take their attention input's embedding half from ``later`` (:meth:`later_halves`:
+        the same for every wiring) and add the hidden half of the previous step's state."""
+        import torch
+        import torch.nn.functional as F
+
+        from eagle3conv.model.drafter import ChainKeys
+        from eagle3conv.model.ops import apply_rope, rms_norm
+
+        c = drafter.config
+        B, S, H = g.shape
+        nh, nkv, hd = c.num_heads, c.num_kv_heads, c.head_dim
+        dq, dk, qi = self.dq, self.dk, self.qi
+        r = torch.rsqrt(torch.linalg.vector_norm(g.float(), dim=-1).pow(2) / H + self.eps)
+        lin = torch.addcmul(self.emb, lin, r.to(g.dtype)[..., None])
+        q = lin[..., :dq].unflatten(-1, (nh, hd)).transpose(1, 2).index_select(2, qi)
+        k = lin[..., dq:dq + dk].reshape(B, S, nkv, hd).transpose(1, 2)
+        v = lin[..., dq + dk:].reshape(B, S, nkv, -1).transpose(1, 2)
+        if not self.roped:
+            q = apply_rope(q, self.cos[qi], self.sin[qi])
+            k = apply_rope(k, self.cos, self.sin)
+        attn = drafter.attention(q, k, v, torch.arange(S, device=g.device)[None, :] <= qi[:, None])
+        cache = ChainKeys(k, v, steps - 1, chunk_size, qi) if steps > 1 else None
+        out = drafter.finish(drafter.layer0_residual(g[:, qi]), attn)
+        ids = [out.target_ids]
+        h = out.hidden
+        for step in range(1, steps):  # step k + 1 at chain start t: RoPE position t + k
+            lin = torch.add(later[step - 1], F.linear(rms_norm(h, drafter.hidden_norm, self.eps), self.w_hid_raw))
+            n = lin.shape[1]
+            q = lin[..., :dq].reshape(B, n, nh, hd).transpose(1, 2)
+            k = lin[..., dq:dq + dk].reshape(B, n, nkv, hd).transpose(1, 2)
+            v = lin[..., dq + dk:].reshape(B, n, nkv, -1).transpose(1, 2)
+            cos, sin = drafter.rope(qi + step)
+            cache.add(apply_rope(k, cos, sin), v)
+            attn = cache.attention(apply_rope(q, cos, sin), enable_gqa=drafter.gqa, scale=drafter.attn_scale)
+            out = drafter.finish(drafter.layer0_residual(h), attn)
+            ids.append(out.target_ids)
+            h = out.hidden
+        return torch.stack(ids)
+
+    def later_halves(self, drafter, run_ids, steps: int, embeddings=None) -> list:
+        """Per later step k + 1 (k = 1 .. K - 1): the embedding half of q, k, v (bias included, not
+        RoPE'd) at the columns ``qi``, for the token each chain reads there (teacher forcing:
+        ``x_{t+k+1}`` at start t, the same for every wiring)."""
+        import torch
+        import torch.nn.functional as F
+
+        from eagle3conv.model.ops import rms_norm
+
+        out = []
+        S = run_ids.shape[1]
+        for k in range(1, steps):
+            tokens = torch.zeros_like(run_ids)
+            if k + 1 < S:
+                tokens[:, :S - k - 1] = run_ids[:, k + 1:]
+            embeds = drafter.embed(tokens.index_select(1, self.qi), embeddings)
+            out.append(F.linear(rms_norm(embeds, drafter.input_layernorm, self.eps), self.w_emb, self.bias))
+        return out
 
 
 def _reusable(known, alive: list[int], order: list[int], start: int) -> dict:
@@ -1094,5 +1376,6 @@ def screen(drafter, states, sets: list[LayerSet], *, rows: int, target_embeds: b
     return res, list(alive)
 
 
-__all__ = ["NO_DROP", "Candidate", "Score", "ScreenBound", "ScreenReference", "ScreenResult", "evaluate", "log_score_at",
+__all__ = ["NO_DROP", "Candidate", "Score", "ScreenBound", "ScreenReference", "ScreenResult", "evaluate",
+           "evaluate_many", "log_score_at",
            "paired_bound", "screen", "slot_sum"]

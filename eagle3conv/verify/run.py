@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eagle3conv.errors import CheckpointReadError, FolderBusyError, UsageError, VerifyFailedError, WiringError
-from eagle3conv.verify.evaluate import Candidate, Score, evaluate
+from eagle3conv.verify.evaluate import Candidate, Score, evaluate, evaluate_many
 from eagle3conv.io.progress import Progress
 from eagle3conv.io.devices import resolve_device, resolve_dtype
 from eagle3conv.verify.inputs import (
@@ -344,8 +344,9 @@ class _Verification:
                 bound=screen_bound(self.dev, self.opts.search_budget))
         else:
             states.check_refs(base.layers)
-        for i, cand in enumerate(cands):
-            self.confirm(i, cand, len(cands))
+        if cands:  # the first (the config's wiring where the states hold it) alone: the plain verify's numbers
+            self.confirm(0, cands[0], len(cands))
+        self.confirm_many(cands[1:], len(cands))
         if self.screened is not None:
             self.harvest(self.screened)
 
@@ -368,6 +369,22 @@ class _Verification:
                     f"{self.states_path}: nothing to score: no position has a reference token inside the loss "
                     f"mask ({self.states.num_sequences} sequences, {self.states.num_tokens} real tokens)",
                     hint="capture longer sequences or with --generate N (the generated part is scored)")
+
+    def confirm_many(self, cands: list[Candidate], of: int) -> None:
+        """Wirings scored on every position together (:func:`evaluate_many`: what no wiring changes
+        done once per batch), after the first result."""
+        if not cands:
+            return
+        cb = None
+        if self.progress:
+            done = len(self.scores)
+
+            def cb(_stage, d, total):
+                self.progress(f"{len(cands)} wirings ({done + 1}-{done + len(cands)}/{of})", d, total)
+        o = self.opts
+        self.scores.extend(evaluate_many(self.drafter, self.states, cands, steps=o.steps, batch_size=o.batch_size,
+                                         target_embeds=self.target_embeds, max_sequences=o.max_sequences,
+                                         progress=cb, labels=self.labels))
 
     def harvest(self, res) -> None:
         """Keep a screen's own log score of every wiring it read on every position."""
@@ -398,7 +415,7 @@ class _Verification:
         screen and refinement kept but did not confirm is counted (and listed up to a cap)."""
         found = self.found
         if found is not None and found.is_global and self.scores[0].effective_sequences >= MIN_SEARCH_SEQUENCES:
-            rec = _refine(self.scores, self.confirm, self.screener, self.states, self.screened, self.avail,
+            rec = _refine(self.scores, self.confirm_many, self.screener, self.states, self.screened, self.avail,
                           self.log_score, self.harvest, target_embeds=self.target_embeds, labels=self.labels,
                           max_sequences=self.opts.max_sequences, progress=self.progress)
             self.refinement = (rec, rec.pop("pending"))
@@ -562,10 +579,8 @@ def _refine(scores: list[Score], confirm, screener, states, screened, avail, log
         rec["not_confirmed"] = [describe(x) for x in keep[len(take):]]
         left += keep[len(take):] + rec.pop("_not_screened_again", [])
         rounds.append(rec)
-        for j, ls in enumerate(take):
-            confirm(len(scores), Candidate(f"refined #{added + j + 1}", ls,
-                                           "one slot from a leader, not excluded by the screen's bound"),
-                    len(scores) + len(take) - j)
+        confirm([Candidate(f"refined #{added + j + 1}", ls, "one slot from a leader, not excluded by the screen's bound")
+                 for j, ls in enumerate(take)], len(scores) + len(take))
         added += len(take)
         if not take or added >= REFINE_CONFIRM:
             break
