@@ -94,7 +94,7 @@ def test_many_wirings_score_what_each_scores_alone(tmp_path, variant, prompt):
 
 
 def test_passes_bounded_by_memory_score_the_same(tmp_path):
-    """A memory bound that holds the slot-layer pairs of about two wirings: the wirings go in several
+    """A memory bound that holds the projections of 4 layers in each of 3 slots: the wirings go in several
     passes (a wiring left alone is :func:`evaluate`'d), the same scores in the order given; with
     labels (some positions without a reference) and max_sequences too."""
     drafter, target_embeds, T = variant_drafter(tmp_path, VARIANTS[0], torch.float64)
@@ -109,9 +109,10 @@ def test_passes_bounded_by_memory_score_the_same(tmp_path):
     c = drafter.config
     per_pair = 2 * S * (c.hidden_size + (c.num_heads + 2 * c.num_kv_heads) * c.head_dim) * 8  # fp64, batch 2
     seen: list = []
-    many = evaluate_many(drafter, states, cands, memory_bytes=6 * per_pair, progress=lambda *a: seen.append(a), **kw)
+    many = evaluate_many(drafter, states, cands, memory_bytes=12 * per_pair, progress=lambda *a: seen.append(a), **kw)
     _same(one, many)
-    assert len({a[0] for a in seen}) > 1  # more than one pass, each reporting its progress
+    labels_seen = {a[0] for a in seen}
+    assert len(labels_seen) > 1 and any(x.endswith(" wirings") for x in labels_seen)  # several passes, some together
     assert all(a[1] <= a[2] == 4 for a in seen)
 
 

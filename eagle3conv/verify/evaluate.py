@@ -324,8 +324,8 @@ def evaluate_many(drafter, states, candidates: list[Candidate], *, steps: int, b
     the sums, attention, o_proj, the MLP and the head, as :meth:`_SplitStep.chain`. Where that split
     is not the drafter's step (MLA, later layers, per-head norms, parallel drafting), off a CPU
     (measured there only: bench/README.md, issue 30 sixth round) or for one wiring, each is
-    :func:`evaluate`'d in turn. ``memory_bytes`` (default 1 GiB) bounds the per-pair projections one
-    pass holds: the wirings are taken in passes whose pairs fit. A score's ``seconds`` is its share
+    :func:`evaluate`'d in turn. ``memory_bytes`` (default 1 GiB) bounds the projections one pass holds
+    (each slot's of each layer its wirings read): the wirings are taken in passes that fit. A score's ``seconds`` is its share
     of its pass."""
     k_slots = len(candidates[0].layers) if candidates else 0
     split = _SplitStep.of(drafter)
@@ -341,17 +341,17 @@ def evaluate_many(drafter, states, candidates: list[Candidate], *, steps: int, b
     elt = torch.empty(0, dtype=drafter.dtype).element_size()
     per_pair = batch_size * S * (drafter.config.hidden_size + split.width) * elt
     passes: list[list[int]] = []
-    pairs: set = set()
-    for i, c in enumerate(candidates):  # in order, a pass taking wirings while their slot-layer pairs fit
-        more = pairs | set(enumerate(c.layers))
-        if passes and len(more) * per_pair > memory_bytes:
+    layers: set = set()
+    for i, c in enumerate(candidates):  # in order, a pass taking wirings while k x their layers' projections fit
+        more = layers | set(c.layers)
+        if passes and k_slots * len(more) * per_pair > memory_bytes:
             passes.append([i])
-            pairs = set(enumerate(c.layers))
+            layers = set(c.layers)
         else:
             if not passes:
                 passes.append([])
             passes[-1].append(i)
-            pairs = more
+            layers = more
     out: list[Score | None] = [None] * len(candidates)
     for idx in passes:
         got = (_evaluate_pass(drafter, split, states, [candidates[i] for i in idx], steps=steps,
@@ -398,7 +398,12 @@ def _evaluate_pass(drafter, split: _SplitStep, states, candidates: list[Candidat
         nothing = b.starts is not None and b.starts.numel() == 0  # nothing scored in this batch: nothing to draft
         if not nothing:
             split.positions(drafter, S, dev)
-        norms, finite, proj, lins, msq = {}, {}, {}, {}, {}
+        norms, finite, msq = {}, {}, {}
+        # each slot's projection of each layer (and its share of the hidden half): one table, so that a
+        # wiring's sum is one gather-and-sum in fp32 (slot_sum), rounded once as fc's matmul rounds it
+        proj = None if nothing else torch.empty(k_slots, len(refs), B, S, drafter.config.hidden_size, dtype=dt,
+                                                 device=dev)
+        lins = torch.empty(k_slots, len(refs), B, S, split.width, dtype=dt, device=dev) if pre and not nothing else None
         for j, ref in enumerate(refs):  # each layer read once: its norms, and each slot's projection of it
             h = aux_b[:take, :, j * T:(j + 1) * T].to(dev, non_blocking=True).to(dt)
             norms[j] = torch.linalg.vector_norm(h, dim=-1, dtype=torch.promote_types(h.dtype, torch.float32))
@@ -409,9 +414,9 @@ def _evaluate_pass(drafter, split: _SplitStep, states, candidates: list[Candidat
             msq[j] = drafter.slot_sq_mean(h)
             for s in range(k_slots):
                 if j in slot_used[s]:
-                    proj[s, j] = drafter.slot_projection(h, s)
+                    drafter.slot_projection(h, s, out=proj[s, j])
                     if pre:  # and its share of the attention input's hidden half, RoPE'd
-                        lins[s, j] = F.linear(proj[s, j], split.w_hid)
+                        torch.matmul(proj[s, j], split.w_hid.t(), out=lins[s, j])
                         split.rope(lins[s, j])
             del h
         later = None
@@ -426,8 +431,9 @@ def _evaluate_pass(drafter, split: _SplitStep, states, candidates: list[Candidat
                 guesses = torch.full((steps, B, S), -1, dtype=torch.long, device=dev)
             else:
                 sq = None if msq[w[0]] is None else [msq[w[s]] for s in range(k_slots)]
-                g = drafter.combine([proj[s, w[s]] for s in range(k_slots)], sq)
-                lin = (drafter.combine([lins[s, w[s]] for s in range(k_slots)], sq, bias=split.fc_bias_at) if pre
+                part = torch.tensor([w], dtype=torch.long, device=dev)
+                g = drafter.combine([slot_sum(proj, part)[0]], sq)
+                lin = (drafter.combine([slot_sum(lins, part)[0]], sq, bias=split.fc_bias_at) if pre
                        else F.linear(g, split.w_hid))
                 with torch.inference_mode():
                     guesses = _at_starts(split.chain(drafter, g, lin, steps, later), b.starts, S)
@@ -841,8 +847,9 @@ class _SplitStep:
         ids = [out.target_ids]
         h = out.hidden
         for step in range(1, steps):  # step k + 1 at chain start t: RoPE position t + k
-            lin = torch.add(later[step - 1], F.linear(rms_norm(h, drafter.hidden_norm, self.eps), self.w_hid_raw))
-            n = lin.shape[1]
+            x = rms_norm(h, drafter.hidden_norm, self.eps)
+            n = x.shape[1]  # the embedding half added in the matmul (one rounding, as the drafter's one matmul)
+            lin = torch.addmm(later[step - 1].reshape(B * n, -1), x.reshape(B * n, H), self.w_hid_raw.t()).view(B, n, -1)
             q = lin[..., :dq].reshape(B, n, nh, hd).transpose(1, 2)
             k = lin[..., dq:dq + dk].reshape(B, n, nkv, hd).transpose(1, 2)
             v = lin[..., dq + dk:].reshape(B, n, nkv, -1).transpose(1, 2)
