@@ -327,43 +327,33 @@ def evaluate_many(drafter, states, candidates: list[Candidate], *, steps: int, b
     :func:`evaluate`'d in turn. ``memory_bytes`` (default 1 GiB) bounds the projections one pass holds
     (each slot's of each layer its wirings read): the wirings are taken in passes that fit. A score's ``seconds`` is its share
     of its pass."""
+    kw = dict(steps=steps, batch_size=batch_size, target_embeds=target_embeds, max_sequences=max_sequences,
+              progress=progress, labels=labels, check_finite=check_finite)
     k_slots = len(candidates[0].layers) if candidates else 0
     split = _SplitStep.of(drafter)
     if (len(candidates) < 2 or split is None or not drafter.drafts_columns or drafter.device.type != "cpu"
             or not drafter.step1_factors or any(len(c.layers) != k_slots for c in candidates)):
-        return [evaluate(drafter, states, c, steps=steps, batch_size=batch_size, target_embeds=target_embeds,
-                         max_sequences=max_sequences, progress=progress, labels=labels, check_finite=check_finite)
-                for c in candidates]
+        return [evaluate(drafter, states, c, **kw) for c in candidates]
     import torch
 
     memory_bytes = (1 << 30) if memory_bytes is None else memory_bytes
-    S = states.input_ids.shape[1]
     elt = torch.empty(0, dtype=drafter.dtype).element_size()
-    per_pair = batch_size * S * (drafter.config.hidden_size + split.width) * elt
-    passes: list[list[int]] = []
+    # one slot's projection of one layer (and its share of the hidden half) for a batch
+    per_entry = batch_size * states.input_ids.shape[1] * (drafter.config.hidden_size + split.width) * elt
+    passes: list[list[Candidate]] = [[]]
     layers: set = set()
-    for i, c in enumerate(candidates):  # in order, a pass taking wirings while k x their layers' projections fit
+    for c in candidates:  # in order, a pass taking wirings while k x their layers' projections fit
         more = layers | set(c.layers)
-        if passes and k_slots * len(more) * per_pair > memory_bytes:
-            passes.append([i])
-            layers = set(c.layers)
-        else:
-            if not passes:
-                passes.append([])
-            passes[-1].append(i)
-            layers = more
-    out: list[Score | None] = [None] * len(candidates)
-    for idx in passes:
-        got = (_evaluate_pass(drafter, split, states, [candidates[i] for i in idx], steps=steps,
-                              batch_size=batch_size, target_embeds=target_embeds, max_sequences=max_sequences,
-                              progress=progress, labels=labels, check_finite=check_finite)
-               if len(idx) > 1 else
-               [evaluate(drafter, states, candidates[idx[0]], steps=steps, batch_size=batch_size,
-                         target_embeds=target_embeds, max_sequences=max_sequences, progress=progress, labels=labels,
-                         check_finite=check_finite)])
-        for i, sc in zip(idx, got, strict=True):
-            out[i] = sc
-    return out  # type: ignore[return-value]
+        if passes[-1] and k_slots * len(more) * per_entry > memory_bytes:
+            passes.append([])
+            more = set(c.layers)
+        passes[-1].append(c)
+        layers = more
+    out: list[Score] = []
+    for group in passes:  # consecutive: the scores come back in the order given
+        out += (_evaluate_pass(drafter, split, states, group, **kw) if len(group) > 1
+                else [evaluate(drafter, states, group[0], **kw)])
+    return out
 
 
 def _evaluate_pass(drafter, split: _SplitStep, states, candidates: list[Candidate], *, steps: int, batch_size: int,
@@ -824,7 +814,6 @@ class _SplitStep:
         steps take their attention input's embedding half from ``later`` (:meth:`later_halves`:
         the same for every wiring) and add the hidden half of the previous step's state."""
         import torch
-        import torch.nn.functional as F
 
         from eagle3conv.model.drafter import ChainKeys
         from eagle3conv.model.ops import apply_rope, rms_norm
