@@ -208,13 +208,66 @@ def open_flags(path: str, info: dict) -> int:
     return flags
 
 
+def _mincore():
+    """libc's ``mmap``, ``munmap`` and ``mincore`` (ctypes), or None where they cannot be had."""
+    global _MINCORE
+    if _MINCORE is None:
+        _MINCORE = False
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.mmap.restype = ctypes.c_void_p
+            libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                  ctypes.c_long]
+            libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+            libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+            _MINCORE = (ctypes, libc)
+        except (ImportError, OSError, AttributeError):
+            pass
+    return _MINCORE or None
+
+
+_MINCORE = None
+
+
+def _resident(fd: int, size: int, samples: int) -> bool | None:
+    """Whether the page at each of ``samples`` places of the open file is in the page cache,
+    asked with ``mincore`` on a mapping of it (mapping reads nothing); None where it cannot be
+    asked. Where the caller neither owns the file nor may write it, Linux answers only for pages
+    this process has mapped: "not cached" (so the files are read ahead: safe, only memory
+    bandwidth)."""
+    import mmap
+
+    lib = _mincore()
+    if lib is None or size <= 0:
+        return None if lib is None else True
+    ctypes, libc = lib
+    page = mmap.PAGESIZE
+    addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if addr is None or addr == ctypes.c_void_p(-1).value:
+        return None
+    try:
+        vec = ctypes.create_string_buffer(1)
+        for j in range(samples):
+            at = (size * j // samples) // page * page
+            if libc.mincore(addr + at, 1, vec) != 0:
+                return None
+            if not vec.raw[0] & 1:
+                return False
+        return True
+    finally:
+        libc.munmap(addr, size)
+
+
 def cached(files: list[str], samples: int = 16) -> bool:
-    """Whether the files look fully in the page cache: a one-page ``preadv(RWF_NOWAIT)`` at
-    ``samples`` places in each succeeds (it fails instead of waiting for the disk). False when
-    the kernel cannot say. Reading ahead files already cached only costs memory bandwidth."""
+    """Whether the files look fully in the page cache: the page at each of ``samples`` places in
+    each is resident. Asked with ``mincore`` where it answers (a query: it reads nothing), else a
+    one-page ``preadv(RWF_NOWAIT)`` at those places (it fails instead of waiting for the disk, but
+    it may start the kernel's read-ahead of a missing page and, on a fast disk, find it read: a
+    cold file taken for cached now and then). False when the kernel cannot say. Reading ahead
+    files already cached only costs memory bandwidth."""
     nowait = getattr(os, "RWF_NOWAIT", None)
-    if nowait is None:
-        return False
     buf = bytearray(4096)
     for path in files:
         try:
@@ -224,8 +277,14 @@ def cached(files: list[str], samples: int = 16) -> bool:
             return False
         try:
             size = os.fstat(fd).st_size
-            for j in range(samples):
-                os.preadv(fd, [buf], size * j // samples, nowait)
+            there = _resident(fd, size, samples)
+            if there is None:
+                if nowait is None:
+                    return False
+                for j in range(samples):
+                    os.preadv(fd, [buf], size * j // samples, nowait)
+            elif not there:
+                return False
         except OSError:  # BlockingIOError: not cached; EOPNOTSUPP etc.: cannot tell
             return False
         finally:
@@ -245,7 +304,7 @@ def torch_cached() -> bool:
         return True
     if spec is None or not spec.origin or not os.path.isfile(spec.origin):
         return True
-    if getattr(os, "RWF_NOWAIT", None) is None:
+    if getattr(os, "RWF_NOWAIT", None) is None and _mincore() is None:
         return True
     return cached([spec.origin])
 
