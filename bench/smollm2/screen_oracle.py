@@ -104,6 +104,30 @@ class Oracle:
         se = (res.pow(2).sum(1) * m / max(1, m - 1)).sqrt() / N * infl
         return D, se, m
 
+    def bound_of(self, idx, d):
+        """The screen's paired bound on positions ``idx`` for differences ``d`` [wirings, len(idx)]
+        (a reference's score minus each wiring's, position by position)."""
+        import torch
+
+        r = self.rows[idx]
+        nseq = len(set(r.tolist()))
+        infl = 1.0
+        if nseq >= 20:
+            blk = r
+        else:
+            b = max(1, min(16, len(idx) // 64))
+            blk = r * 100000 + self.rank[idx] // b
+            infl = math.sqrt(1 + (len(idx) / nseq - 1) * 0.01)
+        _, inv = torch.unique(blk, return_inverse=True)
+        m = int(inv.max()) + 1
+        X = torch.zeros(d.shape[0], m, dtype=torch.float64).index_add_(1, inv, d)
+        C = torch.bincount(inv, minlength=m).double()
+        N = float(C.sum())
+        D = X.sum(1) / N
+        res = X - D[:, None] * C[None, :]
+        se = (res.pow(2).sum(1) * m / max(1, m - 1)).sqrt() / N * infl
+        return D, se, m
+
     def population(self, alive) -> float:
         """Wirings of the whole population still in: the sample's fraction times all, plus the neighbours."""
         sample = alive[self.near:self.n - self.extra]
@@ -165,6 +189,80 @@ class Oracle:
                     trail[-1].setdefault("reference", []).append(self.sets[fixed[-1][0]])
         return {"work": round(work), "stages": trail}
 
+    def rolling(self, alpha: float = 0.01, shares: tuple[float, float, float] = (0.4, 0.4, 0.2),
+                priors: tuple[int, ...] = (), first: int = 64, growth: float = 2.0, start: int = 1) -> dict:
+        """The leader test, the priors' test and a *rolling reference* test: each sequence's reference
+        is the leader after the last stage before the sequence's first position is read (chosen on
+        earlier sequences only), and wiring i leaves when the mean over every position with a
+        reference of (its reference's score minus i's) exceeds q_r times its standard error, q_r at
+        ``1 - alpha_r / (stages after stage start)``: no Bonferroni over the wirings.
+        ``shares``: of alpha, to the leader, rolling and priors' tests (the priors' share moves to
+        the others without priors)."""
+        import torch
+
+        from eagle3conv.verify.stats import t_quantile
+
+        sizes, p = [], first
+        while p < self.P:
+            sizes.append(int(p))
+            p = max(p + 1, int(math.ceil(p * growth)))
+        sizes.append(self.P)
+        s = len(sizes)
+        a_lead, a_roll, a_prior = (alpha * x for x in shares)
+        if not priors:
+            a_lead, a_roll, a_prior = a_lead + a_prior * a_lead / (a_lead + a_roll or 1), \
+                a_roll + a_prior * a_roll / (a_lead + a_roll or 1), 0.0
+        ref_of_row = torch.full((int(self.rows.max()) + 1,), -1, dtype=torch.long)
+        alive = torch.ones(self.n, dtype=torch.bool)
+        work, prev, trail = 0.0, 0, []
+        for k, want in enumerate(sizes):
+            work += self.population(alive) * (want - prev)
+            prev = want
+            idx = torch.arange(want)
+            means = torch.where(alive, self.V[:, idx].mean(1), torch.tensor(-1e30, dtype=torch.float64))
+            lead = int(means.argmax())
+            drop = torch.zeros(self.n, dtype=torch.bool)
+            if a_lead > 0:
+                D, se, m = self.bound(idx, lead)
+                drop |= D - t_quantile(1 - a_lead / (self.population(alive) * s), m - 1) * se > 0
+            for pr in priors if a_prior > 0 else ():
+                Dp, sep, mp = self.bound(idx, pr)
+                drop |= Dp - t_quantile(1 - a_prior / (len(priors) * s), mp - 1) * sep > 0
+            by_roll = 0
+            ref = ref_of_row[self.rows[idx]]
+            at = torch.nonzero(ref >= 0).flatten()
+            if a_roll > 0 and len(at) >= 2 and k >= start:
+                d = self.V[ref[at], at][None, :] - self.V[:, at]
+                Dr, ser, mr = self.bound_of(at, d)
+                rd = Dr - t_quantile(1 - a_roll / max(1, s - start), mr - 1) * ser > 0
+                by_roll = int((rd & alive & ~drop).sum())
+                drop |= rd
+            drop[list(priors)] = False
+            alive &= ~drop
+            # the rows not yet begun take the leader now as their reference
+            rows_begun = int(self.rows[want - 1])
+            kept = torch.where(alive, self.V[:, idx].mean(1), torch.tensor(-1e30, dtype=torch.float64))
+            ref_of_row[rows_begun + 1:] = int(kept.argmax())
+            trail.append({"positions": want, "wirings": round(self.population(alive)),
+                          "neighbours": int(alive[1:self.near].sum()), "trained_in": bool(alive[0]),
+                          "by_rolling_only": by_roll, "reference_positions": len(at)})
+        return {"work": round(work), "stages": trail}
+
+    def floor(self, schedules=((64, 2.0), (64, 1.5), (32, 1.5), (64, 1.25))) -> dict:
+        """What a screen with this bound would spend if it knew the best wiring before the data:
+        that wiring as the one reference, from the first stage, over every position, with all of
+        the 1% (Bonferroni over the stages only: no leader test, no other prior). No real screen
+        can know it, so this is a floor for screens of this bound and reading order, not a rule.
+        The best: the wiring of the highest mean on every position (the data's own leader: in
+        its favour), and the trained wiring, each under a few stage schedules."""
+        out = {}
+        best = int(self.V.mean(1).argmax())
+        for name, ref in (("data's leader", best), ("trained", 0)) if best else (("data's leader = trained", 0),):
+            for first, growth in schedules:
+                r = self.rolling(shares=(0.0, 0.0, 1.0), priors=(ref,), first=first, growth=growth)
+                out[f"floor: {name} {self.sets[ref]} known, stages {first} x {growth}"] = r
+        return out
+
     def interleaved(self, first: int = 2, growth: float = 2.0, alpha: float = 0.01) -> dict:
         """Another reading order, replayed: stage j reads the first ``first * growth**j`` scored
         positions of every sequence, the leader test alone with sequences as its blocks (every
@@ -214,6 +312,12 @@ def simulate(a) -> int:
     if a.priors:  # the wirings known before the data, as references from the first stage on
         rows = [o.sets.index(x) for x in a.priors]
         out[f"leader+reference, pilot 3, priors {a.priors}"] = o.replay(3, priors=tuple(rows))
+    for spec in a.rolling:  # "0.4,0.4,0.2": the leader, rolling and priors' shares of alpha
+        sh = tuple(float(x) for x in spec.split(","))
+        rows = tuple(o.sets.index(x) for x in a.priors)
+        out[f"leader+rolling+priors {spec}"] = o.rolling(shares=sh, priors=rows)
+    if a.floor:
+        out.update(o.floor())
     if a.interleaved:
         for f in a.interleaved:
             out[f"interleaved, first {f} per sequence"] = o.interleaved(first=f)
@@ -246,6 +350,10 @@ def main() -> int:
     m.add_argument("--priors", action="append", default=[], type=lambda x: [int(v) for v in x.split(",")],
                    help="a wiring scored in the oracle (--extra, the trained one or a neighbour) used as a prior "
                         "reference, once per wiring")
+    m.add_argument("--rolling", nargs="*", default=[], metavar="LEAD,ROLL,PRIORS",
+                   help="the rolling reference test with these shares of alpha")
+    m.add_argument("--floor", action="store_true",
+                   help="the work of a screen that knew the best wiring before the data (a floor, not a rule)")
     m.add_argument("--interleaved", type=int, nargs="*", metavar="FIRST",
                    help="replay reading the first FIRST (then doubling) scored positions of every sequence per stage")
     m.add_argument("--out")
