@@ -231,31 +231,39 @@ def _mincore():
 _MINCORE = None
 
 
-def _resident(fd: int, size: int, samples: int) -> bool | None:
-    """Whether the page at each of ``samples`` places of the open file is in the page cache,
-    asked with ``mincore`` on a mapping of it (mapping reads nothing); None where it cannot be
-    asked. Where the caller neither owns the file nor may write it, Linux answers only for pages
-    this process has mapped: "not cached" (so the files are read ahead: safe, only memory
-    bandwidth)."""
+def resident(fd: int, samples: int | None = None) -> tuple[int, int] | None:
+    """How many of the open file's pages are in the page cache, of how many asked: the page at
+    each of ``samples`` places, or every page (None). Asked with ``mincore`` on a mapping of the
+    file (mapping reads nothing); None where it cannot be asked. Where the caller neither owns
+    the file nor may write it, Linux answers only for pages this process has mapped: "not
+    cached" (so the files are read ahead: safe, only memory bandwidth)."""
     import mmap
 
     lib = _mincore()
-    if lib is None or size <= 0:
-        return None if lib is None else True
-    ctypes, libc = lib
+    if lib is None:
+        return None
+    size = os.fstat(fd).st_size
     page = mmap.PAGESIZE
+    pages = (size + page - 1) // page
+    if not pages:
+        return 0, 0
+    ctypes, libc = lib
     addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
     if addr is None or addr == ctypes.c_void_p(-1).value:
         return None
     try:
-        vec = ctypes.create_string_buffer(1)
-        for j in range(samples):
-            at = (size * j // samples) // page * page
-            if libc.mincore(addr + at, 1, vec) != 0:
+        if samples is None:
+            vec = ctypes.create_string_buffer(pages)
+            if libc.mincore(addr, size, vec) != 0:
                 return None
-            if not vec.raw[0] & 1:
-                return False
-        return True
+            return sum(b & 1 for b in vec.raw), pages
+        vec = ctypes.create_string_buffer(1)
+        hits = 0
+        for j in range(samples):
+            if libc.mincore(addr + (size * j // samples) // page * page, 1, vec) != 0:
+                return None
+            hits += vec.raw[0] & 1
+        return hits, samples
     finally:
         libc.munmap(addr, size)
 
@@ -276,14 +284,14 @@ def cached(files: list[str], samples: int = 16) -> bool:
         except OSError:
             return False
         try:
-            size = os.fstat(fd).st_size
-            there = _resident(fd, size, samples)
+            there = resident(fd, samples)
             if there is None:
                 if nowait is None:
                     return False
+                size = os.fstat(fd).st_size
                 for j in range(samples):
                     os.preadv(fd, [buf], size * j // samples, nowait)
-            elif not there:
+            elif there[0] < there[1]:
                 return False
         except OSError:  # BlockingIOError: not cached; EOPNOTSUPP etc.: cannot tell
             return False

@@ -82,6 +82,16 @@ def test_cached_tells_a_cached_file_from_an_evicted_one(tmp_path):
         assert resident([f]) is False
     f.read_bytes()
     assert console.cached([str(f)])
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        every, sampled = console.resident(fd), console.resident(fd, 16)
+    finally:
+        os.close(fd)
+    if every is not None:  # every page of a file just read whole, and each of the 16 sampled
+        import mmap
+
+        pages = (4 << 20) // mmap.PAGESIZE
+        assert every == (pages, pages) and sampled == (16, 16)
 
 
 def test_without_mincore_the_read_probe_still_tells(tmp_path, monkeypatch):
@@ -91,9 +101,9 @@ def test_without_mincore_the_read_probe_still_tells(tmp_path, monkeypatch):
     f = tmp_path / "blob.bin"
     f.write_bytes(os.urandom(1 << 20))
     f.read_bytes()
-    monkeypatch.setattr(console, "_mincore", lambda: None)
+    monkeypatch.setattr(console, "resident", lambda fd, samples=None: None)
     if getattr(os, "RWF_NOWAIT", None) is None:
-        assert console.cached([str(f)]) is False and console.torch_cached() is True
+        assert console.cached([str(f)]) is False
         return
     assert console.cached([str(f)]) is True
     assert console.cached([str(tmp_path / "missing.bin")]) is False
@@ -107,35 +117,20 @@ def kernel_tells(paths) -> bool:
 
 
 def resident(paths) -> bool | None:
-    """Whether any page of ``paths`` is in the page cache (``mincore`` on a mapping of each file,
-    every page; mapping reads nothing); None where it cannot be asked. A read probe would not do:
-    a buffered read that finds a page missing may start the kernel's read-ahead of it and bring
+    """Whether any page of ``paths`` is in the page cache (:func:`console.resident`, every page:
+    mincore, which reads nothing); None where it cannot be asked. A read probe would not do: a
+    buffered read that finds a page missing may start the kernel's read-ahead of it and bring
     back the very pages it asks about (what made these tests flaky on a busy disk)."""
-    import mmap
-
-    lib = console._mincore()
-    if lib is None:
-        return None
-    ctypes, libc = lib
     for path in paths:
-        size = os.stat(path).st_size
-        if not size:
-            continue
         fd = os.open(path, os.O_RDONLY)
         try:
-            addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-            if addr in (None, ctypes.c_void_p(-1).value):
-                return None
-            try:
-                vec = ctypes.create_string_buffer((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE)
-                if libc.mincore(addr, size, vec) != 0:
-                    return None
-                if any(b & 1 for b in vec.raw):
-                    return True
-            finally:
-                libc.munmap(addr, size)
+            got = console.resident(fd)
         finally:
             os.close(fd)
+        if got is None:
+            return None
+        if got[0]:
+            return True
     return False
 
 
