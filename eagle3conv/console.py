@@ -234,15 +234,19 @@ _MINCORE = None
 def resident(fd: int, samples: int | None = None) -> tuple[int, int] | None:
     """How many of the open file's pages are in the page cache, of how many asked: the page at
     each of ``samples`` places, or every page (None). Asked with ``mincore`` on a mapping of the
-    file (mapping reads nothing); None where it cannot be asked. Where the caller neither owns
-    the file nor may write it, Linux answers only for pages this process has mapped: "not
-    cached" (so the files are read ahead: safe, only memory bandwidth)."""
+    file (mapping reads nothing); None where it cannot be asked -- also where the caller neither
+    owns the file nor may write it (a torch installed by root, a shared cache), for which Linux
+    answers only for the pages this process has mapped, that is "none"."""
     import mmap
 
     lib = _mincore()
     if lib is None:
         return None
-    size = os.fstat(fd).st_size
+    st = os.fstat(fd)
+    euid = os.geteuid()
+    if euid != 0 and st.st_uid != euid and not os.access(f"/proc/self/fd/{fd}", os.W_OK):
+        return None
+    size = st.st_size
     page = mmap.PAGESIZE
     pages = (size + page - 1) // page
     if not pages:

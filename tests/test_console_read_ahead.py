@@ -94,6 +94,25 @@ def test_cached_tells_a_cached_file_from_an_evicted_one(tmp_path):
         assert every == (pages, pages) and sampled == (16, 16)
 
 
+def test_a_file_mincore_cannot_answer_for_is_asked_the_old_way(tmp_path, monkeypatch):
+    """Linux's mincore answers "none resident" for a file the caller neither owns nor may write
+    (a torch installed by root, a shared cache): such a file is left to the read probe, not
+    taken for cold on every run."""
+    f = tmp_path / "blob.bin"
+    f.write_bytes(os.urandom(1 << 20))
+    f.read_bytes()
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        if console.resident(fd) is None:
+            pytest.skip("mincore cannot be had here")
+        monkeypatch.setattr(os, "geteuid", lambda: os.stat(f).st_uid + 12345)  # someone else's file
+        monkeypatch.setattr(os, "access", lambda path, mode: False)  # ... and not writable
+        assert console.resident(fd) is None
+    finally:
+        os.close(fd)
+    assert console.cached([str(f)]) is (getattr(os, "RWF_NOWAIT", None) is not None)
+
+
 def test_without_mincore_the_read_probe_still_tells(tmp_path, monkeypatch):
     """Where mincore cannot be had, one-page preadv(RWF_NOWAIT) reads answer (a cached file is
     cached; a cold one mostly cold: the probe may read a missing page, so only the cached side
