@@ -82,27 +82,16 @@ class Oracle:
 
     def bound(self, idx, lead):
         """The screen's paired bound (evaluate.paired_bound's rule) on positions ``idx`` against ``lead``."""
-        import torch
+        V = self.V[:, idx]
+        return self.bound_of(idx, V[lead][None, :] - V)
 
-        r = self.rows[idx]
-        nseq = len(set(r.tolist()))
-        infl = 1.0
-        if nseq >= 20:
-            blk = r
-        else:
-            b = max(1, min(16, len(idx) // 64))
-            blk = r * 100000 + self.rank[idx] // b
-            infl = math.sqrt(1 + (len(idx) / nseq - 1) * 0.01)
-        _, inv = torch.unique(blk, return_inverse=True)
-        m = int(inv.max()) + 1
-        X = torch.zeros(self.n, m, dtype=torch.float64).index_add_(1, inv, self.V[:, idx])
-        C = torch.bincount(inv, minlength=m).double()
-        N = float(C.sum())
-        d = X[lead] - X
-        D = d.sum(1) / N
-        res = d - D[:, None] * C[None, :]
-        se = (res.pow(2).sum(1) * m / max(1, m - 1)).sqrt() / N * infl
-        return D, se, m
+    def sizes(self, first: int, growth: float) -> list[int]:
+        """The positions read by each stage: ``first * growth**j``, the last one every position."""
+        out, p = [], first
+        while p < self.P:
+            out.append(int(p))
+            p = max(p + 1, int(math.ceil(p * growth)))
+        return out + [self.P]
 
     def bound_of(self, idx, d):
         """The screen's paired bound on positions ``idx`` for differences ``d`` [wirings, len(idx)]
@@ -146,11 +135,7 @@ class Oracle:
 
         from eagle3conv.verify.stats import t_quantile
 
-        sizes, p = [], first
-        while p < self.P:
-            sizes.append(int(p))
-            p = max(p + 1, int(math.ceil(p * growth)))
-        sizes.append(self.P)
+        sizes = self.sizes(first, growth)
         s = len(sizes)
         if refs is None:
             refs = () if pilot is None or s <= pilot else ((pilot, 0.5),)
@@ -202,16 +187,11 @@ class Oracle:
 
         from eagle3conv.verify.stats import t_quantile
 
-        sizes, p = [], first
-        while p < self.P:
-            sizes.append(int(p))
-            p = max(p + 1, int(math.ceil(p * growth)))
-        sizes.append(self.P)
+        sizes = self.sizes(first, growth)
         s = len(sizes)
-        a_lead, a_roll, a_prior = (alpha * x for x in shares)
-        if not priors:
-            a_lead, a_roll, a_prior = a_lead + a_prior * a_lead / (a_lead + a_roll or 1), \
-                a_roll + a_prior * a_roll / (a_lead + a_roll or 1), 0.0
+        lead_sh, roll_sh, prior_sh = shares if priors else (shares[0], shares[1], 0.0)
+        total = lead_sh + roll_sh + prior_sh
+        a_lead, a_roll, a_prior = (alpha * x / total for x in (lead_sh, roll_sh, prior_sh))
         ref_of_row = torch.full((int(self.rows.max()) + 1,), -1, dtype=torch.long)
         alive = torch.ones(self.n, dtype=torch.bool)
         work, prev, trail = 0.0, 0, []
